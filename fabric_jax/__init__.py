@@ -1,0 +1,23 @@
+"""fabric_jax: a differentiable, flow-level emulator of AI-cluster network fabrics on JAX.
+
+Architecture (one module per layer): topology -> paths/incidence -> rate solver
+(:func:`max_min_fair`) -> dynamics -> simulation (:func:`simulate_flows`) -> metrics ->
+optimisation, with a thin CLI on top.
+
+Units everywhere: bytes, seconds, bytes per second (see :mod:`fabric_jax.units`).
+"""
+
+from . import units
+from .fairness import MaxMinInfo, MaxMinResult, max_min_fair
+from .incidence import Incidence
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Incidence",
+    "MaxMinInfo",
+    "MaxMinResult",
+    "max_min_fair",
+    "units",
+    "__version__",
+]

@@ -1,0 +1,253 @@
+"""Sparse link-by-flow incidence: which links each flow crosses, and how much of it.
+
+The incidence matrix ``A`` has shape ``[links, flows]``; entry ``A[l, f] = w`` means
+that a fraction ``w`` of flow ``f``'s rate (bytes/s) is carried on link ``l``.  A flow on
+a single path has ``w = 1`` on every link of the path; a flow split over paths with
+weights ``s_p`` (summing to one) has ``w = s_p`` on the links of path ``p`` (entries of
+paths that share a link add up).  The load of link ``l`` is ``sum_f A[l, f] * r_f``.
+
+:class:`Incidence` stores ``A`` in COO form (``link_idx``, ``flow_idx``, ``weight``),
+one entry per non-zero, as a JAX pytree: the three arrays are leaves (so split weights
+can be traced and differentiated), ``n_links`` and ``n_flows`` are static.  Entries
+whose weight is exactly zero are *inactive*: they are ignored by every kernel.  This is
+how padded path sets (fixed shapes under ``jit``) and traced dense matrices are
+represented without any host round trip.
+
+Device-side helpers here (``link_sum``, ``flow_min`` ...) are the segment reductions
+the rate solver and the simulators are built from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Incidence", "as_incidence"]
+
+
+def _is_traced(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+@dataclasses.dataclass(frozen=True)
+class Incidence:
+    """Sparse ``[links, flows]`` matrix in COO form (a JAX pytree).
+
+    Attributes:
+      link_idx: ``[nnz]`` int32 link index of each entry.
+      flow_idx: ``[nnz]`` int32 flow index of each entry.
+      weight: ``[nnz]`` float, fraction of the flow's rate carried on that link;
+        an entry with weight 0 is inactive (padding).
+      n_links: number of links (static).
+      n_flows: number of flows (static).
+    """
+
+    link_idx: Any
+    flow_idx: Any
+    weight: Any
+    n_links: int = dataclasses.field(metadata=dict(static=True))
+    n_flows: int = dataclasses.field(metadata=dict(static=True))
+
+    # ------------------------------------------------------------------ builders
+    @classmethod
+    def from_coo(cls, link_idx, flow_idx, weight=None, *, n_links: int, n_flows: int):
+        """Builds an incidence from COO arrays, validated on the host.
+
+        Args:
+          link_idx: ``[nnz]`` link index of each entry, in ``[0, n_links)``.
+          flow_idx: ``[nnz]`` flow index of each entry, in ``[0, n_flows)``.
+          weight: ``[nnz]`` fraction of the flow's rate on that link, in ``(0, 1]``;
+            defaults to 1 (a single-path flow).  Duplicate (link, flow) entries add up.
+          n_links: number of links.
+          n_flows: number of flows.
+
+        Raises:
+          ValueError: on a shape mismatch, an index out of range or a weight outside
+            ``(0, 1]``.
+        """
+        n_links, n_flows = _check_dims(n_links, n_flows)
+        if any(_is_traced(a) for a in (link_idx, flow_idx, weight)):
+            # Inside jit: no host validation possible; trust the caller.
+            w = jnp.ones(jnp.shape(link_idx)) if weight is None else weight
+            return cls(jnp.asarray(link_idx, jnp.int32), jnp.asarray(flow_idx, jnp.int32),
+                       w, n_links, n_flows)
+        li = np.asarray(link_idx)
+        fi = np.asarray(flow_idx)
+        if li.ndim != 1 or fi.shape != li.shape:
+            raise ValueError(
+                f"link_idx and flow_idx must be 1-D arrays of equal length; got shapes "
+                f"{li.shape} and {fi.shape}")
+        for name, arr, n in (("link_idx", li, n_links), ("flow_idx", fi, n_flows)):
+            if arr.size and not np.issubdtype(arr.dtype, np.integer):
+                raise ValueError(f"{name} must hold integers; got dtype {arr.dtype}")
+            if arr.size and (arr.min() < 0 or arr.max() >= n):
+                bad = arr[(arr < 0) | (arr >= n)][0]
+                raise ValueError(
+                    f"{name} contains {bad}, outside [0, {n}); check the index or raise "
+                    f"{'n_links' if name == 'link_idx' else 'n_flows'}")
+        if weight is None:
+            w = np.ones(li.shape, dtype=_float_dtype())
+        else:
+            w = np.asarray(weight)
+            if w.shape != li.shape:
+                raise ValueError(f"weight must have shape {li.shape} like link_idx; got {w.shape}")
+            if not np.all(np.isfinite(w)) or np.any(w <= 0) or np.any(w > 1):
+                raise ValueError(
+                    "weight must lie in (0, 1] (the fraction of a flow's rate on a link); "
+                    f"got values in [{np.nanmin(w)}, {np.nanmax(w)}]"
+                    + (" including NaN/inf" if not np.all(np.isfinite(w)) else ""))
+            w = w.astype(_float_dtype())
+        return cls(jnp.asarray(li, jnp.int32), jnp.asarray(fi, jnp.int32), jnp.asarray(w),
+                   n_links, n_flows)
+
+    @classmethod
+    def from_dense(cls, matrix):
+        """Builds an incidence from a dense ``[links, flows]`` matrix (zeros = absent).
+
+        On a concrete (NumPy) matrix only the non-zeros are kept and validated
+        (entries in ``[0, 1]``).  On a traced matrix (inside ``jit``/``grad``) every
+        entry becomes a COO entry and zeros are inactive, so the result is
+        differentiable with respect to the matrix.
+        """
+        if _is_traced(matrix):
+            n_links, n_flows = matrix.shape
+            li, fi = np.meshgrid(np.arange(n_links), np.arange(n_flows), indexing="ij")
+            return cls(jnp.asarray(li.ravel(), jnp.int32), jnp.asarray(fi.ravel(), jnp.int32),
+                       matrix.ravel(), n_links, n_flows)
+        m = np.asarray(matrix)
+        if m.ndim != 2:
+            raise ValueError(f"incidence matrix must be 2-D [links, flows]; got shape {m.shape}")
+        if not np.all(np.isfinite(m)) or np.any(m < 0) or np.any(m > 1):
+            raise ValueError("incidence matrix entries must lie in [0, 1] (fraction of a "
+                             "flow's rate on a link; 0 = link not used)")
+        li, fi = np.nonzero(m)
+        return cls.from_coo(li, fi, m[li, fi], n_links=m.shape[0], n_flows=m.shape[1])
+
+    @classmethod
+    def from_paths(cls, paths, split=None, *, n_links: int, flows=None):
+        """Builds the incidence of flows routed over a :class:`~fabric_jax.paths.PathSet`.
+
+        Args:
+          paths: a PathSet (``links`` ``[pairs, paths, hops]`` with -1 padding and
+            ``hop_mask``/``path_mask``); each pair is one flow.
+          split: ``[pairs, paths]`` fraction of each flow's rate on each candidate
+            path (rows sum to one, zero on padded paths).  ``None`` puts each flow on
+            its first path.  May be a traced array (learned routing): the result is
+            then differentiable with respect to it.
+          n_links: number of links of the topology (``topology.n_links``).
+
+        Returns:
+          An Incidence with ``pairs * paths * hops`` entries (padded ones inactive).
+        """
+        links = np.asarray(paths.links)
+        n_pairs, n_paths, n_hops = links.shape
+        hop_mask = np.asarray(paths.hop_mask)
+        flow = np.broadcast_to(np.arange(n_pairs)[:, None, None], links.shape)
+        if split is None:
+            split = np.zeros((n_pairs, n_paths), dtype=_float_dtype())
+            split[:, 0] = 1.0
+        if not _is_traced(split):
+            s = np.asarray(split)
+            if s.shape != (n_pairs, n_paths):
+                raise ValueError(f"split must have shape [pairs, paths] = {(n_pairs, n_paths)}; "
+                                 f"got {s.shape}")
+            if not np.all(np.isfinite(s)) or np.any(s < 0):
+                raise ValueError("split must be finite and non-negative")
+            if np.any(s[~np.asarray(paths.path_mask)] > 0):
+                raise ValueError("split puts weight on padded (non-existent) paths; "
+                                 "zero it where paths.path_mask is False")
+            if not np.allclose(s.sum(axis=1), 1.0, atol=1e-5):
+                raise ValueError("split rows must sum to 1 (each flow's rate is fully routed)")
+        w = jnp.where(jnp.asarray(hop_mask), jnp.asarray(split)[:, :, None], 0.0)
+        li = np.where(hop_mask, links, 0)
+        return cls(jnp.asarray(li.ravel(), jnp.int32), jnp.asarray(flow.ravel(), jnp.int32),
+                   jnp.ravel(w), int(n_links), int(n_pairs))
+
+    # --------------------------------------------------------------- conversion
+    @property
+    def nnz(self) -> int:
+        return int(np.shape(self.link_idx)[0])
+
+    def to_dense(self):
+        """Dense ``[links, flows]`` matrix (duplicates summed)."""
+        return jnp.zeros((self.n_links, self.n_flows), jnp.result_type(self.weight)).at[
+            self.link_idx, self.flow_idx].add(self.weight)
+
+    def to_scipy(self):
+        """``scipy.sparse.csr_array`` of shape ``[links, flows]`` (host; duplicates summed)."""
+        import scipy.sparse as sp
+
+        w = np.asarray(self.weight)
+        keep = w != 0
+        return sp.csr_array((w[keep], (np.asarray(self.link_idx)[keep],
+                                       np.asarray(self.flow_idx)[keep])),
+                            shape=(self.n_links, self.n_flows))
+
+    def with_weight(self, weight) -> "Incidence":
+        """Same sparsity pattern, new weights (e.g. new routing splits)."""
+        return dataclasses.replace(self, weight=weight)
+
+    # ------------------------------------------------------ device-side kernels
+    @property
+    def active(self):
+        """``[nnz]`` bool: entries that carry traffic (weight != 0)."""
+        return self.weight != 0
+
+    def link_sum(self, per_entry):
+        """Sums an ``[nnz]`` array into ``[links]``."""
+        return jax.ops.segment_sum(per_entry, self.link_idx, num_segments=self.n_links)
+
+    def flow_sum(self, per_entry):
+        """Sums an ``[nnz]`` array into ``[flows]``."""
+        return jax.ops.segment_sum(per_entry, self.flow_idx, num_segments=self.n_flows)
+
+    def link_load(self, rates):
+        """``[links]`` load ``sum_f A[l, f] * rates[f]`` (bytes/s for rates in bytes/s)."""
+        return self.link_sum(self.weight * rates[self.flow_idx])
+
+    def link_min(self, per_entry, mask):
+        """Per-link minimum of ``per_entry`` over entries where ``mask`` (else +inf)."""
+        x = jnp.where(mask, per_entry, jnp.inf)
+        return jax.ops.segment_min(x, self.link_idx, num_segments=self.n_links)
+
+    def flow_min(self, per_entry, mask):
+        """Per-flow minimum of ``per_entry`` over entries where ``mask`` (else +inf)."""
+        x = jnp.where(mask, per_entry, jnp.inf)
+        return jax.ops.segment_min(x, self.flow_idx, num_segments=self.n_flows)
+
+    def flow_any(self, per_entry_bool):
+        """Per-flow logical OR of an ``[nnz]`` bool array."""
+        return jax.ops.segment_max(per_entry_bool.astype(jnp.int32), self.flow_idx,
+                                   num_segments=self.n_flows) > 0
+
+    def flow_has_links(self):
+        """``[flows]`` bool: the flow crosses at least one link."""
+        return self.flow_any(self.active)
+
+
+jax.tree_util.register_dataclass(Incidence)
+
+
+def _float_dtype():
+    return jnp.zeros(()).dtype  # float32, or float64 under jax_enable_x64
+
+
+def _check_dims(n_links, n_flows):
+    for name, n in (("n_links", n_links), ("n_flows", n_flows)):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(f"{name} must be a non-negative integer; got {n!r}")
+    return int(n_links), int(n_flows)
+
+
+def as_incidence(incidence) -> Incidence:
+    """Accepts an :class:`Incidence` or a dense ``[links, flows]`` array."""
+    if isinstance(incidence, Incidence):
+        return incidence
+    if hasattr(incidence, "shape"):
+        return Incidence.from_dense(incidence)
+    raise ValueError("incidence must be a fabric_jax.Incidence or a dense [links, flows] "
+                     f"array; got {type(incidence).__name__}")
