@@ -10,14 +10,20 @@ Units everywhere: bytes, seconds, bytes per second (see :mod:`fabric_jax.units`)
 from . import units
 from .fairness import MaxMinInfo, MaxMinResult, max_min_fair
 from .incidence import Incidence
+from .sim import (FlowSimResult, simulate_flows, simulate_flows_batched,
+                  simulate_flows_fixed_step)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FlowSimResult",
     "Incidence",
     "MaxMinInfo",
     "MaxMinResult",
     "max_min_fair",
+    "simulate_flows",
+    "simulate_flows_batched",
+    "simulate_flows_fixed_step",
     "units",
     "__version__",
 ]

@@ -189,6 +189,8 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None) -
     dtype; ``demand`` may hold ``+inf``.
     """
     dtype = capacity.dtype
+    if max_iter is None:
+        max_iter = inc.n_flows + 1
     weight = inc.weight.astype(dtype)
     active = inc.active
     has_links = inc.flow_has_links()

@@ -1,0 +1,798 @@
+"""Network topologies: nodes, directed links, and the builders of common AI fabrics.
+
+A :class:`Topology` is a directed multigraph held as flat NumPy arrays on the host.
+Nodes are hosts (NICs that send and receive traffic) or switches; a full-duplex cable
+is two *links*, one per direction, and each link has its own
+
+* ``capacity`` in bytes/s,
+* ``latency`` in seconds (propagation plus switch traversal, charged once per hop),
+* ``buffer`` in bytes (the egress queue in front of the link),
+* ``link_up`` (``False`` once failed).
+
+Hosts are addressed everywhere else in fabric_jax by their *host index*
+``0 .. n_hosts-1``; ``hosts[h]`` is the node id of host ``h``.  ``node_tier`` orders
+switches for up/down (valley-free) routing: 0 host, 1 leaf / edge / rail leaf,
+2 spine / aggregation, 3 core.
+
+Builders (all sizes in the unit named by the argument, converted here to bytes, seconds
+and bytes/s with :mod:`fabric_jax.units`):
+
+* :func:`leaf_spine` -- two-tier folded Clos, optionally oversubscribed;
+* :func:`fat_tree` -- the three-tier k-ary fat-tree of Al-Fares et al. (SIGCOMM 2008);
+* :func:`rail_optimized` -- GPU servers whose NIC ``i`` attaches to rail leaf ``i``
+  (NVIDIA DGX SuperPOD reference architecture);
+* :func:`from_edges` -- any graph, from an edge list or a networkx graph.
+
+Default link parameters: 400 Gb/s, 1 us per link (the per-link delay of the HPCC
+simulations, Li et al. SIGCOMM 2019, Sec. 5.1) and 1 MB of buffer per egress port
+(a 64 MB shared-buffer 64 x 400G switch, Tomahawk-4 class, split evenly).
+
+Example::
+
+    topo = fat_tree(4)                     # 16 hosts, 20 switches, 96 links
+    topo = topo.with_failed_links([("pod0/agg0", "core0")], bidirectional=True)
+    topo.bisection_bandwidth()             # bytes/s across the host-index halves
+
+Topologies are immutable: ``with_failed_links`` and ``with_capacity_scaled`` return new
+ones.  Paths over a topology come from :func:`fabric_jax.paths.shortest_paths`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import numbers
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import units
+
+__all__ = [
+    "Topology",
+    "fat_tree",
+    "from_edges",
+    "leaf_spine",
+    "rail_optimized",
+]
+
+#: Kinds whose ``node_tier`` is a strict Clos layering: routing there is up/down.
+CLOS_KINDS = ("leaf_spine", "fat_tree", "rail_optimized")
+
+DEFAULT_LINK_GBPS = 400.0
+DEFAULT_LATENCY_US = 1.0
+DEFAULT_BUFFER_KB = 1000.0
+
+# scipy's maximum_flow silently works in int32: integer capacities must keep every
+# flow value (at most the sum of all capacities) below 2**31.
+_MAXFLOW_TOTAL_UNITS = 2**30
+
+
+def _frozen_array(x, dtype) -> np.ndarray:
+    a = np.array(x, dtype=dtype, copy=True)
+    a.setflags(write=False)
+    return a
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class Topology:
+    """A network: named nodes and directed links with capacity, latency and buffer.
+
+    Attributes:
+      node_names: ``[nodes]`` unique node names.
+      node_is_host: ``[nodes]`` bool, True for hosts (traffic end points).
+      node_tier: ``[nodes]`` int, 0 host, 1 leaf/edge/rail leaf, 2 spine/aggregation,
+        3 core.
+      hosts: ``[hosts]`` int32 node id of each host index.
+      link_src: ``[links]`` int32 node id the link leaves.
+      link_dst: ``[links]`` int32 node id the link enters.
+      capacity: ``[links]`` float64 bytes/s.
+      latency: ``[links]`` float64 seconds.
+      buffer: ``[links]`` float64 bytes of egress buffer in front of the link.
+      link_up: ``[links]`` bool, False for failed links.
+      link_reverse: ``[links]`` int32 id of the other direction of the same cable, -1
+        for a one-way link.
+      host_server: ``[hosts]`` int32 server of each host; hosts of one server talk over
+        NVLink, not the fabric (``rail_optimized``); elsewhere each host is its own
+        server.
+      name: human-readable name, e.g. ``"fat_tree(k=4)"``.
+      kind: ``"leaf_spine"``, ``"fat_tree"``, ``"rail_optimized"`` or ``"graph"``.
+      params: read-only builder parameters (e.g. ``{"k": 4}``).
+      updown: route valley-free (up the tiers, then down) -- True for Clos kinds.
+      host_transit: whether hosts may forward traffic between other nodes.
+    """
+
+    node_names: tuple[str, ...]
+    node_is_host: np.ndarray
+    node_tier: np.ndarray
+    hosts: np.ndarray
+    link_src: np.ndarray
+    link_dst: np.ndarray
+    capacity: np.ndarray
+    latency: np.ndarray
+    buffer: np.ndarray
+    link_up: np.ndarray
+    link_reverse: np.ndarray
+    host_server: np.ndarray
+    name: str = "topology"
+    kind: str = "graph"
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    updown: bool = False
+    host_transit: bool = False
+
+    def __post_init__(self):
+        put = functools.partial(object.__setattr__, self)
+        names = tuple(str(n) for n in self.node_names)
+        put("node_names", names)
+        n_nodes = len(names)
+        if len(set(names)) != n_nodes:
+            seen, dup = set(), []
+            for n in names:
+                if n in seen:
+                    dup.append(n)
+                seen.add(n)
+            raise ValueError(f"node_names must be unique; duplicated: {dup[:5]}")
+        for field, dtype in (("node_is_host", bool), ("node_tier", np.int32),
+                             ("hosts", np.int32), ("link_src", np.int32),
+                             ("link_dst", np.int32), ("capacity", np.float64),
+                             ("latency", np.float64), ("buffer", np.float64),
+                             ("link_up", bool), ("link_reverse", np.int32),
+                             ("host_server", np.int32)):
+            value = np.asarray(getattr(self, field))
+            if value.ndim != 1:
+                raise ValueError(f"{field} must be a 1-D array; got shape {value.shape}")
+            put(field, _frozen_array(value, dtype))
+        put("params", types.MappingProxyType(dict(self.params)))
+        for field in ("node_is_host", "node_tier"):
+            if getattr(self, field).shape != (n_nodes,):
+                raise ValueError(f"{field} must have shape [nodes] = ({n_nodes},); "
+                                 f"got {getattr(self, field).shape}")
+        n_links = self.link_src.shape[0]
+        for field in ("link_dst", "capacity", "latency", "buffer", "link_up",
+                      "link_reverse"):
+            if getattr(self, field).shape != (n_links,):
+                raise ValueError(f"{field} must have shape [links] = ({n_links},) like "
+                                 f"link_src; got {getattr(self, field).shape}")
+        for field in ("link_src", "link_dst", "hosts"):
+            ids = getattr(self, field)
+            if ids.size and (ids.min() < 0 or ids.max() >= n_nodes):
+                raise ValueError(f"{field} holds node ids outside [0, {n_nodes})")
+        if np.any(self.link_src == self.link_dst):
+            bad = int(np.flatnonzero(self.link_src == self.link_dst)[0])
+            raise ValueError(f"link {bad} is a self-loop at node "
+                             f"{names[self.link_src[bad]]!r}; remove it from the links")
+        if not np.all(np.isfinite(self.capacity) & (self.capacity > 0)):
+            raise ValueError("capacity must be finite and > 0 bytes/s on every link "
+                             "(fail a link with with_failed_links instead of zeroing it)")
+        for field in ("latency", "buffer"):
+            v = getattr(self, field)
+            if not np.all(np.isfinite(v) & (v >= 0)):
+                raise ValueError(f"{field} must be finite and >= 0 on every link")
+        rev = self.link_reverse
+        has = rev >= 0
+        if np.any(rev >= n_links) or np.any(rev < -1):
+            raise ValueError(f"link_reverse must be -1 or a link id in [0, {n_links})")
+        ids = np.flatnonzero(has)
+        if ids.size and (np.any(rev[rev[ids]] != ids)
+                         or np.any(self.link_src[rev[ids]] != self.link_dst[ids])
+                         or np.any(self.link_dst[rev[ids]] != self.link_src[ids])):
+            raise ValueError("link_reverse must pair each link with a link in the "
+                             "opposite direction between the same two nodes")
+        if len(np.unique(self.hosts)) != self.hosts.size or not np.array_equal(
+                np.sort(self.hosts), np.flatnonzero(self.node_is_host)):
+            raise ValueError("hosts must list every node with node_is_host=True exactly "
+                             "once")
+        if self.host_server.shape != self.hosts.shape or np.any(self.host_server < 0):
+            raise ValueError("host_server must be a [hosts] array of ids >= 0")
+        if np.any(self.node_tier[self.node_is_host] != 0) or np.any(
+                self.node_tier[~self.node_is_host] < 1):
+            raise ValueError("node_tier must be 0 for hosts and >= 1 for switches")
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def n_links(self) -> int:
+        return int(self.link_src.shape[0])
+
+    @property
+    def n_hosts(self) -> int:
+        return int(self.hosts.shape[0])
+
+    @property
+    def n_switches(self) -> int:
+        return self.n_nodes - self.n_hosts
+
+    @property
+    def host_names(self) -> tuple[str, ...]:
+        return tuple(self.node_names[i] for i in self.hosts)
+
+    def __repr__(self) -> str:
+        down = int(np.count_nonzero(~self.link_up))
+        return (f"Topology({self.name!r}, kind={self.kind!r}, hosts={self.n_hosts}, "
+                f"switches={self.n_switches}, links={self.n_links}, down={down})")
+
+    # ------------------------------------------------------------------ lookups
+    @functools.cached_property
+    def _node_of_name(self) -> dict[str, int]:
+        return {n: i for i, n in enumerate(self.node_names)}
+
+    @functools.cached_property
+    def _host_of_node(self) -> np.ndarray:
+        h = np.full(self.n_nodes, -1, np.int64)
+        h[self.hosts] = np.arange(self.n_hosts)
+        return h
+
+    def node_index(self, name: str) -> int:
+        """Node id of ``name``; ValueError naming it when unknown."""
+        try:
+            return self._node_of_name[name]
+        except (KeyError, TypeError):
+            raise ValueError(f"unknown node name {name!r} (topology {self.name!r} has "
+                             f"e.g. {list(self.node_names[:3])})") from None
+
+    def link_indices(self, src_name: str, dst_name: str) -> np.ndarray:
+        """All link ids from ``src_name`` to ``dst_name`` (parallel cables), ascending."""
+        s, d = self.node_index(src_name), self.node_index(dst_name)
+        ids = np.flatnonzero((self.link_src == s) & (self.link_dst == d))
+        if ids.size == 0:
+            raise ValueError(f"no link from {src_name!r} to {dst_name!r}")
+        return ids
+
+    def link_index(self, src_name: str, dst_name: str) -> int:
+        """Id of the (lowest-numbered) link from ``src_name`` to ``dst_name``."""
+        return int(self.link_indices(src_name, dst_name)[0])
+
+    def host_index(self, name_or_index):
+        """Host index of a host name or index (scalar -> int, array-like -> array)."""
+        idx = _host_indices(self, name_or_index, "name_or_index")
+        return int(idx) if idx.ndim == 0 else idx
+
+    # ------------------------------------------------------------------ failures
+    def _resolve_links(self, links, bidirectional: bool, arg: str = "links") -> np.ndarray:
+        """Link ids from ids, a bool mask, or (src_name, dst_name) pairs."""
+        if isinstance(links, tuple) and len(links) == 2 and all(
+                isinstance(x, str) for x in links):
+            links = [links]
+        if isinstance(links, (Sequence, np.ndarray)) and not isinstance(links, str) \
+                and len(links) > 0 and all(isinstance(x, (tuple, list)) for x in links):
+            ids = []
+            for pair in links:
+                if len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+                    raise ValueError(f"{arg}: a link named by nodes must be a "
+                                     f"(src_name, dst_name) pair; got {pair!r}")
+                ids.append(self.link_indices(*pair))
+            ids = np.concatenate(ids)
+        else:
+            arr = np.asarray(links)
+            if arr.dtype == bool:
+                if arr.shape != (self.n_links,):
+                    raise ValueError(f"{arg}: a boolean mask must have shape [links] = "
+                                     f"({self.n_links},); got {arr.shape}")
+                ids = np.flatnonzero(arr)
+            elif arr.size == 0:
+                ids = np.zeros(0, np.int64)
+            elif np.issubdtype(arr.dtype, np.integer):
+                ids = arr.reshape(-1).astype(np.int64)
+                if ids.min() < 0 or ids.max() >= self.n_links:
+                    raise ValueError(f"{arg}: link ids must lie in [0, {self.n_links}); "
+                                     f"got {ids[(ids < 0) | (ids >= self.n_links)][:5]}")
+            else:
+                raise ValueError(f"{arg} must be link ids (integers), a [links] bool mask "
+                                 f"or (src_name, dst_name) pairs; got dtype {arr.dtype}")
+        if bidirectional and ids.size:
+            rev = self.link_reverse[ids]
+            if np.any(rev < 0):
+                raise ValueError(f"{arg}: links {ids[rev < 0][:5]} are one-way (no reverse "
+                                 f"link); use bidirectional=False")
+            ids = np.concatenate([ids, rev])
+        return np.unique(ids)
+
+    def with_failed_links(self, links, *, bidirectional: bool = False) -> "Topology":
+        """A copy with ``links`` down (paths avoid them, capacity counts as zero).
+
+        Args:
+          links: link ids, a ``[links]`` bool mask, one ``(src_name, dst_name)`` pair or
+            a list of them (a pair names every parallel link between the two nodes).
+          bidirectional: also fail the reverse link of each (the whole cable).
+        """
+        ids = self._resolve_links(links, bidirectional)
+        up = self.link_up.copy()
+        up[ids] = False
+        return dataclasses.replace(self, link_up=up)
+
+    def with_capacity_scaled(self, links, factor, *,
+                             bidirectional: bool = False) -> "Topology":
+        """A copy with the capacity of ``links`` multiplied by ``factor`` (> 0).
+
+        Args:
+          links: as in :meth:`with_failed_links`.
+          factor: positive scalar, or one factor per resolved link id (ascending id
+            order; with ``bidirectional`` both directions get the same scalar).
+          bidirectional: scale both directions of each cable.
+        """
+        ids = self._resolve_links(links, bidirectional)
+        f = np.asarray(factor, np.float64)
+        if f.ndim not in (0, 1) or (f.ndim == 1 and f.shape != ids.shape):
+            raise ValueError(f"factor must be a scalar or one value per link "
+                             f"({ids.size}); got shape {f.shape}")
+        if not np.all(np.isfinite(f) & (f > 0)):
+            raise ValueError("factor must be finite and > 0; to take a link out use "
+                             "with_failed_links")
+        cap = self.capacity.copy()
+        cap[ids] = cap[ids] * f
+        return dataclasses.replace(self, capacity=cap)
+
+    # ------------------------------------------------------------------ analysis
+    def bisection_bandwidth(self) -> float:
+        """Min-cut capacity, bytes/s, from the first to the second half of the hosts.
+
+        The halves are host indices ``[0, n_hosts // 2)`` and ``[n_hosts // 2,
+        n_hosts)``; the value is the maximum flow from a super-source feeding the
+        first half to a super-sink draining the second half over the links that are
+        up (one direction, with the current capacities).  Computed with
+        ``scipy.sparse.csgraph.maximum_flow``, which works in int32: capacities are
+        expressed in units of their greatest common divisor when that keeps the total
+        below 2**30 units (exact; true for any mix of whole Gb/s speeds), otherwise
+        in units of ``total / 2**30`` (relative error below about 1e-6 per link).
+        """
+        import scipy.sparse as sp
+        from scipy.sparse.csgraph import maximum_flow
+
+        if self.n_hosts < 2:
+            raise ValueError("bisection_bandwidth needs at least 2 hosts")
+        up = np.flatnonzero(self.link_up)
+        if up.size == 0:
+            return 0.0
+        cap = self.capacity[up]
+        whole = np.round(cap)
+        unit = None
+        if np.all(np.abs(cap - whole) <= 1e-9 * cap) and np.all(whole < 2**62):
+            g = int(np.gcd.reduce(whole.astype(np.int64)))
+            if whole.sum() / g <= _MAXFLOW_TOTAL_UNITS:
+                unit = float(g)
+        if unit is None:
+            unit = float(cap.sum()) / _MAXFLOW_TOTAL_UNITS
+        units_cap = np.maximum(np.round(cap / unit), 0).astype(np.int64)
+        big = int(units_cap.sum())
+        n = self.n_nodes
+        source, sink = n, n + 1
+        half = self.n_hosts // 2
+        first, second = self.hosts[:half], self.hosts[half:]
+        rows = np.concatenate([self.link_src[up], np.full(half, source), second])
+        cols = np.concatenate([self.link_dst[up], first, np.full(second.size, sink)])
+        data = np.concatenate([units_cap, np.full(first.size + second.size, big)])
+        graph = sp.csr_matrix((data.astype(np.int32), (rows, cols)), shape=(n + 2, n + 2))
+        graph.sum_duplicates()
+        return float(maximum_flow(graph, source, sink).flow_value) * unit
+
+
+def _host_indices(topology: Topology, x, arg: str) -> np.ndarray:
+    """Host indices (int64 array, same shape as ``x``) from host names or indices."""
+    arr = np.asarray(x)
+    if arr.dtype.kind in ("U", "S", "O"):
+        flat = arr.reshape(-1)
+        if arr.dtype.kind == "O" and not all(isinstance(v, str) for v in flat):
+            raise ValueError(f"{arg} must be host names (str) or host indices (int), "
+                             f"not a mix")
+        uniq, inv = np.unique(flat.astype(str), return_inverse=True)
+        node_of = topology._node_of_name
+        nodes = np.array([node_of.get(u, -1) for u in uniq], np.int64)
+        hosts = np.where(nodes >= 0, topology._host_of_node[np.maximum(nodes, 0)], -1)
+        if np.any(hosts < 0):
+            bad = [str(u) for u in uniq[hosts < 0][:5]]
+            raise ValueError(f"{arg}: unknown host names {bad} (topology "
+                             f"{topology.name!r} hosts are e.g. "
+                             f"{list(topology.host_names[:3])})")
+        return hosts[inv].reshape(arr.shape)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        if arr.size == 0:
+            return np.zeros(arr.shape, np.int64)
+        raise ValueError(f"{arg} must be host indices (integers) or host names; got "
+                         f"dtype {arr.dtype}")
+    idx = arr.astype(np.int64)
+    bad = (idx < 0) | (idx >= topology.n_hosts)
+    if np.any(bad):
+        raise ValueError(f"{arg}: host indices must lie in [0, {topology.n_hosts}); got "
+                         f"{idx[bad][:5].tolist()}")
+    return idx
+
+
+# ====================================================================== builders
+def _check_int(value, arg: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{arg} must be an integer >= {minimum}; got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{arg} must be >= {minimum}; got {value}")
+    return int(value)
+
+
+def _check_pos(value, arg: str, allow_zero: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{arg} must be a number; got {value!r}") from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise ValueError(f"{arg} must be finite and {'>=' if allow_zero else '>'} 0; "
+                         f"got {value!r}")
+    return v
+
+
+def _link_args(link_gbps, fabric_gbps, latency_us, buffer_kb):
+    link = _check_pos(link_gbps, "link_gbps")
+    fabric = link if fabric_gbps is None else _check_pos(fabric_gbps, "fabric_gbps")
+    return (link, fabric, _check_pos(latency_us, "latency_us", allow_zero=True),
+            _check_pos(buffer_kb, "buffer_kb", allow_zero=True))
+
+
+def _build(*, name, kind, params, node_names, node_tier, n_hosts, cab_u, cab_v,
+           cab_gbps, latency_us, buffer_kb, host_server=None) -> Topology:
+    """Topology whose hosts are nodes ``0..n_hosts-1`` and whose cables are
+    ``cab_u[c] <-> cab_v[c]`` (link ``2c`` is u->v, ``2c+1`` is v->u)."""
+    cab_u = np.asarray(cab_u, np.int64)
+    cab_v = np.asarray(cab_v, np.int64)
+    n_cables = cab_u.size
+    src = np.stack([cab_u, cab_v], axis=1).reshape(-1)
+    dst = np.stack([cab_v, cab_u], axis=1).reshape(-1)
+    cap = np.repeat(units.gbps(np.broadcast_to(np.asarray(cab_gbps, np.float64),
+                                               (n_cables,))), 2)
+    n_links = 2 * n_cables
+    node_is_host = np.zeros(len(node_names), bool)
+    node_is_host[:n_hosts] = True
+    return Topology(
+        node_names=tuple(node_names), node_is_host=node_is_host,
+        node_tier=np.asarray(node_tier), hosts=np.arange(n_hosts),
+        link_src=src, link_dst=dst, capacity=cap,
+        latency=np.full(n_links, units.us(latency_us)),
+        buffer=np.full(n_links, units.kb(buffer_kb)),
+        link_up=np.ones(n_links, bool), link_reverse=np.arange(n_links) ^ 1,
+        host_server=np.arange(n_hosts) if host_server is None else host_server,
+        name=name, kind=kind, params=params, updown=kind in CLOS_KINDS,
+        host_transit=False)
+
+
+def _spread_uplinks(n_leaves: int, uplinks: int, n_spines: int):
+    """Leaf ``l``'s uplink ``j`` goes to spine ``j % n_spines`` (round robin)."""
+    leaf = np.repeat(np.arange(n_leaves), uplinks)
+    spine = np.tile(np.arange(uplinks) % n_spines, n_leaves)
+    return leaf, spine
+
+
+def leaf_spine(n_leaves: int, n_spines: int, hosts_per_leaf: int, *,
+               uplinks_per_leaf: int | None = None,
+               oversubscription: float | None = None,
+               link_gbps: float = DEFAULT_LINK_GBPS,
+               fabric_gbps: float | None = None,
+               latency_us: float = DEFAULT_LATENCY_US,
+               buffer_kb: float = DEFAULT_BUFFER_KB) -> Topology:
+    """Two-tier folded Clos: hosts on leaves, every leaf wired to the spines.
+
+    Leaf ``l``'s uplink ``j`` goes to spine ``j % n_spines``, so with
+    ``uplinks_per_leaf > n_spines`` a leaf has parallel cables to a spine (spines
+    ``< uplinks_per_leaf % n_spines`` get one more).  The oversubscription ratio is
+    ``hosts_per_leaf * link_gbps / (uplinks_per_leaf * fabric_gbps)`` (leaf downlink
+    over uplink bandwidth); give any two of ``uplinks_per_leaf``, ``fabric_gbps`` and
+    ``oversubscription`` and the third follows:
+
+    * neither ratio nor fabric speed: ``uplinks_per_leaf = n_spines`` and
+      ``fabric_gbps = link_gbps`` (unless given);
+    * ``oversubscription`` only (or with ``uplinks_per_leaf``): uplinks default to
+      ``n_spines`` and ``fabric_gbps`` is derived;
+    * ``oversubscription`` and ``fabric_gbps``: ``uplinks_per_leaf`` is derived and must
+      come out a whole number;
+    * all three: they must agree (relative tolerance 1e-9).
+
+    Node names: hosts ``h{i}`` (host index ``i = leaf * hosts_per_leaf + j``),
+    ``leaf{l}``, ``spine{s}``.
+
+    Args:
+      n_leaves, n_spines, hosts_per_leaf: sizes (>= 1).
+      uplinks_per_leaf: cables from each leaf to the spines, >= n_spines.
+      oversubscription: downlink / uplink bandwidth of a leaf, > 0 (1 = non-blocking).
+      link_gbps: host link speed, Gb/s.
+      fabric_gbps: leaf-spine link speed, Gb/s.
+      latency_us: per-link latency, microseconds.
+      buffer_kb: egress buffer per link, kB.
+    """
+    n_leaves = _check_int(n_leaves, "n_leaves", 1)
+    n_spines = _check_int(n_spines, "n_spines", 1)
+    hosts_per_leaf = _check_int(hosts_per_leaf, "hosts_per_leaf", 1)
+    link, fabric, lat, buf = _link_args(link_gbps, fabric_gbps, latency_us, buffer_kb)
+    down = hosts_per_leaf * link
+    if uplinks_per_leaf is not None:
+        uplinks_per_leaf = _check_int(uplinks_per_leaf, "uplinks_per_leaf", n_spines)
+    if oversubscription is not None:
+        ratio = _check_pos(oversubscription, "oversubscription")
+        if fabric_gbps is None:
+            uplinks_per_leaf = n_spines if uplinks_per_leaf is None else uplinks_per_leaf
+            fabric = down / (ratio * uplinks_per_leaf)
+        elif uplinks_per_leaf is None:
+            exact = down / (ratio * fabric)
+            uplinks_per_leaf = int(round(exact))
+            if abs(exact - uplinks_per_leaf) > 1e-9 * exact or uplinks_per_leaf < n_spines:
+                raise ValueError(
+                    f"oversubscription={oversubscription} with fabric_gbps={fabric_gbps} "
+                    f"needs {exact:g} uplinks per leaf, not a whole number >= n_spines; "
+                    f"give uplinks_per_leaf instead of fabric_gbps")
+        elif abs(down / (uplinks_per_leaf * fabric) - ratio) > 1e-9 * ratio:
+            raise ValueError(
+                f"oversubscription={oversubscription} disagrees with uplinks_per_leaf="
+                f"{uplinks_per_leaf} and fabric_gbps={fabric_gbps} (ratio "
+                f"{down / (uplinks_per_leaf * fabric):g}); give only two of the three")
+    uplinks_per_leaf = n_spines if uplinks_per_leaf is None else uplinks_per_leaf
+
+    n_hosts = n_leaves * hosts_per_leaf
+    leaf0, spine0 = n_hosts, n_hosts + n_leaves
+    names = ([f"h{i}" for i in range(n_hosts)] + [f"leaf{i}" for i in range(n_leaves)]
+             + [f"spine{i}" for i in range(n_spines)])
+    tier = np.concatenate([np.zeros(n_hosts), np.ones(n_leaves), np.full(n_spines, 2)])
+    host = np.arange(n_hosts)
+    up_leaf, up_spine = _spread_uplinks(n_leaves, uplinks_per_leaf, n_spines)
+    cab_u = np.concatenate([host, leaf0 + up_leaf])
+    cab_v = np.concatenate([leaf0 + host // hosts_per_leaf, spine0 + up_spine])
+    gb = np.concatenate([np.full(n_hosts, link), np.full(up_leaf.size, fabric)])
+    ratio = down / (uplinks_per_leaf * fabric)
+    params = dict(n_leaves=n_leaves, n_spines=n_spines, hosts_per_leaf=hosts_per_leaf,
+                  uplinks_per_leaf=uplinks_per_leaf, oversubscription=ratio,
+                  link_gbps=link, fabric_gbps=fabric)
+    return _build(name=f"leaf_spine({n_leaves}x{n_spines}, {hosts_per_leaf} hosts/leaf, "
+                       f"{ratio:g}:1)",
+                  kind="leaf_spine", params=params, node_names=names, node_tier=tier,
+                  n_hosts=n_hosts, cab_u=cab_u, cab_v=cab_v, cab_gbps=gb,
+                  latency_us=lat, buffer_kb=buf)
+
+
+def fat_tree(k: int, *, link_gbps: float = DEFAULT_LINK_GBPS,
+             fabric_gbps: float | None = None,
+             latency_us: float = DEFAULT_LATENCY_US,
+             buffer_kb: float = DEFAULT_BUFFER_KB) -> Topology:
+    """Three-tier k-ary fat-tree (Al-Fares, Loukissas, Vahdat, SIGCOMM 2008, Sec. 2.3).
+
+    ``k`` pods, each with ``k/2`` edge and ``k/2`` aggregation switches (a complete
+    bipartite graph inside the pod); every edge switch serves ``k/2`` hosts; the
+    ``(k/2)^2`` core switches form ``k/2`` groups and aggregation switch ``a`` of every
+    pod connects to the ``k/2`` cores of group ``a``.  Totals: ``k^3/4`` hosts,
+    ``5k^2/4`` switches, ``3k^3/4`` cables (``3k^3/2`` links); with equal link speeds
+    the bisection is full (``n_hosts/2`` host links).
+
+    Node names: hosts ``h{i}`` with ``i = (pod * k/2 + edge) * k/2 + j``,
+    ``pod{p}/edge{e}``, ``pod{p}/agg{a}``, ``core{c}``.
+
+    Args:
+      k: switch radix, even and >= 2.
+      link_gbps: host link speed, Gb/s.
+      fabric_gbps: switch-to-switch link speed, Gb/s (default ``link_gbps``).
+      latency_us: per-link latency, microseconds.
+      buffer_kb: egress buffer per link, kB.
+    """
+    k = _check_int(k, "k", 2)
+    if k % 2:
+        raise ValueError(f"k must be even (k/2 down and k/2 up ports); got {k}")
+    link, fabric, lat, buf = _link_args(link_gbps, fabric_gbps, latency_us, buffer_kb)
+    half = k // 2
+    n_hosts, n_edge, n_core = k * half * half, k * half, half * half
+    edge0 = n_hosts
+    agg0 = edge0 + n_edge
+    core0 = agg0 + n_edge
+    names = [f"h{i}" for i in range(n_hosts)]
+    names += [f"pod{p}/edge{e}" for p in range(k) for e in range(half)]
+    names += [f"pod{p}/agg{a}" for p in range(k) for a in range(half)]
+    names += [f"core{c}" for c in range(n_core)]
+    tier = np.concatenate([np.zeros(n_hosts), np.ones(n_edge), np.full(n_edge, 2),
+                           np.full(n_core, 3)])
+    host = np.arange(n_hosts)
+    # edge-agg: edge e of pod p <-> agg a of pod p, for all (e, a).
+    pe, ea = np.divmod(np.arange(n_edge * half), half)  # pe = pod*half + e, ea = a
+    pod = pe // half
+    ea_u = edge0 + pe
+    ea_v = agg0 + pod * half + ea
+    # agg-core: agg a of pod p <-> core a*half + j.
+    pa, j = np.divmod(np.arange(n_edge * half), half)  # pa = pod*half + a
+    ac_u = agg0 + pa
+    ac_v = core0 + (pa % half) * half + j
+    cab_u = np.concatenate([host, ea_u, ac_u])
+    cab_v = np.concatenate([edge0 + host // half, ea_v, ac_v])
+    gb = np.concatenate([np.full(n_hosts, link), np.full(2 * n_edge * half, fabric)])
+    return _build(name=f"fat_tree(k={k})", kind="fat_tree",
+                  params=dict(k=k, link_gbps=link, fabric_gbps=fabric),
+                  node_names=names, node_tier=tier, n_hosts=n_hosts, cab_u=cab_u,
+                  cab_v=cab_v, cab_gbps=gb, latency_us=lat, buffer_kb=buf)
+
+
+def rail_optimized(n_servers: int, nics_per_server: int = 8, *,
+                   servers_per_leaf: int = 32,
+                   n_spines: int | None = None,
+                   uplinks_per_leaf: int | None = None,
+                   link_gbps: float = DEFAULT_LINK_GBPS,
+                   fabric_gbps: float | None = None,
+                   latency_us: float = DEFAULT_LATENCY_US,
+                   buffer_kb: float = DEFAULT_BUFFER_KB) -> Topology:
+    """Rail-optimised two-tier fabric for GPU servers (DGX SuperPOD style).
+
+    Servers form groups of ``servers_per_leaf`` (a scalable unit; the last one may be
+    partial).  Each group has ``nics_per_server`` rail leaves: NIC ``i`` of every server
+    of the group attaches to rail leaf ``i`` of its group, so same-rail traffic inside a
+    group crosses one leaf.  Every rail leaf has ``uplinks_per_leaf`` cables to the
+    ``n_spines`` spines (round robin, as in :func:`leaf_spine`).  Each NIC is a host,
+    host index ``server * nics_per_server + nic``; ``host_server`` maps hosts to
+    servers (GPUs of one server talk over NVLink, which is not modelled here).
+
+    Defaults give non-blocking leaves at equal speeds: ``n_spines`` = servers in a full
+    group (``min(servers_per_leaf, n_servers)``), one uplink per spine.
+
+    Node names: hosts ``srv{s}/nic{i}``, leaves ``g{group}/rail{i}``, ``spine{j}``.
+
+    Args:
+      n_servers: number of GPU servers (>= 1).
+      nics_per_server: NICs (= rails) per server (>= 1).
+      servers_per_leaf: servers per group = down ports per rail leaf.
+      n_spines: spine switches.
+      uplinks_per_leaf: cables from each rail leaf to the spines (>= n_spines).
+      link_gbps: NIC link speed, Gb/s.
+      fabric_gbps: leaf-spine link speed, Gb/s (default ``link_gbps``).
+      latency_us: per-link latency, microseconds.
+      buffer_kb: egress buffer per link, kB.
+    """
+    n_servers = _check_int(n_servers, "n_servers", 1)
+    nics = _check_int(nics_per_server, "nics_per_server", 1)
+    spl = _check_int(servers_per_leaf, "servers_per_leaf", 1)
+    n_spines = (min(spl, n_servers) if n_spines is None
+                else _check_int(n_spines, "n_spines", 1))
+    uplinks = (n_spines if uplinks_per_leaf is None
+               else _check_int(uplinks_per_leaf, "uplinks_per_leaf", n_spines))
+    link, fabric, lat, buf = _link_args(link_gbps, fabric_gbps, latency_us, buffer_kb)
+    n_groups = -(-n_servers // spl)
+    n_hosts, n_leaves = n_servers * nics, n_groups * nics
+    leaf0, spine0 = n_hosts, n_hosts + n_leaves
+    names = [f"srv{s}/nic{i}" for s in range(n_servers) for i in range(nics)]
+    names += [f"g{g}/rail{i}" for g in range(n_groups) for i in range(nics)]
+    names += [f"spine{j}" for j in range(n_spines)]
+    tier = np.concatenate([np.zeros(n_hosts), np.ones(n_leaves), np.full(n_spines, 2)])
+    host = np.arange(n_hosts)
+    server, nic = np.divmod(host, nics)
+    up_leaf, up_spine = _spread_uplinks(n_leaves, uplinks, n_spines)
+    cab_u = np.concatenate([host, leaf0 + up_leaf])
+    cab_v = np.concatenate([leaf0 + (server // spl) * nics + nic, spine0 + up_spine])
+    gb = np.concatenate([np.full(n_hosts, link), np.full(up_leaf.size, fabric)])
+    params = dict(n_servers=n_servers, nics_per_server=nics, servers_per_leaf=spl,
+                  n_spines=n_spines, uplinks_per_leaf=uplinks, link_gbps=link,
+                  fabric_gbps=fabric)
+    return _build(name=f"rail_optimized({n_servers} servers x {nics} NICs)",
+                  kind="rail_optimized", params=params, node_names=names,
+                  node_tier=tier, n_hosts=n_hosts, cab_u=cab_u, cab_v=cab_v,
+                  cab_gbps=gb, latency_us=lat, buffer_kb=buf, host_server=server)
+
+
+_EDGE_ATTRS = ("capacity_gbps", "latency_us", "buffer_kb")
+
+
+def from_edges(edges, *, capacity_gbps: float = DEFAULT_LINK_GBPS,
+               latency_us: float = DEFAULT_LATENCY_US,
+               buffer_kb: float = DEFAULT_BUFFER_KB,
+               hosts=None, directed: bool = False,
+               host_transit: bool | None = None,
+               name: str = "graph") -> Topology:
+    """Topology of an arbitrary graph.
+
+    Args:
+      edges: an iterable of ``(u, v)`` or ``(u, v, attrs)`` with ``attrs`` a dict of
+        optional per-edge ``capacity_gbps``, ``latency_us``, ``buffer_kb``; or a
+        networkx ``Graph``/``DiGraph``/``MultiGraph`` (same edge attributes; its
+        directedness overrides ``directed``; nodes with attribute ``host=True`` are
+        the hosts when ``hosts`` is None).  Node labels become names via ``str``.
+      capacity_gbps, latency_us, buffer_kb: defaults for edges without the attribute.
+      hosts: node labels of the hosts, in host-index order.  None: the networkx
+        ``host`` attribute if any node has it, else every node is a host.
+      directed: False makes each edge a full-duplex cable (two links); True makes it
+        one link ``u -> v``.
+      host_transit: may hosts forward traffic for others?  None means True exactly when
+        every node is a host (otherwise nothing could route).
+      name: topology name.
+
+    Node tiers: 0 for hosts, 1 for the other nodes; routing is plain min-hop
+    (``updown=False``).
+    """
+    is_nx = hasattr(edges, "is_directed") and hasattr(edges, "nodes") and hasattr(
+        edges, "edges")
+    node_id: dict[Any, int] = {}
+    labels: list[Any] = []
+
+    def nid(label):
+        if label not in node_id:
+            node_id[label] = len(labels)
+            labels.append(label)
+        return node_id[label]
+
+    if is_nx:
+        directed = bool(edges.is_directed())
+        for label in edges.nodes:
+            nid(label)
+        if hosts is None:
+            marked = [n for n, d in edges.nodes(data=True) if d.get("host", False)]
+            hosts = marked or None
+        items = list(edges.edges(data=True))
+    else:
+        try:
+            items = list(edges)
+        except TypeError:
+            raise ValueError("edges must be an iterable of (u, v[, attrs]) or a networkx "
+                             "graph") from None
+    defaults = dict(capacity_gbps=_check_pos(capacity_gbps, "capacity_gbps"),
+                    latency_us=_check_pos(latency_us, "latency_us", allow_zero=True),
+                    buffer_kb=_check_pos(buffer_kb, "buffer_kb", allow_zero=True))
+    src, dst, attr = [], [], {a: [] for a in _EDGE_ATTRS}
+    for i, e in enumerate(items):
+        if not isinstance(e, (tuple, list)) or len(e) not in (2, 3):
+            raise ValueError(f"edges[{i}] must be (u, v) or (u, v, attrs); got {e!r}")
+        extra = dict(e[2]) if len(e) == 3 and e[2] is not None else {}
+        if not is_nx:
+            unknown = set(extra) - set(_EDGE_ATTRS)
+            if unknown:
+                raise ValueError(f"edges[{i}]: unknown attributes {sorted(unknown)}; "
+                                 f"known: {list(_EDGE_ATTRS)}")
+        if e[0] == e[1]:
+            raise ValueError(f"edges[{i}] is a self-loop at {e[0]!r}; remove it")
+        src.append(nid(e[0]))
+        dst.append(nid(e[1]))
+        for a in _EDGE_ATTRS:
+            attr[a].append(_check_pos(extra.get(a, defaults[a]), f"edges[{i}].{a}",
+                                      allow_zero=a != "capacity_gbps"))
+    if not labels:
+        raise ValueError("edges is empty: a topology needs at least one edge")
+    n_nodes = len(labels)
+    if hosts is None:
+        host_nodes = np.arange(n_nodes)
+        all_hosts = True
+    else:
+        host_list = list(hosts)
+        missing = [h for h in host_list if h not in node_id]
+        if missing:
+            raise ValueError(f"hosts: {missing[:5]} are not nodes of the graph")
+        host_nodes = np.array([node_id[h] for h in host_list], np.int64)
+        if len(np.unique(host_nodes)) != host_nodes.size:
+            raise ValueError("hosts lists a node more than once")
+        all_hosts = host_nodes.size == n_nodes
+    if host_transit is None:
+        host_transit = all_hosts
+    src, dst = np.array(src, np.int64), np.array(dst, np.int64)
+    vals = {a: np.array(v, np.float64) for a, v in attr.items()}
+    if directed:
+        link_src, link_dst = src, dst
+        reverse = _pair_reverse(src, dst)
+        per_link = vals
+    else:
+        link_src = np.stack([src, dst], axis=1).reshape(-1)
+        link_dst = np.stack([dst, src], axis=1).reshape(-1)
+        reverse = np.arange(link_src.size) ^ 1
+        per_link = {a: np.repeat(v, 2) for a, v in vals.items()}
+    is_host = np.zeros(n_nodes, bool)
+    is_host[host_nodes] = True
+    return Topology(
+        node_names=tuple(str(x) for x in labels), node_is_host=is_host,
+        node_tier=np.where(is_host, 0, 1), hosts=host_nodes, link_src=link_src,
+        link_dst=link_dst, capacity=units.gbps(per_link["capacity_gbps"]),
+        latency=units.us(per_link["latency_us"]), buffer=units.kb(per_link["buffer_kb"]),
+        link_up=np.ones(link_src.size, bool), link_reverse=reverse,
+        host_server=np.arange(host_nodes.size), name=name, kind="graph",
+        params=dict(directed=bool(directed)), updown=False,
+        host_transit=bool(host_transit))
+
+
+def _pair_reverse(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Pairs each link u->v with the earliest unpaired link v->u; -1 where none."""
+    rev = np.full(src.size, -1, np.int64)
+    waiting: dict[tuple[int, int], list[int]] = {}
+    # One pass over the edge list (a host-side builder, not a hot path).
+    for i, (u, v) in enumerate(zip(src.tolist(), dst.tolist())):
+        partners = waiting.get((v, u))
+        if partners:
+            j = partners.pop(0)
+            rev[i], rev[j] = j, i
+        else:
+            waiting.setdefault((u, v), []).append(i)
+    return rev

@@ -1,0 +1,44 @@
+"""Workloads: what the fabric has to carry.
+
+Everything here runs on the host (NumPy; ``jax.random`` for sampled sizes) and produces
+a :class:`Workload` — per-flow arrays plus a dependency DAG — for the simulator:
+
+* collectives as flow DAGs (:mod:`.collectives`): ring / tree / halving-doubling
+  all-reduce, ring all-gather and reduce-scatter, uniform and MoE-skewed all-to-all,
+  pipeline sends;
+* traffic patterns (:mod:`.traffic`): Poisson background at a target load, incast,
+  random permutations;
+* empirical flow sizes (:mod:`.cdf`): :class:`FlowSizeCDF` with published tables;
+* placement of tenants on hosts (:mod:`.placement`);
+* training steps: compute + collectives, with overlap (:mod:`.training`).
+
+Compose with :func:`concat`.  Units: bytes, seconds, bytes per second.
+"""
+
+from fabric_jax.workloads.cdf import FlowSizeCDF
+from fabric_jax.workloads.collectives import (
+    all_to_all,
+    double_binary_tree,
+    halving_doubling_all_reduce,
+    pipeline_sends,
+    ring_all_gather,
+    ring_all_reduce,
+    ring_reduce_scatter,
+    tree_all_reduce,
+    zipf_expert_load,
+)
+from fabric_jax.workloads.flows import Workload, concat
+from fabric_jax.workloads.placement import place_job, place_jobs, server_rails
+from fabric_jax.workloads.traffic import incast, permutation, poisson_background
+from fabric_jax.workloads.training import StepSpec, megatron_groups, training_step
+
+__all__ = [
+    "Workload", "concat",
+    "ring_all_reduce", "ring_reduce_scatter", "ring_all_gather",
+    "halving_doubling_all_reduce", "tree_all_reduce", "double_binary_tree",
+    "all_to_all", "zipf_expert_load", "pipeline_sends",
+    "incast", "permutation", "poisson_background",
+    "FlowSizeCDF",
+    "place_job", "place_jobs", "server_rails",
+    "StepSpec", "training_step", "megatron_groups",
+]

@@ -1,0 +1,465 @@
+"""Collective operations as DAGs of point-to-point flows.
+
+Each builder takes ``hosts`` (int [ranks]: rank ``r`` runs on host ``hosts[r]``; choose
+them with :mod:`placement`) and the collective's payload ``size`` ``S`` in bytes, and
+returns a single-group :class:`Workload` whose ``deps`` encode the algorithm's data
+dependencies.  Every step is a *store-and-forward* exchange: a rank forwards a chunk only
+after the flow carrying the data it needs has completely arrived.  This is the step model
+of Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
+MPICH", IJHPCA 19(1), 2005 (cost ``alpha + n_bytes * beta`` per step); NCCL additionally
+pipelines each step in small chunks, which the flow-level model ignores except where
+``n_chunks`` is offered.
+
+Closed forms (``n`` ranks, payload ``S``), as tested:
+
+=========================  ===================  ===========  ==========================
+builder                    flows                flow size    bytes sent per rank
+=========================  ===================  ===========  ==========================
+ring_all_reduce            ``2 (n-1) n``        ``S/n``      ``2 (n-1)/n S``
+ring_reduce_scatter        ``(n-1) n``          ``S/n``      ``(n-1)/n S``
+ring_all_gather            ``(n-1) n``          ``S/n``      ``(n-1)/n S``
+halving_doubling_all_red.  ``2 log2(n) n``      ``S/2..S/n``  ``2 (n-1)/n S``
+tree_all_reduce (double)   ``4 (n-1) k``        ``S/(2k)``   ``<= 2 S`` (interior)
+all_to_all (uniform)       ``n (n-1)``          ``S/n``      ``(n-1)/n S``
+=========================  ===================  ===========  ==========================
+
+``S`` follows nccl-tests: the all-reduce buffer, the full (gathered) output of
+all-gather, the full input of reduce-scatter, each rank's send buffer for all-to-all.
+``group_bytes = S`` so that ``algbw = S / time``; ``busbw`` applies the usual factors
+(``2 (n-1)/n`` all-reduce, ``(n-1)/n`` the others).
+
+Units: bytes, seconds.
+
+Example:
+    >>> from fabric_jax.workloads import ring_all_reduce
+    >>> w = ring_all_reduce([0, 1, 2, 3], 4e6)   # 4 ranks, 4 MB buffer
+    >>> w.n_flows, w.size[0]                     # 2*(4-1)*4 flows of S/4
+    (24, 1000000.0)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fabric_jax.workloads._random import as_key
+from fabric_jax.workloads.flows import Workload, check_hosts, check_size, single_group
+
+__all__ = [
+    "ring_all_reduce", "ring_reduce_scatter", "ring_all_gather",
+    "halving_doubling_all_reduce", "tree_all_reduce", "double_binary_tree",
+    "all_to_all", "zipf_expert_load", "pipeline_sends",
+]
+
+
+def _ring(hosts, size, n_steps, *, kind, name, job, arrival):
+    """``n_steps`` ring steps: rank i sends S/n to rank i+1; step s+1 waits for step s
+    into rank i.  Flow id ``s * n + i``."""
+    n = hosts.size
+    step = np.repeat(np.arange(n_steps), n)
+    rank = np.tile(np.arange(n), n_steps)
+    src = hosts[rank]
+    dst = hosts[(rank + 1) % n]
+    # The flow into rank i at step s-1 came from rank i-1: id (s-1)*n + (i-1) mod n.
+    dep = np.where(step > 0, (step - 1) * n + (rank - 1) % n, -1)
+    return single_group(src, dst, size / n, dep[:, None], name=name or f"ring_{kind}",
+                        kind=kind, group_bytes=size, n_ranks=n, job=job, arrival=arrival)
+
+
+def ring_all_reduce(hosts, size, *, job: str = "job0", name: str | None = None,
+                    arrival: float = 0.0) -> Workload:
+    """Ring all-reduce: reduce-scatter then all-gather around a ring (Patarasuk & Yuan,
+    JPDC 2009; NCCL's ring algorithm; Thakur et al. 2005 Sec. 4.4).
+
+    ``2 (n-1)`` steps; in each, rank ``i`` sends ``S/n`` bytes to rank ``(i+1) mod n``.
+    The step-``s+1`` flow from rank ``i`` depends on the step-``s`` flow into rank ``i``
+    (it forwards, after reducing, the chunk it has just received).
+
+    Args:
+        hosts: int [ranks] host of each rank, distinct, ``ranks >= 2``.
+        size: buffer size ``S``, bytes.
+        job: job (tenant) name.
+        name: group name (default ``"ring_all_reduce"``).
+        arrival: earliest start of every flow, seconds.
+
+    Returns:
+        ``Workload`` with ``2 (n-1) n`` flows of ``S/n`` bytes in step-major order.
+    """
+    hosts = check_hosts(hosts)
+    size = check_size(size)
+    return _ring(hosts, size, 2 * (hosts.size - 1), kind="all_reduce", name=name, job=job,
+                 arrival=arrival)
+
+
+def ring_reduce_scatter(hosts, size, *, job: str = "job0", name: str | None = None,
+                        arrival: float = 0.0) -> Workload:
+    """Ring reduce-scatter: ``n-1`` ring steps of ``S/n`` (``S`` = full input buffer).
+
+    Same dependency rule as :func:`ring_all_reduce`; returns ``(n-1) n`` flows.
+    """
+    hosts = check_hosts(hosts)
+    size = check_size(size)
+    return _ring(hosts, size, hosts.size - 1, kind="reduce_scatter", name=name, job=job,
+                 arrival=arrival)
+
+
+def ring_all_gather(hosts, size, *, job: str = "job0", name: str | None = None,
+                    arrival: float = 0.0) -> Workload:
+    """Ring all-gather: ``n-1`` ring steps of ``S/n`` (``S`` = full gathered output).
+
+    Same dependency rule as :func:`ring_all_reduce`; returns ``(n-1) n`` flows.
+    """
+    hosts = check_hosts(hosts)
+    size = check_size(size)
+    return _ring(hosts, size, hosts.size - 1, kind="all_gather", name=name, job=job,
+                 arrival=arrival)
+
+
+def halving_doubling_all_reduce(hosts, size, *, job: str = "job0", name: str | None = None,
+                                arrival: float = 0.0) -> Workload:
+    """Rabenseifner's all-reduce: recursive-halving reduce-scatter, then
+    recursive-doubling all-gather (Thakur et al. 2005, Sec. 4.4, Fig. 5).
+
+    With ``n = 2^m`` ranks: reduce-scatter step ``k = 0..m-1`` pairs rank ``i`` with
+    ``i XOR n/2^(k+1)`` and each sends ``S / 2^(k+1)``; the all-gather mirrors it
+    (distances ``1, 2, ..., n/2``, sizes ``S/n, 2S/n, ..., S/2``).  Each flow depends on
+    the previous step's flow into its sender.  ``2 m n`` flows; each rank sends
+    ``2 (n-1)/n S`` in total, as in the ring, in ``2 log2 n`` steps instead of ``2 (n-1)``.
+
+    Raises:
+        ValueError: if the number of ranks is not a power of two.
+    """
+    hosts = check_hosts(hosts)
+    size = check_size(size)
+    n = hosts.size
+    m = int(np.log2(n))
+    if 2**m != n:
+        raise ValueError(f"hosts: halving-doubling needs a power-of-two number of ranks, got "
+                         f"{n}; use ring_all_reduce or tree_all_reduce")
+    k = np.arange(m)
+    distance = np.concatenate([n >> (k + 1), 1 << k])          # [2m]
+    chunk = np.concatenate([size / 2.0 ** (k + 1), size * 2.0**k / n])
+    steps = 2 * m
+    step = np.repeat(np.arange(steps), n)
+    rank = np.tile(np.arange(n), steps)
+    partner = rank ^ distance[step]
+    prev = np.maximum(step - 1, 0)
+    # Flow into rank i at step t-1 came from its partner at that step: id (t-1) n + p.
+    dep = np.where(step > 0, prev * n + (rank ^ distance[prev]), -1)
+    return single_group(hosts[rank], hosts[partner], chunk[step], dep[:, None],
+                        name=name or "halving_doubling_all_reduce", kind="all_reduce",
+                        group_bytes=size, n_ranks=n, job=job, arrival=arrival)
+
+
+def _btree_parent(n: int) -> np.ndarray:
+    """NCCL's binary tree on ranks 0..n-1 (``ncclGetBtree``, src/graph/trees.cc): the
+    parent of ``r > 0`` is ``(r ^ b) | (b << 1)`` with ``b`` its lowest set bit, or
+    ``r ^ b`` if that is out of range; rank 0 is the root (parent -1)."""
+    r = np.arange(n, dtype=np.int64)
+    low = r & -r
+    up = (r ^ low) | (low << 1)
+    up = np.where(up >= n, r ^ low, up)
+    return np.where(r == 0, -1, up)
+
+
+def double_binary_tree(n: int) -> np.ndarray:
+    """Parents in NCCL's two complementary binary trees (``ncclGetDtree``).
+
+    Tree 0 is :func:`_btree_parent`; tree 1 mirrors it (``r -> n-1-r``) when ``n`` is
+    even and shifts it by one rank when ``n`` is odd, so that most leaves of one tree
+    are interior nodes of the other (Sanders, Speck & Traeff, Parallel Computing 35(12),
+    2009).
+
+    Returns:
+        int [2, n] parent rank of each rank in each tree, ``-1`` at the root.
+    """
+    p0 = _btree_parent(n)
+    r = np.arange(n)
+    if n % 2 == 0:
+        q = p0[n - 1 - r]
+        p1 = np.where(q < 0, -1, n - 1 - q)
+    else:
+        q = p0[(r - 1) % n]
+        p1 = np.where(q < 0, -1, (q + 1) % n)
+    return np.stack([p0, p1])
+
+
+def _depth(parent: np.ndarray) -> np.ndarray:
+    depth = np.zeros(parent.size, np.int64)
+    cur = parent.copy()
+    while np.any(cur >= 0):
+        depth += cur >= 0
+        cur = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
+    return depth
+
+
+def _children(parent: np.ndarray) -> np.ndarray:
+    """int [n, max_children] children of each rank, -1 padded."""
+    n = parent.size
+    kids = np.flatnonzero(parent >= 0)
+    order = kids[np.argsort(parent[kids], kind="stable")]
+    par = parent[order]
+    first = np.searchsorted(par, par, side="left")
+    slot = np.arange(order.size) - first
+    width = int(slot.max()) + 1 if order.size else 0
+    table = np.full((n, max(width, 1)), -1, np.int64)
+    table[par, slot] = order
+    return table
+
+
+def tree_all_reduce(hosts, size, *, n_chunks: int = 1, double: bool = True,
+                    job: str = "job0", name: str | None = None,
+                    arrival: float = 0.0) -> Workload:
+    """Tree all-reduce: reduce up a binary tree, then broadcast down it (NCCL's tree
+    algorithm; double binary tree of Sanders, Speck & Traeff 2009).
+
+    With ``double=True`` the payload is split in halves, one per tree of
+    :func:`double_binary_tree`, run concurrently; with ``double=False`` tree 0 carries
+    all of ``S``.  Each half is cut into ``n_chunks`` chunks:
+
+    * reduce flow ``child -> parent`` of chunk ``c`` waits for chunk ``c`` from each of
+      the child's own children, and for chunk ``c-1`` on the same edge;
+    * broadcast flow ``parent -> child`` of chunk ``c`` waits for chunk ``c`` to reach
+      the parent (from the grandparent, or, at the root, all reduce flows into the root),
+      and for chunk ``c-1`` on the same edge.
+
+    ``n_chunks = 1`` is the unpipelined store-and-forward tree (time grows with the tree
+    depth ``log2 n`` times ``S/2`` per hop); larger ``n_chunks`` pipelines the chunks
+    down the tree like NCCL (at the cost of ``n_chunks`` times more flows).
+
+    Returns:
+        ``Workload`` with ``trees * 2 * n_chunks * (n-1)`` flows of ``S / (trees *
+        n_chunks)`` bytes (``4 (n-1)`` flows of ``S/2`` for the default), total bytes
+        ``2 (n-1) S`` like the ring.
+    """
+    hosts = check_hosts(hosts)
+    size = check_size(size)
+    n_chunks = int(n_chunks)
+    if n_chunks < 1:
+        raise ValueError(f"n_chunks: must be >= 1, got {n_chunks}")
+    n = hosts.size
+    parents = double_binary_tree(n) if double else _btree_parent(n)[None]
+    n_trees = parents.shape[0]
+    chunk = size / (n_trees * n_chunks)
+    n_edges = n - 1
+    block = n_chunks * n_edges          # flows per (tree, phase)
+    srcs, dsts, deps = [], [], []
+    for t, parent in enumerate(parents):
+        root = int(np.flatnonzero(parent < 0)[0])
+        depth = _depth(parent)
+        kids = _children(parent)
+        nonroot = np.flatnonzero(parent >= 0)
+        # Reduce: deepest edges first; broadcast: shallowest first (topological order).
+        up_order = nonroot[np.argsort(-depth[nonroot], kind="stable")]
+        down_order = nonroot[np.argsort(depth[nonroot], kind="stable")]
+        up_pos = np.full(n, -1, np.int64)
+        up_pos[up_order] = np.arange(n_edges)
+        down_pos = np.full(n, -1, np.int64)
+        down_pos[down_order] = np.arange(n_edges)
+        base_up = (2 * t) * block
+        base_down = (2 * t + 1) * block
+        c = np.repeat(np.arange(n_chunks), n_edges)
+        # --- reduce phase: edge v -> parent[v] for v in up_order
+        v = np.tile(up_order, n_chunks)
+        kid = kids[v]                                          # [F, w]
+        kid_dep = np.where(kid >= 0, base_up + c[:, None] * n_edges + up_pos[kid], -1)
+        prev = np.where(c > 0, base_up + (c - 1) * n_edges + up_pos[v], -1)
+        srcs.append(hosts[v])
+        dsts.append(hosts[parent[v]])
+        deps.append(np.concatenate([kid_dep, prev[:, None]], axis=1))
+        # --- broadcast phase: edge parent[v] -> v for v in down_order
+        v = np.tile(down_order, n_chunks)
+        p = parent[v]
+        at_root = p == root
+        from_gp = np.where(at_root, -1, base_down + c * n_edges + down_pos[p])
+        root_kids = kids[root]
+        root_in = base_up + c[:, None] * n_edges + up_pos[root_kids][None, :]
+        root_in = np.where((root_kids[None, :] >= 0) & at_root[:, None], root_in, -1)
+        prev = np.where(c > 0, base_down + (c - 1) * n_edges + down_pos[v], -1)
+        srcs.append(hosts[p])
+        dsts.append(hosts[v])
+        deps.append(np.concatenate([from_gp[:, None], root_in, prev[:, None]], axis=1))
+    width = max(d.shape[1] for d in deps)
+    deps = np.concatenate([np.pad(d, ((0, 0), (0, width - d.shape[1])), constant_values=-1)
+                           for d in deps])
+    return single_group(np.concatenate(srcs), np.concatenate(dsts), chunk,
+                        _compact(deps), name=name or "tree_all_reduce", kind="all_reduce",
+                        group_bytes=size, n_ranks=n, job=job, arrival=arrival)
+
+
+def _compact(deps: np.ndarray) -> np.ndarray:
+    """Move valid deps to the left of each row and drop all-padding columns."""
+    order = np.argsort(deps < 0, axis=1, kind="stable")
+    deps = np.take_along_axis(deps, order, axis=1)
+    width = int((deps >= 0).sum(axis=1).max()) if deps.size else 0
+    return deps[:, :width]
+
+
+def _expert_matrix(expert_load, n: int) -> np.ndarray:
+    """Expert load -> row-normalised [n, n] destination shares (internal)."""
+    w = np.asarray(expert_load, np.float64)
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError("expert_load: weights must be finite and >= 0")
+    if w.ndim == 1:
+        if w.size % n:
+            raise ValueError(f"expert_load: {w.size} experts cannot be spread evenly over "
+                             f"{n} ranks; give n_ranks or a multiple of it")
+        w = w.reshape(n, -1).sum(axis=1)  # experts e*k..e*k+k-1 live on rank e
+        w = np.broadcast_to(w, (n, n))
+    elif w.shape != (n, n):
+        raise ValueError(f"expert_load: expected shape ({n},), (k*{n},) or ({n}, {n}), got "
+                         f"{w.shape}")
+    total = w.sum(axis=1, keepdims=True)
+    if np.any(total <= 0):
+        raise ValueError("expert_load: every source needs a positive total weight")
+    return w / total
+
+
+def all_to_all(hosts, size, *, expert_load=None, job: str = "job0",
+               name: str | None = None, arrival: float = 0.0) -> Workload:
+    """All-to-all (MoE token dispatch): every rank sends to every other rank at once.
+
+    Uniform: rank ``i`` sends ``S/n`` to each ``j != i`` (its own share stays local), as
+    NCCL's grouped send/recv implementation.  Skewed (MoE with imbalanced experts): rank
+    ``i`` sends ``S * w_j / sum_k w_k`` to rank ``j``, where ``w`` is ``expert_load``:
+
+    * ``[n]`` — load of the experts on each rank,
+    * ``[k n]`` — ``k`` experts per rank, expert ``e`` on rank ``e // k`` (summed),
+    * ``[n, n]`` — a per-source routing matrix (row ``i`` = shares of rank ``i``).
+
+    Bytes received by rank ``j`` are therefore proportional to its expert load.  Flows of
+    zero bytes (an idle expert) are omitted.  All flows are independent (no deps).
+
+    Args:
+        hosts: int [ranks] distinct hosts.
+        size: ``S``, bytes each rank dispatches (including its local share).
+        expert_load: optional weights (see above), e.g. :func:`zipf_expert_load`.
+    """
+    hosts = check_hosts(hosts)
+    size = check_size(size)
+    n = hosts.size
+    src_rank, dst_rank = np.nonzero(~np.eye(n, dtype=bool))
+    if expert_load is None:
+        share = np.full(src_rank.size, 1.0 / n)
+    else:
+        share = _expert_matrix(expert_load, n)[src_rank, dst_rank]
+    return single_group(hosts[src_rank], hosts[dst_rank], size * share, None,
+                        name=name or "all_to_all", kind="all_to_all", group_bytes=size,
+                        n_ranks=n, job=job, arrival=arrival, drop_empty=True)
+
+
+def zipf_expert_load(n_experts: int, s: float, key_or_seed, *,
+                     n_tokens: int | None = None) -> np.ndarray:
+    """Zipf-skewed expert popularity for MoE all-to-all.
+
+    The ``k``-th most popular expert gets weight ``k^-s / H`` (``k = 1..n_experts``,
+    ``H`` the normaliser); which expert has which rank is a uniformly random permutation
+    drawn from the key.  ``s = 0`` is uniform; ``s ~ 1`` is the skew commonly reported for
+    token-to-expert routing.  With ``n_tokens`` the loads are a multinomial sample of that
+    many tokens (routing noise) instead of the expectation.
+
+    Args:
+        n_experts: number of experts.
+        s: Zipf exponent, >= 0.
+        key_or_seed: ``jax.random`` key or int seed.
+        n_tokens: optional number of tokens to route.
+
+    Returns:
+        float64 [n_experts] loads summing to 1.
+    """
+    import jax  # local: keep module import cheap for pure-NumPy users
+
+    n_experts = int(n_experts)
+    if n_experts < 1:
+        raise ValueError(f"n_experts: must be >= 1, got {n_experts}")
+    s = float(s)
+    if not np.isfinite(s) or s < 0:
+        raise ValueError(f"s: the Zipf exponent must be >= 0, got {s}")
+    key_perm, key_tok = jax.random.split(as_key(key_or_seed, "key_or_seed"))
+    p = np.arange(1, n_experts + 1, dtype=np.float64) ** -s
+    p /= p.sum()
+    perm = np.asarray(jax.random.permutation(key_perm, n_experts))
+    load = np.empty(n_experts)
+    load[perm] = p
+    if n_tokens is not None:
+        n_tokens = int(n_tokens)
+        if n_tokens < 1:
+            raise ValueError(f"n_tokens: must be >= 1, got {n_tokens}")
+        draws = np.asarray(jax.random.choice(key_tok, n_experts, (n_tokens,), p=load))
+        load = np.bincount(draws, minlength=n_experts) / n_tokens
+    return load
+
+
+def pipeline_sends(stages_hosts, size, n_microbatches: int, *, backward: bool = False,
+                   compute_time: float = 0.0, backward_compute_time: float | None = None,
+                   job: str = "job0", name: str | None = None,
+                   arrival: float = 0.0) -> Workload:
+    """Pipeline-parallel activation (and gradient) sends, GPipe schedule.
+
+    Stage ``i`` sends each microbatch's activations to stage ``i+1`` (Huang et al.,
+    "GPipe", NeurIPS 2019).  ``stages_hosts`` is ``[stages]`` or ``[stages, width]``;
+    with a width (tensor-parallel lanes) lane ``w`` of stage ``i`` sends to lane ``w`` of
+    stage ``i+1``.  Forward flow ``(m, i)`` depends on ``(m, i-1)`` (the microbatch has
+    arrived at stage ``i``) and on ``(m-1, i)`` (a stage handles microbatches in order)
+    and waits ``compute_time`` (one microbatch's forward compute) before sending.
+
+    With ``backward=True`` gradients flow back stage ``i+1 -> i`` after the forward
+    flush: backward flow ``(m, i+1 -> i)`` depends on the previous backward hop of
+    microbatch ``m`` (or, at the last stage, on the last forward microbatch arriving) and
+    on microbatch ``m-1`` on the same hop, after ``backward_compute_time`` (default
+    ``2 * compute_time``).  Approximation: a stage's compute is serialised behind its own
+    previous *send*, not its previous compute.
+
+    Args:
+        stages_hosts: int [stages] or [stages, width] hosts, all distinct, ``stages >= 2``.
+        size: bytes per send (per lane, per microbatch).
+        n_microbatches: microbatches per step, >= 1.
+
+    Returns:
+        ``Workload`` of kind ``"sendrecv"`` with ``(stages-1) * width * n_microbatches``
+        forward flows (doubled with ``backward``); ``group_bytes = size``.
+    """
+    arr = np.asarray(stages_hosts)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2 or arr.shape[0] < 2:
+        raise ValueError(f"stages_hosts: expected [stages >= 2] or [stages, width], got "
+                         f"shape {np.shape(stages_hosts)}")
+    flat = check_hosts(arr.reshape(-1), "stages_hosts")
+    grid = flat.reshape(arr.shape)
+    size = check_size(size)
+    n_mb = int(n_microbatches)
+    if n_mb < 1:
+        raise ValueError(f"n_microbatches: must be >= 1, got {n_microbatches}")
+    fwd_c = float(compute_time)
+    bwd_c = 2.0 * fwd_c if backward_compute_time is None else float(backward_compute_time)
+    if min(fwd_c, bwd_c) < 0:
+        raise ValueError("compute_time/backward_compute_time: must be >= 0 seconds")
+    n_stages, width = grid.shape
+    hops = n_stages - 1
+    m = np.repeat(np.arange(n_mb), hops * width)
+    i = np.tile(np.repeat(np.arange(hops), width), n_mb)
+    w = np.tile(np.arange(width), n_mb * hops)
+
+    def fid(mm, ii, ww):
+        return (mm * hops + ii) * width + ww
+
+    n_fwd = n_mb * hops * width
+    src = [grid[i, w]]
+    dst = [grid[i + 1, w]]
+    dep = [np.stack([np.where(i > 0, fid(m, i - 1, w), -1),
+                     np.where(m > 0, fid(m - 1, i, w), -1)], axis=1)]
+    delay = [np.full(n_fwd, fwd_c)]
+    if backward:
+        # Backward hop j sends from stage hops-j to stage hops-j-1 (j = 0 at the end).
+        j = i
+        sender = hops - j
+        first = np.where(j == 0, fid(n_mb - 1, hops - 1, w), n_fwd + fid(m, j - 1, w))
+        same_hop = np.where(m > 0, n_fwd + fid(m - 1, j, w), -1)
+        src.append(grid[sender, w])
+        dst.append(grid[sender - 1, w])
+        dep.append(np.stack([first, same_hop], axis=1))
+        delay.append(np.full(n_fwd, bwd_c))
+    return single_group(np.concatenate(src), np.concatenate(dst), size,
+                        np.concatenate(dep), name=name or "pipeline", kind="sendrecv",
+                        group_bytes=size, n_ranks=grid.size, job=job,
+                        delay=np.concatenate(delay), arrival=arrival)
