@@ -7,9 +7,11 @@ optimisation, with a thin CLI on top.
 Units everywhere: bytes, seconds, bytes per second (see :mod:`fabric_jax.units`).
 """
 
-from . import units
+from . import metrics, units, workloads
 from .fairness import MaxMinInfo, MaxMinResult, max_min_fair
 from .incidence import Incidence
+from .paths import PathSet, shortest_paths
+from .topology import Topology, fat_tree, from_edges, leaf_spine, rail_optimized
 from .sim import (FlowSimResult, simulate_flows, simulate_flows_batched,
                   simulate_flows_fixed_step)
 
@@ -24,6 +26,15 @@ __all__ = [
     "simulate_flows",
     "simulate_flows_batched",
     "simulate_flows_fixed_step",
+    "metrics",
     "units",
+    "workloads",
+    "PathSet",
+    "Topology",
+    "fat_tree",
+    "from_edges",
+    "leaf_spine",
+    "rail_optimized",
+    "shortest_paths",
     "__version__",
 ]

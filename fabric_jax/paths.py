@@ -33,6 +33,10 @@ Algorithm (all NumPy, vectorised over pairs; Python loops run over hop levels on
      hashed from ``(seed, src, dst)``: deterministic, and different across pairs so
      pairs do not all share the same spines.
 
+Cost: O(pairs x paths x hops) for the output plus O(states x destination anchors) for
+the distance and count tables (a fat-tree's anchors are its edge switches; a graph
+whose hosts are all multi-homed has one anchor per destination host).
+
 Units: link latencies in seconds, capacities in bytes/s (from the topology).
 
 Example::
@@ -225,23 +229,39 @@ class _Plan:
             tl = np.concatenate([p[2] for p in parts])
         else:
             ts, tt, tl = lsrc, ldst, up
-        order = np.lexsort((tl, ts))
-        self.tr_s, self.tr_t, self.tr_link = ts[order], tt[order], tl[order]
         node_of_state = np.arange(S) % n
-        self.transit = np.ones(S, bool)
+        self.transit = (~topo.node_is_host | topo.host_transit)[node_of_state]
 
         # classes: (start state, destination-anchor column).
         self.cols, pair_col = _unique_inverse(self.anchor[dst], n)
         A = self.n_cols = self.cols.size
-        keys = self.anchor[src] * A + pair_col
+        # Column-major class order keeps the unranking queries of one destination
+        # together (cache-friendly searchsorted over that column's DAG edges).
+        keys = pair_col * n + self.anchor[src]
         ukeys, self.pair_class, self.class_pairs = _unique_inverse(
             keys, n * A, counts=True)
-        self.class_start, self.class_col = np.divmod(ukeys, A)
+        self.class_col, self.class_start = np.divmod(ukeys, n)
+
+        # Keep only transitions out of states a walk from a class start can be in
+        # (drops host uplinks, phase-1 states above the top, unused corners).
+        fwd = sp.csr_matrix((np.ones(ts.size, np.int32), (tt, ts)), shape=(S, S))
+        is_start = np.zeros(S, bool)
+        is_start[self.class_start] = True
+        seen, frontier = is_start.copy(), is_start.copy()
+        while frontier.any():
+            frontier = (fwd @ frontier.astype(np.int32) > 0) & ~seen
+            seen |= frontier
+            frontier &= self.transit
+        expands = seen & (self.transit | is_start)
+        keep = expands[ts]
+        ts, tt, tl = ts[keep], tt[keep], tl[keep]
+        order = np.lexsort((tl, ts))
+        self.tr_s, self.tr_t, self.tr_link = ts[order], tt[order], tl[order]
 
         # 3. BFS distances and saturating path counts to every column's anchor.
         tmat = sp.csr_matrix((np.ones(ts.size, np.int64), (ts, tt)), shape=(S, S))
         tmat.sum_duplicates()  # parallel links: entry = multiplicity
-        dist = np.full((S, A), -1, np.int32)
+        dist = np.full((S, A), -1, np.int16)  # hop counts; < 2**15 levels
         count = np.zeros((S, A), np.int64)
         target = np.zeros((S, A), bool)
         for ph in range(n_phase):
@@ -256,17 +276,29 @@ class _Plan:
             dist[new] = level + 1
             count[new] = np.minimum(contrib[new], COUNT_CAP)
             frontier, level = new, level + 1
+            if level >= np.iinfo(np.int16).max:
+                raise ValueError("topology: paths longer than 32766 hops are not supported")
         self.dist, self.count = dist, count
-        self.class_len = dist[self.class_start, self.class_col]
+        # Renumber classes longest first (then column-major): items generated in class
+        # order then shrink to a prefix as the hop loop of _unrank passes their length.
+        length = dist[self.class_start, self.class_col]
+        perm = np.lexsort((self.class_start, self.class_col, -length.astype(np.int64)))
+        relabel = np.empty_like(perm)
+        relabel[perm] = np.arange(perm.size)
+        self.pair_class = relabel[self.pair_class]
+        self.class_start, self.class_col = self.class_start[perm], self.class_col[perm]
+        self.class_pairs = self.class_pairs[perm]
+        self.class_len = length[perm].astype(np.int64)
         self.class_count = np.where(self.class_len >= 0,
                                     count[self.class_start, self.class_col], -1)
 
     def dag(self):
         """Edges of the shortest-path DAGs, ordered by (column, state, link).
 
-        Returns ``(keys, excl, child_state, link)``: ``keys = ((col * S + state) << 32)
-        | min(cum, COUNT_CAP)`` with ``cum`` the inclusive running path count within
-        the (col, state) segment, and ``excl`` the exclusive one.
+        Returns ``(keys, excl, child_key, link)`` per DAG edge: ``keys = (seg << 32) |
+        min(cum, COUNT_CAP)`` with ``seg = col * S + state`` and ``cum`` the inclusive
+        running path count within the segment; ``excl`` the exclusive count;
+        ``child_key = (col * S + child_state) << 32``; ``link`` the link id.
         """
         S, A = self.n_states, self.n_cols
         dist_t = np.ascontiguousarray(self.dist.T)
@@ -293,32 +325,31 @@ class _Plan:
         base = (cum - child)[first][np.cumsum(first) - 1]
         incl = cum - base
         keys = (seg << 32) | np.minimum(incl, COUNT_CAP)
-        return keys, incl - child, self.tr_t[edge], self.tr_link[edge]
+        child_key = (col * S + self.tr_t[edge]) << 32
+        return keys, incl - child, child_key, self.tr_link[edge].astype(np.int32)
 
 
-def _unrank(plan: _Plan, item_class: np.ndarray, item_rank: np.ndarray) -> np.ndarray:
-    """``[items, L]`` int32 link ids of path ``item_rank`` of each item's class."""
-    keys, excl, child_state, link = plan.dag()
-    S = plan.n_states
+def _unrank(plan: _Plan, dag, item_class: np.ndarray,
+            item_rank: np.ndarray) -> np.ndarray:
+    """``[items, L]`` int32 link ids of path ``item_rank`` of each item's class.
+
+    ``item_class`` must be non-decreasing (classes are numbered longest first), so the
+    items still walking at hop ``h`` are a prefix.
+    """
+    keys, excl, child_key, link = dag
     length = plan.class_len[item_class]
     n_hops = int(length.max(initial=0))
     out = np.full((item_class.size, n_hops), -1, np.int32)
-    cur = plan.class_start[item_class].copy()
-    col = plan.class_col[item_class]
-    rank = item_rank.astype(np.int64).copy()
+    seg_key = (plan.class_col[item_class] * plan.n_states
+               + plan.class_start[item_class]) << 32
+    rank = item_rank.astype(np.int64)
     for hop in range(n_hops):  # loop over hop levels, vectorised over items
-        act = np.flatnonzero(length > hop)
-        query = (((col[act] * S + cur[act]) << 32) | rank[act])
-        e = np.searchsorted(keys, query, side="right")
-        rank[act] -= excl[e]
-        cur[act] = child_state[e]
-        out[act, hop] = link[e]
+        n_act = int(np.count_nonzero(length > hop))
+        e = np.searchsorted(keys, seg_key[:n_act] | rank[:n_act], side="right")
+        rank[:n_act] -= excl[e]
+        seg_key[:n_act] = child_key[e]
+        out[:n_act, hop] = link[e]
     return out
-
-
-def _pair_indices(topology, x, arg):
-    idx = _host_indices(topology, x, arg)
-    return idx.reshape(-1)
 
 
 def shortest_paths(topology: Topology, src, dst, *, max_paths: int = 16,
@@ -353,8 +384,8 @@ def shortest_paths(topology: Topology, src, dst, *, max_paths: int = 16,
     if np.shape(src) != np.shape(dst):
         raise ValueError(f"src and dst must have the same shape; got {np.shape(src)} and "
                          f"{np.shape(dst)}")
-    src_h = _pair_indices(topology, src, "src")
-    dst_h = _pair_indices(topology, dst, "dst")
+    src_h = _host_indices(topology, src, "src").reshape(-1)
+    dst_h = _host_indices(topology, dst, "dst").reshape(-1)
     names = topology.host_names
     same = np.flatnonzero(src_h == dst_h)
     if same.size:
@@ -412,14 +443,28 @@ def shortest_paths(topology: Topology, src, dst, *, max_paths: int = 16,
         item = rank
         item += table_off[plan.pair_class][:, None]
     else:
+        # Per-pair items, laid out with the pairs grouped by class (locality).
+        order = np.argsort(plan.pair_class, kind="stable")
         direct = ~whole[plan.pair_class][:, None] & valid
-        n_direct = int(direct.sum())
-        item_class = np.concatenate([t_class, plan.pair_class[np.nonzero(direct)[0]]])
-        item_rank = np.concatenate([t_rank, rank[direct]])
+        d_sorted = direct[order]
+        n_direct = int(np.count_nonzero(d_sorted))
+        item_class = np.concatenate([t_class,
+                                     plan.pair_class[order[np.nonzero(d_sorted)[0]]]])
+        item_rank = np.concatenate([t_rank, rank[order][d_sorted]])
+        ids = np.zeros(direct.shape, np.int64)
+        ids[d_sorted] = n_table + np.arange(n_direct)
         item = rank + table_off[plan.pair_class][:, None]
-        item[direct] = n_table + np.arange(n_direct)
+        item[order] = np.where(d_sorted, ids, item[order])
         item[~valid] = 0
-    body = _unrank(plan, item_class, item_rank)  # [items, L]
+    dag = plan.dag()
+    if whole.all():
+        body = _unrank(plan, dag, item_class, item_rank)  # [items, L]
+    else:  # two runs, each in class order
+        parts = [_unrank(plan, dag, item_class[:n_table], item_rank[:n_table]),
+                 _unrank(plan, dag, item_class[n_table:], item_rank[n_table:])]
+        body = np.full((item_class.size, max(b.shape[1] for b in parts)), -1, np.int32)
+        body[:n_table, :parts[0].shape[1]] = parts[0]
+        body[n_table:, :parts[1].shape[1]] = parts[1]
 
     # Assemble [prefix uplink] + anchor-to-anchor path + [suffix downlink].
     pre = plan.prefix[src_h]

@@ -69,7 +69,10 @@ class FlowSimResult:
       stalled: ``True`` if some flow could never finish (zero-capacity path, or the
         event budget ``max_events`` ran out).
       event_times: ``[max_events]`` time of each event (``record_rates=True`` only;
-        rows past ``n_events`` are padding, ``+inf``).
+        rows past ``n_events`` are padding, ``+inf``).  Row ``i`` holds the rates
+        in force from ``event_times[i]`` to ``event_times[i + 1]``; the first row is
+        at ``t = 0`` and the interval of the last row ends at the last transfer
+        completion, ``max(finish - latency)``.
       rate_history: ``[max_events, flows]`` rate (bytes/s) of each flow from that event
         to the next (``record_rates=True`` only).
     """
@@ -237,11 +240,18 @@ def simulate_flows_batched(incidence, capacity, arrival, size, *, deps=None, del
                            latency=None, demand=None, max_events: int | None = None):
     """:func:`simulate_flows` over a batch of scenarios sharing one incidence pattern.
 
-    ``capacity`` is ``[batch, links]``; ``arrival``, ``size`` (and ``delay``,
-    ``latency``, ``demand`` if given) are ``[batch, flows]``; ``deps`` is shared.  All
+    ``capacity`` is ``[batch, links]``; ``arrival`` and ``size`` are ``[batch, flows]``;
+    ``delay``, ``latency``, ``demand`` may be ``[batch, flows]`` or a shared ``[flows]``;
+    ``deps`` is shared.  All
     scenarios advance together in one ``vmap``-ed event loop.  Returns a
     :class:`FlowSimResult` whose fields have a leading batch axis.
     """
+    def per_scenario(x):  # a shared [flows] array applies to every scenario
+        if x is None or np.ndim(x) != 1 or np.ndim(arrival) != 2:
+            return x
+        return np.broadcast_to(np.asarray(x), np.shape(arrival))
+
+    delay, latency, demand = per_scenario(delay), per_scenario(latency), per_scenario(demand)
     inc, capacity, deps, flows = _prepare(incidence, capacity, arrival, size, deps, delay,
                                           latency, demand, batched=True)
     if capacity.shape[0] != flows["arrival"].shape[0]:
@@ -286,7 +296,7 @@ def _simulate_events(inc: Incidence, capacity, deps, flows, max_events: int,
         stuck = ~jnp.isfinite(t_next)
         step = jnp.where(stuck, 0.0, step)
         # Completions: every active flow whose completion falls at t_next (within eps).
-        completes = active & (tau <= step * (1 + eps) + eps * jnp.abs(t_next))
+        completes = active & ~stuck & (tau <= step * (1 + eps) + eps * jnp.abs(t_next))
         sent = jnp.where(active, rate * step, 0.0)
         remaining = jnp.where(completes, 0.0, jnp.maximum(remaining - sent, 0.0))
         t_new = jnp.where(stuck, t, t_next)

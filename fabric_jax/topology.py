@@ -43,7 +43,6 @@ import dataclasses
 import functools
 import math
 import numbers
-import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -100,7 +99,7 @@ class Topology:
         server.
       name: human-readable name, e.g. ``"fat_tree(k=4)"``.
       kind: ``"leaf_spine"``, ``"fat_tree"``, ``"rail_optimized"`` or ``"graph"``.
-      params: read-only builder parameters (e.g. ``{"k": 4}``).
+      params: builder parameters (e.g. ``{"k": 4}``); treat as read-only.
       updown: route valley-free (up the tiers, then down) -- True for Clos kinds.
       host_transit: whether hosts may forward traffic between other nodes.
     """
@@ -145,7 +144,7 @@ class Topology:
             if value.ndim != 1:
                 raise ValueError(f"{field} must be a 1-D array; got shape {value.shape}")
             put(field, _frozen_array(value, dtype))
-        put("params", types.MappingProxyType(dict(self.params)))
+        put("params", dict(self.params))  # a copy; treat as read-only
         for field in ("node_is_host", "node_tier"):
             if getattr(self, field).shape != (n_nodes,):
                 raise ValueError(f"{field} must have shape [nodes] = ({n_nodes},); "

@@ -33,7 +33,7 @@ Units: bytes, seconds.
 Example:
     >>> from fabric_jax.workloads import ring_all_reduce
     >>> w = ring_all_reduce([0, 1, 2, 3], 4e6)   # 4 ranks, 4 MB buffer
-    >>> w.n_flows, w.size[0]                     # 2*(4-1)*4 flows of S/4
+    >>> w.n_flows, float(w.size[0])              # 2*(4-1)*4 flows of S/4
     (24, 1000000.0)
 """
 

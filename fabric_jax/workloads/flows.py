@@ -27,7 +27,7 @@ Example:
     >>> w = concat(ring_all_reduce([0, 1, 2, 3], 1e6, job="a"),
     ...            ring_all_reduce([4, 5, 6, 7], 1e6, job="b"))
     >>> w.n_flows, w.job_names
-    (24, ('a', 'b'))
+    (48, ('a', 'b'))
 """
 
 from __future__ import annotations
