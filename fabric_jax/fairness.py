@@ -182,50 +182,184 @@ def _max_min_fair(inc: Incidence, capacity, demand, iterations, max_iter) -> Max
     return solve(inc, capacity, demand, iterations=iterations, max_iter=max_iter)
 
 
+#: Below this many entries the solver stops compacting (a level's loop is cheap).
+COMPACT_MIN_ENTRIES = 4096
+#: Each compaction level holds this fraction of the previous level's entries.
+COMPACT_FACTOR = 2
+
+
+def _iteration(li, fi, weight, active, capacity, demand, n_links, n_flows, rate, frozen):
+    """One bottleneck-freezing iteration over COO entries (see the module docstring).
+
+    Returns the new ``rate``, ``frozen``, the links' load from flows frozen before this
+    iteration (within these entries), and the number of entries of still-open flows.
+    """
+    entry_frozen = frozen[fi]
+    entry_open = active & ~entry_frozen
+    # One scatter for both per-link sums: open weight and load of frozen flows.
+    both = jnp.stack([jnp.where(entry_open, weight, 0.0),
+                      jnp.where(active & entry_frozen, weight * rate[fi], 0.0)], axis=1)
+    sums = jax.ops.segment_sum(both, li, num_segments=n_links)
+    open_weight, frozen_load = sums[:, 0], sums[:, 1]
+    has_open = open_weight > 0
+    safe_w = jnp.where(has_open, open_weight, 1.0)  # double-where: no NaN/inf grads
+    level = jnp.where(has_open, jnp.maximum(capacity - frozen_load, 0.0) / safe_w, jnp.inf)
+    level_e = jnp.where(entry_open, level[li], jnp.inf)
+    link_level = jax.ops.segment_min(level_e, fi, num_segments=n_flows)      # [flows]
+    target = jnp.minimum(link_level, demand)
+    # A link is a bottleneck now if its level is the smallest of all its flows'.
+    link_floor = jax.ops.segment_min(jnp.where(entry_open, target[fi], jnp.inf), li,
+                                     num_segments=n_links)
+    bottleneck = has_open & (level <= link_floor)
+    on_bottleneck = jax.ops.segment_max((entry_open & bottleneck[li]).astype(jnp.int8), fi,
+                                        num_segments=n_flows) > 0
+    freeze = ~frozen & (on_bottleneck | (demand <= link_level))
+    new_rate = jnp.where(freeze, target, rate)
+    new_frozen = frozen | freeze
+    open_left = jnp.sum(entry_open & ~freeze[fi])
+    return new_rate, new_frozen, frozen_load, open_left
+
+
+def _levels(nnz: int) -> list[int]:
+    sizes = [nnz]
+    while sizes[-1] > COMPACT_MIN_ENTRIES:
+        sizes.append(-(-sizes[-1] // COMPACT_FACTOR))
+    return sizes
+
+
+def _iteration_rows(li, weight, active, capacity, demand, n_links, rate, frozen):
+    """:func:`_iteration` for the flow-major layout: ``li``/``weight``/``active`` are
+    ``[flows, width]``, so per-flow gathers are broadcasts and per-flow reductions are
+    dense; only the two per-link reductions scatter."""
+    entry_open = active & ~frozen[:, None]
+    both = jnp.stack([jnp.where(entry_open, weight, 0.0),
+                      jnp.where(active & frozen[:, None], weight * rate[:, None], 0.0)], -1)
+    sums = jax.ops.segment_sum(both.reshape(-1, 2), li.reshape(-1), num_segments=n_links)
+    open_weight, frozen_load = sums[:, 0], sums[:, 1]
+    has_open = open_weight > 0
+    safe_w = jnp.where(has_open, open_weight, 1.0)  # double-where: no NaN/inf grads
+    level = jnp.where(has_open, jnp.maximum(capacity - frozen_load, 0.0) / safe_w, jnp.inf)
+    level_e = jnp.where(entry_open, level[li], jnp.inf)
+    link_level = jnp.min(level_e, axis=1, initial=jnp.inf)                    # [flows]
+    target = jnp.minimum(link_level, demand)
+    link_floor = jax.ops.segment_min(
+        jnp.where(entry_open, target[:, None], jnp.inf).reshape(-1), li.reshape(-1),
+        num_segments=n_links)
+    bottleneck = has_open & (level <= link_floor)
+    on_bottleneck = jnp.any(entry_open & bottleneck[li], axis=1)
+    freeze = ~frozen & (on_bottleneck | (demand <= link_level))
+    return jnp.where(freeze, target, rate), frozen | freeze
+
+
+def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter):
+    """While-loop solve on the flow-major layout, compacting the rows of open flows
+    into geometrically shrinking buffers as flows freeze (frozen load folds into a
+    residual capacity)."""
+    n_flows, width = inc.n_flows, inc.row_width
+    li = inc.link_idx.reshape(n_flows, width)
+    w = inc.weight.astype(capacity.dtype).reshape(n_flows, width)
+    act = w != 0
+    rows = jnp.arange(n_flows)
+    sizes = [n_flows]
+    while sizes[-1] * width > COMPACT_MIN_ENTRIES:
+        sizes.append(-(-sizes[-1] // COMPACT_FACTOR))
+    residual = capacity
+    it = jnp.asarray(0, jnp.int32)
+    r, f, d = rate, frozen, demand
+    for level, size in enumerate(sizes):
+        if level > 0:
+            # Scatter back, then keep only the rows of still-open flows.
+            rate = rate.at[rows].set(r, mode="drop")
+            frozen = frozen.at[rows].set(f, mode="drop")
+            on = act & f[:, None]
+            residual = residual - jax.ops.segment_sum(
+                jnp.where(on, w * r[:, None], 0.0).reshape(-1), li.reshape(-1),
+                num_segments=inc.n_links)
+            pick = jnp.nonzero(~f, size=size, fill_value=0)[0]
+            keep = jnp.arange(size) < jnp.sum(~f)
+            rows = jnp.where(keep, rows[pick], n_flows)
+            li, w = li[pick], jnp.where(keep[:, None], w[pick], 0.0)
+            act = w != 0
+            r, f, d = r[pick], ~keep | f[pick], d[pick]
+        stop_at = sizes[level + 1] if level + 1 < len(sizes) else 0
+
+        def cond(c, stop_at=stop_at):
+            return (jnp.sum(~c[1]) > stop_at) & (c[2] < max_iter)
+
+        def body(c, li=li, w=w, act=act, residual=residual, d=d):
+            r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, c[0], c[1])
+            return r, f, c[2] + 1
+
+        r, f, it = jax.lax.while_loop(cond, body, (r, f, it))
+    rate = rate.at[rows].set(r, mode="drop")
+    frozen = frozen.at[rows].set(f, mode="drop")
+    return rate, frozen, it
+
+
 def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None) -> MaxMinResult:
     """Unvalidated, traceable core of :func:`max_min_fair` (for use inside jitted loops).
 
     ``capacity`` ``[links]`` and ``demand`` ``[flows]`` must be arrays of the same float
     dtype; ``demand`` may hold ``+inf``.
+
+    With ``iterations=None`` the entries of still-open flows are compacted into buffers
+    of geometrically shrinking size (``COMPACT_FACTOR``) as flows freeze, folding the
+    load of frozen flows into a residual capacity: most flows freeze in the first few
+    iterations, so the long tail of a deep bottleneck structure runs on small arrays.
     """
     dtype = capacity.dtype
+    n_links, n_flows = inc.n_links, inc.n_flows
     if max_iter is None:
-        max_iter = inc.n_flows + 1
+        max_iter = n_flows + 1
     weight = inc.weight.astype(dtype)
     active = inc.active
     has_links = inc.flow_has_links()
     # Flows that cross no link are limited by their demand only.
-    rate0 = jnp.where(has_links, jnp.zeros_like(demand), demand)
-    frozen0 = ~has_links
+    rate = jnp.where(has_links, jnp.zeros_like(demand), demand)
+    frozen = ~has_links
+    it = jnp.asarray(0, jnp.int32)
 
-    def body(carry):
-        rate, frozen, it = carry
-        entry_frozen = frozen[inc.flow_idx]
-        entry_open = active & ~entry_frozen
-        open_weight = inc.link_sum(jnp.where(entry_open, weight, 0.0))
-        frozen_load = inc.link_sum(
-            jnp.where(active & entry_frozen, weight * rate[inc.flow_idx], 0.0))
-        has_open = open_weight > 0
-        safe_w = jnp.where(has_open, open_weight, 1.0)  # double-where: no NaN/inf grads
-        level = jnp.where(has_open, jnp.maximum(capacity - frozen_load, 0.0) / safe_w, jnp.inf)
-        link_level = inc.flow_min(level[inc.link_idx], entry_open)      # [flows]
-        target = jnp.minimum(link_level, demand)
-        # A link is a bottleneck now if its level is the smallest of all its flows'.
-        link_floor = inc.link_min(target[inc.flow_idx], entry_open)     # [links]
-        bottleneck = has_open & (level <= link_floor)
-        freeze = ~frozen & (inc.flow_any(entry_open & bottleneck[inc.link_idx])
-                            | (demand <= link_level))
-        rate = jnp.where(freeze, target, rate)
-        return rate, frozen | freeze, it + 1
+    if iterations is not None:
+        def body(i, c):
+            rate, frozen, it = c
 
-    carry0 = (rate0, frozen0, jnp.asarray(0, jnp.int32))
-    if iterations is None:
-        rate, frozen, it = jax.lax.while_loop(
-            lambda c: jnp.any(~c[1]) & (c[2] < max_iter), body, carry0)
+            def step(c):
+                r, f, _, _ = _iteration(inc.link_idx, inc.flow_idx, weight, active, capacity,
+                                        demand, n_links, n_flows, c[0], c[1])
+                return r, f, c[2] + 1
+            return jax.lax.cond(jnp.all(frozen), lambda x: x, step, (rate, frozen, it))
+        rate, frozen, it = jax.lax.fori_loop(0, iterations, body, (rate, frozen, it))
+    elif inc.row_width is not None and inc.nnz == n_flows * inc.row_width:
+        rate, frozen, it = _solve_rows(inc, capacity, demand, rate, frozen, max_iter)
     else:
-        rate, frozen, it = jax.lax.fori_loop(
-            0, iterations, lambda i, c: jax.lax.cond(jnp.all(c[1]), lambda x: x, body, c),
-            carry0)
+        li, fi, w, act = inc.link_idx, inc.flow_idx, weight, active
+        residual = capacity
+        sizes = _levels(int(np.shape(li)[0]))
+        for level, size in enumerate(sizes):
+            if level > 0:
+                # Keep only the entries of still-open flows; fold the rest into capacity.
+                open_e = act & ~frozen[fi]
+                idx = jnp.nonzero(open_e, size=size, fill_value=0)[0]
+                keep = jnp.arange(size) < jnp.sum(open_e)
+                li, fi, w = li[idx], fi[idx], jnp.where(keep, w[idx], 0.0)
+                act = keep & act[idx]
+            stop_at = sizes[level + 1] if level + 1 < len(sizes) else 0
+
+            def cond(c, stop_at=stop_at):
+                return (c[3] > stop_at) & jnp.any(~c[1]) & (c[2] < max_iter)
+
+            def body(c, li=li, fi=fi, w=w, act=act, residual=residual):
+                r, f, _, n_open = _iteration(li, fi, w, act, residual, demand, n_links,
+                                             n_flows, c[0], c[1])
+                return r, f, c[2] + 1, n_open
+
+            n_open0 = jnp.sum(act & ~frozen[fi])
+            rate, frozen, it, _ = jax.lax.while_loop(cond, body, (rate, frozen, it, n_open0))
+            # Load of the flows frozen at this level, over this level's entries (exact:
+            # recomputed from the final rates rather than carried from the last step).
+            on = act & frozen[fi]
+            residual = residual - jax.ops.segment_sum(jnp.where(on, w * rate[fi], 0.0), li,
+                                                      num_segments=n_links)
     load = inc.link_load(jnp.where(has_links, rate, 0.0))
     rtol = SATURATION_RTOL.get(np.dtype(dtype), 1e-5)
     carries = inc.link_sum(jnp.where(active, 1.0, 0.0).astype(dtype)) > 0

@@ -44,6 +44,11 @@ class Incidence:
         an entry with weight 0 is inactive (padding).
       n_links: number of links (static).
       n_flows: number of flows (static).
+      row_width: if set (static), the entries are laid out flow-major with exactly
+        ``row_width`` entries per flow (``flow_idx == repeat(arange(n_flows),
+        row_width)``, padding entries have weight 0), so per-flow reductions are dense
+        ``[flows, row_width]`` reductions.  Every host-side constructor produces this
+        layout; ``None`` means arbitrary COO order.
     """
 
     link_idx: Any
@@ -51,6 +56,7 @@ class Incidence:
     weight: Any
     n_links: int = dataclasses.field(metadata=dict(static=True))
     n_flows: int = dataclasses.field(metadata=dict(static=True))
+    row_width: int | None = dataclasses.field(default=None, metadata=dict(static=True))
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -101,8 +107,23 @@ class Incidence:
                     f"got values in [{np.nanmin(w)}, {np.nanmax(w)}]"
                     + (" including NaN/inf" if not np.all(np.isfinite(w)) else ""))
             w = w.astype(_float_dtype())
-        return cls(jnp.asarray(li, jnp.int32), jnp.asarray(fi, jnp.int32), jnp.asarray(w),
-                   n_links, n_flows)
+        return cls._flow_major(li, fi, w, n_links, n_flows)
+
+    @classmethod
+    def _flow_major(cls, li, fi, w, n_links, n_flows):
+        """Host-side: pads concrete COO entries into the flow-major ``row_width`` layout."""
+        order = np.argsort(fi, kind="stable")
+        li, fi, w = li[order], fi[order], w[order]
+        counts = np.bincount(fi, minlength=n_flows)
+        width = max(int(counts.max(initial=0)), 1)
+        pos = np.arange(fi.size) - (np.cumsum(counts) - counts)[fi]
+        links = np.zeros((n_flows, width), np.int32)
+        weight = np.zeros((n_flows, width), w.dtype)
+        links[fi, pos] = li
+        weight[fi, pos] = w
+        flows = np.repeat(np.arange(n_flows, dtype=np.int32), width)
+        return cls(jnp.asarray(links.ravel()), jnp.asarray(flows), jnp.asarray(weight.ravel()),
+                   n_links, n_flows, width)
 
     @classmethod
     def from_dense(cls, matrix):
@@ -115,9 +136,9 @@ class Incidence:
         """
         if _is_traced(matrix):
             n_links, n_flows = matrix.shape
-            li, fi = np.meshgrid(np.arange(n_links), np.arange(n_flows), indexing="ij")
+            fi, li = np.meshgrid(np.arange(n_flows), np.arange(n_links), indexing="ij")
             return cls(jnp.asarray(li.ravel(), jnp.int32), jnp.asarray(fi.ravel(), jnp.int32),
-                       matrix.ravel(), n_links, n_flows)
+                       matrix.T.ravel(), n_links, n_flows, n_links)
         m = np.asarray(matrix)
         if m.ndim != 2:
             raise ValueError(f"incidence matrix must be 2-D [links, flows]; got shape {m.shape}")
@@ -165,7 +186,7 @@ class Incidence:
         w = jnp.where(jnp.asarray(hop_mask), jnp.asarray(split)[:, :, None], 0.0)
         li = np.where(hop_mask, links, 0)
         return cls(jnp.asarray(li.ravel(), jnp.int32), jnp.asarray(flow.ravel(), jnp.int32),
-                   jnp.ravel(w), int(n_links), int(n_pairs))
+                   jnp.ravel(w), int(n_links), int(n_pairs), (n_paths * n_hops) or None)
 
     # --------------------------------------------------------------- conversion
     @property

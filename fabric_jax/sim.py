@@ -204,10 +204,44 @@ def release_times(deps, finish, arrival, delay):
 
 
 # ------------------------------------------------------------- event driven
+def flow_rows(inc: Incidence):
+    """Per-flow (ELL) layout of an incidence: ``links``, ``weight`` ``[flows, K]``.
+
+    ``K`` is the largest number of active entries of any flow; padded slots have weight
+    0.  Host-side (needs concrete weights).
+    """
+    try:
+        li = np.asarray(inc.link_idx)
+        fi = np.asarray(inc.flow_idx)
+        w = np.asarray(inc.weight)
+    except jax.errors.TracerArrayConversionError as err:
+        raise ValueError("simulate_flows needs a concrete incidence (it is not "
+                         "differentiable); build it outside jit/grad") from err
+    keep = w != 0
+    li, fi, w = li[keep], fi[keep], w[keep]
+    order = np.argsort(fi, kind="stable")
+    li, fi, w = li[order], fi[order], w[order]
+    counts = np.bincount(fi, minlength=inc.n_flows)
+    k = max(int(counts.max(initial=0)), 1)
+    offsets = np.cumsum(counts) - counts
+    pos = np.arange(fi.size) - offsets[fi]
+    links = np.zeros((inc.n_flows, k), np.int32)
+    weight = np.zeros((inc.n_flows, k), w.dtype if w.size else _float_dtype())
+    links[fi, pos] = li
+    weight[fi, pos] = w
+    return jnp.asarray(links), jnp.asarray(weight)
+
+
 def simulate_flows(incidence, capacity, arrival, size, *, deps=None, delay=None, latency=None,
-                   demand=None, record_rates: bool = False,
-                   max_events: int | None = None) -> FlowSimResult:
+                   demand=None, record_rates: bool = False, max_events: int | None = None,
+                   max_active: int | None = None) -> FlowSimResult:
     """Event-driven, exact flow-level simulation under max-min sharing.
+
+    Each event solves the max-min rates of the flows active at that moment only: they
+    sit in a table of ``max_active`` slots (a flow takes a slot when it starts and frees
+    it when it completes), so the cost of an event follows the number of concurrent
+    flows, not the total.  If the table overflows, the run is repeated with a table
+    twice as large (jax-md's neighbour-list overflow pattern; each size compiles once).
 
     Args:
       incidence: :class:`~fabric_jax.Incidence` or dense ``[links, flows]`` matrix.
@@ -222,6 +256,7 @@ def simulate_flows(incidence, capacity, arrival, size, *, deps=None, delay=None,
         ``max_events * flows`` floats).
       max_events: event budget (default ``2 * flows + 2``, always enough: each event
         starts or completes at least one flow).
+      max_active: initial size of the active-flow table (default ``min(flows, 1024)``).
 
     Returns:
       :class:`FlowSimResult`.
@@ -231,20 +266,19 @@ def simulate_flows(incidence, capacity, arrival, size, *, deps=None, delay=None,
     """
     inc, capacity, deps, flows = _prepare(incidence, capacity, arrival, size, deps, delay,
                                           latency, demand)
-    if max_events is None:
-        max_events = 2 * inc.n_flows + 2
-    return _simulate_events(inc, capacity, deps, flows, int(max_events), bool(record_rates))
+    return _run_events(inc, capacity, deps, flows, max_events, max_active, record_rates,
+                       batched=False)
 
 
 def simulate_flows_batched(incidence, capacity, arrival, size, *, deps=None, delay=None,
-                           latency=None, demand=None, max_events: int | None = None):
+                           latency=None, demand=None, max_events: int | None = None,
+                           max_active: int | None = None):
     """:func:`simulate_flows` over a batch of scenarios sharing one incidence pattern.
 
     ``capacity`` is ``[batch, links]``; ``arrival`` and ``size`` are ``[batch, flows]``;
     ``delay``, ``latency``, ``demand`` may be ``[batch, flows]`` or a shared ``[flows]``;
-    ``deps`` is shared.  All
-    scenarios advance together in one ``vmap``-ed event loop.  Returns a
-    :class:`FlowSimResult` whose fields have a leading batch axis.
+    ``deps`` is shared.  All scenarios advance together in one ``vmap``-ed event loop.
+    Returns a :class:`FlowSimResult` whose fields have a leading batch axis.
     """
     def per_scenario(x):  # a shared [flows] array applies to every scenario
         if x is None or np.ndim(x) != 1 or np.ndim(arrival) != 2:
@@ -257,61 +291,101 @@ def simulate_flows_batched(incidence, capacity, arrival, size, *, deps=None, del
     if capacity.shape[0] != flows["arrival"].shape[0]:
         raise ValueError(f"capacity has batch {capacity.shape[0]} but arrival has "
                          f"{flows['arrival'].shape[0]}")
+    return _run_events(inc, capacity, deps, flows, max_events, max_active, False, batched=True)
+
+
+def _run_events(inc, capacity, deps, flows, max_events, max_active, record, batched):
+    n = inc.n_flows
     if max_events is None:
-        max_events = 2 * inc.n_flows + 2
-    return jax.vmap(lambda c, f: _simulate_events(inc, c, deps, f, int(max_events), False))(
-        capacity, flows)
+        max_events = 2 * n + 2
+    if max_active is None:
+        max_active = min(n, 1024)
+    if not isinstance(max_active, (int, np.integer)) or max_active < 1 and n > 0:
+        raise ValueError(f"max_active must be a positive integer; got {max_active!r}")
+    rows = flow_rows(inc)
+    width = max(1, min(int(max_active), n))
+    while True:
+        run = functools.partial(_simulate_events, int(max_events), width, bool(record))
+        if batched:
+            res, overflow = jax.vmap(run, in_axes=(None, None, 0, None, 0))(
+                rows, inc.n_links, capacity, deps, flows)
+            overflow = bool(jnp.any(overflow))
+        else:
+            res, overflow = run(rows, inc.n_links, capacity, deps, flows)
+            overflow = bool(overflow)
+        if not overflow or width >= n:
+            return res
+        width = min(2 * width, n)
 
 
-@functools.partial(jax.jit, static_argnums=(4, 5))
-def _simulate_events(inc: Incidence, capacity, deps, flows, max_events: int,
-                     record: bool) -> FlowSimResult:
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 4))
+def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: int, capacity,
+                     deps, flows):
     arrival, size, delay = flows["arrival"], flows["size"], flows["delay"]
     latency, demand = flows["latency"], flows["demand"]
-    n_flows = inc.n_flows
+    ell_links, ell_weight = rows
+    n_flows, n_hops = ell_links.shape
     dt_ = capacity.dtype
+    ell_weight = ell_weight.astype(dt_)
     eps = EVENT_EPS_ULPS * jnp.finfo(dt_).eps
     inf = jnp.asarray(jnp.inf, dt_)
-
-    def rates_of(active):
-        return solve(inc, capacity, jnp.where(active, demand, 0.0)).rates
+    flow_ids = jnp.arange(n_flows, dtype=jnp.int32)
+    slot_of_entry = jnp.repeat(jnp.arange(width, dtype=jnp.int32), n_hops)
 
     def cond(c):
-        return (~c["all_done"]) & (c["k"] < max_events)
+        return (~c["all_done"]) & (c["k"] < max_events) & ~c["overflow"]
 
     def body(c):
         t, remaining, start, finish, done = c["t"], c["remaining"], c["start"], c["finish"], c["done"]
+        slot_flow, slotted = c["slot_flow"], c["slotted"]
         rel = release_times(deps, finish, arrival, delay)
         start = jnp.where(jnp.isfinite(start), start, rel)
-        active = (start <= t) & ~done
-        rate = rates_of(active)
-        serving = active & (rate > 0)
-        tau = jnp.where(serving, remaining / jnp.where(serving, rate, 1.0), inf)
-        # Zero-byte active flows complete now.
-        tau = jnp.where(active & (remaining <= 0), 0.0, tau)
+        # Flows starting now take the free slots, in flow order.
+        new = (start <= t) & ~done & ~slotted
+        free_pos = jnp.nonzero(slot_flow < 0, size=width, fill_value=width)[0]
+        rank = jnp.cumsum(new) - 1
+        slot_new = jnp.where(new, free_pos[jnp.clip(rank, 0, width - 1)], width)
+        overflow = c["overflow"] | jnp.any(new & (slot_new >= width))
+        slot_flow = slot_flow.at[slot_new].set(flow_ids, mode="drop")
+        slotted = slotted | (new & (slot_new < width))
+        valid = slot_flow >= 0
+        sf = jnp.maximum(slot_flow, 0)
+        # Max-min rates of the active flows only (the slot table's incidence).
+        sub = Incidence(ell_links[sf].reshape(-1), slot_of_entry,
+                        jnp.where(valid[:, None], ell_weight[sf], 0.0).reshape(-1),
+                        n_links, width)
+        rate = solve(sub, capacity, jnp.where(valid, demand[sf], 0.0)).rates
+        rem = remaining[sf]
+        serving = valid & (rate > 0)
+        tau = jnp.where(serving, rem / jnp.where(serving, rate, 1.0), inf)
+        tau = jnp.where(valid & (rem <= 0), 0.0, tau)  # zero-byte flows complete now
         next_start = jnp.min(jnp.where(start > t, start, inf), initial=inf)
-        next_done = jnp.min(tau, initial=inf)
-        t_next = jnp.minimum(t + next_done, next_start)
-        step = t_next - t
+        t_next = jnp.minimum(t + jnp.min(tau, initial=inf), next_start)
         stuck = ~jnp.isfinite(t_next)
-        step = jnp.where(stuck, 0.0, step)
-        # Completions: every active flow whose completion falls at t_next (within eps).
-        completes = active & ~stuck & (tau <= step * (1 + eps) + eps * jnp.abs(t_next))
-        sent = jnp.where(active, rate * step, 0.0)
-        remaining = jnp.where(completes, 0.0, jnp.maximum(remaining - sent, 0.0))
+        step = jnp.where(stuck, 0.0, t_next - t)
         t_new = jnp.where(stuck, t, t_next)
-        finish = jnp.where(completes, t_new + latency, finish)
-        done = done | completes
+        # Completions: every active flow whose completion falls at t_next (within eps).
+        completes = valid & ~stuck & (tau <= step * (1 + eps) + eps * jnp.abs(t_new))
+        rem = jnp.where(completes, 0.0, jnp.maximum(rem - jnp.where(valid, rate * step, 0.0), 0.0))
+        target = jnp.where(valid, sf, n_flows)
+        remaining = remaining.at[target].set(rem, mode="drop")
+        done_target = jnp.where(completes, sf, n_flows)
+        finish = finish.at[done_target].set(t_new + latency[sf], mode="drop")
+        done = done.at[done_target].set(True, mode="drop")
+        slot_flow = jnp.where(completes, -1, slot_flow)
         out = dict(c, t=t_new, remaining=remaining, start=start, finish=finish, done=done,
-                   k=c["k"] + 1, all_done=jnp.all(done) | stuck, stuck=stuck)
+                   slot_flow=slot_flow, slotted=slotted, overflow=overflow, k=c["k"] + 1,
+                   all_done=jnp.all(done) | stuck, stuck=stuck)
         if record:
             out["times"] = c["times"].at[c["k"]].set(t)
-            out["rates"] = c["rates"].at[c["k"]].set(jnp.where(active, rate, 0.0))
+            out["rates"] = c["rates"].at[c["k"]].set(
+                jnp.zeros((n_flows,), dt_).at[target].set(rate, mode="drop"))
         return out
 
-    carry = dict(t=jnp.asarray(0.0, dt_),
-                 remaining=size, start=jnp.full((n_flows,), inf, dt_),
+    carry = dict(t=jnp.asarray(0.0, dt_), remaining=size, start=jnp.full((n_flows,), inf, dt_),
                  finish=jnp.full((n_flows,), inf, dt_), done=jnp.zeros((n_flows,), bool),
+                 slot_flow=jnp.full((width,), -1, jnp.int32),
+                 slotted=jnp.zeros((n_flows,), bool), overflow=jnp.asarray(False),
                  k=jnp.asarray(0, jnp.int32), all_done=jnp.asarray(n_flows == 0),
                  stuck=jnp.asarray(False))
     if record:
@@ -321,9 +395,10 @@ def _simulate_events(inc: Incidence, capacity, deps, flows, max_events: int,
     stalled = c["stuck"] | ~jnp.all(c["done"])
     start = jnp.where(jnp.isfinite(c["start"]), c["start"],
                       release_times(deps, c["finish"], arrival, delay))
-    return FlowSimResult(start=start, finish=c["finish"], fct=c["finish"] - arrival,
-                         n_events=c["k"], stalled=stalled,
-                         event_times=c.get("times"), rate_history=c.get("rates"))
+    result = FlowSimResult(start=start, finish=c["finish"], fct=c["finish"] - arrival,
+                           n_events=c["k"], stalled=stalled,
+                           event_times=c.get("times"), rate_history=c.get("rates"))
+    return result, c["overflow"]
 
 
 # --------------------------------------------------------------- fixed step

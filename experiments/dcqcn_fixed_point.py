@@ -1,0 +1,120 @@
+"""DCQCN fluid simulation against the CoNEXT 2016 fixed point (Zhu et al. [ZHU16]).
+
+Scenario ([ZHU16] sec. 4, "dcqcn-stability.tex"): ``N`` long DCQCN flows, each from its
+own 40 Gb/s NIC, share one 40 Gb/s bottleneck; the paper's defaults (K_min 5 KB,
+K_max 200 KB, P_max 1 %, g 1/256, tau 50 us, tau' 55 us, T 55 us, B 10 MB, F 5,
+R_AI 40 Mb/s, packet 1 KB; :func:`fabric_jax.cc.dcqcn_params` ``"paper"``) and a
+feedback delay tau* = 4 us (the paper's low-delay time-domain case).  The fluid
+simulation (:func:`fabric_jax.fluid.simulate_fluid`) runs ``--duration`` seconds and
+averages the last quarter; the fixed point solves the paper's equation
+
+    a^2 alpha* / ((b+d)(c+e)) = tau^2 R_AI R_C*,   R_C* = C/N,
+    alpha* = 1 - (1-p*)^(tau' R_C*),   q* = p*/P_max (K_max - K_min) + K_min
+
+(:func:`fabric_jax.cc.dcqcn.fixed_point`).  Expected: the simulated queue, per-flow
+rate and alpha equal the fixed point (within ``--rtol``, default 2 %), for every N.
+
+Usage::
+
+    python experiments/dcqcn_fixed_point.py --flows 4 --json out.json
+    python experiments/dcqcn_fixed_point.py --sweep 2 10 --json sweep.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from fabric_jax.cc import dcqcn  # noqa: E402
+from fabric_jax.fluid import simulate_fluid  # noqa: E402
+from fabric_jax.incidence import Incidence  # noqa: E402
+from fabric_jax.units import KB, gbps, to_gbps  # noqa: E402
+
+
+def dumbbell(n_flows: int, link_gbps: float):
+    """Flow i crosses its NIC link ``1 + i`` then the shared bottleneck link 0."""
+    li = np.stack([1 + np.arange(n_flows), np.zeros(n_flows, int)], axis=1).ravel()
+    fi = np.repeat(np.arange(n_flows), 2)
+    inc = Incidence.from_coo(li, fi, n_links=n_flows + 1, n_flows=n_flows)
+    return inc, np.full(n_flows + 1, gbps(link_gbps))
+
+
+def run(n_flows: int, *, link_gbps: float = 40.0, duration: float = 0.2, dt: float = 2e-6,
+        delay_us: float = 4.0, rtol: float = 0.02) -> dict:
+    inc, cap = dumbbell(n_flows, link_gbps)
+    params = dcqcn.dcqcn_params("paper")
+    n_steps = int(round(duration / dt))
+    save_every = 100
+    n_steps -= n_steps % save_every
+    t0 = time.perf_counter()
+    res = simulate_fluid(inc, cap, np.full(n_flows, 1e15), dt=dt, n_steps=n_steps,
+                         law="dcqcn", params=params, base_rtt=np.full(n_flows, delay_us * 1e-6),
+                         save_every=save_every)
+    tr = res.trajectory
+    queue = np.asarray(tr.queue[:, 0])
+    wall = time.perf_counter() - t0
+    tail = slice(3 * queue.size // 4, None)
+    sim = dict(queue=float(queue[tail].mean()),
+               rate=float(np.asarray(tr.throughput)[tail].mean()),
+               alpha=float(np.asarray(tr.law_state.alpha)[tail].mean()))
+    fp = dcqcn.fixed_point(n_flows, float(cap[0]), params)
+    out = dict(
+        flows=n_flows, link_gbps=link_gbps, duration_s=n_steps * dt, dt_s=dt,
+        feedback_delay_us=delay_us, wall_s=wall,
+        sim_queue_kb=sim["queue"] / KB, sim_rate_gbps=to_gbps(sim["rate"]),
+        sim_alpha=sim["alpha"],
+        fixed_point_queue_kb=fp["queue"] / KB, fixed_point_rate_gbps=to_gbps(fp["rate"]),
+        fixed_point_alpha=fp["alpha"], fixed_point_p=fp["p"],
+        queue_std_kb=float(queue[tail].std() / KB),
+        max_conservation_residual_bytes=float(res.info.max_residual))
+    errs = {k: abs(out[f"sim_{k}"] - out[f"fixed_point_{k}"]) / abs(out[f"fixed_point_{k}"])
+            for k in ("queue_kb", "rate_gbps", "alpha")}
+    out["rel_error"] = errs
+    out["match"] = bool(all(e <= rtol for e in errs.values()))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--flows", type=int, default=2, help="number of flows N")
+    ap.add_argument("--sweep", type=int, nargs=2, metavar=("N_MIN", "N_MAX"),
+                    help="run every N in [N_MIN, N_MAX] (JSON gets a list under 'runs')")
+    ap.add_argument("--duration", type=float, default=0.2, help="simulated seconds")
+    ap.add_argument("--dt", type=float, default=2e-6, help="fluid step, seconds")
+    ap.add_argument("--delay-us", type=float, default=4.0, help="feedback delay tau*, us")
+    ap.add_argument("--rtol", type=float, default=0.02, help="match tolerance (relative)")
+    ap.add_argument("--json", type=str, default=None, help="write results here")
+    a = ap.parse_args(argv)
+    if a.flows < 1:
+        ap.error("--flows must be >= 1")
+    kw = dict(duration=a.duration, dt=a.dt, delay_us=a.delay_us, rtol=a.rtol)
+    if a.sweep:
+        runs = [run(n, **kw) for n in range(a.sweep[0], a.sweep[1] + 1)]
+        result = dict(runs=runs, match=all(r["match"] for r in runs))
+    else:
+        result = run(a.flows, **kw)
+        runs = [result]
+    print(f"{'N':>3} {'q_sim KB':>9} {'q_fp KB':>9} {'rate Gb/s':>9} {'fp':>7} "
+          f"{'alpha':>7} {'fp':>7} match")
+    for r in runs:
+        print(f"{r['flows']:>3} {r['sim_queue_kb']:9.2f} {r['fixed_point_queue_kb']:9.2f} "
+              f"{r['sim_rate_gbps']:9.3f} {r['fixed_point_rate_gbps']:7.3f} "
+              f"{r['sim_alpha']:7.4f} {r['fixed_point_alpha']:7.4f} {r['match']}")
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(a.json, "w") as fh:
+            json.dump(result, fh, indent=2)
+    return 0 if result["match"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The shared interface of congestion-control laws.
+
+A law is a :class:`Law`: a small immutable object holding four pure functions.
+
+* ``init(line_rate, params) -> State``: per-flow state for flows with NIC line rate
+  ``line_rate`` ``[flows]`` (bytes/s).  Every state has a ``rate`` field ``[flows]``:
+  the rate (bytes/s) the sender would offer now.
+* ``step(state, signals, dt, params, smooth) -> State``: advances the senders by ``dt``
+  seconds given the :class:`FlowSignals` that reached them (already delayed by the
+  feedback path).
+* ``mark(links, params, smooth) -> [links]``: the switch side: per-link probability
+  that a packet departing the link is marked (ECN CE, IB FECN), from :class:`LinkView`.
+* ``default_params(**kwargs)``: the law's default parameter pytree.
+
+Parameters are pytrees of array leaves (so ``jax.grad`` works with respect to ECN
+thresholds, gains ...); only the choice of law is static.  The fluid loop
+(:func:`fabric_jax.fluid.simulate_fluid`) owns time, queues and feedback delays; a law
+only sees signals.
+
+Units: rates bytes/s, sizes bytes, times seconds; marking values are probabilities per
+packet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["Law", "FlowSignals", "LinkView", "path_mark", "x_over_expm1", "p_over_neglog1p",
+           "register"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowSignals:
+    """What reaches the senders, per flow (each field ``[flows]``).
+
+    Attributes:
+      mark: probability that a packet of the flow was marked on its path,
+        ``1 - prod_l (1 - p_l)`` (ECN CE for DCQCN/NSCC, FECN for IB CC).
+      rtt: round-trip time seen, base RTT plus queueing delay on the path, seconds.
+      base_rtt: the flow's propagation round trip, seconds.
+      util: HPCC in-band telemetry: max over the path of ``q/(C T) + tx/C``.
+      rate: the flow's own offered rate when the feedback was generated, bytes/s.
+      loss: rate at which the flow's bytes were dropped or trimmed, bytes/s (NACKs).
+      rx_share: receiver credit rate, ``0.99 * C_last / n_active_last`` (RCCC), bytes/s.
+      line_rate: the NIC line rate, bytes/s.
+      hops: number of links on the path.
+    """
+
+    mark: Any
+    rtt: Any
+    base_rtt: Any
+    util: Any
+    rate: Any
+    loss: Any
+    rx_share: Any
+    line_rate: Any
+    hops: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkView:
+    """Per-link switch state seen by the marking logic (each field ``[links]``).
+
+    Attributes:
+      queue: egress queue, bytes.
+      capacity: nominal capacity, bytes/s.
+      usable: capacity usable this step after pause / credits, bytes/s.
+      tx_rate: bytes/s transmitted this step.
+      buffer: buffer size, bytes (``inf`` if unbounded).
+      base_rtt: HPCC's ``T`` (max base RTT), seconds (scalar broadcast).
+    """
+
+    queue: Any
+    capacity: Any
+    usable: Any
+    tx_rate: Any
+    buffer: Any
+    base_rtt: Any
+
+
+jax.tree_util.register_dataclass(FlowSignals)
+jax.tree_util.register_dataclass(LinkView)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Law:
+    """A congestion-control law (hashable by identity, so usable as a static argument).
+
+    Attributes:
+      name: short name (``"dcqcn"``, ``"ibcc"``, ...).
+      init: ``(line_rate, params) -> State``; ``State.rate`` is the offered rate.
+      step: ``(state, signals, dt, params, smooth) -> State``.
+      mark: ``(links, params, smooth) -> [links]`` marking probability.
+      default_params: ``(**kwargs) -> Params``.
+    """
+
+    name: str
+    init: Callable
+    step: Callable
+    mark: Callable
+    default_params: Callable
+
+    def __repr__(self) -> str:
+        return f"Law({self.name!r})"
+
+
+_REGISTRY: dict[str, Law] = {}
+
+
+def register(law: Law) -> Law:
+    _REGISTRY[law.name] = law
+    return law
+
+
+def get(law) -> Law:
+    """Returns a :class:`Law` given one or its name."""
+    if isinstance(law, Law):
+        return law
+    if isinstance(law, str) and law in _REGISTRY:
+        return _REGISTRY[law]
+    raise ValueError(f"law must be a fabric_jax.cc Law or one of {sorted(_REGISTRY)}; "
+                     f"got {law!r}")
+
+
+# --------------------------------------------------------------- numerics helpers
+_SMALL = 1e-6
+
+
+def x_over_expm1(x):
+    """``x / (exp(x) - 1)`` for ``x >= 0`` with the limit 1 at 0 (NaN-free gradients)."""
+    small = x < _SMALL
+    safe = jnp.where(small, 1.0, x)
+    # x e^-x / (1 - e^-x): no overflow (nor inf/inf gradients) for large x.
+    return jnp.where(small, 1.0 - 0.5 * x, safe * jnp.exp(-safe) / -jnp.expm1(-safe))
+
+
+def p_over_neglog1p(p):
+    """``p / (-log(1 - p))`` for ``p in [0, 1)`` with the limit 1 at 0."""
+    small = p < _SMALL
+    safe = jnp.where(small, 0.5, p)
+    return jnp.where(small, 1.0 - 0.5 * p, safe / (-jnp.log1p(-safe)))
+
+
+def path_mark(link_mark_per_hop, hop_mask):
+    """``1 - prod_h (1 - p_h)`` over the valid hops of ``[flows, hops]`` probabilities."""
+    p = jnp.clip(link_mark_per_hop, 0.0, 1.0 - 1e-7)
+    return -jnp.expm1(jnp.sum(jnp.where(hop_mask, jnp.log1p(-p), 0.0), axis=-1))

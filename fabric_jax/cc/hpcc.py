@@ -1,0 +1,92 @@
+"""HPCC (Li et al., SIGCOMM 2019) as a fluid law.
+
+Every hop reports in-band telemetry; the sender computes the hop utilisation
+``u_j = q_j/(B_j T) + tx_j/B_j`` and ``U = max_j u_j`` (the fluid loop provides it as
+``FlowSignals.util``, with ``T`` the largest base RTT, [HPCC-NS3] ``GLOBAL_T 1``),
+smooths it (``U <- U (T - tau)/T + u tau/T``), and once per RTT sets
+
+    R <- R / (U / eta) + R_AI          ([HPCC-NS3] ``UpdateRateHp`` with MI_THRESH 0)
+
+clipped to ``[min_rate, line_rate]``, where ``R`` on the right is the *reference*
+rate ``R_c`` committed once per RTT.  Fluid form: ``dU/dt = (u~ - U)/T``,
+``R = R_c eta / U + R_AI`` and ``d log R_c/dt = log(R / R_c)/T`` (the committed
+reference is multiplied by ``R/R_c`` once per RTT).  For ``N`` flows on one link of capacity ``C``
+without a standing queue the equilibrium utilisation is ``eta + N R_AI / C`` (set
+``dR/dt = 0`` with ``U = N R / C``).  Defaults [HPCC-NS3] ``run.py``: ``eta`` 0.95,
+``R_AI`` = 10 bw/25 Mb/s (40 Mb/s at 100 Gb/s), min rate 100 Mb/s.  HPCC reads no ECN.
+Departures: one reference-rate update per RTT is smoothed into a rate; no
+per-ACK "fast react".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from .base import Law, register
+
+__all__ = ["HPCCParams", "HPCCState", "HPCC", "hpcc_params"]
+
+
+@dataclasses.dataclass(frozen=True)
+class HPCCParams:
+    """Attributes: eta (target utilisation), r_ai (bytes/s), min_rate (bytes/s)."""
+
+    eta: Any
+    r_ai: Any
+    min_rate: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class HPCCState:
+    """Attributes: ``rate``, ``ref`` (reference rate R_c), ``util`` (smoothed U),
+    ``line_rate``, each ``[flows]``."""
+
+    rate: Any
+    ref: Any
+    util: Any
+    line_rate: Any
+
+
+jax.tree_util.register_dataclass(HPCCParams)
+jax.tree_util.register_dataclass(HPCCState)
+
+
+def hpcc_params(*, link_gbps: float = 100.0, **overrides) -> HPCCParams:
+    """[HPCC-NS3] defaults scaled to ``link_gbps``; fields may be overridden."""
+    p = dict(eta=0.95, r_ai=10 * link_gbps / 25 * 1e6 / 8, min_rate=100e6 / 8)
+    unknown = set(overrides) - set(p)
+    if unknown:
+        raise ValueError(f"unknown HPCC parameter(s) {sorted(unknown)}; valid: {sorted(p)}")
+    p.update(overrides)
+    dt = jnp.result_type(float)
+    return HPCCParams(**{k: jnp.asarray(v, dt) for k, v in p.items()})
+
+
+def _init(line_rate, params):
+    line = jnp.asarray(line_rate)
+    return HPCCState(rate=line, ref=line, util=jnp.zeros_like(line), line_rate=line)
+
+
+def _step(state, signals, dt, params, smooth):
+    t = signals.base_rtt
+    k = jnp.minimum(dt / t, 1.0)
+    util = state.util + k * (signals.util - state.util)
+    u_safe = jnp.maximum(util, 1e-3)
+    lo = jnp.minimum(params.min_rate, state.line_rate)
+    # Per-ACK rate from the reference rate (no compounding within an RTT) ...
+    rate = jnp.clip(state.ref * params.eta / u_safe + params.r_ai, lo, state.line_rate)
+    # ... and the reference becomes the rate once per RTT: geometric interpolation, so
+    # that over one RTT R_c is multiplied by R/R_c (= eta/U), as in the per-RTT update.
+    ref = state.ref * jnp.exp(k * jnp.log(rate / state.ref))
+    return HPCCState(rate=rate, ref=ref, util=util, line_rate=state.line_rate)
+
+
+def _mark(links, params, smooth):
+    return jnp.zeros_like(links.queue)
+
+
+HPCC = register(Law("hpcc", _init, _step, _mark, hpcc_params))

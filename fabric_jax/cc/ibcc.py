@@ -1,0 +1,134 @@
+"""InfiniBand congestion control (IBTA vol. 1 annex A10) as a fluid law.
+
+Mechanism ([OPENSM], [MLNX-CCMGR], Linux ``hfi1`` ``process_becn``/``set_link_ipg``;
+``congestion-control.md`` sec. 2):
+
+* switch: a port whose queue exceeds a threshold marks FECN on eligible packets, on
+  average one in ``1 + marking_rate``; with ``victim_mask`` a port that is *blocked*
+  (out of credits / paused) marks as well;
+* receiver: returns a BECN for every FECN;
+* sender: each BECN raises the congestion-control table index by ``ccti_increase``
+  (up to ``ccti_limit``); every ``ccti_timer`` it drops by one (not below ``ccti_min``);
+  the rate is ``line_rate / (1 + IPD(CCTI))`` with the inter-packet delay ``IPD`` (in
+  packet times) read from the CC table.
+
+Fluid form (``congestion-control.md`` sec. 2.3): with ``m`` the path FECN probability
+and ``R~`` the flow's rate one feedback delay ago,
+
+    dCCTI/dt = ccti_increase * (R~/S) * m  -  1[CCTI > ccti_min] / ccti_timer,
+
+CCTI continuous and the table interpolated linearly between integer indices.  At
+equilibrium the marking rate equals ``S / (r * ccti_increase * ccti_timer)``.
+
+Defaults and their sources: the CC table is the LLNL/Simula ``simula_llnl`` table
+(128 entries, shift 3, multiplier ``floor((7 i^2/106^2)/0.408)``: IPD from 0 to 3
+packet times, i.e. down to 25 % of line rate) [OPENSM]; ``ccti_increase`` 1 [MLNX-CCMGR,
+OPENSM]; ``victim_mask`` on (LLNL sets every port); ``marking_rate`` 3 and
+``ccti_timer`` 30 us from the OMNeT++ IB CC example configurations [IBMODEL]; 2 KB
+packets (IB MTU).  The annex's Threshold (0-15) to buffer-level mapping is not public,
+so the threshold is given directly in bytes (default 16 KB, about 8 packets) --- an
+assumption of this model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import smooth as sm
+from ..units import KB, US
+from .base import Law, register
+
+__all__ = ["IBCCParams", "IBCCState", "IBCC", "ibcc_params", "llnl_cct"]
+
+
+def llnl_cct(n: int = 128) -> np.ndarray:
+    """LLNL/Simula CC table: inter-packet delay (packet times) of each index."""
+    i = np.arange(n)
+    mult = np.floor((7.0 * i**2 / 106.0**2) / 0.408)
+    return mult * 2.0**-3
+
+
+@dataclasses.dataclass(frozen=True)
+class IBCCParams:
+    """Attributes (leaves): threshold (bytes), marking_rate, victim_mask (0/1),
+    ccti_increase, ccti_timer (s), ccti_min, ccti_limit, cct (``[entries]`` IPD in
+    packet times), packet (bytes)."""
+
+    threshold: Any
+    marking_rate: Any
+    victim_mask: Any
+    ccti_increase: Any
+    ccti_timer: Any
+    ccti_min: Any
+    ccti_limit: Any
+    cct: Any
+    packet: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class IBCCState:
+    """Attributes: ``rate``, ``ccti``, ``line_rate``, each ``[flows]``."""
+
+    rate: Any
+    ccti: Any
+    line_rate: Any
+
+
+jax.tree_util.register_dataclass(IBCCParams)
+jax.tree_util.register_dataclass(IBCCState)
+
+
+def ibcc_params(**overrides) -> IBCCParams:
+    """Default IB CC parameters (see the module docstring); fields may be overridden."""
+    cct = llnl_cct()
+    p = dict(threshold=16 * KB, marking_rate=3.0, victim_mask=1.0, ccti_increase=1.0,
+             ccti_timer=30 * US, ccti_min=0.0, ccti_limit=float(cct.size - 1), cct=cct,
+             packet=2 * KB)
+    unknown = set(overrides) - set(p)
+    if unknown:
+        raise ValueError(f"unknown IB CC parameter(s) {sorted(unknown)}; valid: {sorted(p)}")
+    p.update(overrides)
+    if not isinstance(p["cct"], jax.core.Tracer):
+        c = np.asarray(p["cct"], float)
+        if c.ndim != 1 or c.size < 2 or np.any(c < 0):
+            raise ValueError("cct must be a 1-D array of >= 2 non-negative inter-packet delays")
+        if float(np.asarray(p["ccti_limit"])) > c.size - 1:
+            raise ValueError(f"ccti_limit must be <= len(cct) - 1 = {c.size - 1}")
+    dt = jnp.result_type(float)
+    return IBCCParams(**{k: jnp.asarray(v, dt) for k, v in p.items()})
+
+
+def _rate(ccti, line, params):
+    ipd = jnp.interp(ccti, jnp.arange(params.cct.shape[0], dtype=ccti.dtype), params.cct)
+    return line / (1.0 + ipd)
+
+
+def _init(line_rate, params):
+    line = jnp.asarray(line_rate)
+    ccti = jnp.broadcast_to(params.ccti_min, line.shape).astype(line.dtype)
+    return IBCCState(rate=_rate(ccti, line, params), ccti=ccti, line_rate=line)
+
+
+def _step(state, signals, dt, params, smooth):
+    becn = signals.rate / params.packet * signals.mark
+    above = sm.step(state.ccti - params.ccti_min, smooth)
+    dc = params.ccti_increase * becn - above / params.ccti_timer
+    ccti = jnp.clip(state.ccti + dt * dc, params.ccti_min, params.ccti_limit)
+    return IBCCState(rate=_rate(ccti, state.line_rate, params), ccti=ccti,
+                     line_rate=state.line_rate)
+
+
+def _mark(links, params, smooth):
+    root = sm.step((links.queue - params.threshold) / params.threshold, smooth)
+    pos = links.capacity > 0
+    starved = jnp.where(pos, 1.0 - links.usable / jnp.where(pos, links.capacity, 1.0), 0.0)
+    victim = params.victim_mask * sm.step(starved - 0.05, smooth)
+    return jnp.maximum(root, victim) / (1.0 + params.marking_rate)
+
+
+IBCC = register(Law("ibcc", _init, _step, _mark, ibcc_params))

@@ -1,0 +1,235 @@
+"""Conformance suite every congestion-control law must pass, plus law-specific checks.
+
+Scenario for the conformance runs: 4 flows, each on its own 40 Gb/s NIC link, share
+one 40 Gb/s bottleneck (hop order: NIC link, bottleneck); 8 us base RTT, dt = 1 us.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fabric_jax import smooth as sm
+from fabric_jax.cc import LAWS, FlowSignals, dcqcn, dcqcn_params, hpcc_params, swift_params
+from fabric_jax.fluid import simulate_fluid
+from fabric_jax.incidence import Incidence
+from fabric_jax.units import US, gbps
+
+C40 = gbps(40.0)
+N = 4
+RTT = 8 * US
+
+
+def dumbbell(n=N, cap=C40):
+    li = np.stack([1 + np.arange(n), np.zeros(n, int)], axis=1).ravel()
+    fi = np.repeat(np.arange(n), 2)
+    return Incidence.from_coo(li, fi, n_links=n + 1, n_flows=n), np.full(n + 1, cap)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """One 20 ms run per law on the 4-flow dumbbell (shared by the conformance tests).
+
+    20 ms because DCQCN with the paper defaults cuts deeply after the line-rate start
+    and then refills the link at R_AI per timer period (~0.7 Gb/s per ms per flow).
+    """
+    inc, cap = dumbbell()
+    out = {}
+    for name, law in LAWS.items():
+        out[name] = simulate_fluid(inc, cap, np.full(N, 1e12), dt=4e-6, n_steps=5000, law=law,
+                                   base_rtt=np.full(N, RTT), save_every=50)
+    return out
+
+
+def signals(n, mark=0.0, rtt=RTT, util=0.5, rate=C40 / 2, loss=0.0, line=C40):
+    f = lambda v: jnp.full((n,), v)  # noqa: E731
+    return FlowSignals(mark=f(mark), rtt=f(rtt), base_rtt=f(RTT), util=f(util), rate=f(rate),
+                       loss=f(loss), rx_share=f(line), line_rate=f(line), hops=f(2.0))
+
+
+# ------------------------------------------------------------------ conformance
+@pytest.mark.parametrize("name", sorted(LAWS))
+def test_rates_finite_nonnegative_below_line_rate(runs, name):
+    tr = runs[name].trajectory
+    rate = np.asarray(tr.rate)
+    assert np.all(np.isfinite(rate))
+    assert rate.min() >= 0.0
+    assert rate.max() <= C40 * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(LAWS))
+def test_conservation_every_step(runs, name):
+    r = runs[name]
+    # Per step, sent = delivered + d(queued) + dropped.  Float32 sums of queues that
+    # reach ~100 MB for "none" (4 x 40 Gb/s into 40 Gb/s for 20 ms) carry ~8 B of ulp;
+    # 64 B bounds the round-off (the step itself moves up to 40 kB).
+    assert float(r.info.max_residual) < 64.0
+    tot = r.trajectory
+    np.testing.assert_allclose(np.asarray(tot.sent),
+                               np.asarray(tot.delivered + tot.queued + tot.dropped), rtol=2e-4)
+    # (the cumulative counters are float32 sums of 5000 terms: relative drift ~ 1e-4;
+    # tests/test_fluid.py checks the totals exactly in float64)
+
+
+@pytest.mark.parametrize("name", sorted(LAWS))
+def test_bottleneck_fully_used(runs, name):
+    # Every law must keep a single bottleneck busy in steady state: delivered rate over
+    # the last 4 ms >= 90 % of C (ideal = C, since the flows together offer more).
+    tr = runs[name].trajectory
+    thr = np.asarray(tr.throughput)[-20:].sum(axis=1).mean()
+    assert thr >= 0.9 * C40
+
+
+@pytest.mark.parametrize("name", sorted(LAWS))
+def test_reacts_to_congestion(name):
+    # Same state, two feedbacks: congestion (all packets marked, RTT 10x the base,
+    # utilisation 5x, losses) vs none.  After 200 us the congested sender must not send
+    # faster than the uncongested one, and strictly slower for every reactive law.
+    law = LAWS[name]
+    params = law.default_params()
+    state = law.init(jnp.full((2,), C40), params)
+    calm = signals(2, mark=0.0, rtt=RTT, util=0.5)
+    busy = signals(2, mark=1.0, rtt=10 * RTT, util=5.0, loss=C40 / 10)
+
+    def run(sig):
+        def body(s, _):
+            return law.step(s, sig, 1e-6, params, sm.EXACT), None
+        return jax.lax.scan(body, state, None, length=200)[0].rate
+
+    r_calm, r_busy = np.asarray(run(calm)), np.asarray(run(busy))
+    assert np.all(np.isfinite(r_busy)) and np.all(r_busy >= 0)
+    if name == "none":
+        np.testing.assert_array_equal(r_busy, r_calm)
+    else:
+        assert np.all(r_busy < 0.9 * r_calm)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(LAWS))
+def test_smooth_mode_grad_finite(name):
+    # d(delivered bytes)/d(capacity) through 100 steps in the smooth mode is finite.
+    inc, cap = dumbbell(2)
+    law = LAWS[name]
+
+    def f(c):
+        r = simulate_fluid(inc, c, jnp.full((2,), 1e12), dt=1e-6, n_steps=100, law=law,
+                           base_rtt=np.full(2, RTT), smooth=sm.smooth(0.1), line_rate=jnp.full((2,), C40))
+        return jnp.sum(r.delivered) / 1e6
+
+    g = jax.grad(f)(jnp.asarray(cap))
+    assert np.all(np.isfinite(np.asarray(g)))
+
+
+# -------------------------------------------------------------------------- DCQCN
+def test_dcqcn_fixed_point_two_flows():
+    # [ZHU16] fixed point for N = 2 at 40 Gb/s with the paper defaults (solved by
+    # brentq from the paper's equation, independent of the simulator): the fluid run
+    # (tau* = 4 us, 0.15 s, last quarter averaged) must match q*, alpha* within 2 %.
+    inc, cap = dumbbell(2)
+    p = dcqcn_params("paper")
+    r = simulate_fluid(inc, cap, np.full(2, 1e15), dt=2e-6, n_steps=75000, law="dcqcn",
+                       params=p, base_rtt=np.full(2, 4e-6), save_every=250)
+    tr = r.trajectory
+    tail = slice(3 * tr.queue.shape[0] // 4, None)
+    fp = dcqcn.fixed_point(2, C40, p)
+    q = float(np.asarray(tr.queue)[tail, 0].mean())
+    alpha = float(np.asarray(tr.law_state.alpha)[tail].mean())
+    assert abs(q - fp["queue"]) / fp["queue"] < 0.02
+    assert abs(alpha - fp["alpha"]) / fp["alpha"] < 0.02
+    # Sanity of the fixed point itself: small-p approximation of [ZHU16],
+    # p* ~ cbrt(R_AI N^2 / (tau' C^2) (1/B + N/(T C))^2) in packet units.
+    S = 1000.0
+    c_pk, rai = C40 / S, float(p.r_ai) / S
+    p_approx = (rai * 4 / (55e-6 * c_pk**2) * (S / 10e6 + 2 / (55e-6 * c_pk)) ** 2) ** (1 / 3)
+    assert abs(fp["p"] - p_approx) / p_approx < 0.2
+
+
+@pytest.mark.slow
+def test_dcqcn_two_flows_converge_to_equal_share():
+    # Flow 1 starts 2 ms after flow 0 (which has the link to itself); after 40 ms both
+    # must carry C/2 within 5 % (the fixed point is symmetric, [ZHU16] sec. 5).
+    inc, cap = dumbbell(2)
+    r = simulate_fluid(inc, cap, np.full(2, 1e15), arrival=np.array([0.0, 2e-3]), dt=2e-6,
+                       n_steps=25000, law="dcqcn", params=dcqcn_params("paper"),
+                       base_rtt=np.full(2, 4e-6), save_every=250)
+    thr = np.asarray(r.trajectory.throughput)[-20:].mean(axis=0)
+    np.testing.assert_allclose(thr, C40 / 2, rtol=0.05)
+
+
+def test_dcqcn_repeated_cuts_exact():
+    # With every packet marked (p = 1), g = 0 and alpha = 1, the fluid model reduces to
+    # dR_C/dt = -R_C alpha a/(2 tau) with a = 1 and no increase term (rb = rd = 0 at
+    # p = 1): explicit Euler gives R_C(n) = R_0 (1 - dt/(2 tau))^n exactly; R_T follows
+    # dR_T/dt = -(R_T - R_C)/tau.
+    p = dcqcn_params("paper", g=0.0, min_rate=0.0)
+    with_x64 = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        p = dcqcn_params("paper", g=0.0, min_rate=0.0)
+        law = LAWS["dcqcn"]
+        s = law.init(jnp.full((1,), C40), p)
+        sig = signals(1, mark=1.0, rate=C40)
+        dt, n = 1e-6, 100
+        for _ in range(n):
+            s = law.step(s, sig, dt, p, sm.EXACT)
+        expect = C40 * (1 - dt / (2 * 50e-6)) ** n
+        np.testing.assert_allclose(float(s.rate[0]), expect, rtol=1e-12)
+        assert float(s.alpha[0]) == 1.0
+    finally:
+        jax.config.update("jax_enable_x64", with_x64)
+
+
+@pytest.mark.slow
+def test_dcqcn_incast_queue_in_red_band():
+    # 8-to-1 incast: the [ZHU16] fixed point has K_min < q* < K_max (p* < P_max), so
+    # after the start-up transient the bottleneck queue stays in the RED band.
+    inc, cap = dumbbell(8)
+    p = dcqcn_params("paper")
+    fp = dcqcn.fixed_point(8, C40, p)
+    assert 5e3 < fp["queue"] < 200e3
+    r = simulate_fluid(inc, cap, np.full(8, 1e15), dt=2e-6, n_steps=25000, law="dcqcn",
+                       params=p, base_rtt=np.full(8, 4e-6), save_every=250)
+    q = np.asarray(r.trajectory.queue)[-40:, 0]
+    assert q.min() > 5e3 and q.max() < 200e3
+
+
+def test_dcqcn_named_parameter_sets():
+    hp = dcqcn_params("hpcc_ns3", link_gbps=100)
+    # [HPCC-NS3] run.py: K_min = 100 bw/25 KB = 400 KB, R_AI = 5 bw/25 Mb/s = 20 Mb/s.
+    assert float(hp.k_min) == pytest.approx(400e3)
+    assert float(hp.r_ai) == pytest.approx(20e6 / 8)
+    nv = dcqcn_params("nvidia")
+    assert float(nv.g) == pytest.approx(5 / 1024)  # DCE_TCP_G 1019 -> 1 - 1019/1024
+    with pytest.raises(ValueError, match="variant"):
+        dcqcn_params("bogus")
+    with pytest.raises(ValueError, match="unknown DCQCN"):
+        dcqcn_params("paper", kmin=1.0)
+
+
+# --------------------------------------------------------------------------- HPCC
+def test_hpcc_equilibrium_utilisation():
+    # N flows, one link, no standing queue: U = N R / C and dR/dt = 0 with
+    # R = R eta / U + R_AI give U = eta + N R_AI / C (see fabric_jax.cc.hpcc).
+    inc, cap = dumbbell(N)
+    p = hpcc_params(link_gbps=40)
+    r = simulate_fluid(inc, cap, np.full(N, 1e12), dt=1e-6, n_steps=3000, law="hpcc",
+                       params=p, base_rtt=np.full(N, RTT), save_every=100)
+    util = np.asarray(r.trajectory.throughput)[-10:].sum(axis=1).mean() / C40
+    expect = 0.95 + N * float(p.r_ai) / C40
+    assert util == pytest.approx(expect, rel=2e-3)
+
+
+# -------------------------------------------------------------------------- Swift
+def test_swift_queue_at_delay_target(runs):
+    # Fluid Swift settles on d = target = base_target + hops * per_hop
+    # = 20 + 2 * 20/6.55 us; the queueing delay is target - base RTT (8 us), so the
+    # bottleneck queue is C * (target - 8 us).
+    p = swift_params()
+    target = float(p.base_target) + 2 * float(p.per_hop)
+    expect = C40 * (target - RTT)
+    q = np.asarray(runs["swift"].trajectory.queue)[-10:, 0].mean()
+    assert q == pytest.approx(expect, rel=0.05)
