@@ -7,10 +7,13 @@ optimisation, with a thin CLI on top.
 Units everywhere: bytes, seconds, bytes per second (see :mod:`fabric_jax.units`).
 """
 
-from . import metrics, units, workloads
+from . import cc, flowcontrol, metrics, smooth, units, workloads
 from .fairness import MaxMinInfo, MaxMinResult, max_min_fair
+from .flowcontrol import FlowControl
+from .fluid import FluidInfo, FluidResult, FluidTrajectory, simulate_fluid
 from .incidence import Incidence
 from .paths import PathSet, shortest_paths
+from .smooth import Smoothing
 from .topology import Topology, fat_tree, from_edges, leaf_spine, rail_optimized
 from .sim import (FlowSimResult, simulate_flows, simulate_flows_batched,
                   simulate_flows_fixed_step)
@@ -18,7 +21,16 @@ from .sim import (FlowSimResult, simulate_flows, simulate_flows_batched,
 __version__ = "0.1.0"
 
 __all__ = [
+    "FlowControl",
     "FlowSimResult",
+    "FluidInfo",
+    "FluidResult",
+    "FluidTrajectory",
+    "Smoothing",
+    "cc",
+    "flowcontrol",
+    "simulate_fluid",
+    "smooth",
     "Incidence",
     "MaxMinInfo",
     "MaxMinResult",
