@@ -500,3 +500,16 @@ def test_bad_input_raises_naming_argument(simulate, case, argument):
         kw["deps"] = np.array([[-1], [1], [-1]])
     with pytest.raises(ValueError, match=argument):
         simulate(A, cap, arr, size, **kw)
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_small_active_table_overflows_and_retries(x64, seed):
+    """The active-flow slot table starts at ``max_active`` slots and doubles on
+    overflow: a table of one slot must give exactly the same run as the default."""
+    fj = _fj()
+    rng = np.random.default_rng(seed)
+    A, cap, arr, size, kw = random_instance(rng)
+    full = fj.simulate_flows(A, cap, arr, size, **kw)
+    tiny = fj.simulate_flows(A, cap, arr, size, max_active=1, **kw)
+    np.testing.assert_array_equal(np.asarray(tiny.finish), np.asarray(full.finish))
+    np.testing.assert_array_equal(np.asarray(tiny.start), np.asarray(full.start))
