@@ -7,12 +7,15 @@ optimisation, with a thin CLI on top.
 Units everywhere: bytes, seconds, bytes per second (see :mod:`fabric_jax.units`).
 """
 
-from . import cc, flowcontrol, metrics, smooth, units, workloads
+from . import cc, fabrics, flowcontrol, metrics, routing, smooth, units, workloads
+from .compare import Scenario, default_scenario, load_scenario, run_compare
+from .fabrics import PRESETS, Fabric, get_fabric, infiniband, roce, spectrum_x, uec
 from .fairness import MaxMinInfo, MaxMinResult, max_min_fair
 from .flowcontrol import FlowControl
 from .fluid import FluidInfo, FluidResult, FluidTrajectory, simulate_fluid
 from .incidence import Incidence
 from .paths import PathSet, shortest_paths
+from .routing import POLICIES, Routing, make_routing
 from .smooth import Smoothing
 from .topology import Topology, fat_tree, from_edges, leaf_spine, rail_optimized
 from .sim import (FlowSimResult, simulate_flows, simulate_flows_batched,
@@ -21,6 +24,22 @@ from .sim import (FlowSimResult, simulate_flows, simulate_flows_batched,
 __version__ = "0.1.0"
 
 __all__ = [
+    "Fabric",
+    "PRESETS",
+    "POLICIES",
+    "Routing",
+    "Scenario",
+    "default_scenario",
+    "fabrics",
+    "get_fabric",
+    "infiniband",
+    "load_scenario",
+    "make_routing",
+    "roce",
+    "routing",
+    "run_compare",
+    "spectrum_x",
+    "uec",
     "FlowControl",
     "FlowSimResult",
     "FluidInfo",

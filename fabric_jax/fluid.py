@@ -52,6 +52,16 @@ run is jit-compiled once per shape and is reverse-mode differentiable when the r
 solver runs a fixed number of iterations (``solver_iterations``; the default in the
 smooth mode).  Use ``smooth=fabric_jax.smooth.smooth(T)`` for finite gradients through
 marking and pause thresholds.
+
+Dynamic routing (``routing=``, :mod:`fabric_jax.routing`).  With a
+:class:`fabric_jax.routing.Routing` each flow keeps all its candidate paths
+(``[flows, paths, hops]``); its hop table is laid out path by path and queued bytes
+advance along their own path (not through the other candidates).  At the start of each
+step the policy sees the link state (:class:`fabric_jax.routing.RoutingView`) and sets
+the flow's split over its paths; the incidence weights of the step are that split.  The
+excess of a flow waits at the first overloaded hop of each of its overloaded paths (in
+proportion to the split); marks, RTT and utilisation signals are split-weighted means
+over paths.  Without ``routing`` the behaviour is unchanged.
 """
 
 from __future__ import annotations
@@ -139,6 +149,7 @@ class FluidResult:
       law_state: final congestion-control state.
       trajectory: :class:`FluidTrajectory` or ``None``.
       info: :class:`FluidInfo`.
+      routing_state: final routing-policy state (``routing=`` runs), else ``None``.
     """
 
     start: Any
@@ -152,6 +163,7 @@ class FluidResult:
     law_state: Any
     trajectory: Any
     info: FluidInfo
+    routing_state: Any = None
 
 
 for _cls in (FluidInfo, FluidTrajectory, FluidResult):
@@ -192,7 +204,7 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    arrival=None, deps=None, delay=None, latency=None, line_rate=None,
                    base_rtt=None, flow_control="none", fc_params=None, buffer=None,
                    smooth=None, save_every: int | None = None,
-                   solver_iterations: int | None = None) -> FluidResult:
+                   solver_iterations: int | None = None, routing=None) -> FluidResult:
     """Fluid simulation of flows under congestion control and link-level flow control.
 
     Args:
@@ -223,6 +235,9 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
       solver_iterations: fixed iteration count of the per-step max-min solve (needed
         for reverse-mode gradients; default: exact while-loop, or ``flows + 1`` in the
         smooth mode).
+      routing: a :class:`fabric_jax.routing.Routing` (policy, its params and initial
+        state over a ``[flows, paths, hops]`` path table): dynamic per-step splits.
+        ``None`` (default): the static routing of ``incidence``.
 
     Returns:
       :class:`FluidResult`.
@@ -257,10 +272,26 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                                           latency, None)
     n_links, n_flows = inc.n_links, inc.n_flows
     fdt = capacity.dtype
-    entry = _hop_table(inc)
-    exists = entry >= 0
-    link_tab = np.where(exists, np.asarray(inc.link_idx)[np.maximum(entry, 0)], n_links)
-    w_tab = jnp.where(jnp.asarray(exists), jnp.asarray(inc.weight, fdt)[np.maximum(entry, 0)], 0.0)
+    if routing is None:
+        entry = _hop_table(inc)
+        exists = entry >= 0
+        link_tab = np.where(exists, np.asarray(inc.link_idx)[np.maximum(entry, 0)], n_links)
+        w_tab = jnp.where(jnp.asarray(exists), jnp.asarray(inc.weight, fdt)[np.maximum(entry, 0)],
+                          0.0)
+        seg, policy, rparams, rstate0 = link_tab.shape[1], None, None, None
+    else:
+        rlinks = np.asarray(routing.links)
+        rhop = np.asarray(routing.hop_mask, bool) & (rlinks >= 0)
+        if rlinks.ndim != 3 or rlinks.shape[0] != n_flows:
+            raise ValueError(f"routing.links must be [flows, paths, hops] with flows = "
+                             f"{n_flows}; got shape {rlinks.shape}")
+        if rlinks.size and rlinks.max() >= n_links:
+            raise ValueError(f"routing.links uses link {int(rlinks.max())} but capacity has "
+                             f"{n_links} links")
+        seg = max(rlinks.shape[2], 1)
+        link_tab = np.where(rhop, rlinks, n_links).reshape(n_flows, -1)
+        w_tab = jnp.asarray(rhop.reshape(n_flows, -1), fdt)
+        policy, rparams, rstate0 = routing.policy, routing.params, routing.state
 
     _check_positive_array("line_rate", line_rate, (n_flows,))
     _check_positive_array("base_rtt", base_rtt, (n_flows,))
@@ -294,9 +325,9 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
     if solver_iterations is None and smooth.enabled:
         solver_iterations = n_flows + 1
     res = _run(law, flow_control, n_outer, inner, ring_len, solver_iterations, keep_traj,
-               jnp.asarray(link_tab, jnp.int32), w_tab, capacity, deps, flows, line_rate,
-               jnp.asarray(base_rtt, fdt), jnp.asarray(fb_steps), params, fc_params,
-               smooth, jnp.asarray(dt, fdt))
+               int(seg), policy, jnp.asarray(link_tab, jnp.int32), w_tab, capacity, deps,
+               flows, line_rate, jnp.asarray(base_rtt, fdt), jnp.asarray(fb_steps), params,
+               fc_params, smooth, jnp.asarray(dt, fdt), rparams, rstate0)
     return res
 
 
@@ -310,24 +341,40 @@ def _ext(a, fill=0.0):
     return jnp.concatenate([a, jnp.full((1,), fill, a.dtype)])
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6))
-def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, link_tab, w_tab,
-         capacity, deps, flows, line_rate, base_rtt, fb_steps, params, fcp, smooth, dt):
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6, 7, 8))
+def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, seg, policy,
+         link_tab, w_tab, capacity, deps, flows, line_rate, base_rtt, fb_steps, params, fcp,
+         smooth, dt, rparams, rstate0):
     n_flows, n_hops = link_tab.shape
+    n_seg = n_hops // seg  # paths per flow (1 without dynamic routing)
     n_links = capacity.shape[0]
     fdt = capacity.dtype
     arrival, size, delay, latency = (flows["arrival"], flows["size"], flows["delay"],
                                      flows["latency"])
+
+    def per_path(a):  # [flows, hops] -> [flows, paths, hops of a path]
+        return a.reshape(n_flows, n_seg, seg)
+
+    def shift_in(a, fill):  # value of the previous hop of the same path
+        a3 = per_path(a)
+        pad = jnp.full((n_flows, n_seg, 1), fill, a.dtype)
+        return jnp.concatenate([pad, a3[:, :, :-1]], axis=2).reshape(n_flows, n_hops)
+
+    def shift_out(a, fill):  # value of the next hop of the same path
+        a3 = per_path(a)
+        pad = jnp.full((n_flows, n_seg, 1), fill, a.dtype)
+        return jnp.concatenate([a3[:, :, 1:], pad], axis=2).reshape(n_flows, n_hops)
+
     valid = (link_tab < n_links) & (w_tab != 0)
     link_tab = jnp.where(valid, link_tab, n_links)
-    prev_tab = jnp.concatenate(
-        [jnp.full((n_flows, 1), n_links, link_tab.dtype), link_tab[:, :-1]], axis=1)
+    prev_tab = shift_in(link_tab, n_links)
     prev_tab = jnp.where(valid, prev_tab, n_links)
-    nxt_valid = jnp.concatenate([valid[:, 1:], jnp.zeros((n_flows, 1), bool)], axis=1)
+    nxt_valid = shift_out(valid, False)
     last = valid & ~nxt_valid
     last_link = jnp.max(jnp.where(last, link_tab, -1), axis=1)
     last_link = jnp.where(last_link < 0, n_links, last_link)
-    hops = jnp.sum(valid, axis=1).astype(fdt)
+    path_valid = jnp.any(per_path(valid), axis=2)
+    hops = (jnp.sum(valid, axis=1) / jnp.maximum(jnp.sum(path_valid, axis=1), 1)).astype(fdt)
     inc = Incidence(jnp.where(valid, link_tab, 0).ravel().astype(jnp.int32),
                     jnp.repeat(jnp.arange(n_flows, dtype=jnp.int32), n_hops),
                     jnp.where(valid, w_tab, 0.0).ravel(), n_links, n_flows)
@@ -360,6 +407,18 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, link_t
         start = jnp.where(jnp.isfinite(c["start"]), c["start"], rel)
         started = start < t + dt
         active = started & ~c["done"]
+        # 0. routing: the policy sets this step's split over each flow's paths
+        if policy is None:
+            split = jnp.ones((n_flows, 1), fdt)
+            inc_k = inc
+        else:
+            q0 = _seg(c["x"], link_tab, n_links)[:n_links]
+            rview = policy.view(queue=q0, capacity=capacity, load=c["load"],
+                                mark=c["mark_l"], flow_rate=c["rate"], active=active, t=t)
+            rstate = policy.step(c["route"], rview, dt, rparams)
+            split = rstate.split.astype(fdt)
+            w_dyn = jnp.where(valid, jnp.repeat(split, seg, axis=1), 0.0)
+            inc_k = inc.with_weight(w_dyn.ravel())
         # 1. senders, with feedback one base RTT old
         idx = (k - fb_steps) % ring_len
         lidx = (k - loss_lag) % ring_len
@@ -386,16 +445,22 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, link_t
         drain = x * _ext(frac)[link_tab]
         fresh = jnp.maximum(usable - serve / dt, 0.0)
         # 4. fresh traffic: max-min of the offered rates
-        sol = solve(inc, fresh, offered, iterations=solver_iterations)
+        sol = solve(inc_k, fresh, offered, iterations=solver_iterations)
         alloc = jnp.minimum(sol.rates, offered)
-        # 5. excess waits at the first overloaded hop
+        # 5. excess waits at the first overloaded hop (of each overloaded path)
         excess = (offered - alloc) * dt
-        load_o = inc.link_load(offered)
+        load_o = inc_k.link_load(offered)
         over = load_o > fresh * (1.0 + 1e-6)
-        over_e = _ext(over, False)[link_tab] & valid
-        first = jnp.argmax(over_e, axis=1)
-        place = jnp.where(jnp.arange(n_hops)[None, :] == first[:, None], excess[:, None], 0.0)
-        inflow = jnp.concatenate([jnp.zeros((n_flows, 1), fdt), drain[:, :-1]], axis=1)
+        over_e = per_path(_ext(over, False)[link_tab] & valid)
+        first = jnp.argmax(over_e, axis=2)
+        has_over = jnp.any(over_e, axis=2) & (split > 0)
+        share = jnp.where(has_over, split, 0.0)
+        tot = jnp.sum(share, axis=1, keepdims=True)
+        share = jnp.where(tot > 0, share / jnp.where(tot > 0, tot, 1.0), split)
+        at_first = jnp.arange(seg)[None, None, :] == first[:, :, None]
+        place = jnp.where(at_first, (excess[:, None] * share)[:, :, None], 0.0)
+        place = place.reshape(n_flows, n_hops)
+        inflow = shift_in(drain, 0.0)
         inflow = jnp.where(valid, inflow, 0.0)
         deliv_q = jnp.sum(jnp.where(last, drain, 0.0), axis=1)
         arrivals = place + inflow
@@ -428,15 +493,21 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, link_t
         done = c["done"] | completes
         # 7. signals from the new queues
         q_new = _seg(x_new, link_tab, n_links)[:n_links]
-        tx = serve / dt + inc.link_load(alloc)
+        tx = serve / dt + inc_k.link_load(alloc)
         view = ccbase.LinkView(queue=q_new, capacity=capacity, usable=usable, tx_rate=tx,
                                buffer=fcp.buffer, base_rtt=t_hpcc)
         mark_l = law.mark(view, params, smooth)
-        p_path = ccbase.path_mark(_ext(mark_l)[link_tab], valid)
+        valid3 = per_path(valid)
+        p_path = jnp.sum(split * ccbase.path_mark(per_path(_ext(mark_l)[link_tab]), valid3),
+                         axis=1)
         qdel_l = jnp.where(cap_pos, q_new / safe_cap, 0.0)
-        rtt = base_rtt + jnp.sum(jnp.where(valid, _ext(qdel_l)[link_tab], 0.0), axis=1)
+        rtt = base_rtt + jnp.sum(
+            split * jnp.sum(jnp.where(valid3, per_path(_ext(qdel_l)[link_tab]), 0.0), axis=2),
+            axis=1)
         util_l = jnp.where(cap_pos, q_new / (safe_cap * t_hpcc) + tx / safe_cap, 0.0)
-        util = jnp.max(jnp.where(valid, _ext(util_l)[link_tab], 0.0), axis=1)
+        util = jnp.sum(
+            split * jnp.max(jnp.where(valid3, per_path(_ext(util_l)[link_tab]), 0.0), axis=2),
+            axis=1)
         still = active & ~completes
         n_rx = jax.ops.segment_sum(still.astype(fdt), last_link, num_segments=n_links + 1)
         rx_share = 0.99 * _ext(capacity)[last_link] / jnp.maximum(n_rx[last_link], 1.0)
@@ -452,6 +523,8 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, link_t
                    dropped=c["dropped"] + dropped_now, law=law_state, fc=fc_state, ring=ring,
                    max_residual=jnp.maximum(c["max_residual"], residual),
                    max_queue=jnp.maximum(c["max_queue"], q_new))
+        if policy is not None:
+            new.update(route=rstate, load=load_o, mark_l=mark_l, rate=offered)
         snap = dict(t=t + dt, rate=offered, throughput=deliv_now / dt, queue=q_new,
                     usable=usable, mark=p_path, law_state=law_state)
         return new, snap
@@ -462,6 +535,9 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, link_t
                  delivered=jnp.zeros((n_flows,), fdt), dropped=jnp.zeros((n_flows,), fdt),
                  law=law0, fc=fcm.init_state(fc, n_links, fdt), ring=ring0,
                  max_residual=jnp.asarray(0.0, fdt), max_queue=jnp.zeros((n_links,), fdt))
+    if policy is not None:
+        carry.update(route=rstate0, load=jnp.zeros((n_links,), fdt),
+                     mark_l=jnp.zeros((n_links,), fdt), rate=jnp.zeros((n_flows,), fdt))
 
     def chunk(c, j):
         ks = j * inner + jnp.arange(inner, dtype=jnp.int32)
@@ -483,4 +559,5 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, link_t
                        sent=c["sent"], delivered=c["delivered"], dropped=c["dropped"],
                        queued=jnp.sum(c["x"], axis=1),
                        link_queue=_seg(c["x"], link_tab, n_links)[:n_links],
-                       law_state=c["law"], trajectory=trajectory, info=info)
+                       law_state=c["law"], trajectory=trajectory, info=info,
+                       routing_state=c.get("route"))

@@ -1,0 +1,60 @@
+"""Command line: ``fabric-jax compare [--scenario FILE] [--json PATH] [--plots DIR]``.
+
+A thin argparse layer over :mod:`fabric_jax.compare` (and :mod:`fabric_jax.plots`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fabric-jax",
+        description="Flow-level emulator of AI-cluster fabrics (InfiniBand, RoCE, "
+                    "Spectrum-X, Ultra Ethernet) on JAX.")
+    sub = parser.add_subparsers(dest="command")
+    cmp_ = sub.add_parser(
+        "compare", help="run a scenario on every fabric preset and print one table",
+        description="Runs the scenario (default: the built-in 256-GPU rail-optimised "
+                    "scenario) with the infiniband, roce, spectrum_x and uec presets.")
+    cmp_.add_argument("--scenario", metavar="FILE", help="TOML scenario file")
+    cmp_.add_argument("--json", metavar="PATH", help="write results as JSON")
+    cmp_.add_argument("--plots", metavar="DIR", help="write PNG figures into DIR")
+    cmp_.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``fabric-jax`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    from . import compare
+    t0 = time.time()
+    try:
+        scn = compare.load_scenario(args.scenario) if args.scenario else compare.default_scenario()
+    except ValueError as err:
+        print(f"fabric-jax compare: error: {err}", file=sys.stderr)
+        return 2
+    results, details = compare.run_compare(scn, progress=not args.quiet, keep=True)
+    print(compare.format_table(results))
+    if args.json:
+        compare.write_json(results, args.json)
+        print(f"wrote {args.json}")
+    if args.plots:
+        from . import plots
+        for path in plots.compare_figures(results, details, args.plots):
+            print(f"wrote {path}")
+    print(f"({time.time() - t0:.1f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Matplotlib (Agg) figures for the compare study: per-fabric bars, FCT CDFs, queue heat maps.
+
+Units on axes as labelled (us, Gb/s, %); inputs are SI as returned by
+:func:`fabric_jax.compare.run_compare`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+__all__ = ["fabric_bars", "fct_cdfs", "queue_heatmaps", "scaling_curve", "compare_figures"]
+
+
+def fabric_bars(results: dict, path) -> str:
+    """One bar panel per metric of :data:`fabric_jax.compare.METRICS`."""
+    from .compare import METRICS
+    names = list(results)
+    fig, axes = plt.subplots(3, 4, figsize=(16, 10))
+    for ax, (key, label, unit, scale) in zip(axes.ravel(), METRICS):
+        vals = [results[n].get(key) for n in names]
+        vals = [v * scale if v is not None and np.isfinite(v) else 0.0 for v in vals]
+        ax.bar(names, vals, color=["C0", "C1", "C2", "C3"][:len(names)])
+        ax.set_title(f"{label} ({unit})", fontsize=9)
+        ax.tick_params(axis="x", labelsize=8, rotation=20)
+    for ax in axes.ravel()[len(METRICS):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return str(path)
+
+
+def fct_cdfs(slowdowns: dict, path) -> str:
+    """CDF of FCT slowdown per fabric (``{name: [flows] slowdown}``)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, sd in slowdowns.items():
+        x = np.sort(np.asarray(sd, float)[np.isfinite(sd)])
+        if x.size:
+            ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("FCT slowdown (x)")
+    ax.set_ylabel("CDF")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return str(path)
+
+
+def queue_heatmaps(trajs: dict, path) -> str:
+    """Link queue (bytes, log colour) over time per fabric (``{name: FluidTrajectory}``)."""
+    names = list(trajs)
+    fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 4), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        tr = trajs[name]
+        q = np.asarray(tr.queue, float).T
+        t = np.asarray(tr.t, float) * 1e6
+        im = ax.imshow(np.log10(1.0 + q), aspect="auto", origin="lower",
+                       extent=[t[0], t[-1], 0, q.shape[0]], cmap="magma")
+        ax.set_title(name)
+        ax.set_xlabel("time (us)")
+        ax.set_ylabel("link")
+    fig.colorbar(im, ax=axes[0].tolist(), label="log10(1 + queue bytes)")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return str(path)
+
+
+def scaling_curve(scale: dict, path, *, ylabel="p99 collective completion (us)", yscale=1e6) -> str:
+    """``{fabric: (gpu_counts, values)}`` lines on log-x axes."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, (x, y) in scale.items():
+        ax.plot(x, np.asarray(y, float) * yscale, marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return str(path)
+
+
+def compare_figures(results: dict, details: dict, outdir) -> list[str]:
+    """All compare figures into ``outdir`` (created); returns the file paths."""
+    from . import metrics as mx
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [fabric_bars(results, out / "fabric_bars.png")]
+    sds, trajs = {}, {}
+    for name, d in details.items():
+        case, res = d["case"], d["result"]
+        other = np.flatnonzero(case.job_of != 0)
+        fin = np.asarray(res.finish, float)
+        sds[name] = np.asarray(mx.slowdown(fin[other] - case.sim_arrival[other],
+                                           case.workload.size[other], case.line_rate,
+                                           case.latency[other]), float)
+        if res.trajectory is not None:
+            trajs[name] = res.trajectory
+    paths.append(fct_cdfs(sds, out / "fct_cdf.png"))
+    if trajs:
+        paths.append(queue_heatmaps(trajs, out / "queue_heatmap.png"))
+    return paths

@@ -1,0 +1,519 @@
+"""Routing policies: how each flow's rate is split over its candidate paths, per step.
+
+Units: times in seconds, rates and capacities in bytes/s, queues in bytes.
+
+A flow ``f`` has up to ``paths`` equal-cost candidate paths (a
+:class:`~fabric_jax.paths.PathSet` whose pairs are the flows).  A routing policy
+produces ``split [flows, paths]``: the fraction of the flow's rate sent on each path
+(non-negative, zero on padded paths, rows summing to one).  Like the congestion-control
+laws (:mod:`fabric_jax.cc`), a policy is a :class:`Policy` of pure functions:
+
+* ``init(paths, params, seed) -> RoutingState`` (host side: hashes, path tables);
+* ``step(state, view, dt, params) -> RoutingState`` (device side, jit/vmap safe): one
+  control step given the link state :class:`RoutingView`;
+* ``default_params(**overrides)``.
+
+The fluid loop (:func:`fabric_jax.fluid.simulate_fluid` with ``routing=``) calls
+``step`` at the start of every time step; the static split ``state.split`` after
+``init`` can also be fed to :meth:`fabric_jax.Incidence.from_paths` for the
+event-driven simulator.
+
+Policies (:data:`POLICIES`):
+
+``ecmp``
+    Per-flow hashing, hop by hop as switches do it: at hop ``h`` the flow's 5-tuple
+    (src, dst, a random UDP source port -- RoCEv2 entropy --, dst port 4791, UDP) is
+    hashed with the seed of that tier, and the hash modulo the number of distinct next
+    links among the remaining candidates picks one.  A whole flow takes one path, so
+    flows collide (balls into bins).  With the *same* seed on every tier the choices
+    are correlated (hash polarisation: in a 3-tier fat-tree only a fraction of the
+    cores is used); distinct per-tier seeds (the default) decorrelate them.
+``weighted_ecmp``
+    ``split = softmax(logits)`` over the valid paths; ``logits [flows, paths]`` is the
+    learnable parameter (what :mod:`fabric_jax.optimize` trains).
+``spray``
+    UEC packet spraying: even split over all candidate paths.  With ``reps = 1`` a
+    REPS-like variant: an EWMA of each path's ECN marking steers weight away from
+    marked paths, ``split ~ exp(-beta * score)`` (Bonato et al., "REPS: Recycled
+    Entropy Packet Spraying", 2024; the fluid form is ours).
+``flowlet``
+    Flowlet switching (CONGA, Alizadeh et al. SIGCOMM 2014; LetFlow, Vanini et al.
+    NSDI 2017): a flow stays on one path; after it has been idle (offered rate below
+    ``idle_fraction`` of its NIC link) for ``gap`` seconds, it moves to the least
+    loaded path (global utilisation view, as CONGA).  Fluid flows that never pause keep
+    their first (hashed) path: flowlet switching needs gaps.
+``adaptive`` (``ib_ar``, ``spectrum_x_ar``)
+    Per-packet adaptive routing as a fluid split: every ``control_interval`` seconds
+    the split moves a fraction ``gain`` towards ``softmax(-cost / temperature)``, with
+    the path cost ``sum_l (q_l / (C_l tau) + load_l / C_l)`` over the hops the deciding
+    switch can see.  ``visibility = 0`` (local, InfiniBand AR): only the output port
+    where the candidate paths diverge (the leaf uplink); congestion further on (the
+    spine downlink to a hot receiver) is invisible.  ``visibility = 1`` (global,
+    Spectrum-X): every hop of the path (fabric-wide telemetry).  Reordering: Spectrum-X
+    NICs reorder, so per-packet spraying costs nothing; IB AR's reordering cost is not
+    modelled either (documented departure).
+
+Departures, stated: switch decisions are per flow path (the candidate list), not per
+port on each switch; per-packet behaviour is a continuous split; costs use the link
+state at the start of the step (one step of feedback delay), and the routing view has
+no propagation delay beyond ``control_interval``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .paths import PathSet
+
+__all__ = ["Policy", "RoutingState", "RoutingView", "Routing", "POLICIES", "ECMP",
+           "WEIGHTED_ECMP", "SPRAY", "FLOWLET", "IB_AR", "SPECTRUM_X_AR", "get_policy",
+           "make_routing", "ecmp_params", "weighted_ecmp_params", "spray_params",
+           "flowlet_params", "adaptive_params", "ecmp_choice", "path_link_cost"]
+
+_BIG = np.iinfo(np.int64).max
+
+
+@dataclasses.dataclass(frozen=True)
+class RoutingView:
+    """Link state seen by routing (each field ``[links]`` unless noted).
+
+    Attributes:
+      queue: egress queue, bytes.
+      capacity: link capacity, bytes/s.
+      load: offered load in the previous step, bytes/s.
+      mark: marking probability in the previous step (ECN/FECN).
+      flow_rate: ``[flows]`` offered rate in the previous step, bytes/s.
+      active: ``[flows]`` bool, flow started and not finished.
+      t: time, seconds (scalar).
+    """
+
+    queue: Any
+    capacity: Any
+    load: Any
+    mark: Any
+    flow_rate: Any
+    active: Any
+    t: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class RoutingState:
+    """State of a routing policy.
+
+    Attributes:
+      split: ``[flows, paths]`` fraction of each flow's rate on each path.
+      links: ``[flows, paths, hops]`` int32 link ids (-1 padding).
+      hop_mask: ``[flows, paths, hops]`` bool.
+      path_mask: ``[flows, paths]`` bool.
+      aux: policy-specific arrays (dict).
+    """
+
+    split: Any
+    links: Any
+    hop_mask: Any
+    path_mask: Any
+    aux: Any
+
+
+jax.tree_util.register_dataclass(RoutingView)
+jax.tree_util.register_dataclass(RoutingState)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Policy:
+    """A routing policy (hashable by identity: a static argument under jit).
+
+    Attributes:
+      name: short name.
+      init: ``(paths, params, seed) -> RoutingState`` (host side).
+      step: ``(state, view, dt, params) -> RoutingState`` (jit/vmap safe).
+      default_params: ``(**overrides) -> params`` pytree.
+    """
+
+    name: str
+    init: Callable
+    step: Callable
+    default_params: Callable
+
+    @staticmethod
+    def view(**fields) -> RoutingView:
+        return RoutingView(**fields)
+
+    def __repr__(self) -> str:
+        return f"Policy({self.name!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Routing:
+    """A policy bound to its parameters and initial state (``simulate_fluid(routing=)``).
+
+    Attributes:
+      policy: the :class:`Policy` (static).
+      params: its parameter pytree.
+      state: initial :class:`RoutingState`.
+    """
+
+    policy: Policy
+    params: Any
+    state: RoutingState
+
+    @property
+    def links(self):
+        return self.state.links
+
+    @property
+    def hop_mask(self):
+        return self.state.hop_mask
+
+    @property
+    def split(self):
+        return self.state.split
+
+
+# ------------------------------------------------------------------ helpers
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finaliser (a good 64-bit mix, as switch hash functions approximate)."""
+    x = np.asarray(x, np.uint64)
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def _tuple_hash(src, dst, sport, seed):
+    with np.errstate(over="ignore"):
+        k = (np.asarray(src, np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+             ^ np.asarray(dst, np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
+             ^ np.asarray(sport, np.uint64) * np.uint64(0x165667B19E3779F9)
+             ^ np.uint64(4791 * 17))
+        return _mix64(k ^ _mix64(np.uint64(seed) + np.uint64(0x632BE59BD9B4E019)))
+
+
+def _check_paths(paths) -> PathSet:
+    if not isinstance(paths, PathSet):
+        raise ValueError(f"paths must be a fabric_jax.paths.PathSet (one pair per flow); "
+                         f"got {type(paths).__name__}")
+    return paths
+
+
+def _base_state(paths: PathSet, split, aux=None) -> RoutingState:
+    return RoutingState(split=jnp.asarray(split, jnp.zeros(()).dtype),
+                        links=jnp.asarray(paths.links, jnp.int32),
+                        hop_mask=jnp.asarray(paths.hop_mask, bool),
+                        path_mask=jnp.asarray(paths.path_mask, bool), aux=aux or {})
+
+
+def _masked_softmax(logits, mask):
+    z = jnp.where(mask, logits, -jnp.inf)
+    z = z - jnp.max(jnp.where(mask, z, -1e30), axis=-1, keepdims=True)
+    e = jnp.where(mask, jnp.exp(jnp.where(mask, z, 0.0)), 0.0)
+    return e / jnp.maximum(jnp.sum(e, axis=-1, keepdims=True), 1e-30)
+
+
+def path_link_cost(state: RoutingState, per_link, hops_mask=None):
+    """``[flows, paths]`` sum of a ``[links]`` quantity over each path's (selected) hops."""
+    n_links = per_link.shape[0]
+    ext = jnp.concatenate([per_link, jnp.zeros((1,), per_link.dtype)])
+    mask = state.hop_mask if hops_mask is None else hops_mask
+    idx = jnp.where(mask, state.links, n_links)
+    return jnp.sum(jnp.where(mask, ext[idx], 0.0), axis=-1)
+
+
+# ---------------------------------------------------------------------- ECMP
+@dataclasses.dataclass(frozen=True)
+class ECMPParams:
+    """Attributes: tier_seeds ``[tiers]`` int hash seed of each hop tier (hop ``h`` uses
+    ``tier_seeds[h % tiers]``); equal seeds reproduce hash polarisation."""
+
+    tier_seeds: Any
+
+
+def ecmp_params(tier_seeds=(11, 23, 37, 41, 53, 67)) -> ECMPParams:
+    """ECMP parameters (host-side integers)."""
+    s = np.asarray(tier_seeds, np.int64).reshape(-1)
+    if s.size == 0:
+        raise ValueError("tier_seeds must hold at least one integer seed")
+    return ECMPParams(tier_seeds=s)
+
+
+def ecmp_choice(paths: PathSet, tier_seeds, sport) -> np.ndarray:
+    """``[flows]`` index of the path each flow's hash picks, hop by hop (NumPy).
+
+    Args:
+      paths: candidate paths, one pair per flow.
+      tier_seeds: ``[tiers]`` ints.
+      sport: ``[flows]`` UDP source port (entropy) of each flow.
+    """
+    links = np.asarray(paths.links, np.int64)
+    n_flows, n_paths, n_hops = links.shape
+    cand = np.asarray(paths.path_mask, bool).copy()
+    seeds = np.asarray(tier_seeds, np.int64).reshape(-1)
+    for h in range(n_hops):
+        hv = _tuple_hash(paths.src, paths.dst, sport, int(seeds[h % seeds.size]))
+        nl = np.where(cand & paths.hop_mask[:, :, h], links[:, :, h], _BIG)
+        srt = np.sort(nl, axis=1)
+        distinct = (srt < _BIG) & np.concatenate(
+            [np.ones((n_flows, 1), bool), srt[:, 1:] != srt[:, :-1]], axis=1)
+        n_distinct = distinct.sum(axis=1)
+        # rank of each candidate's next link among the distinct next links
+        rank = np.sum(distinct[:, None, :] & (srt[:, None, :] < nl[:, :, None]), axis=2)
+        pick = (hv % np.maximum(n_distinct, 1).astype(np.uint64)).astype(np.int64)
+        keep = cand & ((rank == pick[:, None]) | (n_distinct[:, None] <= 1))
+        cand = np.where(keep.any(axis=1)[:, None], keep, cand)
+    return np.argmax(cand, axis=1)
+
+
+def _ecmp_init(paths, params, seed=0):
+    paths = _check_paths(paths)
+    rng = np.random.default_rng(seed)
+    sport = rng.integers(49152, 65536, size=paths.n_pairs)
+    choice = ecmp_choice(paths, params.tier_seeds, sport)
+    split = np.zeros(paths.path_mask.shape, np.float32)
+    split[np.arange(paths.n_pairs), choice] = 1.0
+    return _base_state(paths, split)
+
+
+def _static_step(state, view, dt, params):
+    return state
+
+
+ECMP = Policy("ecmp", _ecmp_init, _static_step, ecmp_params)
+
+
+# ------------------------------------------------------------- weighted ECMP
+@dataclasses.dataclass(frozen=True)
+class WeightedECMPParams:
+    """Attributes: logits ``[flows, paths]`` (``None`` until bound: zeros = even split)."""
+
+    logits: Any
+
+
+def weighted_ecmp_params(logits=None) -> WeightedECMPParams:
+    return WeightedECMPParams(logits=None if logits is None else jnp.asarray(logits))
+
+
+def _wecmp_init(paths, params, seed=0):
+    paths = _check_paths(paths)
+    logits = (jnp.zeros(paths.path_mask.shape) if params.logits is None
+              else jnp.asarray(params.logits))
+    if logits.shape != paths.path_mask.shape:
+        raise ValueError(f"logits must have shape [flows, paths] = "
+                         f"{paths.path_mask.shape}; got {logits.shape}")
+    return _base_state(paths, _masked_softmax(logits, jnp.asarray(paths.path_mask)))
+
+
+def _wecmp_step(state, view, dt, params):
+    if params.logits is None:
+        return state
+    return dataclasses.replace(state, split=_masked_softmax(params.logits, state.path_mask))
+
+
+WEIGHTED_ECMP = Policy("weighted_ecmp", _wecmp_init, _wecmp_step, weighted_ecmp_params)
+
+
+# ------------------------------------------------------------------- spraying
+@dataclasses.dataclass(frozen=True)
+class SprayParams:
+    """Attributes: reps (0 plain spraying, 1 REPS-like), beta (steering strength per
+    unit of marking score), ewma (gain per second of the marking score)."""
+
+    reps: Any
+    beta: Any
+    ewma: Any
+
+
+def spray_params(*, reps: bool = False, beta: float = 8.0, ewma_per_us: float = 0.2) -> SprayParams:
+    if beta < 0 or ewma_per_us <= 0:
+        raise ValueError("beta must be >= 0 and ewma_per_us > 0")
+    return SprayParams(reps=jnp.asarray(float(reps)), beta=jnp.asarray(float(beta)),
+                       ewma=jnp.asarray(float(ewma_per_us) * 1e6))
+
+
+def _spray_init(paths, params, seed=0):
+    paths = _check_paths(paths)
+    m = np.asarray(paths.path_mask, np.float32)
+    return _base_state(paths, m / m.sum(axis=1, keepdims=True),
+                       aux={"score": jnp.zeros(m.shape)})
+
+
+def _spray_step(state, view, dt, params):
+    n_links = view.mark.shape[0]
+    p = jnp.clip(view.mark, 0.0, 1.0 - 1e-7)
+    ext = jnp.concatenate([jnp.log1p(-p), jnp.zeros((1,), p.dtype)])
+    idx = jnp.where(state.hop_mask, state.links, n_links)
+    pm = -jnp.expm1(jnp.sum(jnp.where(state.hop_mask, ext[idx], 0.0), axis=-1))
+    g = jnp.clip(params.ewma * dt, 0.0, 1.0)
+    score = (1.0 - g) * state.aux["score"] + g * pm
+    split = _masked_softmax(-params.reps * params.beta * score, state.path_mask)
+    return dataclasses.replace(state, split=split, aux={"score": score})
+
+
+SPRAY = Policy("spray", _spray_init, _spray_step, spray_params)
+
+
+# -------------------------------------------------------------------- flowlet
+@dataclasses.dataclass(frozen=True)
+class FlowletParams:
+    """Attributes: gap (idle time that ends a flowlet, s), idle_fraction (rate below
+    this fraction of the NIC link counts as idle)."""
+
+    gap: Any
+    idle_fraction: Any
+
+
+def flowlet_params(*, gap_us: float = 5.0, idle_fraction: float = 0.05) -> FlowletParams:
+    if gap_us <= 0 or not 0 <= idle_fraction < 1:
+        raise ValueError("gap_us must be > 0 and idle_fraction in [0, 1)")
+    return FlowletParams(gap=jnp.asarray(gap_us * 1e-6), idle_fraction=jnp.asarray(idle_fraction))
+
+
+def _flowlet_init(paths, params, seed=0):
+    st = _ecmp_init(paths, ecmp_params(), seed)
+    rng = np.random.default_rng(seed + 1)
+    jitter = rng.uniform(0, 1e-6, size=paths.path_mask.shape)  # tie breaking
+    return dataclasses.replace(st, aux={"idle": jnp.zeros(paths.n_pairs),
+                                        "jitter": jnp.asarray(jitter, st.split.dtype)})
+
+
+def _one_hot(idx, n, dtype):
+    return (jnp.arange(n)[None, :] == idx[:, None]).astype(dtype)
+
+
+def _flowlet_step(state, view, dt, params):
+    n_links = view.capacity.shape[0]
+    first = jnp.where(state.hop_mask[:, 0, 0], state.links[:, 0, 0], n_links)
+    nic = jnp.concatenate([view.capacity, jnp.ones((1,), view.capacity.dtype)])[first]
+    idle_now = view.flow_rate <= params.idle_fraction * nic
+    idle = jnp.where(idle_now, state.aux["idle"] + dt, 0.0)
+    safe = jnp.where(view.capacity > 0, view.capacity, 1.0)
+    util = jnp.where(view.capacity > 0, view.load / safe, 0.0)
+    ext = jnp.concatenate([util, jnp.zeros((1,), util.dtype)])
+    idx = jnp.where(state.hop_mask, state.links, n_links)
+    cost = jnp.max(jnp.where(state.hop_mask, ext[idx], 0.0), axis=-1) + state.aux["jitter"]
+    best = jnp.argmin(jnp.where(state.path_mask, cost, jnp.inf), axis=1)
+    move = (state.aux["idle"] >= params.gap) & view.active & ~idle_now
+    split = jnp.where(move[:, None], _one_hot(best, state.split.shape[1], state.split.dtype),
+                      state.split)
+    return dataclasses.replace(state, split=split, aux=dict(state.aux, idle=idle))
+
+
+FLOWLET = Policy("flowlet", _flowlet_init, _flowlet_step, flowlet_params)
+
+
+# ---------------------------------------------------------- adaptive routing
+@dataclasses.dataclass(frozen=True)
+class AdaptiveParams:
+    """Attributes: control_interval (s), gain (fraction moved per interval),
+    temperature (softmin scale, in cost units), queue_tau (s: a queue of ``C tau``
+    bytes costs as much as a fully loaded link), visibility (0 local, 1 global)."""
+
+    control_interval: Any
+    gain: Any
+    temperature: Any
+    queue_tau: Any
+    visibility: Any
+
+
+def adaptive_params(*, visibility: str = "global", control_interval_us: float = 1.0,
+                    gain: float = 0.5, temperature: float = 0.05,
+                    queue_tau_us: float = 2.0) -> AdaptiveParams:
+    """Adaptive-routing parameters.
+
+    Args:
+      visibility: ``"local"`` (the diverging output port only, InfiniBand AR) or
+        ``"global"`` (every hop, Spectrum-X telemetry).
+      control_interval_us: how often the split is updated, microseconds.
+      gain: fraction of the way to the target split moved per update, ``(0, 1]``.
+      temperature: softmin temperature over path costs (> 0).
+      queue_tau_us: queue normalisation, microseconds.
+    """
+    if visibility not in ("local", "global"):
+        raise ValueError(f"visibility must be 'local' or 'global'; got {visibility!r}")
+    if not (control_interval_us > 0 and 0 < gain <= 1 and temperature > 0 and queue_tau_us > 0):
+        raise ValueError("control_interval_us > 0, 0 < gain <= 1, temperature > 0 and "
+                         "queue_tau_us > 0 are required")
+    return AdaptiveParams(control_interval=jnp.asarray(control_interval_us * 1e-6),
+                          gain=jnp.asarray(gain), temperature=jnp.asarray(temperature),
+                          queue_tau=jnp.asarray(queue_tau_us * 1e-6),
+                          visibility=jnp.asarray(1.0 if visibility == "global" else 0.0))
+
+
+def _local_hops(paths: PathSet) -> np.ndarray:
+    """``[flows, paths, hops]`` True at each path's first hop where candidates diverge."""
+    links = np.asarray(paths.links)
+    ref = links[:, :1, :]
+    differs = np.any((links != ref) & paths.path_mask[:, :, None] & paths.hop_mask, axis=1)
+    has = differs.any(axis=1)
+    first = np.where(has, np.argmax(differs, axis=1), 0)
+    h = np.arange(links.shape[2])
+    return (h[None, None, :] == first[:, None, None]) & paths.hop_mask
+
+
+def _adaptive_init(paths, params, seed=0):
+    paths = _check_paths(paths)
+    m = np.asarray(paths.path_mask, np.float32)
+    st = _base_state(paths, m / m.sum(axis=1, keepdims=True))
+    return dataclasses.replace(st, aux={"clock": jnp.asarray(0.0),
+                                        "local": jnp.asarray(_local_hops(paths))})
+
+
+def _adaptive_step(state, view, dt, params):
+    safe = jnp.where(view.capacity > 0, view.capacity, 1.0)
+    per_link = jnp.where(view.capacity > 0,
+                         view.queue / (safe * params.queue_tau) + view.load / safe, 1e3)
+    local = path_link_cost(state, per_link, state.aux["local"])
+    full = path_link_cost(state, per_link)
+    cost = (1.0 - params.visibility) * local + params.visibility * full
+    target = _masked_softmax(-cost / params.temperature, state.path_mask)
+    clock = state.aux["clock"] + dt
+    fire = clock >= params.control_interval * (1.0 - 1e-6)
+    g = jnp.where(fire, params.gain, 0.0)
+    split = (1.0 - g) * state.split + g * target
+    split = jnp.where(state.path_mask, split, 0.0)
+    split = split / jnp.maximum(jnp.sum(split, axis=1, keepdims=True), 1e-30)
+    clock = jnp.where(fire, 0.0, clock)
+    return dataclasses.replace(state, split=split, aux=dict(state.aux, clock=clock))
+
+
+ADAPTIVE = Policy("adaptive", _adaptive_init, _adaptive_step, adaptive_params)
+IB_AR = Policy("ib_ar", _adaptive_init, _adaptive_step,
+               lambda **kw: adaptive_params(**{"visibility": "local",
+                                               "control_interval_us": 1.0, **kw}))
+SPECTRUM_X_AR = Policy("spectrum_x_ar", _adaptive_init, _adaptive_step,
+                       lambda **kw: adaptive_params(**{"visibility": "global",
+                                                       "control_interval_us": 2.0, **kw}))
+
+for _cls in (ECMPParams, WeightedECMPParams, SprayParams, FlowletParams, AdaptiveParams):
+    jax.tree_util.register_dataclass(_cls)
+
+#: Every policy by name.
+POLICIES = {p.name: p for p in (ECMP, WEIGHTED_ECMP, SPRAY, FLOWLET, ADAPTIVE, IB_AR,
+                                SPECTRUM_X_AR)}
+
+
+def get_policy(policy) -> Policy:
+    """Returns a :class:`Policy` given one or its name."""
+    if isinstance(policy, Policy):
+        return policy
+    if isinstance(policy, str) and policy in POLICIES:
+        return POLICIES[policy]
+    raise ValueError(f"routing policy must be one of {sorted(POLICIES)}; got {policy!r}")
+
+
+def make_routing(policy, paths: PathSet, params=None, *, seed: int = 0) -> Routing:
+    """Binds a policy to a path set: ``simulate_fluid(..., routing=make_routing(...))``.
+
+    Args:
+      policy: a :class:`Policy` or its name (:data:`POLICIES`).
+      paths: candidate paths, one pair per flow.
+      params: the policy's params (default ``policy.default_params()``).
+      seed: seed of hashes / source ports.
+    """
+    policy = get_policy(policy)
+    params = policy.default_params() if params is None else params
+    return Routing(policy, params, policy.init(paths, params, seed))

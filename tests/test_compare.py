@@ -1,0 +1,86 @@
+"""The compare study: CLI end to end on a tiny scenario, JSON keys, scenario errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fabric_jax import cli
+from fabric_jax.compare import METRICS, scenario_from_dict
+
+TINY = """
+[topology]
+kind = "rail_optimized"
+n_servers = 4
+nics_per_server = 2
+servers_per_leaf = 2
+link_gbps = 100
+
+[workload]
+train_servers = 2
+tenant_servers = 2
+ep_servers = 2
+all_reduce_mb = 1.0
+moe_mb = 0.5
+compute_us = 100
+tenant_incast_mb = 0.2
+tenant_fan_in = 1
+background_load = 0.0
+
+[simulation]
+dt_us = 4.0
+n_steps = 100
+max_paths = 4
+isolation = false
+
+[fabrics]
+presets = ["roce", "uec"]
+"""
+
+
+def test_cli_end_to_end(tmp_path, capsys):
+    scn = tmp_path / "tiny.toml"
+    scn.write_text(TINY)
+    out_json = tmp_path / "r.json"
+    rc = cli.main(["compare", "--scenario", str(scn), "--json", str(out_json), "--quiet",
+                   "--plots", str(tmp_path / "plots")])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "roce" in text and "uec" in text and "Effective bandwidth" in text
+    data = json.loads(out_json.read_text())
+    assert sorted(data) == ["roce", "uec"]
+    for name in data:
+        for key, *_ in METRICS:
+            assert key in data[name]
+        # 2 servers x 2 rails: the all-reduce moved 1 MB per rail at 100 Gb/s, so the
+        # effective bandwidth is a fraction in (0, 1] and every flow finished.
+        assert 0 < data[name]["effective_bandwidth"] <= 1.0 + 1e-6
+        assert data[name]["unfinished_flows"] == 0
+        assert 0 < data[name]["gpu_utilization"] < 1
+    assert (tmp_path / "plots" / "fabric_bars.png").stat().st_size > 0
+
+
+def test_no_subcommand_prints_help(capsys):
+    assert cli.main([]) == 0
+    assert "compare" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("data,match", [
+    ({"topology": {"kind": "torus"}}, r"topology\.kind.*rail_optimized"),
+    ({"topology": {"colour": 1}}, r"topology\.colour.*accepted keys"),
+    ({"simulation": {"n_steps": "many"}}, r"simulation\.n_steps"),
+    ({"fabrics": {"presets": ["ethernet"]}}, r"fabrics\.presets.*infiniband"),
+    ({"fabrics": {"roce": {"routing": "magic"}}}, r"fabrics\.roce.*routing policy"),
+    ({"nonsense": {}}, r"nonsense.*accepted sections"),
+])
+def test_bad_scenarios_name_key_and_accepted_values(data, match):
+    with pytest.raises(ValueError, match=match):
+        scenario_from_dict(data)
+
+
+def test_cli_bad_file_is_an_error_not_a_traceback(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[topology]\nkind = "torus"\n')
+    assert cli.main(["compare", "--scenario", str(bad)]) == 2
+    assert "topology.kind" in capsys.readouterr().err
