@@ -62,7 +62,7 @@ def run(n_flows: int, seed: int, oracle: bool) -> dict:
     row = dict(flows=n_flows, events=events, compile_s=max(first - wall, 0.0), wall_s=wall,
                events_per_s=events / wall, stalled=bool(res.stalled))
     if oracle:
-        A = np.asarray(inc.to_scipy().todense())
+        A = inc.to_scipy().tocsc()
         ref_s, ref = time_host(simulate_flows_reference, A, np.asarray(topo.capacity, float),
                                np.asarray(arrival, float), np.asarray(size, float))
         fin = np.asarray(res.finish, float)
