@@ -51,6 +51,10 @@ __all__ = [
     "validate_flows",
 ]
 
+#: Initial number of slots of the event engine's active-flow table.  The cost of an
+#: event grows with it; it doubles (one recompile) when more flows are active at once.
+DEFAULT_MAX_ACTIVE = 256
+
 #: Relative tolerance (in units of the dtype's machine epsilon) within which two
 #: completion times are treated as one event.
 EVENT_EPS_ULPS = 64.0
@@ -256,7 +260,8 @@ def simulate_flows(incidence, capacity, arrival, size, *, deps=None, delay=None,
         ``max_events * flows`` floats).
       max_events: event budget (default ``2 * flows + 2``, always enough: each event
         starts or completes at least one flow).
-      max_active: initial size of the active-flow table (default ``min(flows, 1024)``).
+      max_active: initial size of the active-flow table (default
+        ``min(flows, DEFAULT_MAX_ACTIVE)``; it doubles on overflow).
 
     Returns:
       :class:`FlowSimResult`.
@@ -299,7 +304,7 @@ def _run_events(inc, capacity, deps, flows, max_events, max_active, record, batc
     if max_events is None:
         max_events = 2 * n + 2
     if max_active is None:
-        max_active = min(n, 1024)
+        max_active = min(n, DEFAULT_MAX_ACTIVE)
     if not isinstance(max_active, (int, np.integer)) or max_active < 1 and n > 0:
         raise ValueError(f"max_active must be a positive integer; got {max_active!r}")
     rows = flow_rows(inc)
