@@ -349,7 +349,8 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
         new = (start <= t) & ~done & ~slotted
         free_pos = jnp.nonzero(slot_flow < 0, size=width, fill_value=width)[0]
         rank = jnp.cumsum(new) - 1
-        slot_new = jnp.where(new, free_pos[jnp.clip(rank, 0, width - 1)], width)
+        slot_new = jnp.where(new & (rank < width), free_pos[jnp.clip(rank, 0, width - 1)],
+                             width)
         overflow = c["overflow"] | jnp.any(new & (slot_new >= width))
         slot_flow = slot_flow.at[slot_new].set(flow_ids, mode="drop")
         slotted = slotted | (new & (slot_new < width))

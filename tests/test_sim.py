@@ -513,3 +513,18 @@ def test_small_active_table_overflows_and_retries(x64, seed):
     tiny = fj.simulate_flows(A, cap, arr, size, max_active=1, **kw)
     np.testing.assert_array_equal(np.asarray(tiny.finish), np.asarray(full.finish))
     np.testing.assert_array_equal(np.asarray(tiny.start), np.asarray(full.start))
+
+
+def test_burst_larger_than_active_table(x64):
+    """More flows start at one instant than the table has slots (all slots free):
+    the overflow must be detected and the table grown, not flows overwritten."""
+    fj = _fj()
+    n = 40
+    A = np.zeros((n + 1, n))
+    A[np.arange(n), np.arange(n)] = 1.0     # own access link each
+    A[n, :] = 1.0                           # one shared link of capacity n
+    res = fj.simulate_flows(A, np.full(n + 1, float(n)), np.zeros(n), np.ones(n),
+                            max_active=4)
+    # All n flows share the n B/s link equally (1 B/s each): every 1-byte flow ends at 1 s.
+    np.testing.assert_allclose(np.asarray(res.finish), np.ones(n), rtol=1e-12)
+    assert not bool(res.stalled)

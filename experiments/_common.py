@@ -1,0 +1,188 @@
+"""Shared pieces of the issue-5 experiment scripts (ecmp_collisions, scale_sweep,
+isolation, gpu_value).
+
+Units: bytes, seconds, bytes/s in every array and JSON value (keys carry a unit suffix
+where they are not SI, e.g. ``_us``).
+
+* :func:`parser` -- the common command line (``--seed``, ``--json``, ``--plots``,
+  ``--quick``).
+* :func:`replicate` -- ``copies`` independent instances of one small network as one
+  block-diagonal network: copy ``i`` uses links ``i * n_links + l`` and hosts
+  ``i * n_hosts + h``.  Flows of different copies share no link, so one
+  :func:`fabric_jax.fluid.simulate_fluid` call advances every seed at once (the
+  copies are the batch axis; shapes stay static, so one compile serves all seeds).
+* :func:`finish` -- prints the table, writes JSON, returns the results dict.
+
+Importing this module (via :mod:`experiments._bench`) puts the repository root on
+``sys.path``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import numpy as np
+
+try:  # run as a script (experiments/ on sys.path) or imported as experiments._common
+    from _bench import device_info, table, write_json  # noqa: F401
+except ImportError:  # pragma: no cover
+    from experiments._bench import device_info, table, write_json  # noqa: F401
+
+from fabric_jax.paths import PathSet  # noqa: E402
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """Argument parser with the options every experiment script shares."""
+    ap = argparse.ArgumentParser(description=doc.strip().split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seed", type=int, default=0, help="base random seed (default 0)")
+    ap.add_argument("--json", type=str, default=None, metavar="PATH",
+                    help="write the results dict here (JSON)")
+    ap.add_argument("--plots", type=str, default=None, metavar="DIR",
+                    help="write PNG figures into this directory")
+    ap.add_argument("--quick", action="store_true",
+                    help="CI-sized run (well under 30 s on 2 CPU cores)")
+    return ap
+
+
+def check_positive(ap: argparse.ArgumentParser, **values):
+    """``ap.error`` naming the flag when a value is not > 0."""
+    for name, v in values.items():
+        if v is None:
+            continue
+        vs = v if isinstance(v, (list, tuple)) else [v]
+        if any(not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0) for x in vs):
+            ap.error(f"--{name.replace('_', '-')} must be > 0; got {v!r}")
+
+
+def replicate(pathsets, n_links: int, n_hosts: int) -> PathSet:
+    """Concatenates path sets of independent copies of one topology.
+
+    Args:
+      pathsets: list of :class:`~fabric_jax.paths.PathSet` on the same topology with
+        the same ``[paths, hops]`` shape.
+      n_links, n_hosts: sizes of that topology.
+
+    Returns:
+      one PathSet over ``len(pathsets) * n_links`` links (copy ``i`` offset by
+      ``i * n_links``), hosts offset likewise (so hashes of different copies differ).
+    """
+    shapes = {p.links.shape[1:] for p in pathsets}
+    if len(shapes) != 1:
+        raise ValueError(f"pathsets must share their [paths, hops] shape; got {shapes}")
+    off = np.arange(len(pathsets))
+    sizes = [p.n_pairs for p in pathsets]
+    link_off = np.repeat(off * n_links, sizes)[:, None, None]
+    host_off = np.repeat(off * n_hosts, sizes)
+    cat = lambda f: np.concatenate([np.asarray(getattr(p, f)) for p in pathsets])  # noqa: E731
+    hop = cat("hop_mask")
+    return PathSet(src=(cat("src") + host_off).astype(np.int32),
+                   dst=(cat("dst") + host_off).astype(np.int32),
+                   links=np.where(hop, cat("links") + link_off, -1).astype(np.int32),
+                   path_mask=cat("path_mask"), hop_mask=hop,
+                   n_paths=cat("n_paths").astype(np.int32))
+
+
+def finish(results: dict, args, rows=None, columns=None, title: str | None = None) -> dict:
+    """Prints ``rows`` as a table, writes ``results`` to ``--json``; returns ``results``."""
+    if title:
+        print(title)
+    if rows:
+        print(table(rows, columns))
+    results.setdefault("device", device_info())
+    write_json(args.json, _clean(results))
+    return results
+
+
+def _clean(x):
+    """JSON-safe copy: NumPy scalars to Python, non-finite floats to ``None``."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _clean(x.tolist())
+    if isinstance(x, (np.floating, float)):
+        return float(x) if math.isfinite(float(x)) else None
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return x
+
+
+def plots_dir(args) -> Path | None:
+    """The ``--plots`` directory (created), or ``None``."""
+    if not args.plots:
+        return None
+    out = Path(args.plots)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+# ------------------------------------------------------------ training scenarios
+NICS_PER_SERVER = 8
+
+
+def training_scenario(gpus: int, *, all_reduce_mb: float = 32.0, moe_mb: float = 4.0,
+                      compute_us: float = 1000.0, ep_servers: int = 4,
+                      tenant_servers: int = 0, tenant_fan_in: int = 4,
+                      tenant_incast_mb: float = 1.0, background_load: float = 0.0,
+                      tokens_per_gpu_per_step: float = 8.0, gpu_price_per_hour: float = 2.5,
+                      link_gbps: float = 400.0, seed: int = 0, isolation: bool = False,
+                      presets=None, dt_us: float = 4.0, slack: float = 6.0):
+    """A :class:`fabric_jax.compare.Scenario` for a training job on ``gpus`` GPUs.
+
+    Rail-optimised leaf-spine of ``gpus / 8`` servers x 8 NICs with at least two
+    scalable units (``servers_per_leaf = min(16, servers / 2)``), so that rings and
+    all-to-alls cross the spines.  The training job uses every server not given to the
+    tenant.  The horizon ``n_steps`` covers ``slack`` times the line-rate time of the
+    job's collectives (hierarchical: ring all-reduce of ``all_reduce_mb / 8`` per rail,
+    all-to-all of ``moe_mb / 8`` per NIC) plus 50 us.
+
+    Args:
+      gpus: multiple of 16 (>= 2 servers).
+      all_reduce_mb, moe_mb: per-GPU bytes of the step's all-reduce / all-to-all, MB.
+      compute_us: compute per step, microseconds.
+      tenant_servers, tenant_fan_in, tenant_incast_mb, background_load: neighbours.
+      presets: fabric preset names (default all).
+    """
+    from fabric_jax.compare import scenario_from_dict
+    from fabric_jax.fabrics import PRESETS
+    if gpus % (2 * NICS_PER_SERVER):
+        raise ValueError(f"gpus must be a multiple of {2 * NICS_PER_SERVER} (>= 2 servers of "
+                         f"{NICS_PER_SERVER} GPUs); got {gpus}")
+    n_servers = gpus // NICS_PER_SERVER
+    train = n_servers - tenant_servers
+    if train < 2:
+        raise ValueError(f"tenant_servers={tenant_servers} leaves fewer than 2 training "
+                         f"servers out of {n_servers}")
+    spl = max(1, min(16, n_servers // 2))
+    line = link_gbps * 1e9 / 8
+    ring = train if train > 1 else 2
+    ep = max(min(ep_servers, train), 2)
+    t_ar = 2 * (ring - 1) / ring * all_reduce_mb * 1e6 / NICS_PER_SERVER / line
+    t_a2a = (ep - 1) / ep * moe_mb * 1e6 / NICS_PER_SERVER / line
+    t_tenant = tenant_fan_in * tenant_incast_mb * 1e6 / line if tenant_servers else 0.0
+    horizon = slack * (t_ar + t_a2a + t_tenant) + 50e-6
+    n_steps = int(math.ceil(horizon / (dt_us * 1e-6)))
+    n_steps += -n_steps % 20  # compare saves every 20 steps when it can
+    data = {
+        "topology": dict(kind="rail_optimized", n_servers=n_servers,
+                         nics_per_server=NICS_PER_SERVER, servers_per_leaf=spl,
+                         link_gbps=float(link_gbps)),
+        "workload": dict(train_servers=train, tenant_servers=tenant_servers,
+                         ep_servers=ep, all_reduce_mb=float(all_reduce_mb),
+                         moe_mb=float(moe_mb), compute_us=float(compute_us),
+                         tenant_fan_in=tenant_fan_in, tenant_incast_mb=float(tenant_incast_mb),
+                         background_load=float(background_load)),
+        "simulation": dict(dt_us=float(dt_us), n_steps=n_steps, seed=int(seed),
+                           isolation=bool(isolation)),
+        "economics": dict(gpu_price_per_hour=float(gpu_price_per_hour),
+                          tokens_per_gpu_per_step=float(tokens_per_gpu_per_step)),
+        "fabrics": {"presets": list(presets or PRESETS)},
+    }
+    ideal = dict(all_reduce=t_ar, all_to_all=t_a2a)
+    return scenario_from_dict(data), ideal

@@ -1,0 +1,156 @@
+"""Performance isolation: a training job beside an incast-heavy neighbour, per fabric.
+
+Units: bytes, seconds, bytes/s; slowdowns are ratios (1 = unaffected).
+
+Scenario (:func:`experiments._common.training_scenario`, the compare study's building
+blocks: :func:`fabric_jax.compare.build_case`).  A rail-optimised leaf-spine of
+``--gpus`` GPUs (8 per server).  The training job holds half of the servers (placed
+round robin over the scalable units, so it shares leaves with the neighbour) and runs
+one step's communication: MoE all-to-all (``--moe-mb`` per GPU) then a ring all-reduce
+(``--all-reduce-mb`` per GPU; SHARP on ``infiniband``), one per rail.  The neighbour
+tenant holds the other half and runs cross-rail incasts: on every rail, ``--fan-in``
+servers each send ``--incast-mb`` to one NIC of another server, all at ``t = 0``.
+Each preset runs twice in the fluid model with its routing, congestion control and flow
+control (:mod:`fabric_jax.fabrics`): with the neighbour, and alone (neighbour flows
+never arrive; same arrays, so one compilation serves both runs).
+
+Reported per fabric (JSON ``fabrics.<preset>``):
+
+``training_slowdown``         training communication span (first start to last finish
+                              of its flows) with the neighbour / alone
+``training_step_slowdown``    the same for the step time (compute + communication)
+``training_comm_time``, ``training_comm_time_alone``  the spans, s
+``tenant_comm_time``          the neighbour's span, s
+``pfc_pause_time``            link-seconds paused (PFC) or credit-starved, with the
+                              neighbour
+``unfinished_flows``          training flows unfinished within the horizon (0 expected)
+
+Expectation (not asserted here): lossless fabrics with per-flow ECMP (``roce``) suffer
+most (PFC pauses spread from the incast port to victim flows); adaptive routing and
+telemetry CC (``spectrum_x``) and spraying with trimming (``uec``) isolate better.
+
+Usage::
+
+    python experiments/isolation.py --gpus 128 --json iso.json --plots figs/
+    python experiments/isolation.py --quick
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as cm  # noqa: E402
+
+from fabric_jax import compare  # noqa: E402
+from fabric_jax.fabrics import PRESETS, get_fabric  # noqa: E402
+
+
+def _span(start, finish, idx) -> float:
+    if idx.size == 0:
+        return float("nan")
+    return float(np.max(finish[idx]) - np.min(start[idx]))
+
+
+def run(scn, presets) -> dict:
+    """Runs each preset with and without the neighbour; per-preset metrics."""
+    out, cases = {}, {}
+    for name in presets:
+        fab = get_fabric(name)
+        if fab.sharp not in cases:
+            cases[fab.sharp] = compare.build_case(scn, fab.sharp)
+        case = cases[fab.sharp]
+        arr = case.sim_arrival
+        train = np.flatnonzero(case.job_of == 0)
+        tenant = np.flatnonzero(case.job_of == 1)
+        # NOTE: compare._simulate / compare._NEVER are private; a public
+        # ``simulate_case(case, fabric, scenario, arrival)`` would be cleaner.
+        res = compare._simulate(case, fab, scn, arr)
+        alone = compare._simulate(case, fab, scn,
+                                  np.where(case.job_of == 0, arr, compare._NEVER))
+        fin, fin_alone = np.asarray(res.finish, float), np.asarray(alone.finish, float)
+        t_with = _span(arr, fin, train)
+        t_alone = _span(arr, fin_alone, train)
+        compute = case.compute
+        out[name] = dict(
+            training_slowdown=t_with / t_alone if t_alone > 0 else float("nan"),
+            training_step_slowdown=(compute + t_with) / (compute + t_alone),
+            training_comm_time=t_with, training_comm_time_alone=t_alone,
+            tenant_comm_time=_span(arr, fin, tenant),
+            pfc_pause_time=float(np.sum(np.asarray(res.info.paused_time))),
+            unfinished_flows=int(np.sum(~np.isfinite(fin[train]))
+                                 + np.sum(~np.isfinite(fin_alone[train]))))
+    return out
+
+
+def plot(fabrics: dict, out: Path) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(fabrics)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar(names, [fabrics[n]["training_slowdown"] for n in names],
+           color=[f"C{i}" for i in range(len(names))])
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_ylabel("training communication slowdown (x alone)")
+    ax.set_title("Training job beside an incast-heavy neighbour")
+    fig.tight_layout()
+    path = out / "isolation.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return [str(path)]
+
+
+def main(argv=None) -> dict:
+    ap = cm.parser(__doc__)
+    ap.add_argument("--gpus", type=int, default=None,
+                    help="cluster size, multiple of 32 (default 128; --quick 64)")
+    ap.add_argument("--all-reduce-mb", type=float, default=32.0,
+                    help="training all-reduce per GPU, MB")
+    ap.add_argument("--moe-mb", type=float, default=4.0, help="training all-to-all per GPU, MB")
+    ap.add_argument("--incast-mb", type=float, default=4.0, help="bytes per incast sender, MB")
+    ap.add_argument("--fan-in", type=int, default=None,
+                    help="incast senders per rail (default: all other tenant servers)")
+    ap.add_argument("--fabrics", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    a = ap.parse_args(argv)
+    gpus = a.gpus if a.gpus is not None else (64 if a.quick else 128)
+    cm.check_positive(ap, gpus=gpus, all_reduce_mb=a.all_reduce_mb, moe_mb=a.moe_mb,
+                      incast_mb=a.incast_mb, fan_in=a.fan_in)
+    if gpus % 32:
+        ap.error(f"--gpus must be a multiple of 32 (two halves of >= 2 servers); got {gpus}")
+    n_servers = gpus // cm.NICS_PER_SERVER
+    tenant = n_servers // 2
+    fan_in = a.fan_in if a.fan_in is not None else tenant - 1
+    scn, _ = cm.training_scenario(gpus, all_reduce_mb=a.all_reduce_mb, moe_mb=a.moe_mb,
+                                  tenant_servers=tenant, tenant_fan_in=fan_in,
+                                  tenant_incast_mb=a.incast_mb, seed=a.seed,
+                                  presets=a.fabrics)
+    fabrics = run(scn, a.fabrics)
+    results = dict(inputs=dict(gpus=gpus, training_servers=n_servers - tenant,
+                               tenant_servers=tenant, fan_in=fan_in,
+                               incast_bytes=a.incast_mb * 1e6,
+                               all_reduce_bytes=a.all_reduce_mb * 1e6,
+                               moe_bytes=a.moe_mb * 1e6, seed=a.seed),
+                   fabrics=fabrics,
+                   scenario=dict(topology=scn.topology, workload=scn.workload,
+                                 simulation=scn.simulation))
+    rows = [dict(fabric=n, slowdown=v["training_slowdown"],
+                 step_slowdown=v["training_step_slowdown"],
+                 comm_us=v["training_comm_time"] * 1e6,
+                 alone_us=v["training_comm_time_alone"] * 1e6,
+                 tenant_us=v["tenant_comm_time"] * 1e6,
+                 pause_link_us=v["pfc_pause_time"] * 1e6,
+                 unfinished=v["unfinished_flows"]) for n, v in fabrics.items()]
+    title = (f"{gpus} GPUs: training on {n_servers - tenant} servers, incast tenant on "
+             f"{tenant} (fan-in {fan_in} x {a.incast_mb:g} MB per rail)")
+    out = cm.plots_dir(a)
+    if out is not None:
+        results["plots"] = plot(fabrics, out)
+    return cm.finish(results, a, rows, list(rows[0]), title)
+
+
+if __name__ == "__main__":
+    main()
