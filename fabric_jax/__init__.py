@@ -7,7 +7,7 @@ optimisation, with a thin CLI on top.
 Units everywhere: bytes, seconds, bytes per second (see :mod:`fabric_jax.units`).
 """
 
-from . import cc, fabrics, flowcontrol, metrics, routing, smooth, units, workloads
+from . import cc, fabrics, flowcontrol, metrics, optimize, routing, smooth, units, workloads
 from .compare import Scenario, default_scenario, load_scenario, run_compare
 from .fabrics import PRESETS, Fabric, get_fabric, infiniband, roce, spectrum_x, uec
 from .fairness import MaxMinInfo, MaxMinResult, max_min_fair
@@ -58,6 +58,7 @@ __all__ = [
     "simulate_flows_batched",
     "simulate_flows_fixed_step",
     "metrics",
+    "optimize",
     "units",
     "workloads",
     "PathSet",
