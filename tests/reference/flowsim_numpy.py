@@ -229,7 +229,9 @@ def simulate_flows_reference(A, capacity, arrival, size, *, deps=None, delay=Non
             break
         dt = t_next - t
         remaining[active] -= rate[active] * dt
-        done = moving[time_left <= dt * (1 + _REL_TOL)]
+        # A completion that rounds onto t_next (t + time_left == t_next in float64,
+        # possible when time_left is below t's ulp) completes now: else dt stays 0.
+        done = moving[(time_left <= dt * (1 + _REL_TOL)) | (t + time_left <= t_next)]
         state[done] = 2
         remaining[done] = 0.0
         transfer_end[done] = t_next
