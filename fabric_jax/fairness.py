@@ -255,7 +255,7 @@ def _iteration(li, fi, weight, active, capacity, demand, n_links, n_flows, rate,
 def _levels(nnz: int) -> list[int]:
     sizes = [nnz]
     while sizes[-1] > COMPACT_MIN_ENTRIES:
-        sizes.append(-(-sizes[-1] // COMPACT_FACTOR))
+        sizes.append(int(np.ceil(sizes[-1] / COMPACT_FACTOR)))
     return sizes
 
 
@@ -294,7 +294,7 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter):
     rows = jnp.arange(n_flows)
     sizes = [n_flows]
     while sizes[-1] * width > COMPACT_MIN_ENTRIES:
-        sizes.append(-(-sizes[-1] // COMPACT_FACTOR))
+        sizes.append(int(np.ceil(sizes[-1] / COMPACT_FACTOR)))
     residual = capacity
     it = jnp.asarray(0, jnp.int32)
     r, f, d = rate, frozen, demand
