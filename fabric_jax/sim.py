@@ -57,7 +57,7 @@ DEFAULT_MAX_ACTIVE = 256
 
 #: Relative tolerance (in units of the dtype's machine epsilon) within which two
 #: completion times are treated as one event.
-EVENT_EPS_ULPS = 64.0
+EVENT_EPS_ULPS = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
