@@ -209,31 +209,22 @@ def release_times(deps, finish, arrival, delay):
 
 # ------------------------------------------------------------- event driven
 def flow_rows(inc: Incidence):
-    """Per-flow (ELL) layout of an incidence: ``links``, ``weight`` ``[flows, K]``.
+    """Per-flow layout of an incidence: ``links``, ``weight`` ``[flows, row_width]``.
 
-    ``K`` is the largest number of active entries of any flow; padded slots have weight
-    0.  Host-side (needs concrete weights).
+    Reuses the incidence's flow-major layout (:attr:`Incidence.row_width`); an incidence
+    in arbitrary COO order is laid out on the host first (needs concrete arrays).
     """
-    try:
-        li = np.asarray(inc.link_idx)
-        fi = np.asarray(inc.flow_idx)
-        w = np.asarray(inc.weight)
-    except jax.errors.TracerArrayConversionError as err:
+    if any(isinstance(x, jax.core.Tracer) for x in (inc.link_idx, inc.flow_idx, inc.weight)):
         raise ValueError("simulate_flows needs a concrete incidence (it is not "
-                         "differentiable); build it outside jit/grad") from err
-    keep = w != 0
-    li, fi, w = li[keep], fi[keep], w[keep]
-    order = np.argsort(fi, kind="stable")
-    li, fi, w = li[order], fi[order], w[order]
-    counts = np.bincount(fi, minlength=inc.n_flows)
-    k = max(int(counts.max(initial=0)), 1)
-    offsets = np.cumsum(counts) - counts
-    pos = np.arange(fi.size) - offsets[fi]
-    links = np.zeros((inc.n_flows, k), np.int32)
-    weight = np.zeros((inc.n_flows, k), w.dtype if w.size else _float_dtype())
-    links[fi, pos] = li
-    weight[fi, pos] = w
-    return jnp.asarray(links), jnp.asarray(weight)
+                         "differentiable); build it outside jit/grad")
+    if inc.row_width is None or inc.nnz != inc.n_flows * inc.row_width:
+        w = np.asarray(inc.weight)
+        keep = w != 0
+        inc = Incidence._flow_major(np.asarray(inc.link_idx)[keep],
+                                    np.asarray(inc.flow_idx)[keep], w[keep],
+                                    inc.n_links, inc.n_flows)
+    shape = (inc.n_flows, inc.row_width)
+    return inc.link_idx.reshape(shape), inc.weight.reshape(shape)
 
 
 def simulate_flows(incidence, capacity, arrival, size, *, deps=None, delay=None, latency=None,
