@@ -187,6 +187,33 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+def host_anchors(topology: Topology):
+    """``(anchor, uplink, downlink)``, each ``[hosts]``: the switch that represents a host.
+
+    A host with exactly one up link out and one in, to and from the same switch, is
+    anchored at that switch (``uplink``: host -> anchor link, ``downlink``: anchor ->
+    host); any other host is its own anchor (``uplink``/``downlink`` = -1).  Pairs of
+    hosts under the same two anchors share their paths beyond the access links.
+    """
+    n = topology.n_nodes
+    up = np.flatnonzero(topology.link_up)
+    lsrc, ldst = topology.link_src[up].astype(np.int64), topology.link_dst[up].astype(np.int64)
+    out_deg = np.bincount(lsrc, minlength=n)
+    in_deg = np.bincount(ldst, minlength=n)
+    out_link = np.full(n, -1, np.int64)
+    in_link = np.full(n, -1, np.int64)
+    out_link[lsrc] = up
+    in_link[ldst] = up
+    h = topology.hosts.astype(np.int64)
+    ol, il = out_link[h], in_link[h]
+    peer = topology.link_dst[np.maximum(ol, 0)]
+    single = (out_deg[h] == 1) & (in_deg[h] == 1)
+    single &= peer == topology.link_src[np.maximum(il, 0)]
+    single &= ~topology.node_is_host[peer]
+    anchor = np.where(single, peer, h).astype(np.int64)
+    return anchor, np.where(single, ol, -1), np.where(single, il, -1)
+
+
 class _Plan:
     """Anchors, classes, BFS distances and path counts of one batch (host side)."""
 
@@ -196,22 +223,8 @@ class _Plan:
         up = np.flatnonzero(topo.link_up)
         lsrc, ldst = topo.link_src[up].astype(np.int64), topo.link_dst[up].astype(np.int64)
 
-        # 1. anchors: a host with exactly one up link out and one in, to/from the same
-        # switch, is represented by that switch.
-        out_deg = np.bincount(lsrc, minlength=n)
-        in_deg = np.bincount(ldst, minlength=n)
-        out_link = np.full(n, -1, np.int64)
-        in_link = np.full(n, -1, np.int64)
-        out_link[lsrc] = up
-        in_link[ldst] = up
-        h = topo.hosts.astype(np.int64)
-        ol, il = out_link[h], in_link[h]
-        single = (out_deg[h] == 1) & (in_deg[h] == 1)
-        single &= (topo.link_dst[np.maximum(ol, 0)] == topo.link_src[np.maximum(il, 0)])
-        single &= ~topo.node_is_host[topo.link_dst[np.maximum(ol, 0)]]
-        self.anchor = np.where(single, topo.link_dst[np.maximum(ol, 0)], h).astype(np.int64)
-        self.prefix = np.where(single, ol, -1)   # host -> anchor, when src
-        self.suffix = np.where(single, il, -1)   # anchor -> host, when dst
+        # 1. anchors (see host_anchors).
+        self.anchor, self.prefix, self.suffix = host_anchors(topo)
 
         # 2. state graph: state = node + phase * n.
         n_phase = 2 if topo.updown else 1

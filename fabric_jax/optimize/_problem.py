@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from ..paths import PathSet, shortest_paths
+from ..paths import PathSet, host_anchors, shortest_paths
 from ..topology import Topology
 
 __all__ = ["RoutingProblem", "routing_problem"]
@@ -344,7 +344,7 @@ def routing_problem(topology: Topology, src, dst, demand, *, tenant=None,
             flow_demand=flow_demand, link_names=link_names, pair_names=pair_names)
 
     extra = base.copy()
-    anchor, uplink, downlink = _anchors(topology)
+    anchor, uplink, downlink = host_anchors(topology)
     a_src, a_dst = anchor[src_h], anchor[dst_h]
     up, down = uplink[src_h], downlink[dst_h]
     # Access links carry every flow of their host whatever the routing.
@@ -413,28 +413,3 @@ def problem_from_paths(paths: PathSet, capacity, demand, *, tenant=None,
         flow_pair=np.arange(n_pairs, dtype=np.int32), flow_demand=d,
         link_names=link_names,
         pair_names=tuple(f"{s}->{t}" for s, t in zip(paths.src, paths.dst)))
-
-
-def _anchors(topology: Topology):
-    """``(anchor [hosts] node, uplink [hosts], downlink [hosts])``.
-
-    A host with exactly one up link out and one in, to and from the same switch, is
-    anchored at that switch; other hosts are their own anchor (uplink/downlink -1).
-    """
-    n = topology.n_nodes
-    up = np.flatnonzero(topology.link_up)
-    lsrc, ldst = topology.link_src[up], topology.link_dst[up]
-    out_deg = np.bincount(lsrc, minlength=n)
-    in_deg = np.bincount(ldst, minlength=n)
-    out_link = np.full(n, -1, np.int64)
-    in_link = np.full(n, -1, np.int64)
-    out_link[lsrc] = up
-    in_link[ldst] = up
-    h = topology.hosts.astype(np.int64)
-    ol, il = out_link[h], in_link[h]
-    peer = topology.link_dst[np.maximum(ol, 0)]
-    single = (out_deg[h] == 1) & (in_deg[h] == 1)
-    single &= peer == topology.link_src[np.maximum(il, 0)]
-    single &= ~topology.node_is_host[peer]
-    anchor = np.where(single, peer, h).astype(np.int64)
-    return anchor, np.where(single, ol, -1), np.where(single, il, -1)
