@@ -220,18 +220,39 @@ COMPACT_MIN_ENTRIES = 4096
 COMPACT_FACTOR = 2
 
 
-def _iteration(li, fi, weight, active, capacity, demand, n_links, n_flows, rate, frozen):
+def _link_sum(values, li, n_links, axis_name):
+    """Per-link sum of per-entry ``values`` (over all shards when ``axis_name`` is set)."""
+    out = jax.ops.segment_sum(values, li, num_segments=n_links)
+    return out if axis_name is None else jax.lax.psum(out, axis_name)
+
+
+def _link_min(values, li, n_links, axis_name):
+    out = jax.ops.segment_min(values, li, num_segments=n_links)
+    return out if axis_name is None else jax.lax.pmin(out, axis_name)
+
+
+def _any_shard(x, axis_name):
+    """``x`` (a scalar bool) or-ed over shards: keeps loop trip counts uniform."""
+    if axis_name is None:
+        return x
+    return jax.lax.pmax(x.astype(jnp.int32), axis_name) > 0
+
+
+def _iteration(li, fi, weight, active, capacity, demand, n_links, n_flows, rate, frozen,
+               axis_name=None):
     """One bottleneck-freezing iteration over COO entries (see the module docstring).
 
     Returns the new ``rate``, ``frozen``, the links' load from flows frozen before this
     iteration (within these entries), and the number of entries of still-open flows.
+    With ``axis_name`` the entries are this shard's (every flow's entries on one shard)
+    and the per-link reductions run over all shards.
     """
     entry_frozen = frozen[fi]
     entry_open = active & ~entry_frozen
     # One scatter for both per-link sums: open weight and load of frozen flows.
     both = jnp.stack([jnp.where(entry_open, weight, 0.0),
                       jnp.where(active & entry_frozen, weight * rate[fi], 0.0)], axis=1)
-    sums = jax.ops.segment_sum(both, li, num_segments=n_links)
+    sums = _link_sum(both, li, n_links, axis_name)
     open_weight, frozen_load = sums[:, 0], sums[:, 1]
     has_open = open_weight > 0
     safe_w = jnp.where(has_open, open_weight, 1.0)  # double-where: no NaN/inf grads
@@ -240,8 +261,8 @@ def _iteration(li, fi, weight, active, capacity, demand, n_links, n_flows, rate,
     link_level = jax.ops.segment_min(level_e, fi, num_segments=n_flows)      # [flows]
     target = jnp.minimum(link_level, demand)
     # A link is a bottleneck now if its level is the smallest of all its flows'.
-    link_floor = jax.ops.segment_min(jnp.where(entry_open, target[fi], jnp.inf), li,
-                                     num_segments=n_links)
+    link_floor = _link_min(jnp.where(entry_open, target[fi], jnp.inf), li, n_links,
+                           axis_name)
     bottleneck = has_open & (level <= link_floor)
     on_bottleneck = jax.ops.segment_max((entry_open & bottleneck[li]).astype(jnp.int8), fi,
                                         num_segments=n_flows) > 0
@@ -259,34 +280,39 @@ def _levels(nnz: int) -> list[int]:
     return sizes
 
 
-def _iteration_rows(li, weight, active, capacity, demand, n_links, rate, frozen):
+def _iteration_rows(li, weight, active, capacity, demand, n_links, rate, frozen,
+                    axis_name=None):
     """:func:`_iteration` for the flow-major layout: ``li``/``weight``/``active`` are
     ``[flows, width]``, so per-flow gathers are broadcasts and per-flow reductions are
-    dense; only the two per-link reductions scatter."""
+    dense; only the two per-link reductions scatter.  ``li`` must be in range (padding
+    entries point at any valid link and have ``active`` false)."""
     entry_open = active & ~frozen[:, None]
-    both = jnp.stack([jnp.where(entry_open, weight, 0.0),
-                      jnp.where(active & frozen[:, None], weight * rate[:, None], 0.0)], -1)
-    sums = jax.ops.segment_sum(both.reshape(-1, 2), li.reshape(-1), num_segments=n_links)
-    open_weight, frozen_load = sums[:, 0], sums[:, 1]
+    # Both per-link sums in one scatter of complex numbers (open weight + i * load of
+    # frozen flows): ~30% cheaper on CPU than a two-column scatter.
+    both = jax.lax.complex(jnp.where(entry_open, weight, 0.0),
+                           jnp.where(active & frozen[:, None], weight * rate[:, None], 0.0))
+    sums = _link_sum(both.reshape(-1), li.reshape(-1), n_links, axis_name)
+    open_weight, frozen_load = jnp.real(sums), jnp.imag(sums)
     has_open = open_weight > 0
     safe_w = jnp.where(has_open, open_weight, 1.0)  # double-where: no NaN/inf grads
     level = jnp.where(has_open, jnp.maximum(capacity - frozen_load, 0.0) / safe_w, jnp.inf)
-    level_e = jnp.where(entry_open, level[li], jnp.inf)
+    # jnp.take with mode="clip" skips the negative-index fix-up of ``level[li]``.
+    level_e = jnp.where(entry_open, jnp.take(level, li, mode="clip"), jnp.inf)
     link_level = jnp.min(level_e, axis=1, initial=jnp.inf)                    # [flows]
     target = jnp.minimum(link_level, demand)
-    link_floor = jax.ops.segment_min(
-        jnp.where(entry_open, target[:, None], jnp.inf).reshape(-1), li.reshape(-1),
-        num_segments=n_links)
+    link_floor = _link_min(jnp.where(entry_open, target[:, None], jnp.inf).reshape(-1),
+                           li.reshape(-1), n_links, axis_name)
     bottleneck = has_open & (level <= link_floor)
-    on_bottleneck = jnp.any(entry_open & bottleneck[li], axis=1)
+    on_bottleneck = jnp.any(entry_open & jnp.take(bottleneck, li, mode="clip"), axis=1)
     freeze = ~frozen & (on_bottleneck | (demand <= link_level))
     return jnp.where(freeze, target, rate), frozen | freeze
 
 
-def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter):
+def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_name=None):
     """While-loop solve on the flow-major layout, compacting the rows of open flows
     into geometrically shrinking buffers as flows freeze (frozen load folds into a
-    residual capacity)."""
+    residual capacity).  With ``axis_name`` each shard compacts its own rows; a level
+    ends when every shard's open rows fit its next buffer."""
     n_flows, width = inc.n_flows, inc.row_width
     li = inc.link_idx.reshape(n_flows, width)
     w = inc.weight.astype(capacity.dtype).reshape(n_flows, width)
@@ -304,9 +330,9 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter):
             rate = rate.at[rows].set(r, mode="drop")
             frozen = frozen.at[rows].set(f, mode="drop")
             on = act & f[:, None]
-            residual = residual - jax.ops.segment_sum(
+            residual = residual - _link_sum(
                 jnp.where(on, w * r[:, None], 0.0).reshape(-1), li.reshape(-1),
-                num_segments=inc.n_links)
+                inc.n_links, axis_name)
             pick = jnp.nonzero(~f, size=size, fill_value=0)[0]
             keep = jnp.arange(size) < jnp.sum(~f)
             rows = jnp.where(keep, rows[pick], n_flows)
@@ -316,10 +342,11 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter):
         stop_at = sizes[level + 1] if level + 1 < len(sizes) else 0
 
         def cond(c, stop_at=stop_at):
-            return (jnp.sum(~c[1]) > stop_at) & (c[2] < max_iter)
+            return _any_shard(jnp.sum(~c[1]) > stop_at, axis_name) & (c[2] < max_iter)
 
         def body(c, li=li, w=w, act=act, residual=residual, d=d):
-            r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, c[0], c[1])
+            r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, c[0], c[1],
+                                   axis_name)
             return r, f, c[2] + 1
 
         r, f, it = jax.lax.while_loop(cond, body, (r, f, it))
@@ -328,11 +355,19 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter):
     return rate, frozen, it
 
 
-def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None) -> MaxMinResult:
+def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
+          axis_name=None) -> MaxMinResult:
     """Unvalidated, traceable core of :func:`max_min_fair` (for use inside jitted loops).
 
     ``capacity`` ``[links]`` and ``demand`` ``[flows]`` must be arrays of the same float
     dtype; ``demand`` may hold ``+inf``.
+
+    ``axis_name``: call inside ``shard_map`` with the flows split over that mesh axis
+    (``inc`` holds this shard's flows, each with all of its entries, and global link
+    indices; ``capacity`` is replicated).  Per-link sums and minima are then
+    ``psum``/``pmin`` over the axis and every shard runs the same number of iterations,
+    so the result equals the unsharded solve.  ``rates`` are this shard's; ``link_load``,
+    ``saturated`` and ``info`` are global.
 
     With ``iterations=None`` the entries of still-open flows are compacted into buffers
     of geometrically shrinking size (``COMPACT_FACTOR``) as flows freeze, folding the
@@ -357,12 +392,15 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None) -
 
             def step(c):
                 r, f, _, _ = _iteration(inc.link_idx, inc.flow_idx, weight, active, capacity,
-                                        demand, n_links, n_flows, c[0], c[1])
+                                        demand, n_links, n_flows, c[0], c[1], axis_name)
                 return r, f, c[2] + 1
+            if axis_name is not None:  # collectives inside: no data-dependent skip
+                return step((rate, frozen, it))
             return jax.lax.cond(jnp.all(frozen), lambda x: x, step, (rate, frozen, it))
         rate, frozen, it = jax.lax.fori_loop(0, iterations, body, (rate, frozen, it))
     elif inc.row_width is not None and inc.nnz == n_flows * inc.row_width:
-        rate, frozen, it = _solve_rows(inc, capacity, demand, rate, frozen, max_iter)
+        rate, frozen, it = _solve_rows(inc, capacity, demand, rate, frozen, max_iter,
+                                       axis_name)
     else:
         li, fi, w, act = inc.link_idx, inc.flow_idx, weight, active
         residual = capacity
@@ -378,11 +416,12 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None) -
             stop_at = sizes[level + 1] if level + 1 < len(sizes) else 0
 
             def cond(c, stop_at=stop_at):
-                return (c[3] > stop_at) & jnp.any(~c[1]) & (c[2] < max_iter)
+                return (_any_shard((c[3] > stop_at) & jnp.any(~c[1]), axis_name)
+                        & (c[2] < max_iter))
 
             def body(c, li=li, fi=fi, w=w, act=act, residual=residual):
                 r, f, _, n_open = _iteration(li, fi, w, act, residual, demand, n_links,
-                                             n_flows, c[0], c[1])
+                                             n_flows, c[0], c[1], axis_name)
                 return r, f, c[2] + 1, n_open
 
             n_open0 = jnp.sum(act & ~frozen[fi])
@@ -390,13 +429,17 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None) -
             # Load of the flows frozen at this level, over this level's entries (exact:
             # recomputed from the final rates rather than carried from the last step).
             on = act & frozen[fi]
-            residual = residual - jax.ops.segment_sum(jnp.where(on, w * rate[fi], 0.0), li,
-                                                      num_segments=n_links)
+            residual = residual - _link_sum(jnp.where(on, w * rate[fi], 0.0), li, n_links,
+                                            axis_name)
     load = inc.link_load(jnp.where(has_links, rate, 0.0))
     rtol = SATURATION_RTOL.get(np.dtype(dtype), 1e-5)
-    carries = inc.link_sum(jnp.where(active, 1.0, 0.0).astype(dtype)) > 0
-    saturated = carries & (load >= capacity * (1 - rtol))
+    carries = inc.link_sum(jnp.where(active, 1.0, 0.0).astype(dtype))
+    converged = jnp.all(frozen)
+    if axis_name is not None:
+        load, carries = jax.lax.psum((load, carries), axis_name)
+        converged = ~_any_shard(~converged, axis_name)
+    saturated = (carries > 0) & (load >= capacity * (1 - rtol))
     info = MaxMinInfo(iterations=it,
                       max_violation=jnp.max(jnp.maximum(load - capacity, 0.0), initial=0.0),
-                      converged=jnp.all(frozen))
+                      converged=converged)
     return MaxMinResult(rates=rate, link_load=load, saturated=saturated, info=info)
