@@ -62,6 +62,42 @@ the flow's split over its paths; the incidence weights of the step are that spli
 excess of a flow waits at the first overloaded hop of each of its overloaded paths (in
 proportion to the split); marks, RTT and utilisation signals are split-weighted means
 over paths.  Without ``routing`` the behaviour is unchanged.
+
+Faults (``faults=``, :mod:`fabric_jax.faults`).  A schedule of events ``(time, links,
+factor)`` sets each link's capacity in force, ``C_l(k) = factor_l(k) * C_l``, per step
+(a piecewise-constant ``[events, links]`` table indexed by ``searchsorted`` on the step
+index; an event at ``T`` applies from step ``ceil(T / dt)``).  ``C_l(k)`` replaces
+``C_l`` everywhere in the step: flow control, service, marking, RTT and utilisation
+signals, and the routing view.  A degraded link (``0 < factor < 1``) is simply slower.
+A failed link (``factor = 0``):
+
+* **queued bytes are dropped**: at the start of every step in which a link is down, the
+  bytes in its egress queue (including bytes that reached it from upstream hops since)
+  are removed, counted in ``dropped`` and returned to their sender's backlog, which
+  resends them on whatever path routing then uses (as a real sender retransmits lost
+  packets).  They also enter the ``loss`` signal of the congestion-control law.
+  Bytes already past the failed link keep going.
+* **routing** (``routing=``): a path is dead while any of its links is down; the policy
+  reacts (:mod:`fabric_jax.routing`, "Link failures") and, whatever it does, the
+  loop sends nothing on dead paths (the split is restricted to live paths and
+  renormalised).
+* **stranded flows**: a flow whose every path with weight (its only path, without
+  ``routing``) is dead offers nothing (its sender is blocked) until a path recovers.
+  ``FluidInfo.stranded_time`` accumulates, per flow, the time it was active and
+  stranded; ``FluidInfo.stranded`` flags the flows stranded in the last step.
+
+Conservation holds through failures and recoveries: ``sent = delivered + queued +
+dropped`` per flow (fault drops included), checked each step (``max_residual``).
+
+Checkpoint and resume (``init_state=``, :mod:`fabric_jax.checkpoint`).
+``FluidResult.state`` is the complete carry of the loop after its last step (queues,
+sender, law, flow-control and routing state, feedback ring, accumulated diagnostics and
+the step counter ``k``).  Passing it back as ``init_state`` (in memory, or saved with
+:func:`~fabric_jax.checkpoint.save_checkpoint` and read with
+:func:`~fabric_jax.checkpoint.load_checkpoint`) continues the run at step ``k``: the
+simulated time is ``k dt``, so arrivals, fault times and trajectory times stay absolute.
+The step function is the same, so on CPU a run cut into pieces is bit-identical to the
+uninterrupted run; ``n_steps`` and ``save_every`` count the steps of the call.
 """
 
 from __future__ import annotations
@@ -74,6 +110,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import checkpoint as ckm
+from . import faults as fm
 from . import flowcontrol as fcm
 from . import smooth as sm
 from .cc import base as ccbase
@@ -94,17 +132,24 @@ class FluidInfo:
 
     Attributes:
       max_residual: max over steps of ``|sent - delivered - dqueued - dropped|`` in the
-        step, bytes (float round-off only).
+        step, bytes (float round-off only; fault drops included; over all calls of a
+        resumed run).
       stalled: some flow did not finish within ``n_steps``.
       paused_time: ``[links]`` seconds each link was paused (PFC) or credit-starved
         (time-integral of ``1 - usable/C``).
       max_queue: ``[links]`` largest egress queue seen, bytes.
+      stranded_time: ``[flows]`` seconds each flow was active but had no live path
+        (every path it routes on crosses a failed link, ``faults=``); zeros without
+        faults.
+      stranded: ``[flows]`` bool, the flow was active and stranded in the last step.
     """
 
     max_residual: Any
     stalled: Any
     paused_time: Any
     max_queue: Any
+    stranded_time: Any = None
+    stranded: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +195,9 @@ class FluidResult:
       trajectory: :class:`FluidTrajectory` or ``None``.
       info: :class:`FluidInfo`.
       routing_state: final routing-policy state (``routing=`` runs), else ``None``.
+      state: the loop's complete carry after the last step (a dict pytree of arrays,
+        with the step counter ``state["k"]``): pass it as ``init_state=`` to continue the
+        run, or save it with :func:`fabric_jax.checkpoint.save_checkpoint`.
     """
 
     start: Any
@@ -164,6 +212,7 @@ class FluidResult:
     trajectory: Any
     info: FluidInfo
     routing_state: Any = None
+    state: Any = None
 
 
 for _cls in (FluidInfo, FluidTrajectory, FluidResult):
@@ -204,7 +253,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    arrival=None, deps=None, delay=None, latency=None, line_rate=None,
                    base_rtt=None, flow_control="none", fc_params=None, buffer=None,
                    smooth=None, save_every: int | None = None,
-                   solver_iterations: int | None = None, routing=None) -> FluidResult:
+                   solver_iterations: int | None = None, routing=None, faults=None,
+                   init_state=None) -> FluidResult:
     """Fluid simulation of flows under congestion control and link-level flow control.
 
     Args:
@@ -238,12 +288,25 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
       routing: a :class:`fabric_jax.routing.Routing` (policy, its params and initial
         state over a ``[flows, paths, hops]`` path table): dynamic per-step splits.
         ``None`` (default): the static routing of ``incidence``.
+      faults: link faults during the run (see "Faults" above and
+        :mod:`fabric_jax.faults`): a list of events ``(time_s, links, factor)`` /
+        :func:`fabric_jax.faults.link_event` (factor 0 fails the links, ``0 < f < 1``
+        degrades them, 1 recovers them; times in seconds of simulated time), or a
+        compiled :class:`fabric_jax.faults.FaultSchedule`.  ``None``: no faults.
+      init_state: continue a run: ``FluidResult.state`` of an earlier call, or a
+        :class:`fabric_jax.checkpoint.Checkpoint` loaded from disk.  The other
+        arguments must be those of the earlier call (only ``n_steps`` and
+        ``save_every`` may change); time continues from the state's step counter, so
+        ``arrival``, ``faults`` and trajectory times stay absolute.  On CPU, N steps +
+        resume + M steps is bit-identical to N + M steps in one call.
 
     Returns:
       :class:`FluidResult`.
 
     Raises:
-      ValueError: bad shapes or values, naming the argument.
+      ValueError: bad shapes or values, naming the argument (``faults``: a time not
+        finite or negative, a link out of range, a factor outside ``[0, 1]``;
+        ``init_state``: a structure, shape or dtype that does not match this run).
     """
     law = ccbase.get(law)
     if isinstance(flow_control, str):
@@ -324,10 +387,23 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         n_outer, inner, keep_traj = int(n_steps) // save_every, int(save_every), True
     if solver_iterations is None and smooth.enabled:
         solver_iterations = n_flows + 1
+    sched = None
+    if faults is not None:
+        sched = fm.fault_schedule(faults, n_links, float(dt))
+        sched = fm.FaultSchedule(step=jnp.asarray(sched.step, jnp.int32),
+                                 factor=jnp.asarray(sched.factor, fdt))
+    base_rtt = jnp.asarray(base_rtt, fdt)
+    carry0 = None
+    if init_state is not None:
+        template = jax.eval_shape(
+            functools.partial(_init_carry, law, flow_control, ring_len, policy is not None,
+                              n_links, link_tab.shape[1]),
+            flows["size"], line_rate, base_rtt, params, rstate0)
+        carry0 = ckm.restore(init_state, template, name="init_state")
     res = _run(law, flow_control, n_outer, inner, ring_len, solver_iterations, keep_traj,
                int(seg), policy, jnp.asarray(link_tab, jnp.int32), w_tab, capacity, deps,
-               flows, line_rate, jnp.asarray(base_rtt, fdt), jnp.asarray(fb_steps), params,
-               fc_params, smooth, jnp.asarray(dt, fdt), rparams, rstate0)
+               flows, line_rate, base_rtt, jnp.asarray(fb_steps), params,
+               fc_params, smooth, jnp.asarray(dt, fdt), rparams, rstate0, sched, carry0)
     return res
 
 
@@ -341,10 +417,35 @@ def _ext(a, fill=0.0):
     return jnp.concatenate([a, jnp.full((1,), fill, a.dtype)])
 
 
+def _init_carry(law, fc, ring_len, routed, n_links, n_hops, size, line_rate, base_rtt, params,
+                rstate0):
+    """The loop's carry before step 0 (``FluidResult.state`` has the same structure)."""
+    n_flows = size.shape[0]
+    fdt = line_rate.dtype
+    sig_fields = ("mark", "rtt", "util", "rate", "loss", "rx_share")
+    ring0 = {k: jnp.zeros((ring_len, n_flows), fdt) for k in sig_fields}
+    ring0["rtt"] = jnp.broadcast_to(base_rtt, (ring_len, n_flows)).astype(fdt)
+    ring0["rx_share"] = jnp.broadcast_to(line_rate, (ring_len, n_flows)).astype(fdt)
+    inf = jnp.asarray(jnp.inf, fdt)
+    zf = jnp.zeros((n_flows,), fdt)
+    carry = dict(k=jnp.asarray(0, jnp.int32), remaining=jnp.asarray(size, fdt),
+                 x=jnp.zeros((n_flows, n_hops), fdt),
+                 start=jnp.full((n_flows,), inf), finish=jnp.full((n_flows,), inf),
+                 done=jnp.zeros((n_flows,), bool), sent=zf, delivered=zf, dropped=zf,
+                 law=law.init(line_rate, params), fc=fcm.init_state(fc, n_links, fdt),
+                 ring=ring0, max_residual=jnp.asarray(0.0, fdt),
+                 max_queue=jnp.zeros((n_links,), fdt), stranded_time=zf,
+                 stranded=jnp.zeros((n_flows,), bool))
+    if routed:
+        carry.update(route=rstate0, load=jnp.zeros((n_links,), fdt),
+                     mark_l=jnp.zeros((n_links,), fdt), rate=zf)
+    return carry
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6, 7, 8))
 def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, seg, policy,
          link_tab, w_tab, capacity, deps, flows, line_rate, base_rtt, fb_steps, params, fcp,
-         smooth, dt, rparams, rstate0):
+         smooth, dt, rparams, rstate0, sched, carry):
     n_flows, n_hops = link_tab.shape
     n_seg = n_hops // seg  # paths per flow (1 without dynamic routing)
     n_links = capacity.shape[0]
@@ -378,8 +479,6 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, seg, p
     inc = Incidence(jnp.where(valid, link_tab, 0).ravel().astype(jnp.int32),
                     jnp.repeat(jnp.arange(n_flows, dtype=jnp.int32), n_hops),
                     jnp.where(valid, w_tab, 0.0).ravel(), n_links, n_flows)
-    cap_pos = capacity > 0
-    safe_cap = jnp.where(cap_pos, capacity, 1.0)
     t_hpcc = jnp.max(base_rtt)
     ar = jnp.arange(n_flows)
     law0 = law.init(line_rate, params)
@@ -389,11 +488,6 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, seg, p
     loss_lag = fb_steps + (fc.rto_steps if fc.mode == "drop" else 0)
 
     sig_fields = ("mark", "rtt", "util", "rate", "loss", "rx_share")
-    ring0 = {k: jnp.zeros((ring_len, n_flows), fdt) for k in sig_fields}
-    ring0["rtt"] = jnp.broadcast_to(base_rtt, (ring_len, n_flows)).astype(fdt)
-    ring0["util"] = jnp.zeros((ring_len, n_flows), fdt)
-    ring0["rx_share"] = jnp.broadcast_to(line_rate, (ring_len, n_flows)).astype(fdt)
-    inf = jnp.asarray(jnp.inf, fdt)
 
     def where_started(started, new, old):
         def pick(a, b):
@@ -401,22 +495,44 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, seg, p
             return jnp.where(s, a, b)
         return jax.tree_util.tree_map(pick, new, old)
 
-    def step(c, k):
+    def step(c, _):
+        k = c["k"]
         t = k.astype(fdt) * dt
         rel = release_times(deps, c["finish"], arrival, delay)
         start = jnp.where(jnp.isfinite(c["start"]), c["start"], rel)
         started = start < t + dt
         active = started & ~c["done"]
+        # faults: this step's capacity; bytes queued on failed links go back to senders
+        x_old = c["x"]
+        if sched is None:
+            cap_k, x = capacity, x_old
+            fault_drop = jnp.zeros((n_flows,), fdt)
+        else:
+            cap_k = capacity * fm.capacity_factor(sched, k)
+            dead_e = valid & ~_ext(cap_k > 0, True)[link_tab]
+            x = jnp.where(dead_e, 0.0, x_old)
+            fault_drop = jnp.sum(jnp.where(dead_e, x_old, 0.0), axis=1)
+            path_ok = ~jnp.any(per_path(dead_e), axis=2)  # [flows, paths]
+        cap_pos = cap_k > 0
+        safe_cap = jnp.where(cap_pos, cap_k, 1.0)
         # 0. routing: the policy sets this step's split over each flow's paths
         if policy is None:
             split = jnp.ones((n_flows, 1), fdt)
             inc_k = inc
+            stranded = (jnp.zeros((n_flows,), bool) if sched is None else ~path_ok[:, 0])
         else:
-            q0 = _seg(c["x"], link_tab, n_links)[:n_links]
-            rview = policy.view(queue=q0, capacity=capacity, load=c["load"],
+            q0 = _seg(x, link_tab, n_links)[:n_links]
+            rview = policy.view(queue=q0, capacity=cap_k, load=c["load"],
                                 mark=c["mark_l"], flow_rate=c["rate"], active=active, t=t)
             rstate = policy.step(c["route"], rview, dt, rparams)
             split = rstate.split.astype(fdt)
+            if sched is None:
+                stranded = jnp.zeros((n_flows,), bool)
+            else:  # no traffic on dead paths, whatever the policy does
+                live = jnp.where(path_ok & path_valid, split, 0.0)
+                lw = jnp.sum(live, axis=1, keepdims=True)
+                stranded = lw[:, 0] <= 0
+                split = jnp.where(lw > 0, live / jnp.where(lw > 0, lw, 1.0), split)
             w_dyn = jnp.where(valid, jnp.repeat(split, seg, axis=1), 0.0)
             inc_k = inc.with_weight(w_dyn.ravel())
         # 1. senders, with feedback one base RTT old
@@ -432,12 +548,11 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, seg, p
         law_state = where_started(started, law_state, law0)
         remaining = c["remaining"]
         offered = jnp.minimum(jnp.minimum(law_state.rate, line_rate), remaining / dt)
-        offered = jnp.where(active, jnp.maximum(offered, 0.0), 0.0)
+        offered = jnp.where(active & ~stranded, jnp.maximum(offered, 0.0), 0.0)
         # 2. flow control
-        x = c["x"]
         q = _seg(x, link_tab, n_links)[:n_links]
         ingress = _seg(x, prev_tab, n_links)[:n_links]
-        usable = fcm.usable_capacity(fc, c["fc"], capacity, ingress, fcp, dt, smooth)
+        usable = fcm.usable_capacity(fc, c["fc"], cap_k, ingress, fcp, dt, smooth)
         # 3. queues served first (fluid FIFO)
         serve = jnp.minimum(q, usable * dt)
         q_pos = q > 0
@@ -480,8 +595,9 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, seg, p
         x_new = jnp.maximum(x_new, 0.0)
         sent_now = offered * dt
         deliv_now = alloc * dt + deliv_q
-        residual = jnp.abs(jnp.sum(sent_now) - jnp.sum(deliv_now) - (jnp.sum(x_new) - jnp.sum(x))
-                           - jnp.sum(dropped_now))
+        dropped_now = dropped_now + fault_drop
+        residual = jnp.abs(jnp.sum(sent_now) - jnp.sum(deliv_now)
+                           - (jnp.sum(x_new) - jnp.sum(x_old)) - jnp.sum(dropped_now))
         delivered_old = c["delivered"]
         delivered = delivered_old + deliv_now
         remaining = jnp.maximum(remaining - sent_now + dropped_now, 0.0)
@@ -494,7 +610,7 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, seg, p
         # 7. signals from the new queues
         q_new = _seg(x_new, link_tab, n_links)[:n_links]
         tx = serve / dt + inc_k.link_load(alloc)
-        view = ccbase.LinkView(queue=q_new, capacity=capacity, usable=usable, tx_rate=tx,
+        view = ccbase.LinkView(queue=q_new, capacity=cap_k, usable=usable, tx_rate=tx,
                                buffer=fcp.buffer, base_rtt=t_hpcc)
         mark_l = law.mark(view, params, smooth)
         valid3 = per_path(valid)
@@ -510,38 +626,33 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, seg, p
             axis=1)
         still = active & ~completes
         n_rx = jax.ops.segment_sum(still.astype(fdt), last_link, num_segments=n_links + 1)
-        rx_share = 0.99 * _ext(capacity)[last_link] / jnp.maximum(n_rx[last_link], 1.0)
+        rx_share = 0.99 * _ext(cap_k)[last_link] / jnp.maximum(n_rx[last_link], 1.0)
         w = k % ring_len
         new_sig = dict(mark=p_path, rtt=rtt, util=util, rate=offered, loss=dropped_now / dt,
                        rx_share=rx_share)
         ring = {f: ring[f].at[w].set(new_sig[f]) for f in sig_fields}
         out = _seg(drain, prev_tab, n_links)[:n_links]
         ingress_new = _seg(x_new, prev_tab, n_links)[:n_links]
-        fc_state = fcm.update(fc, c["fc"], ingress_new, out, capacity, usable, fcp, dt, smooth)
-        new = dict(c, remaining=remaining, x=x_new, start=start, finish=finish, done=done,
-                   sent=c["sent"] + sent_now, delivered=delivered,
+        fc_state = fcm.update(fc, c["fc"], ingress_new, out, cap_k, usable, fcp, dt, smooth)
+        new = dict(c, k=k + 1, remaining=remaining, x=x_new, start=start, finish=finish,
+                   done=done, sent=c["sent"] + sent_now, delivered=delivered,
                    dropped=c["dropped"] + dropped_now, law=law_state, fc=fc_state, ring=ring,
                    max_residual=jnp.maximum(c["max_residual"], residual),
-                   max_queue=jnp.maximum(c["max_queue"], q_new))
+                   max_queue=jnp.maximum(c["max_queue"], q_new),
+                   stranded_time=c["stranded_time"] + jnp.where(active & stranded, dt, 0.0),
+                   stranded=active & stranded)
         if policy is not None:
             new.update(route=rstate, load=load_o, mark_l=mark_l, rate=offered)
         snap = dict(t=t + dt, rate=offered, throughput=deliv_now / dt, queue=q_new,
                     usable=usable, mark=p_path, law_state=law_state)
         return new, snap
 
-    carry = dict(remaining=size, x=jnp.zeros((n_flows, n_hops), fdt),
-                 start=jnp.full((n_flows,), inf), finish=jnp.full((n_flows,), inf),
-                 done=jnp.zeros((n_flows,), bool), sent=jnp.zeros((n_flows,), fdt),
-                 delivered=jnp.zeros((n_flows,), fdt), dropped=jnp.zeros((n_flows,), fdt),
-                 law=law0, fc=fcm.init_state(fc, n_links, fdt), ring=ring0,
-                 max_residual=jnp.asarray(0.0, fdt), max_queue=jnp.zeros((n_links,), fdt))
-    if policy is not None:
-        carry.update(route=rstate0, load=jnp.zeros((n_links,), fdt),
-                     mark_l=jnp.zeros((n_links,), fdt), rate=jnp.zeros((n_flows,), fdt))
+    if carry is None:
+        carry = _init_carry(law, fc, ring_len, policy is not None, n_links, n_hops, size,
+                            line_rate, base_rtt, params, rstate0)
 
     def chunk(c, j):
-        ks = j * inner + jnp.arange(inner, dtype=jnp.int32)
-        c, snaps = jax.lax.scan(step, c, ks)
+        c, snaps = jax.lax.scan(step, c, None, length=inner)
         if not keep_traj:
             return c, None
         snap = jax.tree_util.tree_map(lambda a: a[-1], snaps)
@@ -554,10 +665,11 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, seg, p
                       release_times(deps, c["finish"], arrival, delay))
     trajectory = FluidTrajectory(**traj) if keep_traj else None
     info = FluidInfo(max_residual=c["max_residual"], stalled=~jnp.all(c["done"]),
-                     paused_time=c["fc"].paused_time, max_queue=c["max_queue"])
+                     paused_time=c["fc"].paused_time, max_queue=c["max_queue"],
+                     stranded_time=c["stranded_time"], stranded=c["stranded"])
     return FluidResult(start=start, finish=c["finish"], fct=c["finish"] - arrival,
                        sent=c["sent"], delivered=c["delivered"], dropped=c["dropped"],
                        queued=jnp.sum(c["x"], axis=1),
                        link_queue=_seg(c["x"], link_tab, n_links)[:n_links],
                        law_state=c["law"], trajectory=trajectory, info=info,
-                       routing_state=c.get("route"))
+                       routing_state=c.get("route"), state=c)

@@ -53,6 +53,25 @@ Policies (:data:`POLICIES`):
     NICs reorder, so per-packet spraying costs nothing; IB AR's reordering cost is not
     modelled either (documented departure).
 
+Link failures (``simulate_fluid(faults=)``, :mod:`fabric_jax.faults`): the view's
+``capacity`` is the capacity *in force* (0 on a failed link).  A path is *live* when
+every hop has capacity > 0 (:func:`path_alive`); every policy puts weight 0 on dead
+paths, as its real counterpart does once the port is down:
+
+* ``ecmp``: resilient hashing.  A flow whose hashed path is live stays on it; a flow
+  whose path died is rehashed among the live candidates (a second per-flow hash picks
+  one of them, uniformly); when its path recovers it returns to it (the choice is a
+  function of the 5-tuple and the live set).  Departure: the rehash is over whole
+  candidate paths, not hop by hop.
+* ``weighted_ecmp``, ``spray``: the softmax / even split is taken over live paths
+  (the group drops the member; spraying stops using the dead entropy values).
+* ``flowlet``: a flow on a dead path moves at once (no gap needed) to the least loaded
+  live path.
+* ``adaptive``: dead paths get weight 0 at once (the port is out of the AR group) and
+  the rest of the split is renormalised; the target split is over live paths.
+
+A flow with no live path keeps its split; the fluid loop reports it as stranded.
+
 Departures, stated: switch decisions are per flow path (the candidate list), not per
 port on each switch; per-packet behaviour is a continuous split; costs use the link
 state at the start of the step (one step of feedback delay), and the routing view has
@@ -73,7 +92,8 @@ from .paths import PathSet
 __all__ = ["Policy", "RoutingState", "RoutingView", "Routing", "POLICIES", "ECMP",
            "WEIGHTED_ECMP", "SPRAY", "FLOWLET", "IB_AR", "SPECTRUM_X_AR", "get_policy",
            "make_routing", "ecmp_params", "weighted_ecmp_params", "spray_params",
-           "flowlet_params", "adaptive_params", "ecmp_choice", "path_link_cost"]
+           "flowlet_params", "adaptive_params", "ecmp_choice", "path_link_cost",
+           "path_alive"]
 
 _BIG = np.iinfo(np.int64).max
 
@@ -224,6 +244,27 @@ def path_link_cost(state: RoutingState, per_link, hops_mask=None):
     return jnp.sum(jnp.where(mask, ext[idx], 0.0), axis=-1)
 
 
+def path_alive(state: RoutingState, capacity):
+    """``[flows, paths]`` bool: a candidate path whose every hop has ``capacity > 0``."""
+    n_links = capacity.shape[0]
+    up = jnp.concatenate([capacity > 0, jnp.ones((1,), bool)])
+    idx = jnp.where(state.hop_mask, state.links, n_links)
+    return state.path_mask & jnp.all(up[idx], axis=-1)
+
+
+def _live_mask(state: RoutingState, capacity):
+    """Live candidate paths; all candidates for a flow with none live (it is stranded)."""
+    alive = path_alive(state, capacity)
+    return jnp.where(jnp.any(alive, axis=1, keepdims=True), alive, state.path_mask)
+
+
+def _drop_dead(split, live):
+    """Zeroes ``split`` outside ``live`` and renormalises (rows with no weight left keep it)."""
+    s = jnp.where(live, split, 0.0)
+    tot = jnp.sum(s, axis=1, keepdims=True)
+    return jnp.where(tot > 0, s / jnp.where(tot > 0, tot, 1.0), split)
+
+
 # ---------------------------------------------------------------------- ECMP
 @dataclasses.dataclass(frozen=True)
 class ECMPParams:
@@ -268,6 +309,10 @@ def ecmp_choice(paths: PathSet, tier_seeds, sport) -> np.ndarray:
     return np.argmax(cand, axis=1)
 
 
+#: Seed of the second hash that picks a live path for a flow whose path failed.
+_FAILOVER_SEED = 0x5EED_FA11
+
+
 def _ecmp_init(paths, params, seed=0):
     paths = _check_paths(paths)
     rng = np.random.default_rng(seed)
@@ -275,14 +320,27 @@ def _ecmp_init(paths, params, seed=0):
     choice = ecmp_choice(paths, params.tier_seeds, sport)
     split = np.zeros(paths.path_mask.shape, np.float32)
     split[np.arange(paths.n_pairs), choice] = 1.0
-    return _base_state(paths, split)
+    h = _tuple_hash(paths.src, paths.dst, sport, _FAILOVER_SEED)
+    u = (h >> np.uint64(40)).astype(np.float64) / float(1 << 24)  # uniform in [0, 1)
+    return _base_state(paths, split, aux={"home": jnp.asarray(split, jnp.zeros(()).dtype),
+                                          "u": jnp.asarray(u, jnp.zeros(()).dtype)})
 
 
-def _static_step(state, view, dt, params):
-    return state
+def _ecmp_step(state, view, dt, params):
+    # resilient hashing: keep the hashed ("home") path while it is live; otherwise the
+    # failover hash u picks the floor(u * n_live)-th live candidate.
+    alive = path_alive(state, view.capacity)
+    home = state.aux["home"]
+    home_ok = jnp.any((home > 0) & alive, axis=1, keepdims=True)
+    n_live = jnp.sum(alive, axis=1, keepdims=True)
+    pick = jnp.minimum(jnp.floor(state.aux["u"][:, None] * n_live), n_live - 1)
+    rank = jnp.cumsum(alive, axis=1) - 1
+    alt = (alive & (rank == pick)).astype(home.dtype)
+    split = jnp.where(home_ok | (n_live == 0), home, alt)
+    return dataclasses.replace(state, split=split)
 
 
-ECMP = Policy("ecmp", _ecmp_init, _static_step, ecmp_params)
+ECMP = Policy("ecmp", _ecmp_init, _ecmp_step, ecmp_params)
 
 
 # ------------------------------------------------------------- weighted ECMP
@@ -308,9 +366,9 @@ def _wecmp_init(paths, params, seed=0):
 
 
 def _wecmp_step(state, view, dt, params):
-    if params.logits is None:
-        return state
-    return dataclasses.replace(state, split=_masked_softmax(params.logits, state.path_mask))
+    logits = jnp.zeros(state.split.shape) if params.logits is None else params.logits
+    return dataclasses.replace(state,
+                               split=_masked_softmax(logits, _live_mask(state, view.capacity)))
 
 
 WEIGHTED_ECMP = Policy("weighted_ecmp", _wecmp_init, _wecmp_step, weighted_ecmp_params)
@@ -349,7 +407,7 @@ def _spray_step(state, view, dt, params):
     pm = -jnp.expm1(jnp.sum(jnp.where(state.hop_mask, ext[idx], 0.0), axis=-1))
     g = jnp.clip(params.ewma * dt, 0.0, 1.0)
     score = (1.0 - g) * state.aux["score"] + g * pm
-    split = _masked_softmax(-params.reps * params.beta * score, state.path_mask)
+    split = _masked_softmax(-params.reps * params.beta * score, _live_mask(state, view.capacity))
     return dataclasses.replace(state, split=split, aux={"score": score})
 
 
@@ -376,8 +434,8 @@ def _flowlet_init(paths, params, seed=0):
     st = _ecmp_init(paths, ecmp_params(), seed)
     rng = np.random.default_rng(seed + 1)
     jitter = rng.uniform(0, 1e-6, size=paths.path_mask.shape)  # tie breaking
-    return dataclasses.replace(st, aux={"idle": jnp.zeros(paths.n_pairs),
-                                        "jitter": jnp.asarray(jitter, st.split.dtype)})
+    return dataclasses.replace(st, aux=dict(st.aux, idle=jnp.zeros(paths.n_pairs),
+                                            jitter=jnp.asarray(jitter, st.split.dtype)))
 
 
 def _one_hot(idx, n, dtype):
@@ -395,8 +453,11 @@ def _flowlet_step(state, view, dt, params):
     ext = jnp.concatenate([util, jnp.zeros((1,), util.dtype)])
     idx = jnp.where(state.hop_mask, state.links, n_links)
     cost = jnp.max(jnp.where(state.hop_mask, ext[idx], 0.0), axis=-1) + state.aux["jitter"]
-    best = jnp.argmin(jnp.where(state.path_mask, cost, jnp.inf), axis=1)
-    move = (state.aux["idle"] >= params.gap) & view.active & ~idle_now
+    alive = path_alive(state, view.capacity)
+    live = _live_mask(state, view.capacity)
+    best = jnp.argmin(jnp.where(live, cost, jnp.inf), axis=1)
+    on_dead = ~jnp.any((state.split > 0) & alive, axis=1) & jnp.any(alive, axis=1)
+    move = ((state.aux["idle"] >= params.gap) & view.active & ~idle_now) | on_dead
     split = jnp.where(move[:, None], _one_hot(best, state.split.shape[1], state.split.dtype),
                       state.split)
     return dataclasses.replace(state, split=split, aux=dict(state.aux, idle=idle))
@@ -469,13 +530,15 @@ def _adaptive_step(state, view, dt, params):
     local = path_link_cost(state, per_link, state.aux["local"])
     full = path_link_cost(state, per_link)
     cost = (1.0 - params.visibility) * local + params.visibility * full
-    target = _masked_softmax(-cost / params.temperature, state.path_mask)
+    live = _live_mask(state, view.capacity)
+    target = _masked_softmax(-cost / params.temperature, live)
     clock = state.aux["clock"] + dt
     fire = clock >= params.control_interval * (1.0 - 1e-6)
     g = jnp.where(fire, params.gain, 0.0)
     split = (1.0 - g) * state.split + g * target
     split = jnp.where(state.path_mask, split, 0.0)
     split = split / jnp.maximum(jnp.sum(split, axis=1, keepdims=True), 1e-30)
+    split = _drop_dead(split, live)
     clock = jnp.where(fire, 0.0, clock)
     return dataclasses.replace(state, split=split, aux=dict(state.aux, clock=clock))
 
