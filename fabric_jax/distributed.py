@@ -1,0 +1,322 @@
+"""Scale out: batched scenario sweeps and multi-device (multi-host) sharding.
+
+Units: as everywhere, bytes, seconds and bytes/s in every array.
+
+Two ways to use more than one scenario or more than one device, both built on JAX's own
+machinery (:class:`jax.sharding.Mesh`, :class:`jax.sharding.NamedSharding`,
+:func:`jax.shard_map`, collectives ``psum``/``pmin``); nothing here communicates by
+itself.
+
+* :func:`sweep` -- many scenarios of the same padded shape (seeds, loads, capacities,
+  failed-link sets given as capacity masks) at once.  A per-scenario function is
+  ``vmap``-ed over the leading scenario axis; with more than one device (or an explicit
+  ``mesh``) that axis is sharded across the devices (inputs placed with a
+  :class:`~jax.sharding.NamedSharding`, ``jit`` with ``out_shardings``), after padding
+  the batch to a multiple of the device count (the padding repeats the last scenario
+  and is stripped from the result).  Functions that
+  already take a leading batch axis (``max_min_fair`` with ``[batch, links]``
+  capacities, :func:`fabric_jax.simulate_flows_batched`, which keep host-side logic) run
+  with ``batched=True``: their batched inputs are placed sharded and the functions' own
+  ``jit``-ed kernels follow that placement (GSPMD sharding propagation).
+* :func:`max_min_fair_sharded` -- one huge scenario: the *flow* dimension of the
+  max-min solve is split across devices with :func:`jax.shard_map`.  Each device holds
+  a contiguous slice of flows and their incidence rows (flow-major layout,
+  ``[flows / devices, row_width]``); the two per-link reductions of an iteration (open
+  weight and frozen load; the smallest target level of a link's flows) become a
+  ``psum`` / ``pmin`` over the device axis, so every device sees the same per-link
+  levels and freezes exactly the flows the single-device solver
+  (:func:`fabric_jax.max_min_fair`, :mod:`fabric_jax.fairness`) freezes, iteration by
+  iteration.  Rates agree with it up to float summation order.  Per device and
+  iteration it moves ``O(nnz / devices)`` entries plus one all-reduce of ``2 x links``
+  and one of ``links`` floats.
+
+Multi-host.  The same code runs on several hosts: call ``jax.distributed.initialize()``
+on every process first (same program, same inputs on every process), then call these
+functions unchanged; the default mesh spans ``jax.devices()`` (all processes' devices),
+inputs are placed with :func:`jax.make_array_from_callback` (each process supplies its
+own shards from its copy of the host arrays), and the collectives run over the global
+mesh.  Results are then global :class:`jax.Array`\\ s; fetch them on a host with
+``jax.experimental.multihost_utils.process_allgather``.
+
+Memory.  How memory grows (float32 and int32, 4 bytes each; ``F`` flows, ``L`` links,
+``H`` hops per path, ``P`` candidate paths per flow, ``E = F x P x H`` incidence
+entries):
+
+* :func:`fabric_jax.max_min_fair`: the incidence holds a link index, a flow index and
+  a weight per entry (``12 E`` bytes); an iteration's temporaries (masks, gathers, the
+  complex operand of the per-link scatter) and the compaction buffers (halving per
+  level) add ``~ 22 E`` bytes (XLA ``memory_analysis``), plus ``O(F + L)``.  Measured
+  on CPU (``P = 1``, ``H = 4``, 10^5 -> 10^6 flows): ``~ 40`` bytes per entry,
+  ``~ 160`` bytes per flow.  Memory is linear in ``E``; links only add ``O(L)``.
+* :func:`max_min_fair_sharded`: the same per entry divided by the device count, plus a
+  few ``[L]`` vectors per device (capacity, the reduced sums, levels).
+* :func:`fabric_jax.simulate_fluid`: the hop table ``[F, P x H]`` (link index, weight,
+  queued bytes per hop) and the per-flow state (sent, delivered, dropped, rates, the
+  law's state ...: ``[F]`` arrays), the max-min solve of the step (above), the
+  feedback ring buffer of six signals ``[ring_len, F]`` (``24 ring_len F`` bytes;
+  ``ring_len = round(max base_rtt / dt) + rto_steps + 1``),
+  and with ``save_every = N`` a trajectory of ``n_steps / N`` snapshots of three ``[F]``
+  and two ``[L]`` arrays plus the law state (``>= 12 F n_steps / N`` bytes).  Without
+  ``save_every`` nothing grows with ``n_steps``: for long runs save every N steps.
+  Measured on CPU (``H = 4``, ``ring_len = 2``, no trajectory, 10^5 -> 10^6 flows):
+  ``~ 700`` bytes per flow.
+
+Largest scenario (``H = 4``, ``P = 1``, float32; 90 % of memory usable): 24 GB of host
+memory holds a max-min solve of ``~ 1.3 x 10^8`` flows (``5 x 10^8`` entries) and a
+fluid run of ``~ 3 x 10^7`` flows; an H200 (141 GB) ``~ 8 x 10^8`` and ``~ 1.8 x 10^8``
+flows.  These scale the CPU measurement (``experiments/bench_scale.py``); XLA:GPU
+fuses differently, so check ``device_peak_bytes`` there.  Long feedback delays
+(``ring_len``) and frequent snapshots add the terms above.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from .fairness import MaxMinInfo, MaxMinResult, _validate, solve
+from .incidence import Incidence, as_incidence
+from .sim import flow_rows
+
+__all__ = ["sweep", "max_min_fair_sharded", "device_mesh", "BATCH_AXIS", "FLOW_AXIS"]
+
+#: Default mesh axis name for the scenario axis of :func:`sweep`.
+BATCH_AXIS = "batch"
+#: Default mesh axis name for the flow axis of :func:`max_min_fair_sharded`.
+FLOW_AXIS = "flows"
+
+
+def device_mesh(axis_name: str = BATCH_AXIS, devices=None) -> Mesh:
+    """A 1-D :class:`~jax.sharding.Mesh` over ``devices`` (default: ``jax.devices()``,
+    every process's devices after ``jax.distributed.initialize()``)."""
+    devs = np.asarray(jax.devices() if devices is None else list(devices), dtype=object)
+    if devs.size == 0:
+        raise ValueError("devices must name at least one device")
+    return Mesh(devs.reshape(-1), (axis_name,))
+
+
+def _check_mesh(mesh) -> Mesh:
+    if not isinstance(mesh, Mesh):
+        raise ValueError(f"mesh must be a jax.sharding.Mesh (e.g. fabric_jax.distributed."
+                         f"device_mesh()); got {type(mesh).__name__}")
+    return mesh
+
+
+def _place(x, sharding: NamedSharding):
+    """Puts a host or device array on ``sharding``; multi-host safe (each process
+    supplies its addressable shards from its own copy of ``x``)."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(x, sharding)
+    a = np.asarray(x)
+    return jax.make_array_from_callback(a.shape, sharding, lambda idx: a[idx])
+
+
+def _pad_rows(x, pad: int):
+    """Repeats the last entry of axis 0 ``pad`` times (a valid scenario, stripped later)."""
+    if pad == 0:
+        return x
+    tail = jnp.repeat(jnp.asarray(x)[-1:], pad, axis=0)
+    return jnp.concatenate([jnp.asarray(x), tail], axis=0)
+
+
+# ------------------------------------------------------------------- sweeps
+def sweep(fn: Callable, *args, in_axes=0, mesh: Mesh | None = None, batched: bool = False):
+    """Runs ``fn`` over a batch of scenarios of the same shape, sharded over devices.
+
+    Args:
+      fn: with ``batched=False`` (default) a *per-scenario* function of ``args``
+        (traceable: ``jit``/``vmap``-able, e.g. ``lambda c: fj.max_min_fair(inc, c)``);
+        it is ``vmap``-ed over the leading axis of the batched arguments.  With
+        ``batched=True`` a function that already takes the leading batch axis (e.g.
+        :func:`fabric_jax.simulate_flows_batched`, or ``max_min_fair`` with
+        ``[batch, links]`` capacities); it is called once with the batched arguments
+        placed sharded along that axis.
+      *args: pytrees of arrays.  Batched ones carry the scenario axis first (size
+        ``batch``, the same for all); the others are shared by every scenario.
+      in_axes: ``0`` (every argument batched), or a tuple with one entry per argument,
+        ``0`` (batched) or ``None`` (shared), as for :func:`jax.vmap`.
+      mesh: a :class:`~jax.sharding.Mesh`; the scenario axis is split over all its
+        axes.  Default: one axis over ``jax.devices()`` when there is more than one
+        device, no sharding otherwise.
+      batched: see ``fn``.
+
+    Returns:
+      ``fn``'s output with a leading ``batch`` axis on every leaf (padding stripped).
+
+    Raises:
+      ValueError: ``fn`` not callable, ``in_axes`` malformed, no batched argument, an
+        empty batch or batched arguments whose leading sizes differ (named ``args[i]``).
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be callable; got {type(fn).__name__}")
+    if not args:
+        raise ValueError("sweep needs at least one argument (the batched scenarios)")
+    axes = _normalise_in_axes(in_axes, len(args))
+    n = _batch_size(args, axes)
+    if mesh is None and jax.device_count() > 1:
+        mesh = device_mesh(BATCH_AXIS)
+    if mesh is not None:
+        mesh = _check_mesh(mesh)
+    n_dev = 1 if mesh is None else mesh.size
+    pad = -n % n_dev
+    args = tuple(jax.tree_util.tree_map(functools.partial(_pad_rows, pad=pad), a)
+                 if ax == 0 else a for a, ax in zip(args, axes))
+    if mesh is not None:
+        shard = NamedSharding(mesh, P(mesh.axis_names))
+        repl = NamedSharding(mesh, P())
+        args = tuple(jax.tree_util.tree_map(
+            functools.partial(_place, sharding=shard if ax == 0 else repl), a)
+            if (ax == 0 or not batched) else a for a, ax in zip(args, axes))
+    out = fn(*args) if batched else _vmapped(fn, axes, mesh)(*args)
+    if pad:
+        out = jax.tree_util.tree_map(lambda x: x[:n], out)
+    return out
+
+
+def _normalise_in_axes(in_axes, n_args):
+    if in_axes in (0, None) and not isinstance(in_axes, bool):
+        axes = (in_axes,) * n_args
+    elif isinstance(in_axes, (tuple, list)):
+        axes = tuple(in_axes)
+    else:
+        raise ValueError(f"in_axes must be 0, None or a tuple of 0/None per argument; "
+                         f"got {in_axes!r}")
+    if len(axes) != n_args or any(a not in (0, None) or isinstance(a, bool) for a in axes):
+        raise ValueError(f"in_axes must have one entry (0 or None) per argument "
+                         f"({n_args}); got {in_axes!r}")
+    if all(a is None for a in axes):
+        raise ValueError("in_axes marks no argument as batched (0); nothing to sweep over")
+    return axes
+
+
+def _batch_size(args, axes) -> int:
+    n = None
+    for i, (a, ax) in enumerate(zip(args, axes)):
+        if ax is None:
+            continue
+        for leaf in jax.tree_util.tree_leaves(a):
+            shape = np.shape(leaf)
+            if len(shape) == 0:
+                raise ValueError(f"args[{i}] is batched (in_axes 0) but holds a scalar; give "
+                                 f"it a leading scenario axis or mark it None in in_axes")
+            if n is None:
+                n = shape[0]
+            elif shape[0] != n:
+                raise ValueError(f"args[{i}] has {shape[0]} scenarios on its leading axis, "
+                                 f"but an earlier batched argument has {n}; they must agree")
+    if n is None:
+        raise ValueError("the batched arguments hold no arrays")
+    if n == 0:
+        raise ValueError("the batch is empty (leading axis of size 0); give >= 1 scenario")
+    return int(n)
+
+
+def _vmapped(fn, axes, mesh):
+    """``jit(vmap(fn))``, cached per (fn, in_axes, mesh) so repeated sweeps do not
+    retrace; the output keeps the scenario axis sharded like the inputs."""
+    try:
+        return _vmapped_cached(fn, axes, mesh)
+    except TypeError:  # unhashable fn
+        return _vmapped_cached.__wrapped__(fn, axes, mesh)
+
+
+@functools.lru_cache(maxsize=64)
+def _vmapped_cached(fn, axes, mesh):
+    out_sh = None if mesh is None else NamedSharding(mesh, P(mesh.axis_names))
+    return jax.jit(jax.vmap(fn, in_axes=axes), out_shardings=out_sh)
+
+
+# ----------------------------------------------------- one scenario, sharded flows
+def max_min_fair_sharded(incidence, capacity, demand=None, *, mesh: Mesh | None = None,
+                         max_iter: int | None = None) -> MaxMinResult:
+    """:func:`fabric_jax.max_min_fair` with the flows split across devices.
+
+    Same model, algorithm and result as :func:`fabric_jax.max_min_fair` (see
+    :mod:`fabric_jax.fairness`: one iteration freezes every flow whose bottleneck link
+    is at the lowest level of all its flows); the flows, their incidence rows and
+    demands are sharded over the mesh with :func:`jax.shard_map`, and the per-link sums
+    and minima of an iteration are ``psum``/``pmin`` all-reduces over the mesh axes.
+    Like the single-device solver, each device compacts the rows of its still-open
+    flows into geometrically shrinking buffers as flows freeze.  Differences: no
+    fixed-``iterations`` mode (so not reverse-mode differentiable), and one scenario at
+    a time (use :func:`sweep` for batches).
+
+    Args:
+      incidence: :class:`~fabric_jax.Incidence` or dense ``[links, flows]`` array,
+        concrete (it is laid out flow-major and split on the host).
+      capacity: ``[links]`` bytes/s, finite and non-negative.
+      demand: optional ``[flows]`` rate caps, bytes/s (``+inf`` = uncapped).
+      mesh: :class:`~jax.sharding.Mesh`; flows are split over all its axes.  Default:
+        one axis over ``jax.devices()`` (all hosts' devices after
+        ``jax.distributed.initialize()``).  Flows are padded with inactive rows to a
+        multiple of the device count.
+      max_iter: safety cap on iterations (default ``flows + 1``, always enough).
+
+    Returns:
+      :class:`~fabric_jax.MaxMinResult`: ``rates`` ``[flows]`` (sharded over the mesh),
+      ``link_load`` and ``saturated`` ``[links]`` (replicated), ``info``.
+
+    Raises:
+      ValueError: as :func:`fabric_jax.max_min_fair`, a batched capacity, a traced
+        incidence, or a ``mesh`` that is not a Mesh.
+    """
+    inc = as_incidence(incidence)
+    _validate(inc, capacity, demand)
+    if np.ndim(capacity) != 1:
+        raise ValueError(f"capacity must be [links] = [{inc.n_links}] for the sharded solver; "
+                         f"got shape {np.shape(capacity)} (sweep batches with "
+                         f"fabric_jax.distributed.sweep)")
+    if demand is not None and np.ndim(demand) != 1:
+        raise ValueError(f"demand must be [flows] = [{inc.n_flows}] for the sharded solver; "
+                         f"got shape {np.shape(demand)}")
+    if any(isinstance(x, jax.core.Tracer) for x in (inc.link_idx, inc.flow_idx, inc.weight)):
+        raise ValueError("incidence must be concrete for max_min_fair_sharded (it is split "
+                         "across devices on the host); build it outside jit")
+    if max_iter is not None and not (isinstance(max_iter, (int, np.integer)) and max_iter >= 1):
+        raise ValueError(f"max_iter must be a positive integer or None; got {max_iter!r}")
+    mesh = device_mesh(FLOW_AXIS) if mesh is None else _check_mesh(mesh)
+    dtype = jnp.result_type(float)
+    n_flows, n_links = inc.n_flows, inc.n_links
+    links, weight = flow_rows(inc)
+    dem = (jnp.full((n_flows,), jnp.inf, dtype) if demand is None
+           else jnp.asarray(demand, dtype))
+    pad = -n_flows % mesh.size
+    if pad:  # inactive rows (weight 0) with demand 0: frozen at rate 0 from the start
+        links = jnp.concatenate([links, jnp.zeros((pad, links.shape[1]), links.dtype)])
+        weight = jnp.concatenate([weight, jnp.zeros((pad, weight.shape[1]), weight.dtype)])
+        dem = jnp.concatenate([dem, jnp.zeros((pad,), dtype)])
+    rows = NamedSharding(mesh, P(mesh.axis_names))
+    repl = NamedSharding(mesh, P())
+    args = (_place(links, rows), _place(jnp.asarray(weight, dtype), rows),
+            _place(jnp.asarray(capacity, dtype), repl), _place(dem, rows))
+    res = _sharded_solver(mesh, n_links, int(n_flows + 1 if max_iter is None else max_iter))(
+        *args)
+    if pad:
+        res = MaxMinResult(rates=res.rates[:n_flows], link_load=res.link_load,
+                           saturated=res.saturated, info=res.info)
+    return res
+
+
+@functools.lru_cache(maxsize=32)
+def _sharded_solver(mesh: Mesh, n_links: int, max_iter: int):
+    axes = tuple(mesh.axis_names)
+    row, rep = P(axes), P()
+    out_specs = MaxMinResult(rates=row, link_load=rep, saturated=rep,
+                             info=MaxMinInfo(iterations=rep, max_violation=rep, converged=rep))
+
+    def local(li, w, capacity, demand):
+        # This device's rows as a flow-major incidence; fairness.solve does the rest,
+        # with its per-link reductions made global over ``axes``.
+        n_local, width = li.shape
+        inc = Incidence(li.reshape(-1), jnp.repeat(jnp.arange(n_local, dtype=jnp.int32), width),
+                        w.reshape(-1), n_links, n_local, width)
+        return solve(inc, capacity, demand, max_iter=max_iter, axis_name=axes)
+
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(row, row, rep, row),
+                                 out_specs=out_specs))

@@ -1,0 +1,250 @@
+"""fabric_jax.distributed: batched sweeps and multi-device sharding.
+
+Multi-device runs happen in a subprocess started with
+``XLA_FLAGS=--xla_force_host_platform_device_count=4 JAX_PLATFORMS=cpu`` (the flag must
+be set before jax is imported, and this process already imported it); the subprocess
+compares every sharded result with the single-device one computed in the same process
+and reports the differences as JSON.  In-process tests cover the single-device paths,
+the independent NumPy oracle (textbook progressive filling), padding and input errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import fabric_jax as fj
+from fabric_jax.distributed import device_mesh, max_min_fair_sharded, sweep
+from tests.reference.maxmin_numpy import progressive_filling
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _instance(seed, n_links=12, n_flows=37, hops=3):
+    """Dense ``[links, flows]`` incidence: each flow on ``hops`` random links (weight 1
+    or a 0.5 split), random capacities."""
+    rng = np.random.default_rng(seed)
+    A = np.zeros((n_links, n_flows))
+    for h in range(hops):
+        A[rng.integers(0, n_links, n_flows), np.arange(n_flows)] = rng.choice([0.5, 1.0], n_flows)
+    cap = rng.uniform(1.0, 10.0, n_links)
+    return A, cap, rng
+
+
+# ------------------------------------------------------------ single device
+@pytest.mark.parametrize("seed,n_flows", [(0, 37), pytest.param(1, 1500, marks=pytest.mark.slow)])
+def test_sharded_solver_matches_oracle_and_max_min_fair(x64, seed, n_flows):
+    # 1500 flows x 4-wide rows = 6000 entries > COMPACT_MIN_ENTRIES: compaction runs
+    # (the four-device subprocess below covers compaction in the default run).
+    A, cap, rng = _instance(seed, n_links=40, n_flows=n_flows, hops=4)
+    demand = np.where(rng.random(A.shape[1]) < 0.3, rng.uniform(0.05, 1.0, A.shape[1]), np.inf)
+    ref, _ = progressive_filling(A, cap, demand)
+    res = max_min_fair_sharded(A, cap, demand, mesh=device_mesh(devices=jax.devices()[:1]))
+    np.testing.assert_allclose(np.asarray(res.rates), ref, rtol=1e-9)
+    single = fj.max_min_fair(A, cap, demand)
+    np.testing.assert_allclose(np.asarray(res.rates), np.asarray(single.rates), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(res.link_load), A @ ref, rtol=1e-9)
+    np.testing.assert_array_equal(np.asarray(res.saturated), np.asarray(single.saturated))
+    assert bool(res.info.converged)
+    assert int(res.info.iterations) == int(single.info.iterations)
+    assert float(res.info.max_violation) <= 1e-9 * cap.max()
+
+
+def test_sweep_max_min_fair_with_failed_link_masks():
+    A, cap, rng = _instance(2)
+    inc = fj.Incidence.from_dense(A)
+    alive = rng.random((6, A.shape[0])) > 0.2          # failed-link sets as capacity masks
+    caps = cap * alive
+    out = sweep(lambda c: fj.max_min_fair(inc, c), caps)
+    assert out.rates.shape == (6, A.shape[1])
+    for b in range(6):
+        ref, _ = progressive_filling(A, caps[b])
+        np.testing.assert_allclose(np.asarray(out.rates[b]), ref, rtol=1e-5, atol=1e-6)
+        # a flow crossing a failed link gets nothing
+        dead = (A[~alive[b]] > 0).any(axis=0)
+        assert np.all(np.asarray(out.rates[b])[dead] == 0)
+
+
+def test_sweep_shared_argument_and_demand_batch():
+    A, cap, rng = _instance(3)
+    inc = fj.Incidence.from_dense(A)
+    demands = rng.uniform(0.1, 2.0, (4, A.shape[1]))
+    out = sweep(lambda c, d: fj.max_min_fair(inc, c, d), cap, demands, in_axes=(None, 0))
+    ref = fj.max_min_fair(inc, np.broadcast_to(cap, (4, A.shape[0])), demands)
+    np.testing.assert_allclose(np.asarray(out.rates), np.asarray(ref.rates), rtol=1e-5)
+    assert np.all(np.asarray(out.rates) <= demands * (1 + 1e-6))
+
+
+def test_sweep_simulate_flows_batched_matches_loop():
+    A, cap, rng = _instance(4, n_flows=9)
+    inc = fj.Incidence.from_dense(A)
+    caps = cap * rng.uniform(0.5, 1.0, (3, A.shape[0]))
+    arrival = rng.uniform(0, 1, (3, A.shape[1]))
+    size = rng.uniform(1, 5, (3, A.shape[1]))
+    out = sweep(fj.simulate_flows_batched, inc, caps, arrival, size,
+                in_axes=(None, 0, 0, 0), batched=True)
+    for b in range(3):
+        ref = fj.simulate_flows(inc, caps[b], arrival[b], size[b])
+        np.testing.assert_allclose(np.asarray(out.finish[b]), np.asarray(ref.finish), rtol=1e-5)
+
+
+def test_sweep_is_deterministic_and_mesh_path_agrees():
+    A, cap, rng = _instance(5)
+    inc = fj.Incidence.from_dense(A)
+    caps = cap * rng.uniform(0.5, 1.0, (3, A.shape[0]))
+    f = lambda c: fj.max_min_fair(inc, c).rates  # noqa: E731
+    first = np.asarray(sweep(f, caps))
+    np.testing.assert_array_equal(first, np.asarray(sweep(f, caps)))
+    # An explicit (one-device) mesh takes the placed-and-sharded path: same numbers.
+    np.testing.assert_array_equal(first, np.asarray(sweep(f, caps, mesh=device_mesh())))
+
+
+def test_sharded_solver_flow_without_links():
+    # Flow 2 crosses no link: it gets its demand (3.0), as in max_min_fair.
+    A = np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
+    res = max_min_fair_sharded(A, np.array([10.0, 3.0]), np.array([np.inf, np.inf, 3.0]))
+    np.testing.assert_allclose(np.asarray(res.rates), [7.0, 3.0, 3.0])
+    np.testing.assert_array_equal(np.asarray(res.saturated), [True, True])
+
+
+def test_errors_name_the_argument():
+    A, cap, _ = _instance(6)
+    inc = fj.Incidence.from_dense(A)
+    f = lambda c, d: fj.max_min_fair(inc, c, d)  # noqa: E731
+    with pytest.raises(ValueError, match="fn"):
+        sweep(3, cap)
+    with pytest.raises(ValueError, match=r"args\[1\]"):
+        sweep(f, np.ones((3, 12)), np.ones((4, 37)))
+    with pytest.raises(ValueError, match="in_axes"):
+        sweep(f, cap, cap, in_axes=(0,))
+    with pytest.raises(ValueError, match="in_axes"):
+        sweep(f, cap, cap, in_axes=(None, None))
+    with pytest.raises(ValueError, match="empty"):
+        sweep(f, np.ones((0, 12)), np.ones((0, 37)))
+    with pytest.raises(ValueError, match=r"args\[0\].*scalar"):
+        sweep(f, 1.0, np.ones((2, 37)))
+    with pytest.raises(ValueError, match="mesh"):
+        sweep(f, np.ones((2, 12)), np.ones((2, 37)), mesh="cpu")
+    with pytest.raises(ValueError, match="capacity"):
+        max_min_fair_sharded(A, np.ones((2, 12)))
+    with pytest.raises(ValueError, match="capacity"):
+        max_min_fair_sharded(A, -cap)
+    with pytest.raises(ValueError, match="demand"):
+        max_min_fair_sharded(A, cap, np.ones(5))
+    with pytest.raises(ValueError, match="max_iter"):
+        max_min_fair_sharded(A, cap, max_iter=0)
+    with pytest.raises(ValueError, match="mesh"):
+        max_min_fair_sharded(A, cap, mesh=jax.devices())
+
+
+# ------------------------------------------------------------ four devices
+_SCRIPT = textwrap.dedent("""
+    import json, jax, numpy as np
+    jax.config.update("jax_enable_x64", True)
+    import fabric_jax as fj
+    from fabric_jax.distributed import device_mesh, max_min_fair_sharded, sweep
+    out = {"devices": jax.device_count()}
+    rng = np.random.default_rng(0)
+    L, F = 64, 2051              # padded to 2052; 513 rows x 8 > 4096 entries: compaction
+    A = np.zeros((L, F))
+    for h in range(8):
+        A[rng.integers(0, L, F), np.arange(F)] = rng.choice([0.5, 1.0], F)
+    cap = rng.uniform(1.0, 10.0, L)
+    dem = np.where(rng.random(F) < 0.3, rng.uniform(0.05, 1.0, F), np.inf)
+    inc = fj.Incidence.from_dense(A)
+    one = fj.max_min_fair(inc, cap, dem)
+    r4 = max_min_fair_sharded(inc, cap, dem)
+    r4b = max_min_fair_sharded(inc, cap, dem)
+    rel = lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / np.max(np.abs(b)))
+    out["sharded4_vs_single"] = rel(r4.rates, one.rates)
+    out["load_vs_single"] = rel(r4.link_load, one.link_load)
+    out["saturated_equal"] = bool(np.array_equal(r4.saturated, one.saturated))
+    out["iterations"] = [int(r4.info.iterations), int(one.info.iterations)]
+    out["deterministic"] = bool(np.array_equal(r4.rates, r4b.rates))
+    # Sweeps: a small network (compile time dominates), 103 flows on 16 links.
+    L, F = 16, 103
+    A = np.zeros((L, F))
+    for h in range(3):
+        A[rng.integers(0, L, F), np.arange(F)] = rng.choice([0.5, 1.0], F)
+    inc, cap = fj.Incidence.from_dense(A), rng.uniform(1.0, 10.0, L)
+    caps = cap * (rng.random((6, L)) > 0.15)       # 6 scenarios, failed links: padded to 8
+    s4 = sweep(lambda c: fj.max_min_fair(inc, c), caps)
+    s4_even = sweep(lambda c: fj.max_min_fair(inc, c), caps[:4])   # no padding to strip
+    out["sweep_devices"] = len(s4_even.rates.sharding.device_set)
+    out["sweep_shape"] = list(s4.rates.shape)
+    out["sweep_vs_single"] = max(rel(s4.rates[b], fj.max_min_fair(inc, caps[b]).rates)
+                                 for b in range(6))
+    print(json.dumps(out))
+""")
+
+
+_SIM_SCRIPT = textwrap.dedent("""
+    import json, jax, numpy as np
+    jax.config.update("jax_enable_x64", True)
+    import fabric_jax as fj
+    from fabric_jax.distributed import sweep
+    out = {"devices": jax.device_count()}
+    rel = lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / np.max(np.abs(b)))
+    rng = np.random.default_rng(1)
+    L, F = 16, 103
+    A = np.zeros((L, F))
+    for h in range(3):
+        A[rng.integers(0, L, F), np.arange(F)] = rng.choice([0.5, 1.0], F)
+    inc, cap = fj.Incidence.from_dense(A), rng.uniform(1.0, 10.0, L)
+    arr, size = rng.uniform(0, 1, (5, F)), rng.uniform(1, 5, (5, F))
+    scap = cap * rng.uniform(0.5, 1.0, (5, L))      # no failed link: every flow finishes
+    sf = sweep(fj.simulate_flows_batched, inc, scap, arr, size, in_axes=(None, 0, 0, 0),
+               batched=True)
+    ref = fj.simulate_flows_batched(inc, scap, arr, size)
+    out["simflows_shape"] = list(sf.finish.shape)
+    out["simflows_vs_single"] = rel(sf.finish, ref.finish)
+    print(json.dumps(out))
+""")
+
+
+def _run_four_devices(script):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def four_devices():
+    return _run_four_devices(_SCRIPT)
+
+
+def test_four_devices_sharded_solver_equals_single_device(four_devices):
+    r = four_devices
+    assert r["devices"] == 4
+    assert r["sharded4_vs_single"] < 1e-12      # float64: only summation order differs
+    assert r["load_vs_single"] < 1e-12
+    assert r["saturated_equal"]
+    assert r["iterations"][0] == r["iterations"][1]
+    assert r["deterministic"]
+
+
+def test_four_devices_sweeps_pad_and_equal_single_device(four_devices):
+    r = four_devices
+    assert r["sweep_devices"] == 4               # the scenario axis really is split
+    assert r["sweep_shape"] == [6, 103]          # padding (6 -> 8) stripped
+    assert r["sweep_vs_single"] < 1e-12
+
+
+@pytest.mark.slow
+def test_four_devices_simulate_flows_sweep_equals_single_device():
+    r = _run_four_devices(_SIM_SCRIPT)
+    assert r["devices"] == 4
+    assert r["simflows_shape"] == [5, 103]       # padding (5 -> 8) stripped
+    assert r["simflows_vs_single"] < 1e-12
