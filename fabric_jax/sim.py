@@ -119,7 +119,11 @@ def validate_flows(n_flows, *, arrival, size, deps=None, delay=None, latency=Non
             raise ValueError(f"{name} must have shape {want} with flows = {n_flows}; got {shape}")
         if isinstance(x, jax.core.Tracer):
             return
-        a = np.asarray(x, dtype=float)
+        try:
+            a = np.asarray(x, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name} must hold numbers; cannot convert it to float "
+                             f"({exc})") from None
         if np.any(np.isnan(a)):
             raise ValueError(f"{name} contains NaN")
         if not allow_inf and np.any(np.isinf(a)):
@@ -171,8 +175,31 @@ def _check_acyclic(deps: np.ndarray):
         raise ValueError(f"deps contains a cycle involving flows {np.flatnonzero(~done)[:5]}...")
 
 
+def _check_incidence(inc: Incidence):
+    """Host-side checks of a concrete incidence's entries (skipped under tracing)."""
+    arrays = (inc.link_idx, inc.flow_idx, inc.weight)
+    if any(isinstance(x, jax.core.Tracer) for x in arrays):
+        return
+    li, fi, w = (np.asarray(x) for x in arrays)
+    if not (li.shape == fi.shape == w.shape) or li.ndim != 1:
+        raise ValueError(f"incidence: link_idx, flow_idx and weight must be [nnz] arrays "
+                         f"of one length; got {li.shape}, {fi.shape}, {w.shape}")
+    if li.size and (li.min() < 0 or li.max() >= inc.n_links):
+        raise ValueError(f"incidence.link_idx must lie in [0, n_links={inc.n_links}); got "
+                         f"[{int(li.min())}, {int(li.max())}] (padding entries use a valid "
+                         f"link with weight 0)")
+    if fi.size and (fi.min() < 0 or fi.max() >= inc.n_flows):
+        raise ValueError(f"incidence.flow_idx must lie in [0, n_flows={inc.n_flows}); got "
+                         f"[{int(fi.min())}, {int(fi.max())}]")
+    wf = w.astype(float)
+    if not np.all(np.isfinite(wf)) or np.any(wf < 0):
+        raise ValueError("incidence.weight must be finite and >= 0 (fraction of a flow's "
+                         "rate on a link; 0 = padding)")
+
+
 def _prepare(incidence, capacity, arrival, size, deps, delay, latency, demand, batched=False):
     inc = as_incidence(incidence)
+    _check_incidence(inc)
     lead = 1 if batched else 0
     cap_shape = np.shape(capacity)
     if len(cap_shape) != 1 + lead or cap_shape[-1] != inc.n_links:
@@ -258,7 +285,9 @@ def simulate_flows(incidence, capacity, arrival, size, *, deps=None, delay=None,
       :class:`FlowSimResult`.
 
     Raises:
-      ValueError: bad shapes or values (see :func:`validate_flows`).
+      ValueError: bad shapes or values (see :func:`validate_flows`), incidence entries
+        out of range or with a NaN/inf/negative weight, ``max_events`` or
+        ``max_active`` not a positive integer.
     """
     inc, capacity, deps, flows = _prepare(incidence, capacity, arrival, size, deps, delay,
                                           latency, demand)
@@ -294,10 +323,16 @@ def _run_events(inc, capacity, deps, flows, max_events, max_active, record, batc
     n = inc.n_flows
     if max_events is None:
         max_events = 2 * n + 2
+    if isinstance(max_events, bool) or not isinstance(max_events, (int, np.integer)) \
+            or max_events < 1:
+        raise ValueError(f"max_events must be a positive integer (default 2 * flows + 2); "
+                         f"got {max_events!r}")
     if max_active is None:
         max_active = min(n, DEFAULT_MAX_ACTIVE)
     if not isinstance(max_active, (int, np.integer)) or max_active < 1 and n > 0:
         raise ValueError(f"max_active must be a positive integer; got {max_active!r}")
+    if n == 0:  # nothing to simulate (the slot table would index an empty flow table)
+        return _empty_result(capacity.shape[:-1], capacity.dtype, max_events, record)
     rows = flow_rows(inc)
     width = max(1, min(int(max_active), n))
     while True:
@@ -312,6 +347,19 @@ def _run_events(inc, capacity, deps, flows, max_events, max_active, record, batc
         if not overflow or width >= n:
             return res
         width = min(2 * width, n)
+
+
+def _empty_result(batch_shape, dtype, max_events, record):
+    """Result of a run with no flows (``[*batch, 0]`` arrays, nothing stalled)."""
+    empty = jnp.zeros((*batch_shape, 0), dtype)
+    times = rates = None
+    if record:
+        times = jnp.full((*batch_shape, max_events), jnp.inf, dtype)
+        rates = jnp.zeros((*batch_shape, max_events, 0), dtype)
+    return FlowSimResult(start=empty, finish=empty, fct=empty,
+                         n_events=jnp.zeros(batch_shape, jnp.int32),
+                         stalled=jnp.zeros(batch_shape, bool), event_times=times,
+                         rate_history=rates)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 4))

@@ -10,7 +10,8 @@ a :class:`Workload` — per-flow arrays plus a dependency DAG — for the simula
   random permutations;
 * empirical flow sizes (:mod:`.cdf`): :class:`FlowSizeCDF` with published tables;
 * placement of tenants on hosts (:mod:`.placement`);
-* training steps: compute + collectives, with overlap (:mod:`.training`).
+* training steps: compute + collectives, with overlap (:mod:`.training`);
+* stragglers: slow GPUs and NICs and their blast radius (:mod:`.stragglers`).
 
 Compose with :func:`concat`.  Units: bytes, seconds, bytes per second.
 """
@@ -30,6 +31,17 @@ from fabric_jax.workloads.collectives import (
 from fabric_jax.workloads.flows import Workload, concat
 from fabric_jax.workloads.placement import place_job, place_jobs, server_rails
 from fabric_jax.workloads.traffic import incast, permutation, poisson_background
+from fabric_jax.workloads.stragglers import (
+    StragglerImpact,
+    host_links,
+    in_order_sends,
+    nic_capacity,
+    scale_compute,
+    slow_compute,
+    slow_compute_spec,
+    slow_nics,
+    straggler_impact,
+)
 from fabric_jax.workloads.training import StepSpec, megatron_groups, training_step
 
 __all__ = [
@@ -41,4 +53,6 @@ __all__ = [
     "FlowSizeCDF",
     "place_job", "place_jobs", "server_rails",
     "StepSpec", "training_step", "megatron_groups",
+    "in_order_sends", "slow_compute", "scale_compute", "slow_compute_spec",
+    "host_links", "nic_capacity", "slow_nics", "StragglerImpact", "straggler_impact",
 ]
