@@ -11,8 +11,9 @@ one step's communication: MoE all-to-all (``--moe-mb`` per GPU) then a ring all-
 tenant holds the other half and runs cross-rail incasts: on every rail, ``--fan-in``
 servers each send ``--incast-mb`` to one NIC of another server, all at ``t = 0``.
 Each preset runs twice in the fluid model with its routing, congestion control and flow
-control (:mod:`fabric_jax.fabrics`): with the neighbour, and alone (neighbour flows
-never arrive; same arrays, so one compilation serves both runs).
+control (:func:`fabric_jax.compare.simulate_case`): with the neighbour, and alone
+(:func:`fabric_jax.compare.alone_arrival`: neighbour flows never arrive; same arrays, so
+one compilation serves both runs).
 
 Reported per fabric (JSON ``fabrics.<preset>``):
 
@@ -66,11 +67,8 @@ def run(scn, presets) -> dict:
         arr = case.sim_arrival
         train = np.flatnonzero(case.job_of == 0)
         tenant = np.flatnonzero(case.job_of == 1)
-        # NOTE: compare._simulate / compare._NEVER are private; a public
-        # ``simulate_case(case, fabric, scenario, arrival)`` would be cleaner.
-        res = compare._simulate(case, fab, scn, arr)
-        alone = compare._simulate(case, fab, scn,
-                                  np.where(case.job_of == 0, arr, compare._NEVER))
+        res = compare.simulate_case(case, fab, scn, arr)
+        alone = compare.simulate_case(case, fab, scn, compare.alone_arrival(case, 0))
         fin, fin_alone = np.asarray(res.finish, float), np.asarray(alone.finish, float)
         t_with = _span(arr, fin, train)
         t_alone = _span(arr, fin_alone, train)

@@ -10,17 +10,45 @@ data-parallel ring all-reduce (``--all-reduce-mb`` per GPU; SHARP on ``infiniban
 both hierarchical: one collective per rail (NVLink inside a server is not simulated).
 ``G`` doubles from 64 to ``--max-gpus`` (default 8,192; ``--quick``: 256).
 
-Engines (the ``engine`` field of every point says which ran):
+Engine of the curve (every point, every preset): :func:`fabric_jax.scaling.scaling_curves`,
+the exact event-driven max-min flow simulation (:func:`fabric_jax.simulate_flows`),
+flows capped at line rate, with the preset's routing split at ``init`` (ECMP: hashed
+paths; adaptive routing and spraying: even split over the candidates) and SHARP for
+``infiniband``: ideal congestion control, so presets differ by routing and SHARP only.
+How it reaches 8,192 GPUs on a CPU (details in :mod:`fabric_jax.scaling`):
 
-* ``fluid`` (``G <= --fluid-max-gpus``, default 256): :func:`fabric_jax.compare.run_compare`
-  -- the preset's routing policy, congestion control and flow control in the fluid loop.
-* ``maxmin`` (larger points, and every point with ``--quick``): the exact event-driven
-  max-min flow-level simulation (:func:`fabric_jax.simulate_flows`), flows capped at
-  line rate, with the preset's routing split at ``init`` (ECMP: hashed paths; adaptive
-  routing and spraying: even split over the candidates) and SHARP for ``infiniband``.
-  This is ideal congestion control: the presets differ only by routing and SHARP.  The
-  fluid model (one max-min solve per 4 us step, 10^4-10^5 flows) is too slow on a
-  2-core CPU at thousands of GPUs; on a GPU raise ``--fluid-max-gpus``.
+* Where the time went (``--full``, the old engine): one event simulation of all
+  ``4 G`` flows costs ``events x flows`` (~``G^2``), plus a recompile every time the
+  active-flow table doubled (1,024 GPUs: 4,096 flows, ~2,000 events, 13 s per run
+  after 42 s of compiles).
+* Exact reductions (default up to ``--exact-max-gpus``, 2,048): each flow's candidate
+  paths are collapsed to its distinct links; the rails are link-disjoint, so each of
+  the 8 rails is an independent event simulation (same finish times to float
+  round-off: ``tests/test_scaling.py`` checks this against the full simulation); all
+  rails and presets of one size share one compiled loop; presets with identical
+  max-min problems (``spectrum_x`` and ``uec``) are simulated once.
+* Stated approximation (above ``--exact-max-gpus``): only ``--sample-rails`` rails
+  (default 1 of 8) are simulated and the statistics are taken over their collectives.
+  The rails are statistically identical (same structure; hashes and expert loads
+  differ), so this estimates the p99 from fewer samples; per-flow results of the
+  simulated rails are exact.  ``--sample-rails 0`` or ``--exact-max-gpus`` >= the
+  largest point simulates everything.  Caveat: the mixed p99 pools 8 all-reduces with
+  ``G / 4`` all-to-alls (1.5 % all-reduces at 2,048 GPUs, 0.8 % at 4,096), so it
+  moves from the all-reduce to the all-to-all tail between 2,048 and 4,096 GPUs.  One
+  rail keeps that ratio, but at 2,048 GPUs its 65 collectives put the interpolated
+  99th percentile between the all-reduce and the top all-to-all (49 us instead of
+  97 us for ``infiniband``), so sampling starts at 4,096 GPUs, where sampled and exact
+  both land on the all-to-all tail.  The per-kind ``all_reduce_completion_time`` and
+  ``all_to_all_p99_completion_time`` are the stable curves.
+* ``--full``: no decomposition at all (the reference; slow beyond 1,024 GPUs).
+
+The fluid model (:func:`fabric_jax.compare.run_compare`: each preset's routing,
+congestion control and flow control) runs only at the sizes up to
+``--fluid-max-gpus`` (default 64; ``--quick``: 0) and is reported beside the curve
+(JSON ``fluid``), not mixed into it: one ~10 s compile per preset and size, and one
+max-min solve per 4 us step, make it too slow for thousands of GPUs on a 2-core CPU.
+``vmap`` is not used: the rails' incidences differ (ECMP hashes), and a vmapped event
+loop runs every member to the slowest one's end, which on a CPU costs their sum anyway.
 
 Reported per fabric and point (JSON ``fabrics.<preset>`` lists aligned with ``gpus``):
 
@@ -30,14 +58,19 @@ Reported per fabric and point (JSON ``fabrics.<preset>`` lists aligned with ``gp
     finish of the collective's flows), s.
 ``all_reduce_completion_time``
     the slowest rail's all-reduce, s.
+``all_to_all_p99_completion_time``
+    99th percentile over the expert-parallel all-to-alls alone, s.
 ``effective_bandwidth``
     sum over collectives of the line-rate time (largest bytes a NIC sends or receives in
     it / line rate) over the sum of their completion times.
+``components``, ``components_simulated``, ``wall_s``
+    rails found / simulated, and seconds spent on the point.
 
 Usage::
 
     python experiments/scale_sweep.py --json scale.json --plots figs/   # 64 .. 8192
     python experiments/scale_sweep.py --quick
+    python experiments/scale_sweep.py --max-gpus 512 --full             # reference
 """
 
 from __future__ import annotations
@@ -51,71 +84,32 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as cm  # noqa: E402
 
-from fabric_jax import compare  # noqa: E402
-from fabric_jax.fabrics import PRESETS, get_fabric  # noqa: E402
-from fabric_jax.incidence import Incidence  # noqa: E402
-from fabric_jax.routing import make_routing  # noqa: E402
-from fabric_jax.sim import simulate_flows  # noqa: E402
+from fabric_jax import compare, scaling  # noqa: E402
+from fabric_jax.fabrics import PRESETS  # noqa: E402
+
+METRICS = ("p99_collective_completion_time", "all_reduce_completion_time",
+           "all_to_all_p99_completion_time", "effective_bandwidth", "n_collectives",
+           "unfinished_flows")
 
 
-def collective_stats(case, start, finish) -> dict:
-    """p99 / all-reduce completion and effective bandwidth of a case's collectives."""
-    w = case.workload
-    times, ideals, ar = [], [], []
-    n_hosts = case.topology.n_hosts
-    for name, idx in case.groups.items():
-        idx = idx[case.job_of[idx] == 0]
-        if idx.size == 0:
-            continue
-        t = float(np.max(finish[idx]) - np.min(start[idx]))
-        sent = np.bincount(w.src[idx], weights=w.size[idx], minlength=n_hosts)
-        recv = np.bincount(w.dst[idx], weights=w.size[idx], minlength=n_hosts)
-        times.append(t)
-        ideals.append(max(sent.max(), recv.max()) / case.line_rate)
-        if "allreduce" in name.rsplit("/", 1)[-1]:
-            ar.append(t)
-    times = np.asarray(times)
-    return dict(p99_collective_completion_time=float(np.percentile(times, 99)),
-                all_reduce_completion_time=float(max(ar)) if ar else float("nan"),
-                effective_bandwidth=float(np.sum(ideals) / np.sum(times)),
-                n_collectives=int(times.size))
-
-
-def run_maxmin(scn, fabric, cases: dict) -> tuple[dict, float]:
-    """Max-min (ideal CC) event-driven run of one preset; (stats, wall seconds)."""
-    if fabric.sharp not in cases:
-        cases[fabric.sharp] = compare.build_case(scn, fabric.sharp)
-    case = cases[fabric.sharp]
-    w = case.workload
-    routing = make_routing(fabric.routing, case.paths, fabric.routing_params(),
-                           seed=scn.simulation["seed"])
-    inc = Incidence.from_paths(case.paths, np.asarray(routing.split),
-                               n_links=case.topology.n_links)
-    t0 = time.perf_counter()
-    res = simulate_flows(inc, case.topology.capacity, case.sim_arrival, w.size, deps=w.deps,
-                         delay=w.delay, latency=case.latency,
-                         demand=np.full(w.n_flows, case.line_rate))
-    start, finish = np.asarray(res.start, float), np.asarray(res.finish, float)
-    wall = time.perf_counter() - t0
-    stats = collective_stats(case, start, finish)
-    stats["unfinished_flows"] = int(np.sum(~np.isfinite(finish)))
-    return stats, wall
-
-
-def run_fluid(scn, names) -> tuple[dict, float]:
+def run_fluid(scn, names) -> dict:
+    """Fluid-model statistics of one point (every preset's CC and flow control)."""
     t0 = time.perf_counter()
     _, details = compare.run_compare(scn, progress=False, keep=True)
     out = {}
     for name in names:
         case, res = details[name]["case"], details[name]["result"]
         start, finish = np.asarray(res.start, float), np.asarray(res.finish, float)
-        out[name] = collective_stats(case, start, finish)
+        out[name] = scaling.collective_stats(case, start, finish)
         out[name]["unfinished_flows"] = int(np.sum(~np.isfinite(finish[case.job_of == 0])))
-    return out, time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    for name in names:
+        out[name]["wall_s"] = wall / len(names)
+    return out
 
 
 def plot(results: dict, out: Path) -> list[str]:
-    from fabric_jax.plots import scaling_curve
+    from fabric_jax.plots import scaling_curve, scaling_figure
     g = results["gpus"]
     fab = results["fabrics"]
     paths = [scaling_curve({n: (g, v["p99_collective_completion_time"]) for n, v in fab.items()},
@@ -123,6 +117,8 @@ def plot(results: dict, out: Path) -> list[str]:
     paths.append(scaling_curve({n: (g, v["effective_bandwidth"]) for n, v in fab.items()},
                                out / "scale_effective_bandwidth.png",
                                ylabel="effective bandwidth (% line rate)", yscale=100.0))
+    paths.append(scaling_figure(results, out / "scale_curves.png",
+                                title="training step vs GPU count (max-min engine, ideal CC)"))
     return paths
 
 
@@ -132,61 +128,84 @@ def main(argv=None) -> dict:
                     help="largest GPU count (power of two >= 64; default 8192, --quick 256)")
     ap.add_argument("--min-gpus", type=int, default=64, help="smallest GPU count (default 64)")
     ap.add_argument("--fluid-max-gpus", type=int, default=None,
-                    help="use the fluid model up to this size (default 256; --quick 0)")
+                    help="also run the fluid model up to this size (default 64; --quick 0)")
+    ap.add_argument("--exact-max-gpus", type=int, default=2048,
+                    help="simulate every rail up to this size (default 2048)")
+    ap.add_argument("--sample-rails", type=int, default=1,
+                    help="rails simulated above --exact-max-gpus (default 1; 0 = all)")
+    ap.add_argument("--full", action="store_true",
+                    help="reference: one simulation of all flows, no decomposition")
     ap.add_argument("--all-reduce-mb", type=float, default=32.0, help="all-reduce per GPU, MB")
     ap.add_argument("--moe-mb", type=float, default=4.0, help="all-to-all per GPU, MB")
     ap.add_argument("--fabrics", nargs="+", default=list(PRESETS), choices=list(PRESETS))
     a = ap.parse_args(argv)
     max_gpus = a.max_gpus if a.max_gpus is not None else (256 if a.quick else 8192)
-    fluid_max = a.fluid_max_gpus if a.fluid_max_gpus is not None else (0 if a.quick else 256)
+    fluid_max = a.fluid_max_gpus if a.fluid_max_gpus is not None else (0 if a.quick else 64)
     cm.check_positive(ap, max_gpus=max_gpus, min_gpus=a.min_gpus,
                       all_reduce_mb=a.all_reduce_mb, moe_mb=a.moe_mb)
     if a.min_gpus < 16 or a.min_gpus % 16 or max_gpus < a.min_gpus:
         ap.error("--min-gpus must be a multiple of 16 (>= 16) and <= --max-gpus")
+    if a.sample_rails < 0:
+        ap.error(f"--sample-rails must be >= 0; got {a.sample_rails}")
     gpus = []
     g = a.min_gpus
     while g <= max_gpus:
         gpus.append(g)
         g *= 2
-    fabrics = {n: {k: [] for k in ("p99_collective_completion_time",
-                                   "all_reduce_completion_time", "effective_bandwidth",
-                                   "n_collectives", "unfinished_flows", "wall_s")}
-               for n in a.fabrics}
-    engines = []
-    for g in gpus:
-        scn, _ = cm.training_scenario(g, all_reduce_mb=a.all_reduce_mb, moe_mb=a.moe_mb,
-                                      seed=a.seed, presets=a.fabrics)
-        if g <= fluid_max:
-            engines.append("fluid")
-            stats, wall = run_fluid(scn, a.fabrics)
-            walls = {n: wall / len(a.fabrics) for n in a.fabrics}
-        else:
-            engines.append("maxmin")
-            stats, walls, cases = {}, {}, {}
-            for n in a.fabrics:
-                stats[n], walls[n] = run_maxmin(scn, get_fabric(n), cases)
+    t_start = time.perf_counter()
+    scns = [cm.training_scenario(g, all_reduce_mb=a.all_reduce_mb, moe_mb=a.moe_mb,
+                                 seed=a.seed, presets=a.fabrics)[0] for g in gpus]
+
+    def progress(label):
+        print(f"  {label} ({time.perf_counter() - t_start:.0f} s)", flush=True)
+
+    curve = scaling.scaling_curves(scns, a.fabrics, seed=a.seed,
+                                   sample_components=a.sample_rails or None,
+                                   sample_above_gpus=a.exact_max_gpus, full=a.full,
+                                   progress=progress)
+    fabrics = curve["fabrics"]
+    fluid = {n: {k: [] for k in METRICS + ("wall_s",)} for n in a.fabrics}
+    fluid_gpus = [g for g in gpus if g <= fluid_max]
+    for g, scn in zip(gpus, scns):
+        if g not in fluid_gpus:
+            continue
+        st = run_fluid(scn, a.fabrics)
         for n in a.fabrics:
-            for k in fabrics[n]:
-                fabrics[n][k].append(walls[n] if k == "wall_s" else stats[n][k])
-        print(f"  {g:>5} GPUs ({engines[-1]}): " + ", ".join(
-            f"{n} {1e6 * stats[n]['p99_collective_completion_time']:.0f} us"
-            for n in a.fabrics), flush=True)
-    results = dict(gpus=gpus, engine=engines, fabrics=fabrics,
+            for k in fluid[n]:
+                fluid[n][k].append(st[n][k])
+        progress(f"{g} GPUs fluid model")
+    results = dict(gpus=gpus, engine="maxmin" + ("-full" if a.full else ""),
+                   fabrics=fabrics, fluid=dict(gpus=fluid_gpus, fabrics=fluid),
                    inputs=dict(all_reduce_bytes=a.all_reduce_mb * 1e6,
                                moe_bytes=a.moe_mb * 1e6, fluid_max_gpus=fluid_max,
-                               seed=a.seed))
+                               exact_max_gpus=a.exact_max_gpus, sample_rails=a.sample_rails,
+                               full=a.full, seed=a.seed),
+                   wall_s=time.perf_counter() - t_start)
     rows = []
     for i, g in enumerate(gpus):
-        row = dict(gpus=g, engine=engines[i])
+        any_fab = fabrics[a.fabrics[0]]
+        row = dict(gpus=g, rails=f"{any_fab['components_simulated'][i]}/"
+                               f"{any_fab['components'][i]}")
         for n in a.fabrics:
             row[f"{n}_p99_us"] = 1e6 * fabrics[n]["p99_collective_completion_time"][i]
+            row[f"{n}_ar_us"] = 1e6 * fabrics[n]["all_reduce_completion_time"][i]
             row[f"{n}_eff"] = fabrics[n]["effective_bandwidth"][i]
+        rows.append(row)
+    for i, g in enumerate(fluid_gpus):
+        row = dict(gpus=g, rails="fluid")
+        for n in a.fabrics:
+            row[f"{n}_p99_us"] = 1e6 * fluid[n]["p99_collective_completion_time"][i]
+            row[f"{n}_ar_us"] = 1e6 * fluid[n]["all_reduce_completion_time"][i]
+            row[f"{n}_eff"] = fluid[n]["effective_bandwidth"][i]
         rows.append(row)
     out = cm.plots_dir(a)
     if out is not None:
         results["plots"] = plot(results, out)
+    print(f"wall time {results['wall_s']:.1f} s")
     return cm.finish(results, a, rows, list(rows[0]),
-                     "p99 collective completion (us) and effective bandwidth (fraction)")
+                     "max-min engine (rails simulated/found) then fluid-model rows: p99 "
+                     "collective completion (us), slowest all-reduce (us), effective "
+                     "bandwidth (fraction)")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ optimisation, with a thin CLI on top.
 Units everywhere: bytes, seconds, bytes per second (see :mod:`fabric_jax.units`).
 """
 
-from . import cc, fabrics, flowcontrol, metrics, optimize, routing, smooth, units, workloads
-from .compare import Scenario, default_scenario, load_scenario, run_compare
+from . import (cc, fabrics, flowcontrol, metrics, optimize, routing, scaling, smooth, units,
+               workloads)
+from .compare import Scenario, default_scenario, load_scenario, run_compare, simulate_case
 from .fabrics import PRESETS, Fabric, get_fabric, infiniband, roce, spectrum_x, uec
 from .fairness import MaxMinInfo, MaxMinResult, max_min_fair
 from .flowcontrol import FlowControl
@@ -20,6 +21,8 @@ from .smooth import Smoothing
 from .topology import Topology, fat_tree, from_edges, leaf_spine, rail_optimized
 from .sim import (FlowSimResult, simulate_flows, simulate_flows_batched,
                   simulate_flows_fixed_step)
+from . import distributed
+from .distributed import max_min_fair_sharded, sweep
 
 __version__ = "0.1.0"
 
@@ -38,6 +41,8 @@ __all__ = [
     "roce",
     "routing",
     "run_compare",
+    "scaling",
+    "simulate_case",
     "spectrum_x",
     "uec",
     "FlowControl",
@@ -54,6 +59,9 @@ __all__ = [
     "MaxMinInfo",
     "MaxMinResult",
     "max_min_fair",
+    "max_min_fair_sharded",
+    "sweep",
+    "distributed",
     "simulate_flows",
     "simulate_flows_batched",
     "simulate_flows_fixed_step",

@@ -24,7 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "scenario) with the infiniband, roce, spectrum_x and uec presets.")
     cmp_.add_argument("--scenario", metavar="FILE", help="TOML scenario file")
     cmp_.add_argument("--json", metavar="PATH", help="write results as JSON")
-    cmp_.add_argument("--plots", metavar="DIR", help="write PNG figures into DIR")
+    cmp_.add_argument("--plots", metavar="DIR",
+                      help="write PNG figures into DIR (bars, FCT CDFs, queue heat maps, "
+                           "and a scaling curve of the training job at 0.5x-4x its size)")
     cmp_.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -50,7 +52,8 @@ def main(argv=None) -> int:
         print(f"wrote {args.json}")
     if args.plots:
         from . import plots
-        for path in plots.compare_figures(results, details, args.plots):
+        curve = compare.scaling_study(scn, progress=not args.quiet)
+        for path in plots.compare_figures(results, details, args.plots, scaling=curve):
             print(f"wrote {path}")
     print(f"({time.time() - t0:.1f} s)", file=sys.stderr)
     return 0

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as mx
+from .cc import ibcc
 from .fabrics import PRESETS, all_reduce_flows, get_fabric
 from .fluid import simulate_fluid
 from .incidence import Incidence
@@ -64,10 +65,13 @@ from .units import gbps
 from .workloads import FlowSizeCDF, all_to_all, concat, incast, poisson_background, zipf_expert_load
 from .workloads.training import training_step
 
-__all__ = ["Scenario", "default_scenario", "load_scenario", "scenario_from_dict",
-           "build_case", "run_compare", "format_table", "METRICS"]
+__all__ = ["Scenario", "Case", "default_scenario", "load_scenario", "scenario_from_dict",
+           "build_case", "simulate_case", "alone_arrival", "run_compare", "scaling_study",
+           "format_table", "write_json", "METRICS", "NEVER"]
 
-_NEVER = 1e3  # arrival (s) of flows switched off in the "alone" runs
+#: Arrival time (s) given to flows switched off in "alone" runs (:func:`alone_arrival`):
+#: far beyond any scenario's horizon, so they never start.
+NEVER = 1e3
 
 # (key, label, unit, scale) rows of the table
 METRICS = (
@@ -306,15 +310,48 @@ def build_case(scn: Scenario, sharp: bool) -> Case:
 
 
 # --------------------------------------------------------------- simulation
-def _simulate(case: Case, fabric, scn: Scenario, arrival, save_every=None):
+def alone_arrival(case: Case, job: int):
+    """``[flows]`` arrivals with only job ``job`` (0 training, 1 tenant, 2 background)
+    switched on: every other flow arrives at :data:`NEVER` (same arrays, same compile)."""
+    return np.where(case.job_of == job, case.sim_arrival, NEVER)
+
+
+def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every=None):
+    """Fluid run of a case under a fabric preset (the engine behind :func:`run_compare`).
+
+    Runs :func:`fabric_jax.fluid.simulate_fluid` with the preset's routing policy
+    (bound to the case's candidate paths with the scenario's seed), congestion-control
+    law and parameters, flow-control mode, the topology's buffers, and the scenario's
+    ``dt_us`` / ``n_steps``.  Under IB CC only switch ports mark FECN
+    (:func:`fabric_jax.cc.ibcc.switch_port_mask`, unless ``cc_options`` sets
+    ``switch_port``).
+
+    Args:
+      case: from :func:`build_case` (built with ``fabric.sharp``).
+      fabric: a :class:`fabric_jax.Fabric` or preset name.
+      scn: the scenario the case was built from.
+      arrival: ``[flows]`` arrival times, s (default ``case.sim_arrival``; see
+        :func:`alone_arrival` to run one job alone).
+      save_every: trajectory snapshot period in steps (must divide ``n_steps``).
+
+    Returns:
+      :class:`fabric_jax.fluid.FluidResult`.
+    """
+    fabric = get_fabric(fabric)
+    arrival = case.sim_arrival if arrival is None else arrival
     sim = scn.simulation
+    params = fabric.law_params()
+    if fabric.cc == "ibcc" and "switch_port" not in fabric.cc_options:
+        # FECN is a switch function: the HCA's own uplink (the NIC backlog) never marks
+        params = dataclasses.replace(params, switch_port=np.asarray(
+            ibcc.switch_port_mask(case.topology), np.asarray(params.threshold).dtype))
     routing = make_routing(fabric.routing, case.paths, fabric.routing_params(),
                            seed=sim["seed"])
     inc = Incidence.from_paths(case.paths, np.asarray(routing.split), n_links=case.topology.n_links)
     w = case.workload
     return simulate_fluid(inc, case.topology.capacity, w.size, dt=sim["dt_us"] * 1e-6,
                           n_steps=int(sim["n_steps"]), law=fabric.law(),
-                          params=fabric.law_params(), arrival=arrival, deps=w.deps,
+                          params=params, arrival=arrival, deps=w.deps,
                           delay=w.delay, latency=case.latency, flow_control=fabric.flow_control,
                           buffer=case.topology.buffer, routing=routing, save_every=save_every)
 
@@ -424,7 +461,7 @@ def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=Fals
             cases[fab.sharp] = build_case(scn, fab.sharp)
         case = cases[fab.sharp]
         arrival = case.sim_arrival
-        res = _simulate(case, fab, scn, arrival, save_every=save)
+        res = simulate_case(case, fab, scn, arrival, save_every=save)
         bar.update(f"{name}: all jobs")
         alone = {}
         if scn.simulation["isolation"]:
@@ -432,12 +469,33 @@ def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=Fals
                 if not np.any(case.job_of == job):
                     bar.update(f"{name}: {label}")
                     continue
-                arr = np.where(case.job_of == job, arrival, _NEVER)
-                alone[job] = _simulate(case, fab, scn, arr)
+                alone[job] = simulate_case(case, fab, scn, alone_arrival(case, job))
                 bar.update(f"{name}: {label}")
         results[name] = _metrics(case, scn, res, alone)
         details[name] = dict(case=case, result=res)
     return (results, details) if keep else results
+
+
+def scaling_study(scn: Scenario | None = None, *, factors=(0.5, 1.0, 2.0, 4.0),
+                  progress: bool = False) -> dict:
+    """The scaling curve of ``fabric-jax compare --plots``: the scenario's training job
+    alone at ``train_servers`` scaled by each factor, on every preset.
+
+    Engine: :func:`fabric_jax.scaling.scaling_curves` (exact event-driven max-min, ideal
+    congestion control, rails as independent components, every size padded to one
+    shape so one compile serves the study).  The topology keeps the scenario's
+    parameters with ``n_servers = train_servers``.
+
+    Returns:
+      ``{"gpus": [...], "fabrics": {preset: {metric: [...]}}}`` (metrics of
+      :func:`fabric_jax.scaling.collective_stats`).
+    """
+    from . import scaling
+    scn = default_scenario() if scn is None else scn
+    scns = scaling.scaled_scenarios(scn, factors)
+    bar = _Progress(len(scns) * len(scn.presets), enabled=progress)
+    return scaling.scaling_curves(scns, scn.presets, seed=scn.simulation["seed"],
+                                  shared_shape=True, progress=bar.update)
 
 
 def _fmt(v, scale):

@@ -1,4 +1,6 @@
-"""Matplotlib (Agg) figures for the compare study: per-fabric bars, FCT CDFs, queue heat maps.
+"""Matplotlib (Agg) figures for the compare study: per-fabric bars, FCT CDFs, queue heat
+maps, and the scaling curve (:func:`scaling_figure`, data from
+:func:`fabric_jax.compare.scaling_study`).
 
 Units on axes as labelled (us, Gb/s, %); inputs are SI as returned by
 :func:`fabric_jax.compare.run_compare`.
@@ -14,7 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["fabric_bars", "fct_cdfs", "queue_heatmaps", "scaling_curve", "compare_figures"]
+__all__ = ["fabric_bars", "fct_cdfs", "queue_heatmaps", "scaling_curve", "scaling_figure",
+           "compare_figures"]
 
 
 def fabric_bars(results: dict, path) -> str:
@@ -72,23 +75,58 @@ def queue_heatmaps(trajs: dict, path) -> str:
     return str(path)
 
 
-def scaling_curve(scale: dict, path, *, ylabel="p99 collective completion (us)", yscale=1e6) -> str:
-    """``{fabric: (gpu_counts, values)}`` lines on log-x axes."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, (x, y) in scale.items():
-        ax.plot(x, np.asarray(y, float) * yscale, marker="o", label=name)
+def _curve(ax, scale: dict, ylabel: str, yscale: float):
+    # distinct markers and dashes so that coinciding curves stay visible
+    for i, (name, (x, y)) in enumerate(scale.items()):
+        ax.plot(x, np.asarray(y, float) * yscale, marker="osD^v"[i % 5],
+                ls=("-", "--", "-.", ":")[i % 4], ms=7 - i, label=name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("GPUs")
     ax.set_ylabel(ylabel)
-    ax.legend()
+    ax.legend(fontsize=8)
+
+
+def scaling_curve(scale: dict, path, *, ylabel="p99 collective completion (us)", yscale=1e6) -> str:
+    """``{fabric: (gpu_counts, values)}`` lines on log-x axes."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    _curve(ax, scale, ylabel, yscale)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return str(path)
 
 
-def compare_figures(results: dict, details: dict, outdir) -> list[str]:
-    """All compare figures into ``outdir`` (created); returns the file paths."""
+#: (metric of :func:`fabric_jax.scaling.collective_stats`, axis label, scale) panels
+SCALING_PANELS = (("all_reduce_completion_time", "all-reduce completion (us)", 1e6),
+                  ("p99_collective_completion_time", "p99 collective completion (us)", 1e6),
+                  ("effective_bandwidth", "effective bandwidth (% line rate)", 100.0))
+
+
+def scaling_figure(curve: dict, path, *, title: str | None = None) -> str:
+    """Scaling curve: one panel per :data:`SCALING_PANELS` metric versus GPU count.
+
+    Args:
+      curve: ``{"gpus": [...], "fabrics": {preset: {metric: [...]}}}`` as returned by
+        :func:`fabric_jax.scaling.scaling_curves`.
+    """
+    g = curve["gpus"]
+    fig, axes = plt.subplots(1, len(SCALING_PANELS), figsize=(5 * len(SCALING_PANELS), 4))
+    for ax, (key, label, scale) in zip(axes, SCALING_PANELS):
+        _curve(ax, {n: (g, v[key]) for n, v in curve["fabrics"].items()}, label, scale)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return str(path)
+
+
+def compare_figures(results: dict, details: dict, outdir, *,
+                    scaling: dict | None = None) -> list[str]:
+    """All compare figures into ``outdir`` (created); returns the file paths.
+
+    ``scaling`` (from :func:`fabric_jax.compare.scaling_study`) adds ``scaling_curve.png``.
+    """
     from . import metrics as mx
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
@@ -106,4 +144,7 @@ def compare_figures(results: dict, details: dict, outdir) -> list[str]:
     paths.append(fct_cdfs(sds, out / "fct_cdf.png"))
     if trajs:
         paths.append(queue_heatmaps(trajs, out / "queue_heatmap.png"))
+    if scaling is not None:
+        paths.append(scaling_figure(scaling, out / "scaling_curve.png",
+                                    title="training job alone vs GPU count (max-min, ideal CC)"))
     return paths

@@ -59,6 +59,37 @@ def test_cli_end_to_end(tmp_path, capsys):
         assert data[name]["unfinished_flows"] == 0
         assert 0 < data[name]["gpu_utilization"] < 1
     assert (tmp_path / "plots" / "fabric_bars.png").stat().st_size > 0
+    # the scaling curve: the training job alone at 0.5x..4x its servers (2 -> 2, 4, 8)
+    assert (tmp_path / "plots" / "scaling_curve.png").stat().st_size > 0
+    assert "scaling_curve.png" in text
+
+
+def test_scaling_study_and_public_simulate_case():
+    import numpy as np
+
+    import fabric_jax
+    from fabric_jax import compare
+    scn = compare.scenario_from_dict({**_tiny_dict(), "fabrics": {"presets": ["roce"]}})
+    curve = compare.scaling_study(scn, factors=(1.0, 2.0))
+    # 2 and 4 training servers x 2 NICs
+    assert curve["gpus"] == [4, 8]
+    v = curve["fabrics"]["roce"]
+    # ring of n servers per rail, 1 MB / 2 rails per GPU at 100 Gb/s: the line-rate
+    # time 2 (n-1)/n * 0.5 MB / 12.5 GB/s bounds the all-reduce from below
+    for n, t in zip((2, 4), v["all_reduce_completion_time"]):
+        assert t >= 2 * (n - 1) / n * 0.5e6 / 12.5e9
+    assert all(0 < e <= 1 + 1e-6 for e in v["effective_bandwidth"])
+    # public fluid entry point, and the "alone" arrivals
+    assert fabric_jax.simulate_case is compare.simulate_case
+    case = compare.build_case(scn, False)
+    arr = compare.alone_arrival(case, 1)
+    assert np.all(arr[case.job_of != 1] == compare.NEVER)
+    assert np.array_equal(arr[case.job_of == 1], case.sim_arrival[case.job_of == 1])
+
+
+def _tiny_dict():
+    import tomllib
+    return tomllib.loads(TINY)
 
 
 def test_no_subcommand_prints_help(capsys):

@@ -118,9 +118,10 @@ def test_isolation_quick(tmp_path):
 
 @pytest.mark.slow
 def test_scale_sweep_quick(tmp_path):
-    # 64..256 GPUs (max-min engine): one point per power of two; effective bandwidth is a
-    # fraction of line rate (<= 1); with SHARP each NIC sends S/8 instead of
-    # 2 (n-1)/n S/8, so infiniband's all-reduce is faster than roce's at every scale.
+    # 64..256 GPUs (max-min engine, every rail simulated): one point per power of two;
+    # effective bandwidth is a fraction of line rate (<= 1); with SHARP each NIC sends
+    # S/8 instead of 2 (n-1)/n S/8, so infiniband's all-reduce is faster than roce's at
+    # every scale; the 8 rails are found as independent components.
     out = tmp_path / "scale.json"
     _load("scale_sweep").main(["--quick", "--json", str(out), "--plots", str(tmp_path)])
     data = json.loads(out.read_text())
@@ -130,7 +131,24 @@ def test_scale_sweep_quick(tmp_path):
         assert all(0 < e <= 1.0 + 1e-6 for e in v["effective_bandwidth"])
         assert all(u == 0 for u in v["unfinished_flows"])
         assert all(math.isfinite(t) for t in v["p99_collective_completion_time"])
+        assert v["components"] == [8, 8, 8] and v["components_simulated"] == [8, 8, 8]
     ib, roce = data["fabrics"]["infiniband"], data["fabrics"]["roce"]
     assert all(a < b for a, b in zip(ib["all_reduce_completion_time"],
                                      roce["all_reduce_completion_time"]))
     assert (tmp_path / "scale_p99_completion.png").is_file()
+    assert (tmp_path / "scale_curves.png").is_file()
+
+
+@pytest.mark.slow
+def test_scale_sweep_sampling_above_exact_limit(tmp_path):
+    # --exact-max-gpus 64: the 128-GPU point simulates 1 of its 8 rails; the sampled
+    # rail's all-reduce is one of the 8 equal-structure rails, so it is within the
+    # spread of the exact run's (its SHARP all-reduce is NIC-bound: S/8 at line rate).
+    out = tmp_path / "s.json"
+    _load("scale_sweep").main(["--max-gpus", "128", "--fluid-max-gpus", "0",
+                               "--exact-max-gpus", "64", "--fabrics", "infiniband",
+                               "--json", str(out)])
+    v = json.loads(out.read_text())["fabrics"]["infiniband"]
+    assert v["components_simulated"] == [8, 1]
+    ideal = 32e6 / 8 / 50e9
+    assert all(ideal <= t <= 1.3 * ideal for t in v["all_reduce_completion_time"])

@@ -27,7 +27,25 @@ OPENSM]; ``victim_mask`` on (LLNL sets every port); ``marking_rate`` 3 and
 ``ccti_timer`` 30 us from the OMNeT++ IB CC example configurations [IBMODEL]; 2 KB
 packets (IB MTU).  The annex's Threshold (0-15) to buffer-level mapping is not public,
 so the threshold is given directly in bytes (default 16 KB, about 8 packets) --- an
-assumption of this model.
+assumption of this model.  Only switch egress ports mark (``switch_port``, see
+:func:`switch_port_mask`).
+
+Behaviour to expect (measured in the compare study, pinned in ``tests/test_cc.py``): an
+uncongested flow is never slowed (no queue, no mark: line rate); a congestion episode
+charges the CCTI fast -- at 50 GB/s with 2 KB packets and a quarter of the packets
+marked, about 6 indices per microsecond -- while the timer returns it by one index per
+``ccti_timer`` (30 us), and the LLNL table inserts no delay below index 26.  So a flow
+that crossed a hot spot for a few tens of microseconds stays throttled for a
+millisecond or more after the hot spot has gone (from index 127 back to 26 takes
+``101 x 30 us = 3 ms``).  This asymmetry is the mechanism's: the marking rate,
+increase and timer are the published settings above; a shorter timer or a gentler
+table (``cct``, ``ccti_timer``) trades this hangover for weaker control.  One part is
+the fluid form's: the loop forwards a drained queue store-and-forward, one step per
+hop, so every hop downstream of a real queue holds ``C dt`` in transit (200 kB at
+400 Gb/s and a 4 us step), above the 16 KB threshold; in the compare study's training
+job a threshold that ignores that transit (``threshold`` + ``C dt``) shortens the IB
+all-reduce from 278 to 242 us (``cc="none"``: 164 us).  Keep ``C dt`` below the
+threshold (small ``dt``) where that matters.
 """
 
 from __future__ import annotations
@@ -43,7 +61,22 @@ from .. import smooth as sm
 from ..units import KB, US
 from .base import Law, register
 
-__all__ = ["IBCCParams", "IBCCState", "IBCC", "ibcc_params", "llnl_cct"]
+__all__ = ["IBCCParams", "IBCCState", "IBCC", "ibcc_params", "llnl_cct", "switch_port_mask"]
+
+
+def switch_port_mask(topology) -> np.ndarray:
+    """``[links]`` 1.0 where the link leaves a switch, 0.0 where it leaves a host (HCA).
+
+    FECN is set by switches (the congestion point of annex A10; switch attributes
+    ``SwitchCongestionSetting`` / ``SwitchPortCongestionSetting`` [OPENSM, MLNX-CCMGR],
+    ``congestion-control.md`` sec. 2.1); an HCA does not mark its own packets.  In the
+    fluid fabric a sender's excess over its max-min share waits in its first-hop egress
+    queue, i.e. in the NIC (:mod:`fabric_jax.flowcontrol`), so without this mask that
+    NIC backlog would be read as a congested switch port.  Pass it as
+    ``ibcc_params(switch_port=switch_port_mask(topo))``
+    (:func:`fabric_jax.compare.simulate_case` does).
+    """
+    return (np.asarray(topology.link_src) >= topology.n_hosts).astype(float)
 
 
 def llnl_cct(n: int = 128) -> np.ndarray:
@@ -57,7 +90,8 @@ def llnl_cct(n: int = 128) -> np.ndarray:
 class IBCCParams:
     """Attributes (leaves): threshold (bytes), marking_rate, victim_mask (0/1),
     ccti_increase, ccti_timer (s), ccti_min, ccti_limit, cct (``[entries]`` IPD in
-    packet times), packet (bytes)."""
+    packet times), packet (bytes), switch_port (scalar or ``[links]``: 1 where the link's
+    egress queue is a switch port that may set FECN, 0 for an HCA's own uplink)."""
 
     threshold: Any
     marking_rate: Any
@@ -68,6 +102,7 @@ class IBCCParams:
     ccti_limit: Any
     cct: Any
     packet: Any
+    switch_port: Any = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +123,7 @@ def ibcc_params(**overrides) -> IBCCParams:
     cct = llnl_cct()
     p = dict(threshold=16 * KB, marking_rate=3.0, victim_mask=1.0, ccti_increase=1.0,
              ccti_timer=30 * US, ccti_min=0.0, ccti_limit=float(cct.size - 1), cct=cct,
-             packet=2 * KB)
+             packet=2 * KB, switch_port=1.0)
     unknown = set(overrides) - set(p)
     if unknown:
         raise ValueError(f"unknown IB CC parameter(s) {sorted(unknown)}; valid: {sorted(p)}")
@@ -128,7 +163,7 @@ def _mark(links, params, smooth):
     pos = links.capacity > 0
     starved = jnp.where(pos, 1.0 - links.usable / jnp.where(pos, links.capacity, 1.0), 0.0)
     victim = params.victim_mask * sm.step(starved - 0.05, smooth)
-    return jnp.maximum(root, victim) / (1.0 + params.marking_rate)
+    return params.switch_port * jnp.maximum(root, victim) / (1.0 + params.marking_rate)
 
 
 IBCC = register(Law("ibcc", _init, _step, _mark, ibcc_params))
