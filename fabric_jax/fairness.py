@@ -55,7 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .incidence import Incidence, as_incidence
+from .incidence import Incidence, as_incidence, check_entries
 
 __all__ = ["max_min_fair", "MaxMinResult", "MaxMinInfo", "SATURATION_RTOL"]
 
@@ -104,6 +104,7 @@ def _is_concrete(x) -> bool:
 
 
 def _validate(inc: Incidence, capacity, demand):
+    check_entries(inc)
     cap_shape = np.shape(capacity)
     if len(cap_shape) not in (1, 2) or cap_shape[-1] != inc.n_links:
         raise ValueError(

@@ -479,7 +479,7 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, seg, p
     inc = Incidence(jnp.where(valid, link_tab, 0).ravel().astype(jnp.int32),
                     jnp.repeat(jnp.arange(n_flows, dtype=jnp.int32), n_hops),
                     jnp.where(valid, w_tab, 0.0).ravel(), n_links, n_flows)
-    t_hpcc = jnp.max(base_rtt)
+    t_hpcc = jnp.max(base_rtt, initial=dt)
     ar = jnp.arange(n_flows)
     law0 = law.init(line_rate, params)
     lossless = fc.lossless
@@ -605,7 +605,10 @@ def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, seg, p
         need = jnp.maximum(size - delivered_old, 0.0)
         got_pos = deliv_now > 0
         tfrac = jnp.clip(jnp.where(got_pos, need / jnp.where(got_pos, deliv_now, 1.0), 0.0), 0.0, 1.0)
-        finish = jnp.where(completes, t + dt * tfrac + latency, c["finish"])
+        # A flow never finishes before it starts (a zero-byte flow released inside the
+        # step completes at its release time).
+        finish = jnp.where(completes, jnp.maximum(t + dt * tfrac, start) + latency,
+                           c["finish"])
         done = c["done"] | completes
         # 7. signals from the new queues
         q_new = _seg(x_new, link_tab, n_links)[:n_links]

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Incidence", "as_incidence"]
+__all__ = ["Incidence", "as_incidence", "check_entries"]
 
 
 def _is_traced(x) -> bool:
@@ -272,3 +272,26 @@ def as_incidence(incidence) -> Incidence:
         return Incidence.from_dense(incidence)
     raise ValueError("incidence must be a fabric_jax.Incidence or a dense [links, flows] "
                      f"array; got {type(incidence).__name__}")
+
+
+def check_entries(inc: Incidence):
+    """Host-side checks of a concrete incidence's entries (skipped under tracing):
+    shapes, indices in range, weights in ``[0, 1]`` (0 = padding).  Raises ``ValueError``."""
+    arrays = (inc.link_idx, inc.flow_idx, inc.weight)
+    if any(isinstance(x, jax.core.Tracer) for x in arrays):
+        return
+    li, fi, w = (np.asarray(x) for x in arrays)
+    if not (li.shape == fi.shape == w.shape) or li.ndim != 1:
+        raise ValueError(f"incidence: link_idx, flow_idx and weight must be [nnz] arrays "
+                         f"of one length; got {li.shape}, {fi.shape}, {w.shape}")
+    if li.size and (li.min() < 0 or li.max() >= inc.n_links):
+        raise ValueError(f"incidence.link_idx must lie in [0, n_links={inc.n_links}); got "
+                         f"[{int(li.min())}, {int(li.max())}] (padding entries use a valid "
+                         f"link with weight 0)")
+    if fi.size and (fi.min() < 0 or fi.max() >= inc.n_flows):
+        raise ValueError(f"incidence.flow_idx must lie in [0, n_flows={inc.n_flows}); got "
+                         f"[{int(fi.min())}, {int(fi.max())}]")
+    wf = w.astype(float)
+    if not np.all(np.isfinite(wf)) or np.any(wf < 0) or np.any(wf > 1):
+        raise ValueError("incidence.weight must lie in [0, 1] (fraction of a flow's rate "
+                         "on a link; 0 = padding)")

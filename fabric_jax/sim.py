@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .fairness import solve
-from .incidence import Incidence, as_incidence
+from .incidence import Incidence, as_incidence, check_entries
 
 __all__ = [
     "FlowSimResult",
@@ -175,31 +175,9 @@ def _check_acyclic(deps: np.ndarray):
         raise ValueError(f"deps contains a cycle involving flows {np.flatnonzero(~done)[:5]}...")
 
 
-def _check_incidence(inc: Incidence):
-    """Host-side checks of a concrete incidence's entries (skipped under tracing)."""
-    arrays = (inc.link_idx, inc.flow_idx, inc.weight)
-    if any(isinstance(x, jax.core.Tracer) for x in arrays):
-        return
-    li, fi, w = (np.asarray(x) for x in arrays)
-    if not (li.shape == fi.shape == w.shape) or li.ndim != 1:
-        raise ValueError(f"incidence: link_idx, flow_idx and weight must be [nnz] arrays "
-                         f"of one length; got {li.shape}, {fi.shape}, {w.shape}")
-    if li.size and (li.min() < 0 or li.max() >= inc.n_links):
-        raise ValueError(f"incidence.link_idx must lie in [0, n_links={inc.n_links}); got "
-                         f"[{int(li.min())}, {int(li.max())}] (padding entries use a valid "
-                         f"link with weight 0)")
-    if fi.size and (fi.min() < 0 or fi.max() >= inc.n_flows):
-        raise ValueError(f"incidence.flow_idx must lie in [0, n_flows={inc.n_flows}); got "
-                         f"[{int(fi.min())}, {int(fi.max())}]")
-    wf = w.astype(float)
-    if not np.all(np.isfinite(wf)) or np.any(wf < 0):
-        raise ValueError("incidence.weight must be finite and >= 0 (fraction of a flow's "
-                         "rate on a link; 0 = padding)")
-
-
 def _prepare(incidence, capacity, arrival, size, deps, delay, latency, demand, batched=False):
     inc = as_incidence(incidence)
-    _check_incidence(inc)
+    check_entries(inc)
     lead = 1 if batched else 0
     cap_shape = np.shape(capacity)
     if len(cap_shape) != 1 + lead or cap_shape[-1] != inc.n_links:
