@@ -8,14 +8,40 @@ iteration, scipy.sparse) timed in the same run, and a batch of 64 solves under
 ``vmap`` (random per-link degradations).  ``--large`` adds 1,000,000 flows on
 ``fat_tree(32)`` (meant for a GPU).
 
+``--devices N`` (CPU) splits the host into ``N`` XLA devices
+(``--xla_force_host_platform_device_count``; XLA runs one device's ops on one thread,
+so this is how a solve uses more than one core) and adds
+:func:`fabric_jax.max_min_fair_sharded` (flows split over the devices) and the batch
+sharded over the devices (:func:`fabric_jax.sweep` of the block-diagonal batched
+solve), timed in the same run as the single-device solve.
+
 Usage::
 
     python experiments/bench_maxmin.py [--flows 100000] [--k 16] [--json PATH] [--large]
+                                       [--devices 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+
+
+def _devices_from_argv(argv) -> int:
+    for i, a in enumerate(argv):
+        if a == "--devices" and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if a.startswith("--devices="):
+            return int(a.split("=", 1)[1])
+    return 1
+
+
+# XLA reads the host device count when jax initialises: set it before jax is imported.
+_N_DEV = _devices_from_argv(sys.argv[1:])
+if _N_DEV > 1 and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + f" --xla_force_host_platform_device_count={_N_DEV}").strip()
 
 import numpy as np
 
@@ -42,7 +68,12 @@ def ecmp_instance(k: int, n_flows: int, seed: int):
     return topo, inc
 
 
-def run(k: int, n_flows: int, seed: int, batch: int, oracle: bool) -> dict:
+def _batched_solve(inc, caps):
+    """``[batch, links]`` capacities -> rates: one block-diagonal solve (per device)."""
+    return fj.max_min_fair(inc, caps).rates
+
+
+def run(k: int, n_flows: int, seed: int, batch: int, oracle: bool, devices: int = 1) -> dict:
     topo, inc = ecmp_instance(k, n_flows, seed)
     capacity = jnp.asarray(topo.capacity, jnp.float32)
     first, steady, res = time_jax(fj.max_min_fair, inc, capacity, repeats=5)
@@ -64,6 +95,25 @@ def run(k: int, n_flows: int, seed: int, batch: int, oracle: bool) -> dict:
         b_first, b_steady, _ = time_jax(fj.max_min_fair, inc, caps, repeats=3)
         row.update(batch=batch, batch_s=b_steady, per_solve_batched_s=b_steady / batch,
                    batch_gain=steady / (b_steady / batch))
+    if devices > 1:
+        n_dev = min(devices, jax.device_count())
+        mesh = fj.distributed.device_mesh(fj.distributed.FLOW_AXIS, jax.devices()[:n_dev])
+        s_first, s_steady, s_res = time_jax(fj.max_min_fair_sharded, inc, capacity, mesh=mesh,
+                                            repeats=5)
+        row.update(devices=n_dev, sharded_compile_s=s_first - s_steady, sharded_s=s_steady,
+                   sharded_gain=steady / s_steady,
+                   sharded_max_rel_diff=float(np.max(
+                       np.abs(np.asarray(s_res.rates) - np.asarray(res.rates))
+                       / np.asarray(res.rates))))
+        if oracle:
+            row.update(sharded_speedup=row["oracle_s"] / s_steady)
+        if batch:
+            bmesh = fj.distributed.device_mesh(devices=jax.devices()[:n_dev])
+            sb_first, sb_steady, _ = time_jax(
+                fj.sweep, _batched_solve, inc, caps, in_axes=(None, 0), mesh=bmesh,
+                batched=True, per_device=True, repeats=3)
+            row.update(per_solve_batched_sharded_s=sb_steady / batch,
+                       batch_sharded_gain=steady / (sb_steady / batch))
     return row
 
 
@@ -76,13 +126,19 @@ def main(argv=None):
     parser.add_argument("--no-oracle", action="store_true")
     parser.add_argument("--large", action="store_true",
                         help="also 1,000,000 flows on fat_tree(32) (GPU)")
+    parser.add_argument("--devices", type=int, default=1,
+                        help="CPU: split the host into this many XLA devices and add the "
+                             "flow-sharded solve and the device-sharded batch")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    rows = [run(args.k, args.flows, args.seed, args.batch, not args.no_oracle)]
+    rows = [run(args.k, args.flows, args.seed, args.batch, not args.no_oracle, args.devices)]
     if args.large:
         rows.append(run(32, 1_000_000, args.seed, 0, False))
     cols = ["k", "flows", "nnz", "compile_s", "solve_s", "iterations", "oracle_s",
             "oracle_iterations", "speedup", "max_rel_err", "per_solve_batched_s", "batch_gain"]
+    if args.devices > 1:
+        cols += ["devices", "sharded_s", "sharded_gain", "sharded_speedup",
+                 "sharded_max_rel_diff", "per_solve_batched_sharded_s", "batch_sharded_gain"]
     print(f"device: {device_info()}")
     print(table(rows, cols))
     write_json(args.json, {"device": device_info(), "rows": rows})

@@ -126,7 +126,8 @@ def _pad_rows(x, pad: int):
 
 
 # ------------------------------------------------------------------- sweeps
-def sweep(fn: Callable, *args, in_axes=0, mesh: Mesh | None = None, batched: bool = False):
+def sweep(fn: Callable, *args, in_axes=0, mesh: Mesh | None = None, batched: bool = False,
+          per_device: bool = False):
     """Runs ``fn`` over a batch of scenarios of the same shape, sharded over devices.
 
     Args:
@@ -145,6 +146,13 @@ def sweep(fn: Callable, *args, in_axes=0, mesh: Mesh | None = None, batched: boo
         axes.  Default: one axis over ``jax.devices()`` when there is more than one
         device, no sharding otherwise.
       batched: see ``fn``.
+      per_device: with ``batched=True``, run ``fn`` under :func:`jax.shard_map`: each
+        device calls it on its own slice of the batch (``fn`` must be traceable, e.g.
+        ``max_min_fair`` with ``[batch, links]`` capacities, which then solves one
+        block-diagonal problem per device).  Without it the batched inputs are only
+        placed sharded and ``fn`` runs once (for functions with host-side logic such as
+        :func:`fabric_jax.simulate_flows_batched`; XLA's sharding propagation decides
+        how the work is split).
 
     Returns:
       ``fn``'s output with a leading ``batch`` axis on every leaf (padding stripped).
@@ -157,6 +165,9 @@ def sweep(fn: Callable, *args, in_axes=0, mesh: Mesh | None = None, batched: boo
         raise ValueError(f"fn must be callable; got {type(fn).__name__}")
     if not args:
         raise ValueError("sweep needs at least one argument (the batched scenarios)")
+    if per_device and not batched:
+        raise ValueError("per_device=True needs batched=True (fn taking the batch axis); a "
+                         "per-scenario fn is vmapped and sharded already")
     axes = _normalise_in_axes(in_axes, len(args))
     n = _batch_size(args, axes)
     if mesh is None and jax.device_count() > 1:
@@ -173,7 +184,10 @@ def sweep(fn: Callable, *args, in_axes=0, mesh: Mesh | None = None, batched: boo
         args = tuple(jax.tree_util.tree_map(
             functools.partial(_place, sharding=shard if ax == 0 else repl), a)
             if (ax == 0 or not batched) else a for a, ax in zip(args, axes))
-    out = fn(*args) if batched else _vmapped(fn, axes, mesh)(*args)
+    if batched and per_device and mesh is not None:
+        out = _per_device(fn, axes, mesh)(*args)
+    else:
+        out = fn(*args) if batched else _vmapped(fn, axes, mesh)(*args)
     if pad:
         out = jax.tree_util.tree_map(lambda x: x[:n], out)
     return out
@@ -230,6 +244,23 @@ def _vmapped(fn, axes, mesh):
 def _vmapped_cached(fn, axes, mesh):
     out_sh = None if mesh is None else NamedSharding(mesh, P(mesh.axis_names))
     return jax.jit(jax.vmap(fn, in_axes=axes), out_shardings=out_sh)
+
+
+def _per_device(fn, axes, mesh):
+    """``jit(shard_map(fn))`` with the batched arguments split over the mesh, cached per
+    (fn, in_axes, mesh)."""
+    try:
+        return _per_device_cached(fn, axes, mesh)
+    except TypeError:  # unhashable fn
+        return _per_device_cached.__wrapped__(fn, axes, mesh)
+
+
+@functools.lru_cache(maxsize=64)
+def _per_device_cached(fn, axes, mesh):
+    row, rep = P(mesh.axis_names), P()
+    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=tuple(row if a == 0 else rep
+                                                              for a in axes),
+                                 out_specs=row, check_vma=False))
 
 
 # ----------------------------------------------------- one scenario, sharded flows

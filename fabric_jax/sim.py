@@ -321,6 +321,14 @@ def _run_events(inc, capacity, deps, flows, max_events, max_active, record, batc
             overflow = bool(jnp.any(overflow))
         else:
             res, overflow = run(rows, inc.n_links, capacity, deps, flows)
+            if isinstance(overflow, jax.core.Tracer):
+                # Under jit/vmap (e.g. fabric_jax.sweep) the table cannot grow on the host.
+                if width >= n:
+                    return res
+                raise ValueError(
+                    "simulate_flows under jit/vmap (e.g. fabric_jax.sweep) needs "
+                    f"max_active=n_flows (= {n}): the slot table of active flows cannot "
+                    "grow inside a trace")
             overflow = bool(overflow)
         if not overflow or width >= n:
             return res
