@@ -152,3 +152,15 @@ def test_scale_sweep_sampling_above_exact_limit(tmp_path):
     assert v["components_simulated"] == [8, 1]
     ideal = 32e6 / 8 / 50e9
     assert all(ideal <= t <= 1.3 * ideal for t in v["all_reduce_completion_time"])
+
+
+def test_bench_scale_quick_writes_table_and_plot(tmp_path):
+    out = tmp_path / "scale.json"
+    _load("bench_scale").main(["--quick", "--json", str(out), "--plots", str(tmp_path)])
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["flows"] == 1000 and row["entries"] == 4000
+    assert row["iterations"] >= 1 and row["max_violation"] <= 1e-5
+    for key in ("solve_s", "iter_s", "fluid_step_s", "bytes_per_iter", "achieved_gbs",
+                "peak_fraction", "peak_rss_bytes"):
+        assert row[key] > 0, key
+    assert (tmp_path / "bench_scale.png").is_file()
