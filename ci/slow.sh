@@ -1,7 +1,5 @@
 #!/usr/bin/env bash
-# Heavier tests (marked `slow`), run after the default suite when time allows.
+# Heavier tests (marked `slow`), run by .ci/run after the default suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pytest -m slow -q
-rc=$?
-exit $rc

@@ -4,8 +4,17 @@ import os
 
 import jax
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+# CI runs hypothesis with fixed seeds (a landing must not depend on luck); local runs
+# keep exploring new examples.  Tests with their own ``settings`` that set
+# ``derandomize`` follow ``CI_DERANDOMIZE``.
+CI_DERANDOMIZE = bool(os.environ.get("CI"))
+settings.register_profile("ci", derandomize=True, deadline=None)
+if CI_DERANDOMIZE:
+    settings.load_profile("ci")
 
 
 @pytest.fixture
