@@ -64,6 +64,7 @@ except ImportError:  # pragma: no cover - imported as experiments.bench_scale
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from fabric_jax.plots import save_figure  # noqa: E402
 import fabric_jax as fj  # noqa: E402
 from fabric_jax import fairness  # noqa: E402
 from fabric_jax.distributed import max_min_fair_sharded  # noqa: E402
@@ -213,10 +214,7 @@ def plot(rows, path):
     ax.set_title(f"cost vs size ({jax.devices()[0].platform}, {jax.device_count()} device(s))")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return str(path)
+    return save_figure(fig, path)
 
 
 def main(argv=None):

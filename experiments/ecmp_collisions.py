@@ -57,6 +57,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as cm  # noqa: E402
 
+from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.fluid import simulate_fluid  # noqa: E402
 from fabric_jax.incidence import Incidence  # noqa: E402
 from fabric_jax.paths import shortest_paths  # noqa: E402
@@ -193,11 +194,7 @@ def plot(sweep: list, out: Path) -> list[str]:
     ax.set_ylim(0, 105)
     ax.legend(fontsize=7)
     ax.set_title("Permutation across a 1:1 leaf-spine")
-    fig.tight_layout()
-    path = out / "ecmp_collisions.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return [str(path)]
+    return [save_figure(fig, out / "ecmp_collisions.png")]
 
 
 def main(argv=None) -> dict:

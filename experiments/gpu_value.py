@@ -54,6 +54,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as cm  # noqa: E402
 
+from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.compare import run_compare  # noqa: E402
 from fabric_jax.fabrics import PRESETS  # noqa: E402
 
@@ -119,11 +120,7 @@ def plot(fabrics: dict, out: Path) -> list[str]:
     axes[1].set_ylabel("k$ lost to communication")
     for ax in axes:
         ax.tick_params(axis="x", rotation=20)
-    fig.tight_layout()
-    path = out / "gpu_value.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return [str(path)]
+    return [save_figure(fig, out / "gpu_value.png")]
 
 
 def main(argv=None) -> dict:

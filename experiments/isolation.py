@@ -46,6 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as cm  # noqa: E402
 
+from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax import compare  # noqa: E402
 from fabric_jax.fabrics import PRESETS, get_fabric  # noqa: E402
 
@@ -95,11 +96,7 @@ def plot(fabrics: dict, out: Path) -> list[str]:
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_ylabel("training communication slowdown (x alone)")
     ax.set_title("Training job beside an incast-heavy neighbour")
-    fig.tight_layout()
-    path = out / "isolation.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return [str(path)]
+    return [save_figure(fig, out / "isolation.png")]
 
 
 def main(argv=None) -> dict:

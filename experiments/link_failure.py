@@ -77,6 +77,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as cm  # noqa: E402
 
+from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.fluid import simulate_fluid  # noqa: E402
 from fabric_jax.incidence import Incidence  # noqa: E402
 from fabric_jax.paths import shortest_paths  # noqa: E402
@@ -157,11 +158,7 @@ def plot(traces, t_fail, t_rec, out: Path) -> list[str]:
     ax.set_ylim(0, 105)
     ax.legend(fontsize=8)
     ax.set_title("Leaf0-spine0 cable fails and recovers (copy 0)")
-    fig.tight_layout()
-    path = out / "link_failure.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return [str(path)]
+    return [save_figure(fig, out / "link_failure.png")]
 
 
 def main(argv=None) -> dict:

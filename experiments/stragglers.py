@@ -53,6 +53,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as cm  # noqa: E402
 
+from fabric_jax.plots import save_figure  # noqa: E402
 import fabric_jax as fj  # noqa: E402
 from fabric_jax.workloads import (  # noqa: E402
     in_order_sends, nic_capacity, ring_all_reduce, scale_compute, straggler_impact,
@@ -140,11 +141,7 @@ def plot(res: dict, out_dir: Path) -> list[str]:
     fig.suptitle(f"One straggler in a {res['gpus']}-GPU data-parallel job "
                  f"(C = {res['compute_time'] * 1e3:.2f} ms, "
                  f"T_comm = {res['baseline_comm_time'] * 1e3:.2f} ms)", fontsize=10)
-    fig.tight_layout()
-    path = out_dir / "stragglers.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return [str(path)]
+    return [save_figure(fig, out_dir / "stragglers.png")]
 
 
 def main(argv=None) -> dict:

@@ -185,9 +185,9 @@ def sweep(fn: Callable, *args, in_axes=0, mesh: Mesh | None = None, batched: boo
             functools.partial(_place, sharding=shard if ax == 0 else repl), a)
             if (ax == 0 or not batched) else a for a, ax in zip(args, axes))
     if batched and per_device and mesh is not None:
-        out = _per_device(fn, axes, mesh)(*args)
+        out = _cached(_per_device, fn, axes, mesh)(*args)
     else:
-        out = fn(*args) if batched else _vmapped(fn, axes, mesh)(*args)
+        out = fn(*args) if batched else _cached(_vmapped, fn, axes, mesh)(*args)
     if pad:
         out = jax.tree_util.tree_map(lambda x: x[:n], out)
     return out
@@ -231,32 +231,25 @@ def _batch_size(args, axes) -> int:
     return int(n)
 
 
-def _vmapped(fn, axes, mesh):
-    """``jit(vmap(fn))``, cached per (fn, in_axes, mesh) so repeated sweeps do not
-    retrace; the output keeps the scenario axis sharded like the inputs."""
+def _cached(build, fn, axes, mesh):
+    """``build(fn, axes, mesh)`` from its cache (so repeated sweeps do not retrace), or
+    built afresh when ``fn`` is unhashable."""
     try:
-        return _vmapped_cached(fn, axes, mesh)
+        return build(fn, axes, mesh)
     except TypeError:  # unhashable fn
-        return _vmapped_cached.__wrapped__(fn, axes, mesh)
+        return build.__wrapped__(fn, axes, mesh)
 
 
 @functools.lru_cache(maxsize=64)
-def _vmapped_cached(fn, axes, mesh):
+def _vmapped(fn, axes, mesh):
+    """``jit(vmap(fn))``; the output keeps the scenario axis sharded like the inputs."""
     out_sh = None if mesh is None else NamedSharding(mesh, P(mesh.axis_names))
     return jax.jit(jax.vmap(fn, in_axes=axes), out_shardings=out_sh)
 
 
-def _per_device(fn, axes, mesh):
-    """``jit(shard_map(fn))`` with the batched arguments split over the mesh, cached per
-    (fn, in_axes, mesh)."""
-    try:
-        return _per_device_cached(fn, axes, mesh)
-    except TypeError:  # unhashable fn
-        return _per_device_cached.__wrapped__(fn, axes, mesh)
-
-
 @functools.lru_cache(maxsize=64)
-def _per_device_cached(fn, axes, mesh):
+def _per_device(fn, axes, mesh):
+    """``jit(shard_map(fn))`` with the batched arguments split over the mesh."""
     row, rep = P(mesh.axis_names), P()
     return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=tuple(row if a == 0 else rep
                                                               for a in axes),

@@ -274,24 +274,47 @@ def as_incidence(incidence) -> Incidence:
                      f"array; got {type(incidence).__name__}")
 
 
+@jax.jit
+def _entry_stats(li, fi, w):
+    """``[min link, max link, min flow, max flow]`` and whether all weights lie in [0, 1]
+    (on the device: only these five scalars travel to the host)."""
+    ext = jnp.stack([jnp.min(li), jnp.max(li), jnp.min(fi), jnp.max(fi)])
+    return ext, jnp.all(jnp.isfinite(w) & (w >= 0) & (w <= 1))
+
+
 def check_entries(inc: Incidence):
     """Host-side checks of a concrete incidence's entries (skipped under tracing):
-    shapes, indices in range, weights in ``[0, 1]`` (0 = padding).  Raises ``ValueError``."""
+    shapes, indices in range, weights in ``[0, 1]`` (0 = padding).  Raises ``ValueError``.
+
+    Arrays already on a device are reduced there (five scalars come back), not copied
+    to the host."""
     arrays = (inc.link_idx, inc.flow_idx, inc.weight)
     if any(isinstance(x, jax.core.Tracer) for x in arrays):
         return
-    li, fi, w = (np.asarray(x) for x in arrays)
-    if not (li.shape == fi.shape == w.shape) or li.ndim != 1:
+    shapes = [np.shape(x) for x in arrays]
+    if not (shapes[0] == shapes[1] == shapes[2]) or len(shapes[0]) != 1:
         raise ValueError(f"incidence: link_idx, flow_idx and weight must be [nnz] arrays "
-                         f"of one length; got {li.shape}, {fi.shape}, {w.shape}")
-    if li.size and (li.min() < 0 or li.max() >= inc.n_links):
+                         f"of one length; got {shapes[0]}, {shapes[1]}, {shapes[2]}")
+    if shapes[0][0] == 0:
+        return
+    ext = w_ok = None
+    if not all(isinstance(x, np.ndarray) for x in arrays):
+        ext, w_ok = _entry_stats(*arrays)
+        if isinstance(ext, jax.core.Tracer):  # concrete entries inside an outer jit
+            ext = w_ok = None
+    if ext is None:
+        li, fi, w = (np.asarray(x) for x in arrays)
+        wf = w.astype(float)
+        ext = (li.min(), li.max(), fi.min(), fi.max())
+        w_ok = np.all(np.isfinite(wf) & (wf >= 0) & (wf <= 1))
+    ext, w_ok = np.asarray(ext), bool(w_ok)
+    lo_l, hi_l, lo_f, hi_f = (int(v) for v in ext)
+    if lo_l < 0 or hi_l >= inc.n_links:
         raise ValueError(f"incidence.link_idx must lie in [0, n_links={inc.n_links}); got "
-                         f"[{int(li.min())}, {int(li.max())}] (padding entries use a valid "
-                         f"link with weight 0)")
-    if fi.size and (fi.min() < 0 or fi.max() >= inc.n_flows):
+                         f"[{lo_l}, {hi_l}] (padding entries use a valid link with weight 0)")
+    if lo_f < 0 or hi_f >= inc.n_flows:
         raise ValueError(f"incidence.flow_idx must lie in [0, n_flows={inc.n_flows}); got "
-                         f"[{int(fi.min())}, {int(fi.max())}]")
-    wf = w.astype(float)
-    if not np.all(np.isfinite(wf)) or np.any(wf < 0) or np.any(wf > 1):
+                         f"[{lo_f}, {hi_f}]")
+    if not w_ok:
         raise ValueError("incidence.weight must lie in [0, 1] (fraction of a flow's rate "
                          "on a link; 0 = padding)")

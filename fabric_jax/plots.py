@@ -17,7 +17,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 __all__ = ["fabric_bars", "fct_cdfs", "queue_heatmaps", "scaling_curve", "scaling_figure",
-           "compare_figures"]
+           "compare_figures", "save_figure"]
+
+
+def save_figure(fig, path, *, tight: bool = True) -> str:
+    """Writes ``fig`` to ``path`` (PNG, 90 dpi), closes it and returns the path."""
+    if tight:
+        fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return str(path)
 
 
 def fabric_bars(results: dict, path) -> str:
@@ -33,10 +42,7 @@ def fabric_bars(results: dict, path) -> str:
         ax.tick_params(axis="x", labelsize=8, rotation=20)
     for ax in axes.ravel()[len(METRICS):]:
         ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return str(path)
+    return save_figure(fig, path)
 
 
 def fct_cdfs(slowdowns: dict, path) -> str:
@@ -50,10 +56,7 @@ def fct_cdfs(slowdowns: dict, path) -> str:
     ax.set_xlabel("FCT slowdown (x)")
     ax.set_ylabel("CDF")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return str(path)
+    return save_figure(fig, path)
 
 
 def queue_heatmaps(trajs: dict, path) -> str:
@@ -70,9 +73,7 @@ def queue_heatmaps(trajs: dict, path) -> str:
         ax.set_xlabel("time (us)")
         ax.set_ylabel("link")
     fig.colorbar(im, ax=axes[0].tolist(), label="log10(1 + queue bytes)")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return str(path)
+    return save_figure(fig, path, tight=False)
 
 
 def _curve(ax, scale: dict, ylabel: str, yscale: float):
@@ -90,10 +91,7 @@ def scaling_curve(scale: dict, path, *, ylabel="p99 collective completion (us)",
     """``{fabric: (gpu_counts, values)}`` lines on log-x axes."""
     fig, ax = plt.subplots(figsize=(6, 4))
     _curve(ax, scale, ylabel, yscale)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return str(path)
+    return save_figure(fig, path)
 
 
 #: (metric of :func:`fabric_jax.scaling.collective_stats`, axis label, scale) panels
@@ -115,10 +113,7 @@ def scaling_figure(curve: dict, path, *, title: str | None = None) -> str:
         _curve(ax, {n: (g, v[key]) for n, v in curve["fabrics"].items()}, label, scale)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return str(path)
+    return save_figure(fig, path)
 
 
 def compare_figures(results: dict, details: dict, outdir, *,
