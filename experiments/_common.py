@@ -148,9 +148,13 @@ def training_scenario(gpus: int, *, all_reduce_mb: float = 32.0, moe_mb: float =
       compute_us: compute per step, microseconds.
       tenant_servers, tenant_fan_in, tenant_incast_mb, background_load: neighbours.
       presets: fabric preset names (default all).
+      ep_servers: expert-parallel group size wanted; the scenario uses the largest
+        divisor of the training servers not above it
+        (:func:`fabric_jax.scaling.ep_group_size`) and says so in ``workload.ep_servers``.
     """
     from fabric_jax.compare import scenario_from_dict
     from fabric_jax.fabrics import PRESETS
+    from fabric_jax.scaling import ep_group_size
     if gpus % (2 * NICS_PER_SERVER):
         raise ValueError(f"gpus must be a multiple of {2 * NICS_PER_SERVER} (>= 2 servers of "
                          f"{NICS_PER_SERVER} GPUs); got {gpus}")
@@ -162,7 +166,9 @@ def training_scenario(gpus: int, *, all_reduce_mb: float = 32.0, moe_mb: float =
     spl = max(1, min(16, n_servers // 2))
     line = link_gbps * 1e9 / 8
     ring = train if train > 1 else 2
-    ep = max(min(ep_servers, train), 2)
+    ep = ep_group_size(train, ep_servers)  # stated in the returned scenario
+    if tenant_servers >= 2:  # an incast has at most tenant_servers - 1 senders
+        tenant_fan_in = max(1, min(tenant_fan_in, tenant_servers - 1))
     t_ar = 2 * (ring - 1) / ring * all_reduce_mb * 1e6 / NICS_PER_SERVER / line
     t_a2a = (ep - 1) / ep * moe_mb * 1e6 / NICS_PER_SERVER / line
     t_tenant = tenant_fan_in * tenant_incast_mb * 1e6 / line if tenant_servers else 0.0

@@ -15,8 +15,12 @@ Flow completion
     size bucket (:func:`by_size_bucket`), since short and long flows suffer differently.
 
 Collectives
-    A collective's completion time is the last finish minus the first arrival of its
-    flows (:func:`collective_completion_time`). Bandwidths follow nccl-tests
+    A collective's completion time is the last finish minus the first *start* of its
+    flows (:func:`collective_completion_time`), where a flow starts when it is released:
+    its arrival, or, for a flow that waits on others (a ring step, the next phase of a
+    training step), when those completed plus its delay (the ``start`` of
+    :class:`~fabric_jax.fluid.FluidResult` and :class:`~fabric_jax.FlowSimResult`).  For
+    independent flows start and arrival coincide. Bandwidths follow nccl-tests
     (``doc/PERFORMANCE.md``): ``algbw = S / t`` with ``S`` the message size as
     nccl-tests counts it (all_reduce: the buffer; all_gather: the gathered output;
     reduce_scatter: the input; all_to_all: the per-rank send buffer), and
@@ -26,7 +30,12 @@ Collectives
 
 Efficiency and fairness
     :func:`effective_bandwidth` is delivered bytes per second as a fraction of the
-    nominal rate of the traffic's bottleneck ("ECMP delivers ~60 %"),
+    nominal rate of the traffic's bottleneck ("ECMP delivers ~60 %"); for collectives
+    (:func:`collective_effective_bandwidth`, the one definition ``compare``, the scaling
+    study and the experiments report) the bytes are each collective's bottleneck bytes
+    (the most one NIC sends or receives in it, :func:`collective_ideal_time`) and the
+    duration its completion time, so the figure is ideal time on a non-blocking fabric at
+    NIC line rate over actual time, summed over collectives,
     :func:`link_utilization` is a link's carried bytes over what it could carry,
     :func:`isolation` is a job's completion time with neighbours over alone (1 = perfect
     isolation), and :func:`jain_index` is Jain's fairness index (Jain, Chiu & Hawe, DEC
@@ -60,6 +69,8 @@ __all__ = [
     "percentiles",
     "by_size_bucket",
     "collective_completion_time",
+    "collective_ideal_time",
+    "collective_effective_bandwidth",
     "algbw",
     "busbw",
     "busbw_factor",
@@ -283,14 +294,16 @@ def by_size_bucket(values, size, edges: Sequence[float] = DEFAULT_SIZE_EDGES,
 # --------------------------------------------------------------------------------------
 
 
-def collective_completion_time(arrival, finish, group, n_groups: int):
+def collective_completion_time(start, finish, group, n_groups: int):
     """Completion time of each group of flows (a collective, a job step, ...).
 
-    ``cct[g] = max_{f in g} finish[f] - min_{f in g} arrival[f]``, computed with segment
-    reductions (jit-safe; ``n_groups`` is static).
+    ``cct[g] = max_{f in g} finish[f] - min_{f in g} start[f]``, computed with segment
+    reductions (jit-safe; ``n_groups`` is static).  This is the one definition of a
+    collective's completion time in the package (module docstring).
 
     Args:
-      arrival: [flows] seconds.
+      start: [flows] seconds, when each flow was released (its arrival for a flow
+        without dependencies; a simulator result's ``start``).
       finish: [flows] seconds.
       group: [flows] int group id in ``[0, n_groups)``; ``-1`` excludes a flow
         (padding).
@@ -305,11 +318,11 @@ def collective_completion_time(arrival, finish, group, n_groups: int):
     n_groups = int(n_groups)
     if n_groups < 0:
         raise ValueError(f"n_groups must be >= 0, got {n_groups}")
-    arrival, finish = _floats(arrival, finish)
+    start, finish = _floats(start, finish)
     group = jnp.asarray(group)
-    if not (arrival.shape == finish.shape == group.shape) or arrival.ndim != 1:
-        raise ValueError(f"arrival, finish and group must all be [flows], got "
-                         f"{arrival.shape}, {finish.shape}, {group.shape}")
+    if not (start.shape == finish.shape == group.shape) or start.ndim != 1:
+        raise ValueError(f"start, finish and group must all be [flows], got "
+                         f"{start.shape}, {finish.shape}, {group.shape}")
     if not jnp.issubdtype(group.dtype, jnp.integer):
         raise ValueError(f"group must hold integer group ids, got dtype {group.dtype}")
     concrete = _concrete(group)
@@ -320,11 +333,84 @@ def collective_completion_time(arrival, finish, group, n_groups: int):
     # Excluded flows (-1) go to an extra segment that is dropped.
     segment = jnp.where(group < 0, n_groups, group)
     last = jax.ops.segment_max(finish, segment, n_groups + 1)[:n_groups]
-    first = jax.ops.segment_min(arrival, segment, n_groups + 1)[:n_groups]
-    count = jax.ops.segment_sum(jnp.ones_like(arrival), segment, n_groups + 1)[:n_groups]
+    first = jax.ops.segment_min(start, segment, n_groups + 1)[:n_groups]
+    count = jax.ops.segment_sum(jnp.ones_like(start), segment, n_groups + 1)[:n_groups]
     nonempty = count > 0
     return jnp.where(nonempty, jnp.where(nonempty, last, 0.0) - jnp.where(nonempty, first, 0.0),
                      jnp.nan)
+
+
+def collective_ideal_time(src, dst, size, group, n_groups: int, n_hosts: int, line_rate):
+    """Ideal completion time of each collective on a non-blocking fabric at line rate.
+
+    ``ideal[g] = max_h max(sent_g[h], received_g[h]) / line_rate``: the most bytes one
+    NIC sends or receives in the collective, at the NIC line rate.  No fabric can do
+    better when every NIC is limited to ``line_rate`` (the collective's NIC bottleneck);
+    a non-blocking crossbar with ideal congestion control reaches it for a single
+    phase without dependencies (a ring's steps and all-to-all skew can make the actual
+    optimum longer, which is what the ideal-fabric baseline of ``compare`` shows).
+
+    Args:
+      src, dst: [flows] int host ids in ``[0, n_hosts)``.
+      size: [flows] bytes.
+      group: [flows] collective id in ``[0, n_groups)``, ``-1`` excluded.
+      n_groups, n_hosts: static counts.
+      line_rate: NIC line rate, bytes/s (> 0).
+
+    Returns:
+      [n_groups] seconds (0 for a group with no flows).
+    """
+    n_groups, n_hosts = int(n_groups), int(n_hosts)
+    if n_hosts < 1:
+        raise ValueError(f"n_hosts must be >= 1, got {n_hosts}")
+    _check_nonnegative("size", size)
+    rate = _concrete(line_rate)
+    if rate is not None and not (np.all(np.isfinite(rate)) and np.all(rate > 0)):
+        raise ValueError(f"line_rate must be > 0 bytes/s, got {line_rate!r}")
+    src, dst, group = jnp.asarray(src), jnp.asarray(dst), jnp.asarray(group)
+    (size,) = _floats(size)
+    if not (src.shape == dst.shape == size.shape == group.shape) or src.ndim != 1:
+        raise ValueError(f"src, dst, size and group must all be [flows], got {src.shape}, "
+                         f"{dst.shape}, {size.shape}, {group.shape}")
+    for name, arr, hi in (("src", src, n_hosts), ("dst", dst, n_hosts),
+                          ("group", group, n_groups)):
+        c = _concrete(arr)
+        lo = -1 if name == "group" else 0
+        if c is not None and c.size and ((c < lo).any() or (c >= hi).any()):
+            raise ValueError(f"{name} ids must lie in [{lo}, {hi}), got "
+                             f"[{c.min()}, {c.max()}]")
+    seg = n_groups * n_hosts
+    keep = group >= 0
+    g = jnp.where(keep, group, 0)
+    w = jnp.where(keep, size, 0.0)
+    sent = jax.ops.segment_sum(w, g * n_hosts + src, seg).reshape(n_groups, n_hosts)
+    recv = jax.ops.segment_sum(w, g * n_hosts + dst, seg).reshape(n_groups, n_hosts)
+    bottleneck = jnp.maximum(sent.max(axis=1, initial=0.0), recv.max(axis=1, initial=0.0))
+    return bottleneck / jnp.asarray(line_rate, bottleneck.dtype)
+
+
+def collective_effective_bandwidth(completion_time, ideal_time):
+    """Effective bandwidth of a set of collectives: ``sum(ideal) / sum(completion)``.
+
+    The one definition used by ``compare``, the scaling study and the experiments:
+    :func:`effective_bandwidth` with each collective's bottleneck bytes
+    (``ideal_time * line_rate``, :func:`collective_ideal_time`) delivered over its
+    completion time (:func:`collective_completion_time`), pooled over the collectives.
+    1 means every collective ran as fast as its busiest NIC allows.  Groups whose
+    completion time is NaN (no flows) are left out.
+
+    Args:
+      completion_time: [groups] seconds.
+      ideal_time: [groups] seconds.
+
+    Returns:
+      scalar fraction (NaN when no group is left).
+    """
+    completion_time, ideal_time = _floats(completion_time, ideal_time)
+    keep = ~jnp.isnan(completion_time)
+    total = jnp.sum(jnp.where(keep, completion_time, 0.0))
+    ideal = jnp.sum(jnp.where(keep, ideal_time, 0.0))
+    return jnp.where(jnp.any(keep), effective_bandwidth(ideal, total, 1.0), jnp.nan)
 
 
 def algbw(payload_bytes, time):

@@ -49,13 +49,22 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
 
-from .topology import Topology, _host_indices
+from .topology import Topology, host_indices
 
-__all__ = ["PathSet", "shortest_paths"]
+__all__ = ["PathSet", "PathsTruncatedWarning", "shortest_paths", "mix64"]
+
+
+class PathsTruncatedWarning(UserWarning):
+    """A ``max_paths`` cap left equal-cost paths out; ``n_dropped`` counts them."""
+
+    def __init__(self, message: str, n_dropped: int = 0):
+        super().__init__(message)
+        self.n_dropped = int(n_dropped)
 
 #: Path counts saturate here; ranks and cumulative counts then fit 32 bits.
 COUNT_CAP = 2**31
@@ -178,7 +187,7 @@ def _unique_inverse(values: np.ndarray, bound: int, counts: bool = False):
     return out + (hist[uniq],) if counts else out
 
 
-def _mix64(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray) -> np.ndarray:
     """SplitMix64 finaliser (Steele et al., OOPSLA 2014): a uint64 -> uint64 hash."""
     x = x ^ (x >> np.uint64(30))
     x = x * np.uint64(0xBF58476D1CE4E5B9)
@@ -365,7 +374,7 @@ def _unrank(plan: _Plan, dag, item_class: np.ndarray,
     return out
 
 
-def shortest_paths(topology: Topology, src, dst, *, max_paths: int = 16,
+def shortest_paths(topology: Topology, src, dst, *, max_paths: int | None = None,
                    seed: int = 0) -> PathSet:
     """Equal-cost min-hop paths of a batch of host pairs.
 
@@ -373,8 +382,10 @@ def shortest_paths(topology: Topology, src, dst, *, max_paths: int = 16,
       topology: the network.
       src: ``[pairs]`` source hosts: indices or names (a scalar is one pair).
       dst: ``[pairs]`` destination hosts, same shape as ``src``.
-      max_paths: keep at most this many paths per pair (>= 1); when a pair has more,
-        a deterministic, seeded, evenly spread subset (different across pairs).
+      max_paths: keep at most this many paths per pair (>= 1); ``None`` (default):
+        every equal-cost path.  When a pair has more, a deterministic, seeded, evenly
+        spread subset (different across pairs), and a :class:`PathsTruncatedWarning`
+        says how many paths were dropped.
       seed: seed of that subset.
 
     Returns:
@@ -388,17 +399,17 @@ def shortest_paths(topology: Topology, src, dst, *, max_paths: int = 16,
     """
     if not isinstance(topology, Topology):
         raise ValueError(f"topology must be a Topology; got {type(topology).__name__}")
-    if isinstance(max_paths, bool) or not isinstance(max_paths, (int, np.integer)) \
-            or max_paths < 1:
-        raise ValueError(f"max_paths must be an integer >= 1; got {max_paths!r}")
+    if max_paths is not None and (isinstance(max_paths, bool) or not isinstance(
+            max_paths, (int, np.integer)) or max_paths < 1):
+        raise ValueError(f"max_paths must be an integer >= 1 or None (every equal-cost "
+                         f"path); got {max_paths!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise ValueError(f"seed must be an integer; got {seed!r}")
-    max_paths = int(max_paths)
     if np.shape(src) != np.shape(dst):
         raise ValueError(f"src and dst must have the same shape; got {np.shape(src)} and "
                          f"{np.shape(dst)}")
-    src_h = _host_indices(topology, src, "src").reshape(-1)
-    dst_h = _host_indices(topology, dst, "dst").reshape(-1)
+    src_h = host_indices(topology, src, "src").reshape(-1)
+    dst_h = host_indices(topology, dst, "dst").reshape(-1)
     names = topology.host_names
     same = np.flatnonzero(src_h == dst_h)
     if same.size:
@@ -422,6 +433,9 @@ def shortest_paths(topology: Topology, src, dst, *, max_paths: int = 16,
     # spread ranks (offset + floor(j n / max_paths)) mod n.  floor(j n / max_paths)
     # depends on n only: one small table row per distinct class count.
     cc = plan.class_count
+    if max_paths is None:
+        max_paths = max(int(cc.max()), 1)
+    max_paths = int(max_paths)
     keep_c = np.minimum(cc, max_paths)
     n_all = cc[plan.pair_class]
     n_keep = keep_c[plan.pair_class]
@@ -435,12 +449,17 @@ def shortest_paths(topology: Topology, src, dst, *, max_paths: int = 16,
     rank = np.take(spread, class_row.reshape(-1)[plan.pair_class], axis=0)
     capped = n_all > max_paths
     if capped.any():
+        n_dropped = int(np.sum(n_all - n_keep))
+        warnings.warn(PathsTruncatedWarning(
+            f"max_paths={max_paths} dropped {n_dropped} of {int(np.sum(n_all))} equal-cost "
+            f"paths ({int(capped.sum())} of {P} pairs have up to {int(n_all.max())}); pass "
+            f"max_paths=None to keep them all", n_dropped), stacklevel=2)
         # Per-pair rotation hashed from (seed, src, dst); uint64 arrays wrap silently.
         key = (np.full(src_h.size, seed & 0xFFFFFFFFFFFFFFFF, np.uint64)
                * np.uint64(0x9E3779B97F4A7C15)
                + src_h.astype(np.uint64) * np.uint64(0xD1B54A32D192ED03)
                + dst_h.astype(np.uint64) * np.uint64(0x8CB92BA72F3D8DD7))
-        offset = np.where(capped, _mix64(key) % n_all.astype(np.uint64), 0)
+        offset = np.where(capped, mix64(key) % n_all.astype(np.uint64), 0)
         rank += offset.astype(np.int64)[:, None]
         np.subtract(rank, n_all[:, None], out=rank, where=rank >= n_all[:, None])
 

@@ -31,7 +31,7 @@ def save_figure(fig, path, *, tight: bool = True) -> str:
 
 def fabric_bars(results: dict, path) -> str:
     """One bar panel per metric of :data:`fabric_jax.compare.METRICS`."""
-    from .compare import METRICS
+    from .study.report import METRICS
     names = list(results)
     fig, axes = plt.subplots(3, 4, figsize=(16, 10))
     for ax, (key, label, unit, scale) in zip(axes.ravel(), METRICS):

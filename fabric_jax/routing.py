@@ -87,9 +87,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .paths import PathSet
+from .paths import PathSet, mix64
 
-__all__ = ["Policy", "RoutingState", "RoutingView", "Routing", "POLICIES", "ECMP",
+__all__ = ["masked_softmax", "Policy", "RoutingState", "RoutingView", "Routing", "POLICIES", "ECMP",
            "WEIGHTED_ECMP", "SPRAY", "FLOWLET", "IB_AR", "SPECTRUM_X_AR", "get_policy",
            "make_routing", "ecmp_params", "weighted_ecmp_params", "spray_params",
            "flowlet_params", "adaptive_params", "ecmp_choice", "path_link_cost",
@@ -196,22 +196,13 @@ class Routing:
 
 
 # ------------------------------------------------------------------ helpers
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64 finaliser (a good 64-bit mix, as switch hash functions approximate)."""
-    x = np.asarray(x, np.uint64)
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
 def _tuple_hash(src, dst, sport, seed):
     with np.errstate(over="ignore"):
         k = (np.asarray(src, np.uint64) * np.uint64(0x9E3779B97F4A7C15)
              ^ np.asarray(dst, np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
              ^ np.asarray(sport, np.uint64) * np.uint64(0x165667B19E3779F9)
              ^ np.uint64(4791 * 17))
-        return _mix64(k ^ _mix64(np.uint64(seed) + np.uint64(0x632BE59BD9B4E019)))
+        return mix64(k ^ mix64(np.uint64(seed) + np.uint64(0x632BE59BD9B4E019)))
 
 
 def _check_paths(paths) -> PathSet:
@@ -228,10 +219,21 @@ def _base_state(paths: PathSet, split, aux=None) -> RoutingState:
                         path_mask=jnp.asarray(paths.path_mask, bool), aux=aux or {})
 
 
-def _masked_softmax(logits, mask):
-    z = jnp.where(mask, logits, -jnp.inf)
-    z = z - jnp.max(jnp.where(mask, z, -1e30), axis=-1, keepdims=True)
-    e = jnp.where(mask, jnp.exp(jnp.where(mask, z, 0.0)), 0.0)
+def masked_softmax(logits, mask):
+    """Softmax over the last axis restricted to ``mask``: exactly 0 where ``mask`` is
+    False, all 0 on a row with no valid entry, and NaN-free values and gradients (the
+    max is taken over valid entries only and held constant for the gradient).
+
+    The one masked softmax of the package (routing policies' splits and the learned
+    splits of :mod:`fabric_jax.optimize`).
+
+    Args:
+      logits: ``[..., paths]``.
+      mask: bool, broadcastable to ``logits``.
+    """
+    z = jnp.where(mask, logits, -1e30)
+    m = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))
+    e = jnp.where(mask, jnp.exp(jnp.where(mask, logits - m, 0.0)), 0.0)
     return e / jnp.maximum(jnp.sum(e, axis=-1, keepdims=True), 1e-30)
 
 
@@ -362,13 +364,13 @@ def _wecmp_init(paths, params, seed=0):
     if logits.shape != paths.path_mask.shape:
         raise ValueError(f"logits must have shape [flows, paths] = "
                          f"{paths.path_mask.shape}; got {logits.shape}")
-    return _base_state(paths, _masked_softmax(logits, jnp.asarray(paths.path_mask)))
+    return _base_state(paths, masked_softmax(logits, jnp.asarray(paths.path_mask)))
 
 
 def _wecmp_step(state, view, dt, params):
     logits = jnp.zeros(state.split.shape) if params.logits is None else params.logits
     return dataclasses.replace(state,
-                               split=_masked_softmax(logits, _live_mask(state, view.capacity)))
+                               split=masked_softmax(logits, _live_mask(state, view.capacity)))
 
 
 WEIGHTED_ECMP = Policy("weighted_ecmp", _wecmp_init, _wecmp_step, weighted_ecmp_params)
@@ -407,7 +409,7 @@ def _spray_step(state, view, dt, params):
     pm = -jnp.expm1(jnp.sum(jnp.where(state.hop_mask, ext[idx], 0.0), axis=-1))
     g = jnp.clip(params.ewma * dt, 0.0, 1.0)
     score = (1.0 - g) * state.aux["score"] + g * pm
-    split = _masked_softmax(-params.reps * params.beta * score, _live_mask(state, view.capacity))
+    split = masked_softmax(-params.reps * params.beta * score, _live_mask(state, view.capacity))
     return dataclasses.replace(state, split=split, aux={"score": score})
 
 
@@ -531,7 +533,7 @@ def _adaptive_step(state, view, dt, params):
     full = path_link_cost(state, per_link)
     cost = (1.0 - params.visibility) * local + params.visibility * full
     live = _live_mask(state, view.capacity)
-    target = _masked_softmax(-cost / params.temperature, live)
+    target = masked_softmax(-cost / params.temperature, live)
     clock = state.aux["clock"] + dt
     fire = clock >= params.control_interval * (1.0 - 1e-6)
     g = jnp.where(fire, params.gain, 0.0)

@@ -43,8 +43,9 @@ the sum of the members anyway.  Shape reuse (3.) gives the compile saving withou
 Metrics (:func:`collective_stats`): over the training job's collectives (every rail's
 all-reduce and every expert-parallel group's all-to-all), the 99th percentile of their
 completion time (first start to last finish of their flows), the slowest all-reduce,
-and the effective bandwidth (sum of ideal line-rate times, largest bytes a NIC sends or
-receives in the collective over line rate, over the sum of completion times).
+and the effective bandwidth of :func:`fabric_jax.metrics.collective_effective_bandwidth`
+(ideal line-rate time over completion time of the step's two collectives, each over
+every rail: the same definition as ``compare``).
 """
 
 from __future__ import annotations
@@ -52,12 +53,15 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from . import metrics as mx
 from .incidence import Incidence
 from .routing import make_routing
 from .sim import simulate_flows
+from .study.case import build_case, collective_phases
+from .study.scenario import scenario_from_dict
 
 __all__ = ["compact_incidence", "components", "collective_stats", "run_maxmin",
-           "decompose", "training_only", "scaled_scenarios", "scaling_curves"]
+           "decompose", "ep_group_size", "training_only", "scaled_scenarios", "scaling_curves"]
 
 
 def compact_incidence(paths, split, n_links: int, width: int | None = None) -> Incidence:
@@ -130,32 +134,37 @@ def components(inc: Incidence, deps=None) -> np.ndarray:
 def collective_stats(case, start, finish, job: int = 0) -> dict:
     """p99 / all-reduce completion time and effective bandwidth of a job's collectives.
 
-    Collectives with no simulated flow (e.g. outside a sampled component) are skipped.
+    Completion times are :func:`fabric_jax.metrics.collective_completion_time` (first
+    start to last finish) of each collective (every rail's all-reduce, every
+    expert-parallel group's all-to-all); the effective bandwidth is
+    :func:`fabric_jax.metrics.collective_effective_bandwidth` over the training step's
+    two collectives (each over every rail), the same definition ``compare`` reports.
+    Flows not simulated (NaN start, e.g. outside a sampled component) are left out.
     """
     w = case.workload
     start, finish = np.asarray(start, float), np.asarray(finish, float)
-    times, ideals, ar, a2a = [], [], [], []
-    n_hosts = case.topology.n_hosts
-    for name, idx in case.groups.items():
-        idx = idx[(case.job_of[idx] == job) & ~np.isnan(start[idx])]
-        if idx.size == 0:
-            continue
-        t = float(np.max(finish[idx]) - np.min(start[idx]))
-        sent = np.bincount(w.src[idx], weights=w.size[idx], minlength=n_hosts)
-        recv = np.bincount(w.dst[idx], weights=w.size[idx], minlength=n_hosts)
-        times.append(t)
-        ideals.append(max(sent.max(), recv.max()) / case.line_rate)
-        short = name.rsplit("/", 1)[-1]
-        if "allreduce" in short:
-            ar.append(t)
-        elif short.startswith("a2a"):
-            a2a.append(t)
-    times = np.asarray(times)
+    simulated = ~np.isnan(start)
+    names = list(case.groups)
+    group = np.full(w.n_flows, -1)
+    for g, name in enumerate(names):
+        idx = case.groups[name]
+        group[idx[(case.job_of[idx] == job) & simulated[idx]]] = g
+    cct = np.asarray(mx.collective_completion_time(np.nan_to_num(start), finish, group,
+                                                   len(names)), float)
+    present = ~np.isnan(cct)
+    short = [n.rsplit("/", 1)[-1] for n in names]
+    ar = [t for t, n, p in zip(cct, short, present) if p and "allreduce" in n]
+    a2a = [t for t, n, p in zip(cct, short, present) if p and n.startswith("a2a")]
+    times = cct[present]
+    phase = np.where(simulated & (case.job_of == job), collective_phases(case), -1)
+    phase_cct = mx.collective_completion_time(np.nan_to_num(start), finish, phase, 2)
+    ideal = mx.collective_ideal_time(w.src, w.dst, w.size, phase, 2, case.topology.n_hosts,
+                                     case.line_rate)
     return dict(p99_collective_completion_time=float(np.percentile(times, 99)),
                 all_reduce_completion_time=float(max(ar)) if ar else float("nan"),
                 all_to_all_p99_completion_time=(float(np.percentile(a2a, 99)) if a2a
                                                 else float("nan")),
-                effective_bandwidth=float(np.sum(ideals) / np.sum(times)),
+                effective_bandwidth=float(mx.collective_effective_bandwidth(phase_cct, ideal)),
                 n_collectives=int(times.size))
 
 
@@ -263,16 +272,32 @@ def _problem_key(case, fabric, seed):
     return (bool(fabric.sharp), hash(split.tobytes()))
 
 
+def ep_group_size(n_servers: int, wanted: int, minimum: int = 2) -> int:
+    """The largest divisor of ``n_servers`` that is ``<= wanted`` and ``>= minimum``
+    (``n_servers`` itself when none is): the expert-parallel group size a training job of
+    ``n_servers`` servers can use when ``wanted`` does not divide it."""
+    n, wanted = int(n_servers), int(wanted)
+    fits = [d for d in range(minimum, min(wanted, n) + 1) if n % d == 0]
+    return max(fits) if fits else n
+
+
 def training_only(scn, train_servers: int | None = None):
     """The scenario's training job alone (no tenant, no background) on
-    ``train_servers`` servers (default: the scenario's), nothing else on the fabric."""
-    from .compare import scenario_from_dict
+    ``train_servers`` servers (default: the scenario's), nothing else on the fabric.
+
+    The returned scenario states every value it uses: ``ep_servers`` becomes
+    :func:`ep_group_size` of the new server count (the scenario's when it divides it),
+    and a ``leaf_spine``'s ``servers_per_leaf`` likewise, so that the job fills whole
+    groups and whole leaves."""
     t, w, sim = dict(scn.topology), dict(scn.workload), dict(scn.simulation)
     n = int(train_servers if train_servers is not None else w["train_servers"])
     if n < 2:
         raise ValueError(f"train_servers must be >= 2; got {n}")
     t["n_servers"] = n
-    w.update(train_servers=n, tenant_servers=0, background_load=0.0)
+    if t["kind"] == "leaf_spine":  # whole leaves: as many servers per leaf as divide n
+        t["servers_per_leaf"] = ep_group_size(n, t["servers_per_leaf"], minimum=1)
+    w.update(train_servers=n, tenant_servers=0, background_load=0.0,
+             ep_servers=ep_group_size(n, w["ep_servers"]))
     sim["isolation"] = False
     data = dict(topology=t, workload=w, simulation=sim, economics=dict(scn.economics),
                 fabrics={"presets": list(scn.presets)})
@@ -315,7 +340,6 @@ def scaling_curves(scenarios, presets=None, *, seed: int = 0,
     """
     import time
 
-    from .compare import build_case
     from .fabrics import get_fabric
     out = {"gpus": [], "fabrics": {}}
     prepared = []

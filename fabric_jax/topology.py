@@ -795,3 +795,6 @@ def _pair_reverse(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         else:
             waiting.setdefault((u, v), []).append(i)
     return rev
+
+#: Public name of :func:`_host_indices` (host names or indices -> int64 host indices).
+host_indices = _host_indices

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 
 from fabric_jax import cli
@@ -49,7 +51,9 @@ def test_cli_end_to_end(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "roce" in text and "uec" in text and "Effective bandwidth" in text
     data = json.loads(out_json.read_text())
-    assert sorted(data) == ["roce", "uec"]
+    assert sorted(data) == ["ideal", "roce", "uec"]
+    assert "ideal" in text.splitlines()[0]          # the baseline is a table column
+    assert data["ideal"]["pfc_pause_time"] == 0.0   # a crossbar never pauses
     for name in data:
         for key, *_ in METRICS:
             assert key in data[name]
@@ -114,4 +118,77 @@ def test_cli_bad_file_is_an_error_not_a_traceback(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_text('[topology]\nkind = "torus"\n')
     assert cli.main(["compare", "--scenario", str(bad)]) == 2
-    assert "topology.kind" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "topology.kind" in err and "rail_optimized" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_preset_options_fail_before_any_preset_runs(tmp_path, capsys, monkeypatch):
+    """A bad ``cc_options`` of the last preset is refused before the first preset runs."""
+    from fabric_jax.study import run
+    calls = []
+    monkeypatch.setattr(run, "simulate_fluid", lambda *a, **k: calls.append(1))
+    bad = tmp_path / "bad.toml"
+    bad.write_text(TINY.replace('presets = ["roce", "uec"]', 'presets = ["roce", "uec"]\n'
+                                '[fabrics.uec.cc_options]\nno_such_gain = 1.0'))
+    assert cli.main(["compare", "--scenario", str(bad), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "fabrics.uec.cc_options" in err and "Traceback" not in err
+    assert calls == []
+
+
+def test_ideal_baseline_is_line_rate_for_one_flow():
+    """A single flow on the crossbar runs at line rate: its FCT is size / rate + latency
+    (closed form), and the crossbar has one up and one down link per host."""
+    import numpy as np
+
+    from fabric_jax import compare
+    inc = compare.crossbar_incidence(np.array([0, 1]), np.array([1, 0]), 2)
+    assert np.asarray(inc.link_idx).tolist() == [0, 3, 1, 2]
+    scn = compare.scenario_from_dict(_tiny_dict())
+    case = compare.build_case(scn, False)
+    res = compare.simulate_ideal(case)
+    fin = np.asarray(res.finish, float)
+    assert np.all(np.isfinite(fin))
+    # no flow beats its own line-rate time on an idle crossbar
+    lower = case.sim_arrival + case.workload.size / case.line_rate + case.latency
+    assert np.all(fin >= lower * (1 - 1e-5) - 1e-9)
+
+
+def test_every_equal_cost_path_by_default_and_caps_are_reported():
+    import warnings
+
+    from fabric_jax import compare
+    from fabric_jax.paths import PathsTruncatedWarning
+    d = _tiny_dict()
+    d["simulation"].pop("max_paths")
+    case = compare.build_case(compare.scenario_from_dict(d), False)
+    assert case.paths_dropped == 0
+    n_all = case.paths.n_candidates(case.topology)
+    assert np.array_equal(case.paths.n_paths, n_all)
+    d["simulation"]["max_paths"] = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PathsTruncatedWarning)
+        capped = compare.build_case(compare.scenario_from_dict(d), False)
+    assert capped.paths_dropped == int(np.sum(n_all - 1)) > 0
+    table = compare.format_table({"x": {"paths_dropped": capped.paths_dropped}})
+    assert f"dropped {capped.paths_dropped} equal-cost paths" in table
+
+
+def test_scenario_values_are_never_changed_silently():
+    from fabric_jax import compare
+    scn = compare.scenario_from_dict(_tiny_dict())
+    for sec in ("topology", "workload", "simulation", "economics"):
+        for key, val in _tiny_dict().get(sec, {}).items():
+            assert getattr(scn, sec)[key] == val
+    for bad in ({"workload": {"ep_servers": 1}}, {"workload": {"ep_servers": 3}},
+                {"topology": {"kind": "leaf_spine", "n_servers": 5, "servers_per_leaf": 2}}):
+        with pytest.raises(ValueError):
+            compare.scenario_from_dict(_merge(_tiny_dict(), bad))
+
+
+def _merge(base, extra):
+    out = {k: dict(v) for k, v in base.items()}
+    for sec, body in extra.items():
+        out.setdefault(sec, {}).update(body)
+    return out

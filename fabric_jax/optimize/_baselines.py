@@ -1,9 +1,11 @@
 """Reference routings: ECMP hashing, packet spraying, an adaptive-routing approximation.
 
-Small and private on purpose: a routing module (issue 5) may replace them.
+ECMP hashing has one home, :mod:`fabric_jax.routing`; these functions apply it to a
+:class:`RoutingProblem` (pairs with demand-weighted flows).
 
-* **ECMP**: each input flow hashes (SplitMix64 of seed, source, destination and flow
-  index: the 5-tuple of a real switch) onto one candidate path of its pair.  On an
+* **ECMP**: each input flow hashes onto one candidate path of its pair, hop by hop, with
+  the ``ecmp`` routing policy's hash (:func:`fabric_jax.routing.ecmp_choice`: the
+  5-tuple with a random source port, as a real switch).  On an
   aggregated problem the pair's split is the demand-weighted mix of its flows' choices.
 * **Spray**: an even split over the valid candidate paths (per-packet spraying in the
   fluid limit, and the expectation of ECMP over many flows).
@@ -20,20 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..paths import _mix64
+from ..paths import PathSet
+from ..routing import ecmp_choice, ecmp_params
 from ._problem import RoutingProblem
 
 __all__ = []
-
-
-def _hash_index(seed: int, src, dst, idx, n) -> np.ndarray:
-    # uint64 arrays wrap silently (scalars would warn).
-    key = (np.full(np.shape(src), seed & 0xFFFFFFFFFFFFFFFF, np.uint64)
-           * np.uint64(0x9E3779B97F4A7C15)
-           + np.asarray(src).astype(np.uint64) * np.uint64(0xD1B54A32D192ED03)
-           + np.asarray(dst).astype(np.uint64) * np.uint64(0x8CB92BA72F3D8DD7)
-           + np.asarray(idx).astype(np.uint64) * np.uint64(0xA24BAED4963EE407))
-    return (_mix64(key) % np.asarray(n).astype(np.uint64)).astype(np.int64)
 
 
 def spray_split(problem: RoutingProblem) -> np.ndarray:
@@ -43,20 +36,31 @@ def spray_split(problem: RoutingProblem) -> np.ndarray:
 
 
 def ecmp_split(problem: RoutingProblem, seed: int = 0) -> np.ndarray:
-    """``[pairs, paths]`` per-flow hashed path choice, demand-weighted per pair."""
+    """``[pairs, paths]`` per-flow hashed path choice, demand-weighted per pair.
+
+    Each input flow hashes hop by hop exactly as the ``ecmp`` routing policy does
+    (:func:`fabric_jax.routing.ecmp_choice`: per-tier seeds of
+    :func:`~fabric_jax.routing.ecmp_params`, a random RoCEv2 source port per flow drawn
+    from ``seed``), on its pair's candidate paths; a pair's split is the demand-weighted
+    mix of its flows' choices.
+    """
     n_pairs, n_paths = problem.path_mask.shape
     fp = problem.flow_pair
     routed = np.flatnonzero(fp >= 0)
     pair = fp[routed]
-    # Flows are identified by (src, dst, index); a pair's representative hosts stand in
-    # for the flow's own when aggregated, the flow index keeps flows distinct.
-    choice = _hash_index(seed, problem.pair_src[pair], problem.pair_dst[pair], routed,
-                         problem.n_paths[pair])
-    w = problem.flow_demand[routed]
     split = np.zeros((n_pairs, n_paths))
-    np.add.at(split, (pair, choice), w)
+    if routed.size:
+        # Flows are identified by (src, dst, source port); a pair's representative
+        # hosts stand in for the flow's own when aggregated, the port keeps flows apart.
+        per_flow = PathSet(src=problem.pair_src[pair].astype(np.int32),
+                           dst=problem.pair_dst[pair].astype(np.int32),
+                           links=problem.links[pair], path_mask=problem.path_mask[pair],
+                           hop_mask=problem.hop_mask[pair], n_paths=problem.n_paths[pair])
+        sport = np.random.default_rng(seed).integers(49152, 65536, size=routed.size)
+        choice = ecmp_choice(per_flow, ecmp_params().tier_seeds, sport)
+        np.add.at(split, (pair, choice), problem.flow_demand[routed])
     total = split.sum(axis=1, keepdims=True)
-    # Pairs without demand: the first flow's choice, weight 1.
+    # Pairs without demand: the first flow's choice (or the first path), weight 1.
     empty = total[:, 0] <= 0
     if empty.any():
         first = np.full(n_pairs, -1, np.int64)

@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from ..fairness import solve
+from ..routing import masked_softmax
 from ..incidence import Incidence
 from ..sim import EVENT_EPS_ULPS
 
@@ -50,19 +51,6 @@ __all__ = ["masked_softmax", "device_link_load", "utilisation", "smooth_max",
 
 #: Splits below this count as "path unused" in the exact per-tenant MLU.
 SPLIT_EPS = 1e-3
-
-
-def masked_softmax(logits, path_mask):
-    """Softmax over valid paths; exactly 0 on invalid ones (no NaN gradients).
-
-    Args:
-      logits: ``[..., pairs, paths]``.
-      path_mask: ``[pairs, paths]`` bool.
-    """
-    z = jnp.where(path_mask, logits, -jnp.inf)
-    m = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))
-    e = jnp.where(path_mask, jnp.exp(jnp.where(path_mask, logits - m, 0.0)), 0.0)
-    return e / jnp.sum(e, axis=-1, keepdims=True)
 
 
 def device_link_load(arrays, split, demand=None):

@@ -1,0 +1,24 @@
+"""The compare study, in four layers whose imports point one way:
+
+* :mod:`~fabric_jax.study.scenario` -- schema, defaults, TOML parsing, validation;
+* :mod:`~fabric_jax.study.case` -- a scenario as host-side arrays (:class:`Case`);
+* :mod:`~fabric_jax.study.run` -- fluid runs per preset, the ideal-fabric baseline,
+  and each run's metrics (from :mod:`fabric_jax.metrics`);
+* :mod:`~fabric_jax.study.report` -- the table and the JSON file;
+
+plus :mod:`~fabric_jax.study.progress` (the progress bar).  :mod:`fabric_jax.compare`
+re-exports the public names.
+"""
+
+from .case import JOBS, NEVER, Case, alone_arrival, build_case
+from .report import METRICS, format_table, write_json
+from .run import (IDEAL, case_metrics, crossbar_incidence, run_compare, scaling_study,
+                  simulate_case, simulate_ideal)
+from .scenario import (FABRIC_KEYS, SCHEMA, Scenario, ScenarioError, default_scenario,
+                       load_scenario, scenario_from_dict, validate_scenario)
+
+__all__ = ["Scenario", "ScenarioError", "default_scenario", "load_scenario",
+           "scenario_from_dict", "validate_scenario", "SCHEMA", "FABRIC_KEYS", "Case",
+           "build_case", "alone_arrival", "NEVER", "JOBS", "simulate_case", "simulate_ideal",
+           "crossbar_incidence", "case_metrics", "run_compare", "scaling_study", "IDEAL",
+           "METRICS", "format_table", "write_json"]
