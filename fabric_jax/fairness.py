@@ -170,6 +170,8 @@ def max_min_fair(incidence, capacity, demand=None, *, iterations: int | None = N
               if demand is None else jnp.asarray(demand, dtype))
     if max_iter is None:
         max_iter = inc.n_flows + 1
+    elif isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer or None; got {max_iter!r}")
     batched = capacity.ndim == 2 or demand.ndim == 2
     if batched:
         b = capacity.shape[0] if capacity.ndim == 2 else demand.shape[0]

@@ -149,40 +149,47 @@ class Incidence:
         return cls.from_coo(li, fi, m[li, fi], n_links=m.shape[0], n_flows=m.shape[1])
 
     @classmethod
-    def from_paths(cls, paths, split=None, *, n_links: int, flows=None):
+    def from_paths(cls, paths, split=None, *, n_links: int, flows=None, seed: int = 0):
         """Builds the incidence of flows routed over a :class:`~fabric_jax.paths.PathSet`.
 
         Args:
           paths: a PathSet (``links`` ``[pairs, paths, hops]`` with -1 padding and
             ``hop_mask``/``path_mask``); each pair is one flow.
           split: ``[pairs, paths]`` fraction of each flow's rate on each candidate
-            path (rows sum to one, zero on padded paths).  ``None`` puts each flow on
-            its first path.  May be a traced array (learned routing): the result is
+            path (rows sum to one, zero on padded paths).  ``None``: each flow on the
+            one path its ECMP hash picks (the ``ecmp`` routing policy's split,
+            :func:`fabric_jax.routing.ecmp_choice`, with ``seed``), as a switch fabric
+            would place it.  May be a traced array (learned routing): the result is
             then differentiable with respect to it.
-          n_links: number of links of the topology (``topology.n_links``).
+          n_links: number of links of the topology (``topology.n_links``); every link
+            id of ``paths`` must lie in ``[0, n_links)``.
+          seed: ECMP hash seed when ``split`` is None.
 
         Returns:
           An Incidence with ``pairs * paths * hops`` entries (padded ones inactive).
+
+        Raises:
+          ValueError: a link id outside ``[0, n_links)``, or a bad ``split``.
         """
         links = np.asarray(paths.links)
+        if links.ndim != 3:
+            raise ValueError(f"paths.links must be [pairs, paths, hops]; got shape "
+                             f"{links.shape}")
         n_pairs, n_paths, n_hops = links.shape
         hop_mask = np.asarray(paths.hop_mask)
+        if isinstance(n_links, bool) or not isinstance(n_links, (int, np.integer)) \
+                or n_links < 1:
+            raise ValueError(f"n_links must be a positive integer (topology.n_links); got "
+                             f"{n_links!r}")
+        used = links[hop_mask]
+        if used.size and (used.min() < 0 or used.max() >= n_links):
+            raise ValueError(f"paths use link ids in [{used.min()}, {used.max()}], outside "
+                             f"[0, n_links={n_links}); pass n_links=topology.n_links of the "
+                             f"topology the paths were built on")
         flow = np.broadcast_to(np.arange(n_pairs)[:, None, None], links.shape)
         if split is None:
-            split = np.zeros((n_pairs, n_paths), dtype=_float_dtype())
-            split[:, 0] = 1.0
-        if not _is_traced(split):
-            s = np.asarray(split)
-            if s.shape != (n_pairs, n_paths):
-                raise ValueError(f"split must have shape [pairs, paths] = {(n_pairs, n_paths)}; "
-                                 f"got {s.shape}")
-            if not np.all(np.isfinite(s)) or np.any(s < 0):
-                raise ValueError("split must be finite and non-negative")
-            if np.any(s[~np.asarray(paths.path_mask)] > 0):
-                raise ValueError("split puts weight on padded (non-existent) paths; "
-                                 "zero it where paths.path_mask is False")
-            if not np.allclose(s.sum(axis=1), 1.0, atol=1e-5):
-                raise ValueError("split rows must sum to 1 (each flow's rate is fully routed)")
+            from .routing import make_routing
+            split = np.asarray(make_routing("ecmp", paths, seed=seed).split)
         w = jnp.where(jnp.asarray(hop_mask), jnp.asarray(split)[:, :, None], 0.0)
         li = np.where(hop_mask, links, 0)
         return cls(jnp.asarray(li.ravel(), jnp.int32), jnp.asarray(flow.ravel(), jnp.int32),

@@ -144,8 +144,11 @@ def train_routing_policy(problem: RoutingProblem, train_demands, *, kind: str = 
     Returns:
       :class:`PolicyResult`.
     """
-    from ._train import anneal
+    from ._train import _check_learning_rate, anneal
 
+    if not isinstance(problem, RoutingProblem):
+        raise ValueError(f"problem must be a RoutingProblem (see routing_problem); got "
+                         f"{type(problem).__name__}")
     if kind not in POLICY_KINDS:
         raise ValueError(f"kind must be one of {POLICY_KINDS}; got {kind!r}")
     d = np.asarray(train_demands, np.float64)
@@ -160,6 +163,15 @@ def train_routing_policy(problem: RoutingProblem, train_demands, *, kind: str = 
             if isinstance(temperature, tuple) else temperature)
     if learning_rate is None:
         learning_rate = 1e-3 if kind == "mlp" else 1e-2
+    learning_rate = _check_learning_rate(learning_rate)
+    if isinstance(temperature, tuple):
+        if len(temperature) != 2 or not all(isinstance(t, (int, float)) and t > 0
+                                            for t in temperature):
+            raise ValueError(f"temperature must be > 0 or a (start, end) pair of numbers > 0; "
+                             f"got {temperature!r}")
+    elif not callable(temperature) and not (isinstance(temperature, (int, float))
+                                            and temperature > 0):
+        raise ValueError(f"temperature must be > 0 or a (start, end) pair; got {temperature!r}")
     optimizer = optax.adam(learning_rate) if optimizer is None else optimizer
     arrays = problem.arrays()
     dtype = arrays.capacity.dtype

@@ -234,10 +234,26 @@ def _prepare(problem, objective, size, demand, tenant_weight, temperature, steps
         raise ValueError(f"maxmin_iterations must be a positive integer; got "
                          f"{maxmin_iterations!r}")
     if optimizer is None:
-        optimizer = default_optimizer(float(learning_rate), int(steps))
+        optimizer = default_optimizer(_check_learning_rate(learning_rate), int(steps))
     spec = _Spec(objective=objective, temperature=temperature, events=int(events),
                  iterations=int(maxmin_iterations), per_tenant=per_tenant)
     return spec, optimizer, traffic, tw
+
+
+def _check_learning_rate(learning_rate) -> float:
+    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float,
+                                                                         np.floating)) \
+            or not math.isfinite(learning_rate) or learning_rate <= 0:
+        raise ValueError(f"learning_rate must be a finite number > 0; got {learning_rate!r}")
+    return float(learning_rate)
+
+
+def _check_every(check_every) -> int:
+    if isinstance(check_every, bool) or not isinstance(check_every, (int, np.integer)) \
+            or check_every < 1:
+        raise ValueError(f"check_every must be an integer >= 1 (steps per compiled chunk); "
+                         f"got {check_every!r}")
+    return int(check_every)
 
 
 @functools.lru_cache(maxsize=32)
@@ -249,6 +265,9 @@ def default_optimizer(learning_rate: float = 0.1, steps: int = 500):
     tens of percent on a 1,024-host fat-tree); decayed, they settle within 1%.
     Cached, so equal arguments give the same object (and reuse compilations).
     """
+    learning_rate = _check_learning_rate(learning_rate)
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"steps must be an integer >= 0; got {steps!r}")
     schedule = optax.exponential_decay(learning_rate, transition_steps=max(int(steps), 1),
                                        decay_rate=0.1)
     return optax.adam(schedule)
@@ -395,6 +414,7 @@ def optimize_routing(problem: RoutingProblem, *, objective="mlu", size=None, dem
     Raises:
       ValueError: on bad arguments (before any compilation).
     """
+    _check_every(check_every)
     spec, optimizer, traffic, tw = _prepare(
         problem, objective, size, demand, tenant_weight, temperature, steps, events,
         maxmin_iterations, optimizer, learning_rate, batched=False)
@@ -428,6 +448,7 @@ def optimize_routing_batched(problem: RoutingProblem, demands, *, base_loads=Non
       :class:`RoutingResult` whose arrays have a leading ``batch`` axis.
     """
     is_cct = objective in ("cct", "mean_fct")
+    _check_every(check_every)
     spec, optimizer, traffic, tw = _prepare(
         problem, objective, demands if is_cct else None, None if is_cct else demands,
         tenant_weight, temperature, steps, events, maxmin_iterations, optimizer,
