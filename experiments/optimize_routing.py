@@ -316,7 +316,7 @@ def plot_scenario(plots, name, prob, run, lp, splits):
     ax[0].legend(fontsize=8)
     ok = prob.capacity > 0
     for key in ("ecmp", "spray", "learned", "lp"):
-        u = prob.utilisation(splits[key])[ok]
+        u = prob.utilization(splits[key])[ok]
         ax[1].hist(u, bins=40, histtype="step", label=f"{key} (max {u.max():.3g})")
     ax[1].set(xlabel="link utilisation", ylabel="links", yscale="log",
               title=f"{name}: link load before/after")

@@ -132,6 +132,77 @@ def test_from_file_formats(tmp_path):
     assert FlowSizeCDF.from_file(csv).name == "c"
 
 
+# ------------------------------------------------ built-in tables vs published values
+# These check the package's own tables against numbers transcribed from their sources,
+# so they run in a clean clone.  The tests further down read the source files from
+# ../shared (marked ``shared_data``: excluded from the default run, never skipped in it).
+
+# Means of HPCC's linear sampler, as published in the HPCC reference README
+# (traffic_gen: "WebSearch 1,711,250 B; FbHdp 120,420.8 B; ...").
+HPCC_MEANS = {"WebSearch_distribution.txt": 1_711_250.0, "FbHdp_distribution.txt": 120_420.8,
+              "AliStorage2019.txt": 40_869.8, "GoogleRPC2008.txt": 2_891.6}
+HPCC_BUILTIN = {"WebSearch_distribution.txt": "web_search", "FbHdp_distribution.txt": "hadoop",
+                "AliStorage2019.txt": "storage", "GoogleRPC2008.txt": "rpc"}
+
+# VL2 data-mining CDF as distributed with ns-3-datacenter (datamining.csv): size, cum. prob.
+DATA_MINING = [(100, 0), (180, 0.085), (250, 0.14), (560, 0.33), (900, 0.47), (1100, 0.55),
+               (1870, 0.65), (3160, 0.7), (10000, 0.8), (100001, 0.874), (400000, 0.9),
+               (1850000, 0.95), (10000000, 0.97), (30000000, 0.98), (100000000, 0.99),
+               (250000000, 0.995), (1000000000, 1.0)]
+
+# Homa's Google_SearchRPC.txt: header (mean of the step CDF) and first points.
+GOOGLE_SEARCH_RPC_MEAN = 440.7907
+GOOGLE_SEARCH_RPC_HEAD = [(2, 0.0756033901818394), (3, 0.132305932818219)]
+
+# Parsimon's webserver-all.txt / cachefollower-all.txt (percent): first and last points.
+FB_POINTS = {"fb_webserver": [(64, 0.25055089894350235), (81, 0.858249068105521),
+                              (143, 1.1570319418415353), (1304462, 99.39530860638013),
+                              (19791390, 100.0)],
+             "fb_cachefollower": [(51, 0.3692950445896237), (71, 0.5589701443526884),
+                                  (12540802, 99.75593059345823), (28388498, 100.0)]}
+
+
+@pytest.mark.parametrize("fname", sorted(HPCC_MEANS))
+def test_builtin_hpcc_tables_have_the_published_linear_means(fname):
+    cdf = FlowSizeCDF.builtin(HPCC_BUILTIN[fname]).with_interpolation("linear")
+    assert cdf.mean() == pytest.approx(HPCC_MEANS[fname], abs=0.05)  # README rounds to 0.1 B
+
+
+def test_builtin_web_search_is_the_published_table():
+    cdf = FlowSizeCDF.builtin("web_search")
+    np.testing.assert_array_equal(cdf.sizes, [x for x, _ in WEB])
+    np.testing.assert_allclose(cdf.cum_prob, [p / 100 for _, p in WEB], atol=1e-15)
+
+
+def test_builtin_data_mining_is_the_published_table():
+    cdf = FlowSizeCDF.builtin("data_mining")
+    np.testing.assert_array_equal(cdf.sizes, [x for x, _ in DATA_MINING])
+    np.testing.assert_allclose(cdf.cum_prob, [p for _, p in DATA_MINING], atol=1e-15)
+    # linear mean by hand: segment midpoints weighted by their probability mass
+    mean = sum((p1 - p0) * (x0 + x1) / 2 for (x0, p0), (x1, p1)
+               in zip(DATA_MINING[:-1], DATA_MINING[1:]))
+    assert cdf.mean() == pytest.approx(mean, rel=1e-9)
+
+
+def test_builtin_google_search_rpc_matches_homa_header_mean():
+    cdf = FlowSizeCDF.builtin("google_search_rpc")
+    assert cdf.interpolation == "step"
+    assert cdf.mean() == pytest.approx(GOOGLE_SEARCH_RPC_MEAN, rel=1e-6)
+    for x, p in GOOGLE_SEARCH_RPC_HEAD:
+        k = int(np.flatnonzero(np.asarray(cdf.sizes) == x)[0])
+        assert cdf.cum_prob[k] == pytest.approx(p, abs=1e-15)
+
+
+@pytest.mark.parametrize("name", sorted(FB_POINTS))
+def test_builtin_facebook_tables_hold_the_published_points(name):
+    cdf = FlowSizeCDF.builtin(name)
+    sizes = np.asarray(cdf.sizes)
+    for x, pct in FB_POINTS[name]:
+        k = np.flatnonzero(sizes == x)
+        assert k.size == 1, (name, x)
+        assert cdf.cum_prob[k[0]] == pytest.approx(pct / 100, abs=1e-12)
+
+
 # ----------------------------------------------------------------- reference files
 def _ref(path):
     p = REF / path
@@ -140,11 +211,7 @@ def _ref(path):
     return p
 
 
-# Means of HPCC's linear sampler, as published in the reference README.
-HPCC_MEANS = {"WebSearch_distribution.txt": 1_711_250.0, "FbHdp_distribution.txt": 120_420.8,
-              "AliStorage2019.txt": 40_869.8, "GoogleRPC2008.txt": 2_891.6}
-
-
+@pytest.mark.shared_data
 @pytest.mark.parametrize("fname,mean", sorted(HPCC_MEANS.items()))
 def test_hpcc_files_linear_means(fname, mean):
     cdf = FlowSizeCDF.from_file(_ref("hpcc/" + fname), "linear")
@@ -156,6 +223,7 @@ HOMA = ["DCTCP_MsgSizeDist.txt", "DCTCP_MsgSizeDist_Original.txt",
         "Facebook_WebServerDist_IntraCluster.txt", "Google_AllRPC.txt", "Google_SearchRPC.txt"]
 
 
+@pytest.mark.shared_data
 @pytest.mark.parametrize("fname", HOMA)
 def test_homa_header_mean_is_step_mean(fname):
     # Homa's first line is the mean of the step CDF (README); units cancel for DCTCP.
@@ -165,6 +233,7 @@ def test_homa_header_mean_is_step_mean(fname):
     assert cdf.with_interpolation("linear").mean() < cdf.mean()
 
 
+@pytest.mark.shared_data
 def test_partial_and_raw_tables_are_rejected():
     # FacebookKeyValueMsgSizeDist is a partial table (ends at 0.47), and Parsimon's
     # *-extract.csv are raw digitised points in KB that do not end at exactly 1.
@@ -175,6 +244,7 @@ def test_partial_and_raw_tables_are_rejected():
             FlowSizeCDF.from_file(p)
 
 
+@pytest.mark.shared_data
 def test_every_reference_cdf_file_reads():
     root = _ref(".")
     files = (sorted(root.glob("hpcc/*.txt")) + sorted(root.glob("ns3-datacenter/*"))
@@ -191,6 +261,7 @@ def test_every_reference_cdf_file_reads():
         assert lin <= stp, f  # the step rule moves mass up within each segment
 
 
+@pytest.mark.shared_data
 def test_ns3_websearch_is_the_web_search_cdf_with_a_floor():
     ns3 = FlowSizeCDF.from_file(_ref("ns3-datacenter/websearch.txt"))
     assert ns3.mean() == pytest.approx(FlowSizeCDF.builtin("web_search").mean(), rel=1e-3)
@@ -205,6 +276,7 @@ BUILTIN_FILES = {"web_search": "hpcc/WebSearch_distribution.txt",
                  "fb_cachefollower": "parsimon-eval/cachefollower-all.txt"}
 
 
+@pytest.mark.shared_data
 @pytest.mark.parametrize("name", sorted(BUILTIN_FILES))
 def test_builtin_tables_match_their_source_files(name):
     assert name in FlowSizeCDF.builtin_names()

@@ -45,7 +45,7 @@ from ._baselines import adaptive_split, ecmp_split, spray_split
 from ._fluid import fluid_objective
 from ._lp import LPResult, MaxMinLPResult, solve_max_min_lp, solve_mlu_lp
 from ._objectives import (completion_times, masked_softmax, smooth_max, tenant_mlu,
-                          utilisation)
+                          utilization)
 from ._policy import PolicyResult, train_routing_policy
 from ._problem import ProblemArrays, RoutingProblem, problem_from_paths, routing_problem
 from ._report import routing_report
@@ -65,5 +65,5 @@ __all__ = [
     "default_optimizer", "fluid_objective", "init_logits", "masked_softmax",
     "optimize_routing", "optimize_routing_batched", "problem_from_paths", "routing_problem",
     "routing_report", "smooth_max", "solve_max_min_lp", "solve_mlu_lp", "tenant_mlu",
-    "train_routing_policy", "utilisation",
+    "train_routing_policy", "utilization",
 ]

@@ -46,7 +46,7 @@ from ..routing import masked_softmax
 from ..incidence import Incidence
 from ..sim import EVENT_EPS_ULPS
 
-__all__ = ["masked_softmax", "device_link_load", "utilisation", "smooth_max",
+__all__ = ["masked_softmax", "device_link_load", "utilization", "smooth_max",
            "mlu_loss", "tenant_mlu_loss", "completion_times", "cct_loss"]
 
 #: Splits below this count as "path unused" in the exact per-tenant MLU.
@@ -62,7 +62,7 @@ def device_link_load(arrays, split, demand=None):
     return load + arrays.base_load
 
 
-def utilisation(arrays, split, demand=None):
+def utilization(arrays, split, demand=None):
     """``[links]`` load / capacity, 0 on zero-capacity links."""
     return device_link_load(arrays, split, demand) * arrays.inv_capacity
 
@@ -92,7 +92,7 @@ def _segment_smooth_max(x, seg, n_seg, mask, temperature):
 
 def mlu_loss(arrays, split, temperature, demand=None):
     """``(smooth MLU, exact MLU)`` of a split."""
-    u = utilisation(arrays, split, demand)
+    u = utilization(arrays, split, demand)
     exact = jnp.max(jnp.where(arrays.link_ok, u, 0.0), initial=0.0)
     return smooth_max(u, arrays.link_ok, temperature), exact
 
@@ -100,7 +100,7 @@ def mlu_loss(arrays, split, temperature, demand=None):
 def tenant_mlu(arrays, split, n_tenants, temperature=None, demand=None):
     """Per-tenant MLU ``[tenants]``: exact, or smoothed when ``temperature`` is given."""
     d = arrays.demand if demand is None else demand
-    u = utilisation(arrays, split, demand)
+    u = utilization(arrays, split, demand)
     hop_u = u[arrays.link_idx]                                    # [P, K, H]
     hop_ok = arrays.hop_w > 0
     used = (d > 0)

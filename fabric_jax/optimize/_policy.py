@@ -35,7 +35,7 @@ import numpy as np
 import optax
 
 from ._baselines import spray_split
-from ._objectives import masked_softmax, smooth_max, utilisation
+from ._objectives import masked_softmax, smooth_max, utilization
 from ._problem import RoutingProblem
 
 __all__ = ["PolicyResult", "train_routing_policy"]
@@ -194,7 +194,7 @@ def train_routing_policy(problem: RoutingProblem, train_demands, *, kind: str = 
     def loss_fn(p, batch_d, batch_n, t):
         def one(dm, nm):
             split = masked_softmax(_logits(kind, p, dm), arrays.path_mask)
-            u = utilisation(arrays, split, dm)
+            u = utilization(arrays, split, dm)
             return smooth_max(u, arrays.link_ok, t) / nm
         return jnp.mean(jax.vmap(one)(batch_d, batch_n))
 

@@ -160,7 +160,7 @@ class RoutingProblem:
                            minlength=self.n_links)
         return load + (self.base_load if base_load is None else base_load)
 
-    def utilisation(self, split, demand=None, base_load=None) -> np.ndarray:
+    def utilization(self, split, demand=None, base_load=None) -> np.ndarray:
         """``[links]`` load / capacity (0 on zero-capacity links)."""
         load = self.link_load(split, demand, base_load)
         cap = self.capacity
@@ -168,7 +168,7 @@ class RoutingProblem:
 
     def mlu(self, split, demand=None, base_load=None) -> float:
         """Maximum link utilisation of a split (exact, host)."""
-        return float(self.utilisation(split, demand, base_load).max(initial=0.0))
+        return float(self.utilization(split, demand, base_load).max(initial=0.0))
 
     def arrays(self, dtype=None) -> "ProblemArrays":
         """Device arrays of this problem (a pytree for jitted code)."""

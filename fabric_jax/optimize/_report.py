@@ -40,12 +40,12 @@ def routing_report(problem: RoutingProblem, split, *, before=None, top_links: in
       A multi-line string: summary, per-link table and per-pair split table.
     """
     split = check_split(problem, split)
-    after_u = problem.utilisation(split)
+    after_u = problem.utilization(split)
     after_l = problem.link_load(split)
     lines = []
     if before is not None:
         before = check_split(problem, before)
-        before_u = problem.utilisation(before)
+        before_u = problem.utilization(before)
         before_l = problem.link_load(before)
         lines.append(f"MLU before {before_u.max():.4f}  after {after_u.max():.4f}")
     else:
