@@ -18,13 +18,10 @@ import argparse
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fabric_jax.paths import shortest_paths  # noqa: E402
 from fabric_jax.topology import fat_tree  # noqa: E402

@@ -54,8 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as cm  # noqa: E402
+import _common as cm  # experiments/ is on sys.path when run as a script
 
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.fluid import simulate_fluid  # noqa: E402

@@ -38,13 +38,11 @@ Usage::
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as cm  # noqa: E402
+import _common as cm  # experiments/ is on sys.path when run as a script
 
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax import compare  # noqa: E402

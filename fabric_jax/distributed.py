@@ -80,7 +80,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .fairness import MaxMinInfo, MaxMinResult, _validate, solve
+from .fairness import MaxMinInfo, MaxMinResult, solve, validate_inputs
 from .incidence import Incidence, as_incidence
 from .sim import flow_rows
 
@@ -291,7 +291,7 @@ def max_min_fair_sharded(incidence, capacity, demand=None, *, mesh: Mesh | None 
         incidence, or a ``mesh`` that is not a Mesh.
     """
     inc = as_incidence(incidence)
-    _validate(inc, capacity, demand)
+    validate_inputs(inc, capacity, demand)
     if np.ndim(capacity) != 1:
         raise ValueError(f"capacity must be [links] = [{inc.n_links}] for the sharded solver; "
                          f"got shape {np.shape(capacity)} (sweep batches with "

@@ -455,3 +455,8 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
                       max_violation=jnp.max(jnp.maximum(load - capacity, 0.0), initial=0.0),
                       converged=converged)
     return MaxMinResult(rates=rate, link_load=load, saturated=saturated, info=info)
+
+
+#: Public name of the host-side input checks of :func:`max_min_fair` (shared with
+#: :func:`fabric_jax.distributed.max_min_fair_sharded`).
+validate_inputs = _validate

@@ -2,9 +2,10 @@
 
 import os
 
-import jax
 import pytest
 from hypothesis import settings
+
+from tests.helpers import enable_x64
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -19,10 +20,7 @@ if CI_DERANDOMIZE:
 
 @pytest.fixture
 def x64():
-    """Enables float64 for one test and restores the previous setting afterwards."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
+    """Enables float64 for one test and restores the previous setting afterwards
+    (:func:`tests.helpers.enable_x64`, the one x64 switch)."""
+    with enable_x64(True):
         yield
-    finally:
-        jax.config.update("jax_enable_x64", previous)

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..paths import PathSet, host_anchors, shortest_paths
-from ..topology import Topology
+from ..topology import Topology, host_indices
 
 __all__ = ["RoutingProblem", "routing_problem"]
 
@@ -286,7 +286,7 @@ def _tenants(tenant, n, tenant_names):
 
 # ------------------------------------------------------------------ builders
 def routing_problem(topology: Topology, src, dst, demand, *, tenant=None,
-                    tenant_names=None, aggregate: bool = False, max_paths: int = 16,
+                    tenant_names=None, aggregate: bool = False, max_paths: int | None = None,
                     seed: int = 0, base_load=None) -> RoutingProblem:
     """Builds a :class:`RoutingProblem` from host-level flows on a topology.
 
@@ -301,7 +301,8 @@ def routing_problem(topology: Topology, src, dst, demand, *, tenant=None,
         pair, with access-link loads moved to ``base_load`` (exact for link loads and
         the MLU LP; see the module docstring).  Flows inside one anchor switch become
         pure ``base_load``.
-      max_paths: candidate paths per pair (see :func:`~fabric_jax.paths.shortest_paths`).
+      max_paths: candidate paths per pair (see :func:`~fabric_jax.paths.shortest_paths`);
+        ``None`` (default): every equal-cost path.
       seed: seed of the candidate subset when a pair has more than ``max_paths``.
       base_load: optional extra ``[links]`` bytes/s with a fixed route.
 
@@ -313,10 +314,8 @@ def routing_problem(topology: Topology, src, dst, demand, *, tenant=None,
     """
     if not isinstance(topology, Topology):
         raise ValueError(f"topology must be a Topology; got {type(topology).__name__}")
-    from ..topology import _host_indices
-
-    src_h = _host_indices(topology, src, "src").reshape(-1)
-    dst_h = _host_indices(topology, dst, "dst").reshape(-1)
+    src_h = host_indices(topology, src, "src").reshape(-1)
+    dst_h = host_indices(topology, dst, "dst").reshape(-1)
     if src_h.shape != dst_h.shape:
         raise ValueError(f"src and dst must have the same length; got {src_h.size} and "
                          f"{dst_h.size}")

@@ -43,7 +43,7 @@ import dataclasses
 
 import numpy as np
 
-from fabric_jax.topology import Topology, _host_indices
+from fabric_jax.topology import Topology, host_indices
 from fabric_jax.workloads.flows import Workload
 from fabric_jax.workloads.training import StepSpec
 
@@ -209,7 +209,7 @@ def host_links(topology: Topology, hosts) -> np.ndarray:
     """
     if not isinstance(topology, Topology):
         raise ValueError(f"topology must be a Topology; got {type(topology).__name__}")
-    h = _host_indices(topology, hosts, "hosts").reshape(-1)
+    h = host_indices(topology, hosts, "hosts").reshape(-1)
     nodes = topology.hosts[h]
     mask = np.isin(topology.link_src, nodes) | np.isin(topology.link_dst, nodes)
     return np.flatnonzero(mask)
