@@ -190,6 +190,18 @@ class Incidence:
         if split is None:
             from .routing import make_routing
             split = np.asarray(make_routing("ecmp", paths, seed=seed).split)
+        if not _is_traced(split):
+            s = np.asarray(split)
+            if s.shape != (n_pairs, n_paths):
+                raise ValueError(f"split must have shape [pairs, paths] = {(n_pairs, n_paths)}; "
+                                 f"got {s.shape}")
+            if not np.all(np.isfinite(s)) or np.any(s < 0):
+                raise ValueError("split must be finite and non-negative")
+            if np.any(s[~np.asarray(paths.path_mask)] > 0):
+                raise ValueError("split puts weight on padded (non-existent) paths; "
+                                 "zero it where paths.path_mask is False")
+            if not np.allclose(s.sum(axis=1), 1.0, atol=1e-5):
+                raise ValueError("split rows must sum to 1 (each flow's rate is fully routed)")
         w = jnp.where(jnp.asarray(hop_mask), jnp.asarray(split)[:, :, None], 0.0)
         li = np.where(hop_mask, links, 0)
         return cls(jnp.asarray(li.ravel(), jnp.int32), jnp.asarray(flow.ravel(), jnp.int32),
