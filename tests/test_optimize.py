@@ -208,6 +208,21 @@ def test_target_stops_early_and_times_are_reported():
     assert res.seconds > 0 and res.compile_seconds >= 0 and res.target_seconds > 0
 
 
+def test_plateau_stops_without_knowing_the_optimum():
+    """The plateau rule stops once the best MLU improved by <= rel_tol over the window;
+    on the two-path instance (optimum 0.8, closed form above) it stops early, near the
+    optimum, and the stopping point obeys the rule exactly (checked on the history)."""
+    prob = two_path_degraded()
+    window, tol = 50, 1e-3
+    res = fo.optimize_routing(prob, steps=2000, plateau=(window, tol), check_every=10)
+    assert res.steps < 2000 and res.steps % 10 == 0
+    best = np.minimum.accumulate(res.metric_history)
+    assert (best[-window - 1] - best[-1]) / best[-1] <= tol
+    assert res.mlu == pytest.approx(0.8, rel=2e-2)
+    with pytest.raises(ValueError, match="plateau"):
+        fo.optimize_routing(prob, steps=10, plateau=(0, 1e-3))
+
+
 # ---------------------------------------------------------------- gradients
 def _fd(f, z, h):
     """Central differences of ``f`` (scalar or vector valued) at ``z``: ``[..., *z.shape]``."""

@@ -299,9 +299,37 @@ def _block(x):
     return jax.tree_util.tree_map(lambda a: a.block_until_ready(), x)
 
 
+def _check_plateau(plateau):
+    """``None`` or a ``(window, rel_tol)`` pair: window >= 1 steps, rel_tol >= 0."""
+    if plateau is None:
+        return None
+    ok = isinstance(plateau, tuple) and len(plateau) == 2
+    if ok:
+        window, tol = plateau
+        ok = (isinstance(window, (int, np.integer)) and not isinstance(window, bool)
+              and window >= 1 and isinstance(tol, (int, float)) and math.isfinite(tol)
+              and tol >= 0)
+    if not ok:
+        raise ValueError(f"plateau must be None or (window >= 1 steps, rel_tol >= 0); got "
+                         f"{plateau!r}")
+    return int(plateau[0]), float(plateau[1])
+
+
+def _plateaued(hist, window: int, tol: float) -> bool:
+    """The best metric so far improved by at most ``tol`` (relative) over the last
+    ``window`` steps, for every row."""
+    if hist.shape[-1] <= window:
+        return False
+    best = np.minimum.accumulate(hist, axis=-1)
+    old, new = best[..., -window - 1], best[..., -1]
+    gain = (old - new) / np.where(np.abs(new) > 0, np.abs(new), 1.0)
+    return bool(np.all(gain <= tol))
+
+
 def _drive(spec, optimizer, problem, traffic, base, tw, logits0, steps, check_every,
-           target, batched):
-    """Compiles the chunk once, runs it until ``steps`` or ``target``; host loop."""
+           target, batched, plateau=None):
+    """Compiles the chunk once, runs it until ``steps``, ``target`` or a ``plateau``
+    of the best metric; host loop."""
     arrays = problem.arrays()
     dtype = arrays.capacity.dtype
     traffic = jnp.asarray(traffic, dtype)
@@ -316,7 +344,7 @@ def _drive(spec, optimizer, problem, traffic, base, tw, logits0, steps, check_ev
              jnp.zeros(lead, jnp.int32), jnp.zeros(lead, jnp.int32))
     if steps == 0:
         return state, np.zeros(lead + (0,)), np.zeros(lead + (0,)), 0.0, 0.0, -1, math.nan, 0
-    n = steps if target is None else min(check_every, steps)
+    n = steps if target is None and plateau is None else min(check_every, steps)
     n_chunks = -(-steps // n)
     compiled, compile_s = _compiled(spec, optimizer, n, batched,
                                     (arrays, traffic, base, tw, state))
@@ -337,6 +365,8 @@ def _drive(spec, optimizer, problem, traffic, base, tw, logits0, steps, check_ev
                 target_step = first if batched else int(first)
                 target_s = run_s
                 break
+        if plateau is not None and _plateaued(np.concatenate(metrics, axis=-1), *plateau):
+            break
     loss_h = np.concatenate(losses, axis=-1)
     metric_h = np.concatenate(metrics, axis=-1)
     return state, loss_h, metric_h, run_s, compile_s, target_step, target_s, loss_h.shape[-1]
@@ -376,7 +406,8 @@ def optimize_routing(problem: RoutingProblem, *, objective="mlu", size=None, dem
                      steps: int = 500, init="ecmp", temperature=DEFAULT_TEMPERATURE,
                      tenant_weight=None, events: int | None = None,
                      maxmin_iterations: int = 32, target: float | None = None,
-                     check_every: int = 25, seed: int = 0) -> RoutingResult:
+                     check_every: int = 25, plateau: tuple | None = None,
+                     seed: int = 0) -> RoutingResult:
     """Learns per-(pair, path) routing weights by gradient descent with optax.
 
     Args:
@@ -404,8 +435,12 @@ def optimize_routing(problem: RoutingProblem, *, objective="mlu", size=None, dem
         exactness).
       target: stop once the exact metric is ``<= target`` (checked every
         ``check_every`` steps).
-      check_every: steps per compiled chunk when ``target`` is set (``steps`` is then
-        rounded up to a multiple of it).
+      check_every: steps per compiled chunk when ``target`` or ``plateau`` is set
+        (``steps`` is then rounded up to a multiple of it).
+      plateau: ``(window, rel_tol)``: stop once the best exact metric improved by at
+        most ``rel_tol`` (relative) over the last ``window`` steps, checked every
+        ``check_every`` steps.  A stopping rule that needs no knowledge of the optimum
+        (``result.steps`` and ``result.seconds`` say when it fired).
       seed: ECMP hash seed for ``init="ecmp"``.
 
     Returns:
@@ -415,12 +450,13 @@ def optimize_routing(problem: RoutingProblem, *, objective="mlu", size=None, dem
       ValueError: on bad arguments (before any compilation).
     """
     _check_every(check_every)
+    plateau = _check_plateau(plateau)
     spec, optimizer, traffic, tw = _prepare(
         problem, objective, size, demand, tenant_weight, temperature, steps, events,
         maxmin_iterations, optimizer, learning_rate, batched=False)
     logits0 = init_logits(problem, init, seed)
     out = _drive(spec, optimizer, problem, traffic, problem.base_load, tw, logits0,
-                 int(steps), int(check_every), target, batched=False)
+                 int(steps), int(check_every), target, batched=False, plateau=plateau)
     return _finish(problem, spec, *out, traffic=traffic, base=problem.base_load,
                    by_size=size is not None, batched=False)
 

@@ -1,0 +1,42 @@
+"""One process of the two-process test in ``tests/test_multihost.py``.
+
+Usage: ``python -m tests.multihost.worker PROCESS_ID N_PROCESSES PORT OUT.npz``.  Every
+process runs the same program on the same inputs (as the multi-host section of
+:mod:`fabric_jax.distributed` prescribes): ``jax.distributed.initialize`` with a
+localhost coordinator and gloo CPU collectives, then :func:`fabric_jax.sweep` and
+:func:`fabric_jax.max_min_fair_sharded` over the global mesh (one CPU device per
+process); process 0 writes the gathered results.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv):
+    pid, n_proc, port, out = int(argv[0]), int(argv[1]), int(argv[2]), argv[3]
+    import jax
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=f"localhost:{port}",
+                               num_processes=n_proc, process_id=pid,
+                               local_device_ids=[0])
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    import fabric_jax as fj
+    from tests.multihost.instance import instance
+
+    assert jax.process_count() == n_proc and len(jax.devices()) == n_proc
+    inc, caps, cap = instance()
+    swept = fj.sweep(lambda c: fj.max_min_fair(inc, c).rates, caps)
+    sharded = fj.max_min_fair_sharded(inc, cap)
+    swept = np.asarray(multihost_utils.process_allgather(swept, tiled=True))
+    rates = np.asarray(multihost_utils.process_allgather(sharded.rates, tiled=True))
+    if pid == 0:
+        np.savez(out, sweep=swept, sharded=rates, devices=len(jax.devices()))
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
