@@ -42,7 +42,10 @@ from pathlib import Path
 
 import numpy as np
 
-import _common as cm  # experiments/ is on sys.path when run as a script
+try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
+    import _common as cm
+except ImportError:  # pragma: no cover
+    from experiments import _common as cm
 
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax import compare  # noqa: E402

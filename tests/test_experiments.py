@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,10 +19,6 @@ EXP = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def _load(name):
-    """Loads an experiment script as its own command line would (``experiments/`` on
-    ``sys.path``, so ``import _common`` resolves)."""
-    if str(EXP) not in sys.path:
-        sys.path.insert(0, str(EXP))
     spec = importlib.util.spec_from_file_location(f"_exp_{name}", EXP / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

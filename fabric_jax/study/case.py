@@ -116,7 +116,7 @@ def build_case(scn: Scenario, sharp: bool) -> Case:
     ep_order = order[np.isin(order, train_srv)]
     a2a, ar = [], []
     for r in range(nics):
-        for g in range(0, ep_order.size, ep):
+        for g in range(0, ep_order.size if w["moe_mb"] > 0 else 0, ep):
             hosts = ep_order[g:g + ep] * nics + r
             load = zipf_expert_load(ep, w["expert_skew"], rng_seed + 7 * r + g) \
                 if w["expert_skew"] > 0 else None
@@ -125,7 +125,8 @@ def build_case(scn: Scenario, sharp: bool) -> Case:
         ar.append(all_reduce_flows(train_srv * nics + r, w["all_reduce_mb"] * mb / nics,
                                    sharp=sharp, job="train", name=f"allreduce_r{r}"))
     train_hosts = (train_srv[:, None] * nics + np.arange(nics)[None, :]).ravel()
-    phases = [concat(*a2a), concat(*ar)]
+    # moe_mb = 0: a dense model, no all-to-all phase
+    phases = ([concat(*a2a)] if w["moe_mb"] > 0 else []) + [concat(*ar)]
     work, spec = training_step(train_hosts, w["compute_us"] * 1e-6, phases, job="train",
                                tokens_per_step=scn.economics["tokens_per_gpu_per_step"]
                                * train_hosts.size)

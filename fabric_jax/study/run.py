@@ -8,6 +8,8 @@ exact max-min sharing, recomputed at every flow arrival and completion
 (:func:`fabric_jax.simulate_flows`).  What it loses against line rate is the workload's
 own skew (incast fan-in, all-to-all expert imbalance, ring dependencies); what a preset
 loses against it is the fabric's (routing collisions, congestion control, flow control).
+The baseline runs the host-based collectives (ring all-reduce); a SHARP preset moves
+fewer bytes (the switches reduce), so its all-reduce can beat it.
 """
 
 from __future__ import annotations

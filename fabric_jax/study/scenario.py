@@ -17,7 +17,7 @@ Sections (TOML tables) and keys, with the accepted values:
     ``latency_us`` (>= 0), ``buffer_kb`` (> 0).
 ``[workload]``
     ``train_servers`` (>= 2), ``tenant_servers`` (0 or >= 2), ``ep_servers`` (>= 2,
-    divides ``train_servers``), ``all_reduce_mb`` (> 0), ``moe_mb`` (>= 0),
+    divides ``train_servers``), ``all_reduce_mb`` (> 0), ``moe_mb`` (>= 0; 0 = a dense model, no all-to-all),
     ``expert_skew`` (>= 0), ``compute_us`` (>= 0), ``tenant_incast_mb`` (>= 0),
     ``tenant_fan_in`` (1 .. ``tenant_servers - 1`` when there is a tenant),
     ``background_load`` (in [0, 1)), ``background_cdf`` (a built-in CDF name),
