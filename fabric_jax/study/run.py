@@ -190,10 +190,10 @@ def _save_every(n_steps: int) -> int:
 
 
 def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=False,
-                ideal: bool = True) -> dict:
+                ideal: bool = False) -> dict:
     """Runs every preset of the scenario; returns ``{preset: {metric: value}}`` and, with
-    ``ideal=True``, the ideal-fabric baseline under the key ``"ideal"`` (same metric keys,
-    :func:`simulate_ideal`).
+    ``ideal=True`` (as ``fabric-jax compare`` does), the ideal-fabric baseline under the
+    key ``"ideal"`` (same metric keys, :func:`simulate_ideal`).
 
     The scenario is validated (:func:`~fabric_jax.study.scenario.validate_scenario`,
     including every preset's options) before the first run.
