@@ -192,3 +192,25 @@ def _merge(base, extra):
     for sec, body in extra.items():
         out.setdefault(sec, {}).update(body)
     return out
+
+
+def test_study_layers_import_one_way_and_compare_is_the_public_face():
+    """scenario -> case -> run -> report: no layer imports a later one; fabric_jax.compare
+    re-exports the documented names."""
+    import ast
+    from pathlib import Path
+
+    import fabric_jax
+    from fabric_jax import compare
+    order = ["scenario", "case", "run", "report"]
+    root = Path(fabric_jax.__file__).parent / "study"
+    for i, name in enumerate(order):
+        tree = ast.parse((root / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module in order:
+                assert order.index(node.module) < i, (name, node.module)
+    for attr in ("default_scenario", "run_compare", "simulate_case", "build_case", "Case",
+                 "load_scenario", "format_table", "write_json"):
+        assert hasattr(compare, attr)
+    assert fabric_jax.faults.__name__ == "fabric_jax.faults"
+    assert fabric_jax.checkpoint.__name__ == "fabric_jax.checkpoint"
