@@ -287,15 +287,15 @@ def training_only(scn, train_servers: int | None = None):
 
     The returned scenario states every value it uses: ``ep_servers`` becomes
     :func:`ep_group_size` of the new server count (the scenario's when it divides it),
-    and a ``leaf_spine``'s ``servers_per_leaf`` likewise, so that the job fills whole
-    groups and whole leaves."""
+    and a ``leaf_spine``'s ``servers_per_leaf`` likewise (at most half the servers, so
+    there are >= 2 leaves), so that the job fills whole groups and whole leaves."""
     t, w, sim = dict(scn.topology), dict(scn.workload), dict(scn.simulation)
     n = int(train_servers if train_servers is not None else w["train_servers"])
     if n < 2:
         raise ValueError(f"train_servers must be >= 2; got {n}")
     t["n_servers"] = n
     if t["kind"] == "leaf_spine":  # whole leaves: as many servers per leaf as divide n
-        t["servers_per_leaf"] = ep_group_size(n, t["servers_per_leaf"], minimum=1)
+        t["servers_per_leaf"] = ep_group_size(n, min(t["servers_per_leaf"], n // 2), minimum=1)
     w.update(train_servers=n, tenant_servers=0, background_load=0.0,
              ep_servers=ep_group_size(n, w["ep_servers"]))
     sim["isolation"] = False

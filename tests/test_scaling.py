@@ -120,3 +120,22 @@ def test_scaling_curves_shapes_and_physics(cases):
     # ring all-reduce at line rate: 2 (n-1)/n S/4 / (100 Gb/s) is a lower bound
     n = 8
     assert roce["all_reduce_completion_time"][1] >= 2 * (n - 1) / n * 0.5e6 / 12.5e9
+
+
+def test_training_only_states_every_value_it_uses():
+    """A scaled training job keeps ep_servers when it divides the server count and
+    otherwise takes the largest divisor below it (stated in the returned scenario, which
+    passes validation); a leaf-spine keeps >= 2 whole leaves."""
+    assert scaling.ep_group_size(24, 4) == 4
+    assert scaling.ep_group_size(6, 4) == 3
+    assert scaling.ep_group_size(7, 4) == 7          # prime: one group of all servers
+    s = compare.scenario_from_dict({"topology": dict(kind="leaf_spine", n_servers=8,
+                                                     servers_per_leaf=4),
+                                    "workload": dict(train_servers=4, tenant_servers=2,
+                                                     tenant_fan_in=1, ep_servers=4)})
+    for n in (2, 3, 6, 12):
+        t = scaling.training_only(s, n)
+        assert t.workload["train_servers"] == n and n % t.workload["ep_servers"] == 0
+        assert n % t.topology["servers_per_leaf"] == 0
+        assert n // t.topology["servers_per_leaf"] >= 2
+        compare.validate_scenario(t)
