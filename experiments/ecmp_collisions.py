@@ -59,6 +59,7 @@ try:  # run as a script (experiments/ is on sys.path) or imported as experiments
 except ImportError:  # pragma: no cover
     from experiments import _common as cm
 
+from fabric_jax import metrics as mx  # noqa: E402
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.fluid import simulate_fluid  # noqa: E402
 from fabric_jax.incidence import Incidence  # noqa: E402
@@ -140,8 +141,13 @@ def run_policy(policy: str, topo, paths, capacity, *, n: int, seeds: int, size: 
     t = np.asarray(res.trajectory.t, float)
     win = (t > WINDOW[0] * ideal) & (t <= WINDOW[1] * ideal)
     thr = np.asarray(res.trajectory.throughput, float)[win].reshape(-1, seeds, 2 * n)
-    eff_thr = thr.sum(axis=2).mean(axis=0) / (2 * n * line)           # [seeds]
-    eff_ct = ideal / finish.max(axis=1)                                # [seeds] (0 if inf)
+    # metrics.effective_bandwidth: bytes delivered per second at the window's mean
+    # throughput over 2n x line rate; and the permutation's size over its completion
+    # time at line rate (the collective definition, one collective per seed block)
+    eff_thr = np.asarray(mx.effective_bandwidth(thr.sum(axis=2).mean(axis=0), 1.0,
+                                                2 * n * line), float)  # [seeds]
+    eff_ct = np.asarray(mx.effective_bandwidth(size, finish.max(axis=1), line),
+                        float)                                         # [seeds] (0 if inf)
     out = dict(effective_bandwidth=float(eff_thr.mean()),
                effective_bandwidth_stderr=float(eff_thr.std(ddof=1) / math.sqrt(seeds))
                if seeds > 1 else 0.0,
