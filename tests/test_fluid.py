@@ -330,3 +330,27 @@ def test_input_checks_params_fc_params_routing():
         simulate_fluid(multi, topo.capacity, np.ones(2), routing=wrong, **kw)
     ok = make_routing("ecmp", ps)
     simulate_fluid(multi, topo.capacity, np.ones(2), routing=ok, **kw)
+
+
+@pytest.mark.parametrize("law,fc", [("dcqcn", "pfc"), ("ibcc", "credit")])
+def test_fct_converges_in_dt(law, fc):
+    # leaf_spine(2 leaves, 2 spines, 4 hosts) at 100 Gb/s, 1 us links, ECMP: a 4-to-1
+    # incast plus two flows sharing the incast senders' NICs, 1 MB each.  The last and
+    # the mean FCT move by at most 3 % when dt is quartered (2 us -> 0.5 us), the
+    # issue-11 convergence criterion (experiments/convergence.py does it for compare).
+    from fabric_jax import leaf_spine, make_routing, shortest_paths
+    topo = leaf_spine(2, 2, 4, link_gbps=100.0, latency_us=1.0)
+    ps = shortest_paths(topo, np.array([0, 1, 2, 3, 0, 1]), np.array([4, 4, 4, 4, 5, 6]))
+    r = make_routing("ecmp", ps, seed=0)
+    inc = Incidence.from_paths(ps, np.asarray(r.split), n_links=topo.n_links)
+    out = []
+    for dt in (2 * US, 0.5 * US):
+        res = simulate_fluid(inc, topo.capacity, np.full(6, 1e6), dt=dt,
+                             n_steps=int(round(800 * US / dt)), law=law, flow_control=fc,
+                             buffer=topo.buffer, link_latency=topo.latency, nic_links=topo,
+                             routing=r)
+        fct = np.asarray(res.fct, float)
+        assert np.all(np.isfinite(fct))
+        out.append((fct.max(), fct.mean()))
+    (m0, a0), (m1, a1) = out
+    assert abs(m0 / m1 - 1) <= 0.03 and abs(a0 / a1 - 1) <= 0.03
