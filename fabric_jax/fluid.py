@@ -466,7 +466,7 @@ def _path_latency(link_latency, link_tab, seg, n_links):
     if lat.shape != (n_links,) or np.any(~np.isfinite(lat)) or np.any(lat < 0):
         raise ValueError(f"link_latency must be [links] = [{n_links}] finite seconds >= 0 "
                          f"(e.g. topology.latency); got shape {list(lat.shape)}")
-    tab = link_tab.reshape(n_flows, -1, seg)
+    tab = link_tab.reshape(n_flows, link_tab.shape[1] // seg, seg)
     per_path = np.append(lat, 0.0)[tab].sum(axis=2)
     live = (tab < n_links).any(axis=2)
     return np.where(live, per_path, 0.0).sum(axis=1) / np.maximum(live.sum(axis=1), 1)

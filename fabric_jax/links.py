@@ -153,6 +153,8 @@ def nic_links(link_tab: np.ndarray, seg: int, n_links: int, nic=None) -> np.ndar
             raise ValueError(f"nic_links must be a [links] bool mask of {n_links} links or a "
                              f"Topology; got shape {list(mask.shape)}")
         return mask.astype(bool)
+    if np.size(link_tab) == 0:
+        return np.zeros(n_links, bool)
     tab = np.asarray(link_tab).reshape(link_tab.shape[0], -1, seg)
     exists = tab < n_links
     n_valid = exists.sum(axis=2)
@@ -215,7 +217,7 @@ def place_excess(hops: HopTable, excess, split, overloaded):
     share = jnp.where(tot > 0, share / jnp.where(tot > 0, tot, 1.0), split)
     at_first = jnp.arange(hops.seg)[None, None, :] == first[:, :, None]
     place = jnp.where(at_first, (excess[:, None] * share)[:, :, None], 0.0)
-    return place.reshape(excess.shape[0], -1)
+    return place.reshape(excess.shape[0], hops.link.shape[1])
 
 
 def wire_push(wire, k, taps_n, taps_phi, bytes_):
