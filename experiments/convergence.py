@@ -42,7 +42,7 @@ def reduced_scenario(scn):
     """The built-in scenario on 8 servers x 4 rails (same workload kinds, smaller)."""
     topo = dict(scn.topology, n_servers=8, nics_per_server=4, servers_per_leaf=4)
     work = dict(scn.workload, train_servers=6, tenant_servers=2, ep_servers=2,
-                all_reduce_mb=8.0, moe_mb=1.0, tenant_fan_in=1)
+                tenant_fan_in=1)
     return dataclasses.replace(scn, topology=topo, workload=work)
 
 
