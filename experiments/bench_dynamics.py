@@ -75,8 +75,9 @@ def main(argv=None):
     n_flows = inc.n_flows
     buf = np.where(np.isfinite(np.asarray(topo.buffer, float)), np.asarray(topo.buffer, float),
                    1e6) if hasattr(topo, "buffer") else 1e6
+    # path latency and base RTT (2 x path latency) from the links; NICs from the hosts
     kw = dict(dt=dt, n_steps=n_steps, law="dcqcn", flow_control="pfc", buffer=buf,
-              base_rtt=np.maximum(2 * lat, dt))
+              link_latency=np.asarray(topo.latency, float), nic_links=topo)
     size = np.full(n_flows, 1e12)
     first, steady, res = time_jax(lambda: simulate_fluid(inc, cap, size, **kw),
                                   repeats=a.repeats)

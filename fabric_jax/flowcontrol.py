@@ -2,16 +2,17 @@
 
 Units: bytes, seconds, bytes/s.
 
-The fluid fabric (:mod:`fabric_jax.fluid`) keeps, for every flow ``f`` and hop ``h``
-of its path, the bytes ``x[f, h]`` waiting in the **egress queue** of link
-``l(f, h)`` (in the switch at the link's upstream end).  Two views of the same bytes
-matter here:
+The fluid fabric (:mod:`fabric_jax.fluid`, :mod:`fabric_jax.links`) keeps, for every
+flow ``f`` and hop ``h`` of its path, the bytes ``x[f, h]`` standing in the **egress
+queue** of link ``l(f, h)`` (in the switch at the link's upstream end) and the bytes
+``transit[f, h]`` on the wire towards it.  Two views of the same bytes matter here:
 
 * the egress queue of link ``l``: ``q_l = sum x[f, h]`` over entries on ``l``;
 * the **ingress pool** of link ``k`` (the buffer of the downstream switch charged to the
-  port ``k`` arrives on): ``b_k = sum x[f, h]`` over entries whose *previous* hop is
-  ``k`` (``l(f, h-1) = k``).  Bytes at a flow's first hop sit in the sender's NIC and
-  belong to no pool.
+  port ``k`` arrives on): ``b_k = sum (x + transit)[f, h]`` over entries whose
+  *previous* hop is ``k`` (``l(f, h-1) = k``): what ``k`` has sent into that buffer and
+  was not forwarded yet.  Bytes at a flow's first hop sit in the sender's NIC (its
+  send buffer) and belong to no pool; a NIC is never dropped or trimmed.
 
 Modes (:data:`MODES`):
 
@@ -32,8 +33,8 @@ Modes (:data:`MODES`):
     where ``out_k`` is what left the pool in the previous step (credits returned one step
     later): continuous back-pressure, no hysteresis, no loss.
 ``"drop"``
-    Lossy Ethernet: an egress queue above ``buffer_l`` drops the overflow (tail drop,
-    charged to the step's arrivals).  Dropped bytes are resent; the sender learns of the
+    Lossy Ethernet: a switch egress queue above ``buffer_l`` drops the overflow (tail
+    drop, charged to the step's arrivals that still stand in the queue).  Dropped bytes are resent; the sender learns of the
     loss ``rto`` seconds after the feedback delay.
 ``"trim"``
     Lossy with UEC packet trimming: overflow is cut to headers (their bandwidth is

@@ -3,49 +3,77 @@
 Units: sizes and queues in bytes, times in seconds, rates and capacities in bytes/s.
 
 This extends :func:`fabric_jax.sim.simulate_flows_fixed_step` (same flow lifecycle:
-arrivals, dependency DAG, ``delay``, ``latency``) with senders whose rate is set by a
-congestion-control law (:mod:`fabric_jax.cc`), finite queues, and link-level flow
-control (:mod:`fabric_jax.flowcontrol`).
+arrivals, dependency DAG, ``delay``) with senders whose rate is set by a
+congestion-control law (:mod:`fabric_jax.cc`), finite queues, wires with latency
+(:mod:`fabric_jax.links`), and link-level flow control (:mod:`fabric_jax.flowcontrol`).
 
-State.  For every flow ``f`` the hops of its path are laid out in a padded table
-``[flows, hops]`` (entries of the incidence in their COO order within a flow, which is
-hop order for incidences built from paths).  ``x[f, h]`` holds the bytes of flow ``f``
-waiting in the egress queue of its ``h``-th link; the queue of link ``l`` is
-``q_l = sum x[f, h]`` over the entries on ``l``.
+State (an explicit dict pytree, ``FluidResult.state``).  Per flow and hop of its path
+(the padded hop table of :mod:`fabric_jax.links`): ``queue[f, h]``, bytes standing in
+the egress queue of the hop's link, and ``transit[f, h]``, bytes on the wire towards
+it.  Per flow: bytes on the wire to the receiver (``wire``, a ring of
+``[depth, flows]``), the sender (``remaining``, the law's state), the feedback ring
+(signals emitted in the last ``ring_len`` steps), counters.  Per link: flow-control
+state.
 
-One step of length ``dt``:
+One step of length ``dt`` is a short sequence of stages (functions below):
 
-1. **Senders.**  Feedback generated one base RTT ago (a ring buffer of past signals,
-   ``round(base_rtt / dt)`` steps deep per flow) reaches the law, which updates its state;
-   the flow offers ``o_f = min(rate_f, line_rate_f, remaining_f / dt)`` while active.
-2. **Flow control** fixes each link's usable capacity ``u_l``: ``C_l``, or 0 while
-   paused (PFC), or the free downstream buffer per ``dt`` (credits).
-3. **Queues are served first**: link ``l`` sends ``s_l = min(q_l, u_l dt)`` queued bytes,
-   taken from its entries in proportion to their share of the queue (a fluid FIFO).
-   Bytes leaving hop ``h`` join the queue of hop ``h + 1`` (one step per hop, store and
-   forward) or are delivered at the last hop.  So a link with a backlog transmits at
-   capacity until the queue drains.
-4. **Fresh traffic** is cut through: the fabric delivers the max-min fair allocation
-   ``a = solve(incidence, u - s/dt, demand=o)`` (:func:`fabric_jax.fairness.solve`).
-5. **Excess** ``(o_f - a_f) dt`` is not lost: it waits at the flow's first hop (in path
-   order) whose link is overloaded by the offered rates (``sum A o > u - s/dt``).  All
-   links before it carry the flow's full offered rate, which fits by construction.
-6. **Buffers**: a pool above its limit (egress queue for ``drop``/``trim``; ingress
-   pool, i.e. PFC headroom overflow, for ``pfc``) drops the overflow from the step's
-   arrivals.  Credits never drop (an overshoot of at most one step of traffic, from
-   credits returned one step late, is kept).  Dropped bytes go back to the sender's backlog and are resent.
-7. **Signals** from the new queues: per-link marking (the law's ``mark``), queueing
-   delay ``q_l / C_l`` (added to the path RTT), HPCC utilisation
-   ``q_l/(C_l T) + tx_l/C_l``, losses; written into the ring buffer.
+1. **clock and faults** (``_clock``, ``_apply_faults``): which flows are active; the
+   capacity in force ``C_l(k)``; bytes queued on or travelling to a failed link are
+   dropped and returned to their sender.
+2. **route** (``_route``): with ``routing=``, the policy sets each flow's split over
+   its paths (:mod:`fabric_jax.routing`).
+3. **offer rates** (``_offer``): the signals emitted one base RTT ago (the feedback
+   ring, ``round(base_rtt / dt)`` steps deep per flow) reach the law, which updates
+   its state; the flow offers ``o_f = min(rate_f, line_rate_f, remaining_f / dt)``.
+4. **allocate** (``_transmit``): flow control fixes each link's usable capacity
+   ``u_l`` (``C_l``, 0 while paused, or the free downstream buffer per ``dt``).
+   Queues are served first, standing bytes and bytes arriving from the wire together
+   (:func:`fabric_jax.links.serve`: ``s_l = min(q_l + a_l, u_l dt)``, a fluid FIFO);
+   the fresh offers share what is left, ``a = max-min(u - s/dt, demand=o)``
+   (:func:`fabric_jax.fairness.solve`) and cross the fabric cut-through.
+5. **transmit and queue** (``_transmit``): the excess ``(o_f - a_f) dt`` waits at the
+   flow's first hop (in path order) whose link is overloaded by the offers
+   (:func:`fabric_jax.links.place_excess`); when that is the flow's first hop, in the
+   sender's NIC.  Buffers: a switch pool above its limit (egress queue for
+   ``drop``/``trim``; ingress pool, i.e. PFC headroom overflow, for ``pfc``) drops the
+   overflow from the step's arrivals; dropped bytes go back to the sender and are
+   resent.  Credits never drop.
+6. **propagate** (``_propagate``): bytes served at a hop go on the wire to the next
+   hop (``transit``, arriving next step) or, at the last hop, to the flow's receiver
+   wire, which delivers them after the path's one-way latency.
+7. **emit signals** (``_emit_signals``): from the standing queues at **switch** ports
+   only: marking (the law's ``mark``), queueing delay ``q_l / C_l`` added to the base
+   RTT, HPCC telemetry ``q_l/(C_l T) + tx_l/C_l``, losses, receiver credit share;
+   written into the feedback ring.
+8. **react** (``_react``): flow control updates pauses and credits; accounting and
+   completions.
 
-Accounting (checked each step): ``sent = delivered + queued + dropped`` exactly up to
-float round-off (``FluidInfo.max_residual``).  A flow finishes when all its bytes are
-delivered; its finish time is interpolated inside the step, plus ``latency``.
+Latency and RTT.  ``link_latency`` ``[links]`` (s; e.g. ``topology.latency``,
+propagation + serialisation + switch traversal) gives each path a one-way latency
+``sum_l link_latency_l`` (the mean over a flow's candidate paths with ``routing=``);
+``latency`` ``[flows]`` adds host/NIC processing.  The flow's one-way latency
+``L_f`` delays its deliveries (the receiver wire) and its finish time; its base RTT
+defaults to ``max(2 L_f, dt)`` and is the feedback delay; the RTT signal adds the
+queueing delay on the path.  Without ``link_latency`` ``L_f = latency`` (default 0).
 
-Approximations, stated: entries of one flow form one chain (a flow split over several
-paths is treated as one path through all its links); the excess of a flow waits at one
-hop; queued bytes advance one hop per step; signals return after the base RTT (queueing
-delay enters the RTT *signal* but not the delay line).
+Host NICs (``nic_links``, :func:`fabric_jax.links.nic_links`).  The first hop of a
+flow leaves its host's NIC; a backlog there is the sender's send buffer, bounded by
+the sender's rate.  It is never marked, never counts as queueing delay or telemetry,
+and is never dropped or trimmed; PFC may still pause the NIC (the PAUSE comes from the
+first switch).  Which links are NIC egress: ``nic_links=`` (a ``[links]`` mask or the
+:class:`fabric_jax.Topology`), else derived from the flows' first hops.
+
+Accounting (checked each step): ``sent = delivered + in_flight + queued + dropped``
+exactly up to float round-off (``FluidInfo.max_residual``).  A flow finishes when its
+last byte has passed its last queue, at the time interpolated inside the step, plus
+``L_f``; ``delivered`` counts what has arrived at the receiver (it lags by ``L_f``).
+
+Approximations, stated (see also :mod:`fabric_jax.links`): the fabric is simulated in
+the frame of each flow's wave front (the path latency delays delivery and feedback,
+not the moment bytes of different flows meet at a hop); a byte that waited in a queue
+reaches the next hop one step later; the excess of a flow waits at one hop per path;
+signals return after the base RTT whichever hop emitted them (queueing delay enters the
+RTT *signal*, not the feedback delay); with ``routing=None`` each flow has one path.
 
 Transformations: the loop is a ``lax.scan`` (nested for ``save_every``), so the whole
 run is jit-compiled once per shape and is reverse-mode differentiable when the rate
@@ -53,51 +81,42 @@ solver runs a fixed number of iterations (``solver_iterations``; the default in 
 smooth mode).  Use ``smooth=fabric_jax.smooth.smooth(T)`` for finite gradients through
 marking and pause thresholds.
 
-Dynamic routing (``routing=``, :mod:`fabric_jax.routing`).  With a
-:class:`fabric_jax.routing.Routing` each flow keeps all its candidate paths
-(``[flows, paths, hops]``); its hop table is laid out path by path and queued bytes
-advance along their own path (not through the other candidates).  At the start of each
-step the policy sees the link state (:class:`fabric_jax.routing.RoutingView`) and sets
-the flow's split over its paths; the incidence weights of the step are that split.  The
-excess of a flow waits at the first overloaded hop of each of its overloaded paths (in
-proportion to the split); marks, RTT and utilisation signals are split-weighted means
-over paths.  Without ``routing`` the behaviour is unchanged.
+Dynamic routing (``routing=``, :mod:`fabric_jax.routing`).  Each flow keeps all its
+candidate paths (``[flows, paths, hops]``); its hop table is laid out path by path and
+queued bytes advance along their own path.  At the start of each step the policy sees
+the link state (:class:`fabric_jax.routing.RoutingView`) and sets the flow's split over
+its paths; the incidence weights of the step are that split.  The excess of a flow
+waits at the first overloaded hop of each of its overloaded paths (in proportion to
+the split); marks, RTT and utilisation signals are split-weighted means over paths.
 
 Faults (``faults=``, :mod:`fabric_jax.faults`).  A schedule of events ``(time, links,
 factor)`` sets each link's capacity in force, ``C_l(k) = factor_l(k) * C_l``, per step
 (a piecewise-constant ``[events, links]`` table indexed by ``searchsorted`` on the step
 index; an event at ``T`` applies from step ``ceil(T / dt)``).  ``C_l(k)`` replaces
-``C_l`` everywhere in the step: flow control, service, marking, RTT and utilisation
-signals, and the routing view.  A degraded link (``0 < factor < 1``) is simply slower.
+``C_l`` everywhere in the step.  A degraded link (``0 < factor < 1``) is simply slower.
 A failed link (``factor = 0``):
 
 * **queued bytes are dropped**: at the start of every step in which a link is down, the
-  bytes in its egress queue (including bytes that reached it from upstream hops since)
-  are removed, counted in ``dropped`` and returned to their sender's backlog, which
-  resends them on whatever path routing then uses (as a real sender retransmits lost
-  packets).  They also enter the ``loss`` signal of the congestion-control law.
-  Bytes already past the failed link keep going.
+  bytes in its egress queue and on the wire towards it are removed, counted in
+  ``dropped`` and returned to their sender's backlog, which resends them on whatever
+  path routing then uses.  They also enter the ``loss`` signal of the law.  Bytes
+  already past the failed link keep going.
 * **routing** (``routing=``): a path is dead while any of its links is down; the policy
-  reacts (:mod:`fabric_jax.routing`, "Link failures") and, whatever it does, the
-  loop sends nothing on dead paths (the split is restricted to live paths and
-  renormalised).
-* **stranded flows**: a flow whose every path with weight (its only path, without
-  ``routing``) is dead offers nothing (its sender is blocked) until a path recovers.
-  ``FluidInfo.stranded_time`` accumulates, per flow, the time it was active and
-  stranded; ``FluidInfo.stranded`` flags the flows stranded in the last step.
-
-Conservation holds through failures and recoveries: ``sent = delivered + queued +
-dropped`` per flow (fault drops included), checked each step (``max_residual``).
+  reacts and, whatever it does, the loop sends nothing on dead paths (the split is
+  restricted to live paths and renormalised).
+* **stranded flows**: a flow whose every path with weight is dead offers nothing
+  until a path recovers (``FluidInfo.stranded_time``, ``FluidInfo.stranded``).
 
 Checkpoint and resume (``init_state=``, :mod:`fabric_jax.checkpoint`).
-``FluidResult.state`` is the complete carry of the loop after its last step (queues,
-sender, law, flow-control and routing state, feedback ring, accumulated diagnostics and
-the step counter ``k``).  Passing it back as ``init_state`` (in memory, or saved with
-:func:`~fabric_jax.checkpoint.save_checkpoint` and read with
-:func:`~fabric_jax.checkpoint.load_checkpoint`) continues the run at step ``k``: the
-simulated time is ``k dt``, so arrivals, fault times and trajectory times stay absolute.
-The step function is the same, so on CPU a run cut into pieces is bit-identical to the
-uninterrupted run; ``n_steps`` and ``save_every`` count the steps of the call.
+``FluidResult.state`` is the complete carry of the loop after its last step.  Passing
+it back as ``init_state`` continues the run at step ``k`` (simulated time ``k dt``, so
+arrivals, fault times and trajectory times stay absolute).  On CPU a run cut into
+pieces is bit-identical to the uninterrupted run.
+
+Sources: the fluid queue (Lindley recursion per step) and the max-min share follow the
+flow-level models of SimGrid (Velho et al., ACM TOMACS 2013) and of the DCQCN fluid
+model (Zhu et al., CoNEXT 2016, a delay-differential system whose delays are the
+feedback RTT); PFC and credits are in :mod:`fabric_jax.flowcontrol`.
 """
 
 from __future__ import annotations
@@ -117,6 +136,7 @@ from . import smooth as sm
 from .cc import base as ccbase
 from .fairness import solve
 from .incidence import Incidence
+from . import links as lk
 from .sim import _prepare, release_times
 
 __all__ = ["simulate_fluid", "FluidResult", "FluidTrajectory", "FluidInfo", "COMPLETION_RTOL"]
@@ -131,8 +151,8 @@ class FluidInfo:
     """Diagnostics.
 
     Attributes:
-      max_residual: max over steps of ``|sent - delivered - dqueued - dropped|`` in the
-        step, bytes (float round-off only; fault drops included; over all calls of a
+      max_residual: max over steps of ``|sent - delivered - d(queued + in_flight) -
+        dropped|`` in the step, bytes (float round-off only; fault drops included; over all calls of a
         resumed run).
       stalled: some flow did not finish within ``n_steps``.
       paused_time: ``[links]`` seconds each link was paused (PFC) or credit-starved
@@ -164,7 +184,7 @@ class FluidTrajectory:
       usable: ``[saves, links]`` usable capacity (pause / credits), bytes/s.
       mark: ``[saves, flows]`` path marking probability emitted.
       law_state: the law's state pytree with a leading ``saves`` axis.
-      sent, delivered, queued, dropped: ``[saves]`` totals over flows, bytes.
+      sent, delivered, queued, dropped, in_flight: ``[saves]`` totals over flows, bytes.
     """
 
     t: Any
@@ -178,6 +198,7 @@ class FluidTrajectory:
     delivered: Any
     queued: Any
     dropped: Any
+    in_flight: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,9 +208,12 @@ class FluidResult:
     Attributes:
       start, finish, fct: ``[flows]`` seconds (``finish = inf`` if unfinished).
       sent: ``[flows]`` bytes put on the wire (including resent bytes).
-      delivered: ``[flows]`` bytes delivered (goodput).
+      delivered: ``[flows]`` bytes that reached the receiver (goodput).
       dropped: ``[flows]`` bytes dropped or trimmed.
-      queued: ``[flows]`` bytes in queues at the end.
+      queued: ``[flows]`` bytes standing in queues at the end (the NIC send buffer
+        included).
+      in_flight: ``[flows]`` bytes on the wire at the end (``sent = delivered +
+        in_flight + queued + dropped``).
       link_queue: ``[links]`` egress queues at the end, bytes.
       law_state: final congestion-control state.
       trajectory: :class:`FluidTrajectory` or ``None``.
@@ -213,6 +237,7 @@ class FluidResult:
     info: FluidInfo
     routing_state: Any = None
     state: Any = None
+    in_flight: Any = None
 
 
 for _cls in (FluidInfo, FluidTrajectory, FluidResult):
@@ -254,30 +279,35 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    base_rtt=None, flow_control="none", fc_params=None, buffer=None,
                    smooth=None, save_every: int | None = None,
                    solver_iterations: int | None = None, routing=None, faults=None,
-                   init_state=None) -> FluidResult:
+                   init_state=None, link_latency=None, nic_links=None) -> FluidResult:
     """Fluid simulation of flows under congestion control and link-level flow control.
 
     Args:
       incidence: :class:`~fabric_jax.Incidence` or dense ``[links, flows]``; the entries
-        of each flow in COO order are its hops in path order.
+        of each flow in COO order are its hops in path order (one path per flow, weights
+        0 or 1; a flow split over several paths needs ``routing=``).
       capacity: ``[links]`` bytes/s.
       size: ``[flows]`` bytes.
       dt: step, seconds (e.g. 1e-6).
       n_steps: number of steps (static).
       law: a :class:`fabric_jax.cc.Law` or its name (``"none"``, ``"dcqcn"``,
         ``"ibcc"``, ``"hpcc"``, ``"swift"``, ``"nscc"``).
-      params: the law's parameter pytree (default ``law.default_params()``).
-      arrival, deps, delay, latency: flow lifecycle, as in
-        :func:`fabric_jax.simulate_flows` (seconds; ``deps`` ``[flows, max_deps]``).
+      params: the law's parameter pytree (default ``law.default_params()``); must have
+        the structure of the law's own parameters.
+      arrival, deps, delay: flow lifecycle, as in :func:`fabric_jax.simulate_flows`
+        (seconds; ``deps`` ``[flows, max_deps]``).
+      latency: ``[flows]`` one-way latency outside the links (host/NIC processing), s;
+        without ``link_latency`` the whole one-way latency of the flow (default 0).
       line_rate: ``[flows]`` NIC line rate, bytes/s (default: the smallest capacity on
         the flow's path).
       base_rtt: ``[flows]`` propagation round trip, seconds: the feedback delay
-        (default ``max(2 * latency, dt)``).
+        (default ``max(2 L_f, dt)`` with ``L_f`` the one-way latency, see "Latency").
       flow_control: a mode of :data:`fabric_jax.flowcontrol.MODES` or a
         :class:`~fabric_jax.flowcontrol.FlowControl`.
       fc_params: :class:`~fabric_jax.flowcontrol.FlowControlParams`; default from
         ``buffer`` (PFC thresholds via :func:`~fabric_jax.flowcontrol.pfc_thresholds`
-        with a reaction time of ``pause_delay * dt``).
+        with a reaction time of ``pause_delay * dt``).  ``xoff``/``xon`` other than
+        ``buffer`` only with ``flow_control="pfc"``.
       buffer: ``[links]`` (or scalar) buffer per link, bytes (default ``inf``).
       smooth: :class:`fabric_jax.smooth.Smoothing` (default exact).
       save_every: save a :class:`FluidTrajectory` snapshot every this many steps
@@ -287,26 +317,33 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         smooth mode).
       routing: a :class:`fabric_jax.routing.Routing` (policy, its params and initial
         state over a ``[flows, paths, hops]`` path table): dynamic per-step splits.
-        ``None`` (default): the static routing of ``incidence``.
+        Every incidence entry of a flow must be on one of its candidate paths.
+        ``None`` (default): the static single path of ``incidence``.
       faults: link faults during the run (see "Faults" above and
         :mod:`fabric_jax.faults`): a list of events ``(time_s, links, factor)`` /
-        :func:`fabric_jax.faults.link_event` (factor 0 fails the links, ``0 < f < 1``
-        degrades them, 1 recovers them; times in seconds of simulated time), or a
-        compiled :class:`fabric_jax.faults.FaultSchedule`.  ``None``: no faults.
+        :func:`fabric_jax.faults.link_event`, or a compiled
+        :class:`fabric_jax.faults.FaultSchedule`.  ``None``: no faults.
       init_state: continue a run: ``FluidResult.state`` of an earlier call, or a
         :class:`fabric_jax.checkpoint.Checkpoint` loaded from disk.  The other
         arguments must be those of the earlier call (only ``n_steps`` and
-        ``save_every`` may change); time continues from the state's step counter, so
-        ``arrival``, ``faults`` and trajectory times stay absolute.  On CPU, N steps +
-        resume + M steps is bit-identical to N + M steps in one call.
+        ``save_every`` may change).  On CPU, N steps + resume + M steps is
+        bit-identical to N + M steps in one call.
+      link_latency: ``[links]`` latency of each link (propagation + serialisation +
+        switch traversal), s, e.g. ``topology.latency``; ``None``: links add none.
+      nic_links: host-NIC egress links (never marked, dropped or trimmed): a
+        ``[links]`` bool mask or a :class:`fabric_jax.Topology`; ``None``: derived
+        from the flows' first hops (:func:`fabric_jax.links.nic_links`).
 
     Returns:
       :class:`FluidResult`.
 
     Raises:
-      ValueError: bad shapes or values, naming the argument (``faults``: a time not
-        finite or negative, a link out of range, a factor outside ``[0, 1]``;
-        ``init_state``: a structure, shape or dtype that does not match this run).
+      ValueError: bad shapes or values, naming the argument (``params`` of another
+        law; ``fc_params`` not a ``FlowControlParams`` or PFC thresholds without PFC;
+        ``routing`` whose paths miss incidence entries; a multipath incidence without
+        ``routing``; ``faults``: a time not finite or negative, a link out of range, a
+        factor outside ``[0, 1]``; ``init_state``: a structure, shape or dtype that does
+        not match this run).
     """
     law = ccbase.get(law)
     if isinstance(flow_control, str):
@@ -335,8 +372,11 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                                           latency, None)
     n_links, n_flows = inc.n_links, inc.n_flows
     fdt = capacity.dtype
+    if isinstance(base_rtt, jax.core.Tracer) or isinstance(dt, jax.core.Tracer):
+        raise ValueError("base_rtt and dt must be concrete: they set the delay-line length")
     if routing is None:
         entry = _hop_table(inc)
+        _check_single_path(inc)
         exists = entry >= 0
         link_tab = np.where(exists, np.asarray(inc.link_idx)[np.maximum(entry, 0)], n_links)
         w_tab = jnp.where(jnp.asarray(exists), jnp.asarray(inc.weight, fdt)[np.maximum(entry, 0)],
@@ -351,10 +391,13 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         if rlinks.size and rlinks.max() >= n_links:
             raise ValueError(f"routing.links uses link {int(rlinks.max())} but capacity has "
                              f"{n_links} links")
+        _check_routing_covers(inc, rlinks, rhop)
         seg = max(rlinks.shape[2], 1)
         link_tab = np.where(rhop, rlinks, n_links).reshape(n_flows, -1)
         w_tab = jnp.asarray(rhop.reshape(n_flows, -1), fdt)
         policy, rparams, rstate0 = routing.policy, routing.params, routing.state
+    hops = lk.hop_table(link_tab, w_tab, int(seg), n_links)
+    nic = lk.nic_links(link_tab, int(seg), n_links, nic_links)
 
     _check_positive_array("line_rate", line_rate, (n_flows,))
     _check_positive_array("base_rtt", base_rtt, (n_flows,))
@@ -364,15 +407,17 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         lr = np.where(np.isfinite(lr) & (lr > 0), lr, np.max(np.asarray(capacity), initial=1.0))
         line_rate = lr
     line_rate = jnp.asarray(line_rate, fdt)
+    one_way = np.asarray(flows["latency"], float) + _path_latency(link_latency, link_tab,
+                                                                  int(seg), n_links)
     if base_rtt is None:
-        base_rtt = np.maximum(2 * np.asarray(flows["latency"]), float(dt))
-    if isinstance(base_rtt, jax.core.Tracer) or isinstance(dt, jax.core.Tracer):
-        raise ValueError("base_rtt and dt must be concrete: they set the delay-line length")
+        base_rtt = np.maximum(2 * one_way, float(dt))
     fb_steps = np.maximum(np.rint(np.asarray(base_rtt, float) / float(dt)).astype(np.int32), 1)
     ring_len = int(fb_steps.max(initial=1) + flow_control.rto_steps + 1)
+    wire_n, wire_phi, wire_depth = lk.wire_taps(one_way, float(dt))
 
     if params is None:
         params = law.default_params()
+    _check_law_params(law, params)
     if fc_params is None:
         buf = np.inf if buffer is None else buffer
         if flow_control.mode == "pfc" and not isinstance(buf, jax.core.Tracer):
@@ -381,6 +426,7 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
             fc_params = fcm.flow_control_params(n_links, buffer=buf, xoff=xoff, xon=xon)
         else:
             fc_params = fcm.flow_control_params(n_links, buffer=buf)
+    _check_fc_params(flow_control, fc_params, n_links)
     if save_every is None:
         n_outer, inner, keep_traj = 1, int(n_steps), False
     else:
@@ -393,286 +439,434 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         sched = fm.FaultSchedule(step=jnp.asarray(sched.step, jnp.int32),
                                  factor=jnp.asarray(sched.factor, fdt))
     base_rtt = jnp.asarray(base_rtt, fdt)
+    shape = _Shape(ring_len=ring_len, wire_depth=wire_depth, routed=policy is not None)
     carry0 = None
     if init_state is not None:
         template = jax.eval_shape(
-            functools.partial(_init_carry, law, flow_control, ring_len, policy is not None,
-                              n_links, link_tab.shape[1]),
+            functools.partial(_init_carry, law, flow_control, shape, hops),
             flows["size"], line_rate, base_rtt, params, rstate0)
         carry0 = ckm.restore(init_state, template, name="init_state")
-    res = _run(law, flow_control, n_outer, inner, ring_len, solver_iterations, keep_traj,
-               int(seg), policy, jnp.asarray(link_tab, jnp.int32), w_tab, capacity, deps,
-               flows, line_rate, base_rtt, jnp.asarray(fb_steps), params,
-               fc_params, smooth, jnp.asarray(dt, fdt), rparams, rstate0, sched, carry0)
-    return res
+    net = _Net(hops=hops, switch=jnp.asarray(~nic, fdt), capacity=capacity,
+               line_rate=line_rate, base_rtt=base_rtt, fb_steps=jnp.asarray(fb_steps),
+               wire_n=jnp.asarray(wire_n), wire_phi=jnp.asarray(wire_phi, fdt),
+               one_way=jnp.asarray(one_way, fdt), deps=deps, flows=flows)
+    static = _Static(law=law, fc=flow_control, policy=policy, shape=shape,
+                     solver_iterations=solver_iterations)
+    return _run(static, n_outer, inner, keep_traj, net, params, fc_params, smooth,
+                jnp.asarray(dt, fdt), rparams, rstate0, sched, carry0)
+
+
+# ------------------------------------------------------------------ host checks
+def _path_latency(link_latency, link_tab, seg, n_links):
+    """``[flows]`` one-way latency of the links of each flow's path (mean over paths)."""
+    n_flows = link_tab.shape[0]
+    if link_latency is None:
+        return np.zeros(n_flows)
+    lat = np.asarray(link_latency, float)
+    if lat.shape != (n_links,) or np.any(~np.isfinite(lat)) or np.any(lat < 0):
+        raise ValueError(f"link_latency must be [links] = [{n_links}] finite seconds >= 0 "
+                         f"(e.g. topology.latency); got shape {list(lat.shape)}")
+    tab = link_tab.reshape(n_flows, link_tab.shape[1] // seg, seg)
+    per_path = np.append(lat, 0.0)[tab].sum(axis=2)
+    live = (tab < n_links).any(axis=2)
+    return np.where(live, per_path, 0.0).sum(axis=1) / np.maximum(live.sum(axis=1), 1)
+
+
+def _check_single_path(inc: Incidence):
+    w = inc.weight
+    if isinstance(w, jax.core.Tracer):
+        return
+    w = np.asarray(w)
+    li, fi = np.asarray(inc.link_idx), np.asarray(inc.flow_idx)
+    nz = w != 0
+    split = nz & (np.abs(w - 1.0) > 1e-6)
+    code = fi[nz].astype(np.int64) * (inc.n_links + 1) + li[nz]
+    if np.any(split) or np.unique(code).size != code.size:
+        f = int(fi[split][0]) if np.any(split) else int(fi[nz][0])
+        raise ValueError(
+            "incidence splits a flow over several paths (weights other than 0/1 or a link "
+            f"listed twice, first at flow {f}) but routing=None: the fluid loop would chain "
+            "the paths into one; pass routing=fabric_jax.make_routing(policy, paths) or one "
+            "path per flow")
+
+
+def _check_routing_covers(inc: Incidence, rlinks, rhop):
+    w = inc.weight
+    if isinstance(w, jax.core.Tracer):
+        return
+    nz = np.asarray(w) != 0
+    stride = inc.n_links + 1
+    have = np.asarray(inc.flow_idx)[nz].astype(np.int64) * stride + np.asarray(inc.link_idx)[nz]
+    fl = np.broadcast_to(np.arange(rlinks.shape[0])[:, None, None], rlinks.shape)
+    cand = fl[rhop].astype(np.int64) * stride + rlinks[rhop]
+    miss = ~np.isin(have, cand)
+    if np.any(miss):
+        code = int(have[miss][0])
+        raise ValueError(f"routing does not agree with incidence: flow {code // stride} uses "
+                         f"link {code % stride}, which none of its routing.links paths "
+                         "contains; build both from the same PathSet")
+
+
+def _check_law_params(law, params):
+    ref = jax.tree_util.tree_structure(law.default_params())
+    got = jax.tree_util.tree_structure(params)
+    if got != ref:
+        raise ValueError(f"params do not belong to law {law.name!r}: expected the structure "
+                         f"of {law.name}'s default_params() ({ref}); got {got}")
+
+
+def _check_fc_params(fc, fcp, n_links):
+    if not isinstance(fcp, fcm.FlowControlParams):
+        raise ValueError("fc_params must be a fabric_jax.flowcontrol.FlowControlParams "
+                         f"(flow_control_params(...)); got {type(fcp).__name__}")
+    leaves = [fcp.buffer, fcp.xoff, fcp.xon]
+    if any(isinstance(v, jax.core.Tracer) for v in leaves):
+        return
+    for name, v in zip(("buffer", "xoff", "xon"), leaves):
+        if np.shape(v) not in ((), (n_links,)):
+            raise ValueError(f"fc_params.{name} must be [links] = [{n_links}] or a scalar; "
+                             f"got shape {list(np.shape(v))}")
+    if fc.mode != "pfc" and (np.any(np.asarray(fcp.xoff) != np.asarray(fcp.buffer))
+                             or np.any(np.asarray(fcp.xon) != np.asarray(fcp.xoff))):
+        raise ValueError(f"fc_params has PFC thresholds (xoff/xon below buffer) but "
+                         f"flow_control={fc.mode!r}; use flow_control='pfc' or "
+                         "flow_control_params(n_links, buffer=...) without xoff/xon")
 
 
 # ---------------------------------------------------------------- device side
-def _seg(values, idx, n):
-    """Sums ``[flows, hops]`` values into ``n + 1`` segments (the last one = padding)."""
-    return jax.ops.segment_sum(values.ravel(), idx.ravel(), num_segments=n + 1)
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    ring_len: int
+    wire_depth: int
+    routed: bool
 
 
-def _ext(a, fill=0.0):
-    return jnp.concatenate([a, jnp.full((1,), fill, a.dtype)])
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    """Static choices of a run (hashable: the jit cache key)."""
+
+    law: Any
+    fc: Any
+    policy: Any
+    shape: _Shape
+    solver_iterations: Any
 
 
-def _init_carry(law, fc, ring_len, routed, n_links, n_hops, size, line_rate, base_rtt, params,
-                rstate0):
+@dataclasses.dataclass(frozen=True)
+class _Net:
+    """The run's fixed arrays: hop table, link and flow constants."""
+
+    hops: lk.HopTable
+    switch: Any       # [links] 1.0 at switch ports, 0.0 at host-NIC egress
+    capacity: Any     # [links] nominal capacity
+    line_rate: Any    # [flows]
+    base_rtt: Any     # [flows]
+    fb_steps: Any     # [flows] feedback delay, steps
+    wire_n: Any       # [flows] receiver-wire delay, whole steps
+    wire_phi: Any     # [flows] and fraction of a step
+    one_way: Any      # [flows] one-way latency, s
+    deps: Any
+    flows: Any
+
+
+jax.tree_util.register_dataclass(_Net)
+
+_SIGNALS = ("mark", "rtt", "util", "rate", "loss", "rx_share")
+
+
+def _init_carry(law, fc, shape: _Shape, hops: lk.HopTable, size, line_rate, base_rtt,
+                params, rstate0):
     """The loop's carry before step 0 (``FluidResult.state`` has the same structure)."""
     n_flows = size.shape[0]
+    n_links = hops.n_links
     fdt = line_rate.dtype
-    sig_fields = ("mark", "rtt", "util", "rate", "loss", "rx_share")
-    ring0 = {k: jnp.zeros((ring_len, n_flows), fdt) for k in sig_fields}
-    ring0["rtt"] = jnp.broadcast_to(base_rtt, (ring_len, n_flows)).astype(fdt)
-    ring0["rx_share"] = jnp.broadcast_to(line_rate, (ring_len, n_flows)).astype(fdt)
+    ring0 = {k: jnp.zeros((shape.ring_len, n_flows), fdt) for k in _SIGNALS}
+    ring0["rtt"] = jnp.broadcast_to(base_rtt, (shape.ring_len, n_flows)).astype(fdt)
+    ring0["rx_share"] = jnp.broadcast_to(line_rate, (shape.ring_len, n_flows)).astype(fdt)
     inf = jnp.asarray(jnp.inf, fdt)
     zf = jnp.zeros((n_flows,), fdt)
+    zh = jnp.zeros(hops.link.shape, fdt)
     carry = dict(k=jnp.asarray(0, jnp.int32), remaining=jnp.asarray(size, fdt),
-                 x=jnp.zeros((n_flows, n_hops), fdt),
+                 x=zh, transit=zh, wire=jnp.zeros((shape.wire_depth, n_flows), fdt),
                  start=jnp.full((n_flows,), inf), finish=jnp.full((n_flows,), inf),
-                 done=jnp.zeros((n_flows,), bool), sent=zf, delivered=zf, dropped=zf,
-                 law=law.init(line_rate, params), fc=fcm.init_state(fc, n_links, fdt),
-                 ring=ring0, max_residual=jnp.asarray(0.0, fdt),
-                 max_queue=jnp.zeros((n_links,), fdt), stranded_time=zf,
-                 stranded=jnp.zeros((n_flows,), bool))
-    if routed:
+                 done=jnp.zeros((n_flows,), bool), sent=zf, passed=zf, delivered=zf,
+                 dropped=zf, law=law.init(line_rate, params),
+                 fc=fcm.init_state(fc, n_links, fdt), ring=ring0,
+                 max_residual=jnp.asarray(0.0, fdt), max_queue=jnp.zeros((n_links,), fdt),
+                 stranded_time=zf, stranded=jnp.zeros((n_flows,), bool))
+    if shape.routed:
         carry.update(route=rstate0, load=jnp.zeros((n_links,), fdt),
                      mark_l=jnp.zeros((n_links,), fdt), rate=zf)
     return carry
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6, 7, 8))
-def _run(law, fc, n_outer, inner, ring_len, solver_iterations, keep_traj, seg, policy,
-         link_tab, w_tab, capacity, deps, flows, line_rate, base_rtt, fb_steps, params, fcp,
-         smooth, dt, rparams, rstate0, sched, carry):
-    n_flows, n_hops = link_tab.shape
-    n_seg = n_hops // seg  # paths per flow (1 without dynamic routing)
-    n_links = capacity.shape[0]
-    fdt = capacity.dtype
-    arrival, size, delay, latency = (flows["arrival"], flows["size"], flows["delay"],
-                                     flows["latency"])
+def _clock(net, c, dt):
+    """Time of the step and which flows have started / are active."""
+    t = c["k"].astype(dt.dtype) * dt
+    f = net.flows
+    rel = release_times(net.deps, c["finish"], f["arrival"], f["delay"])
+    start = jnp.where(jnp.isfinite(c["start"]), c["start"], rel)
+    started = start < t + dt
+    return t, start, started, started & ~c["done"]
 
-    def per_path(a):  # [flows, hops] -> [flows, paths, hops of a path]
-        return a.reshape(n_flows, n_seg, seg)
 
-    def shift_in(a, fill):  # value of the previous hop of the same path
-        a3 = per_path(a)
-        pad = jnp.full((n_flows, n_seg, 1), fill, a.dtype)
-        return jnp.concatenate([pad, a3[:, :, :-1]], axis=2).reshape(n_flows, n_hops)
+def _apply_faults(net, sched, c):
+    """Capacity in force; bytes queued on / travelling to failed links are dropped."""
+    hops = net.hops
+    if sched is None:
+        return net.capacity, c["x"], c["transit"], jnp.zeros_like(c["sent"]), None
+    cap_k = net.capacity * fm.capacity_factor(sched, c["k"])
+    dead = hops.valid & ~hops.gather(cap_k > 0, True)
+    lost = jnp.where(dead, c["x"] + c["transit"], 0.0)
+    x = jnp.where(dead, 0.0, c["x"])
+    transit = jnp.where(dead, 0.0, c["transit"])
+    path_ok = ~jnp.any(hops.per_path(dead), axis=2)  # [flows, paths]
+    return cap_k, x, transit, jnp.sum(lost, axis=1), path_ok
 
-    def shift_out(a, fill):  # value of the next hop of the same path
-        a3 = per_path(a)
-        pad = jnp.full((n_flows, n_seg, 1), fill, a.dtype)
-        return jnp.concatenate([a3[:, :, 1:], pad], axis=2).reshape(n_flows, n_hops)
 
-    valid = (link_tab < n_links) & (w_tab != 0)
-    link_tab = jnp.where(valid, link_tab, n_links)
-    prev_tab = shift_in(link_tab, n_links)
-    prev_tab = jnp.where(valid, prev_tab, n_links)
-    nxt_valid = shift_out(valid, False)
-    last = valid & ~nxt_valid
-    last_link = jnp.max(jnp.where(last, link_tab, -1), axis=1)
+def _route(static, net, c, x, cap_k, active, t, path_ok, rparams, dt):
+    """The step's split over each flow's paths, its incidence, stranded flows."""
+    hops = net.hops
+    n_flows = x.shape[0]
+    fdt = x.dtype
+    w_static = jnp.where(hops.valid, 1.0, 0.0).astype(fdt)
+    inc = Incidence(hops.link.ravel(), jnp.repeat(jnp.arange(n_flows, dtype=jnp.int32),
+                                                  hops.link.shape[1]),
+                    w_static.ravel(), hops.n_links, n_flows)
+    if static.policy is None:
+        stranded = (jnp.zeros((n_flows,), bool) if path_ok is None else ~path_ok[:, 0])
+        return jnp.ones((n_flows, 1), fdt), inc, stranded, None
+    policy = static.policy
+    rview = policy.view(queue=hops.link_sum(x), capacity=cap_k, load=c["load"],
+                        mark=c["mark_l"], flow_rate=c["rate"], active=active, t=t)
+    rstate = policy.step(c["route"], rview, dt, rparams)
+    split = rstate.split.astype(fdt)
+    if path_ok is None:
+        stranded = jnp.zeros((n_flows,), bool)
+    else:  # no traffic on dead paths, whatever the policy does
+        path_valid = jnp.any(hops.per_path(hops.valid), axis=2)
+        live = jnp.where(path_ok & path_valid, split, 0.0)
+        lw = jnp.sum(live, axis=1, keepdims=True)
+        stranded = lw[:, 0] <= 0
+        split = jnp.where(lw > 0, live / jnp.where(lw > 0, lw, 1.0), split)
+    w_dyn = jnp.where(hops.valid, jnp.repeat(split, hops.seg, axis=1), 0.0)
+    return split, inc.with_weight(w_dyn.ravel()), stranded, rstate
+
+
+def _hop_count(hops):
+    path_valid = jnp.any(hops.per_path(hops.valid), axis=2)
+    n = jnp.sum(hops.valid, axis=1) / jnp.maximum(jnp.sum(path_valid, axis=1), 1)
+    return n
+
+
+def _offer(static, net, c, started, active, stranded, params, smooth, dt):
+    """Senders: delayed feedback -> law step -> offered rates ``[flows]``."""
+    law = static.law
+    k, ring, ring_len = c["k"], c["ring"], static.shape.ring_len
+    ar = jnp.arange(net.line_rate.shape[0])
+    idx = (k - net.fb_steps) % ring_len
+    loss_lag = net.fb_steps + (static.fc.rto_steps if static.fc.mode == "drop" else 0)
+    lidx = (k - loss_lag) % ring_len
+    sig = ccbase.FlowSignals(
+        mark=ring["mark"][idx, ar], rtt=ring["rtt"][idx, ar], base_rtt=net.base_rtt,
+        util=ring["util"][idx, ar], rate=ring["rate"][idx, ar],
+        loss=ring["loss"][lidx, ar], rx_share=ring["rx_share"][idx, ar],
+        line_rate=net.line_rate, hops=_hop_count(net.hops).astype(dt.dtype))
+    law_state = law.step(c["law"], sig, dt, params, smooth)
+    law0 = law.init(net.line_rate, params)
+
+    def pick(a, b):
+        s = started.reshape(started.shape + (1,) * (jnp.ndim(a) - 1))
+        return jnp.where(s, a, b)
+    law_state = jax.tree_util.tree_map(pick, law_state, law0)
+    offered = jnp.minimum(jnp.minimum(law_state.rate, net.line_rate), c["remaining"] / dt)
+    offered = jnp.where(active & ~stranded, jnp.maximum(offered, 0.0), 0.0)
+    return law_state, offered
+
+
+def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
+    """Allocate, transmit and queue: serve the queues (standing + arriving from the wire),
+    share what is left among the fresh offers (max-min), park the excess, apply buffers.
+
+    Returns a dict: ``served`` ``[flows, hops]`` bytes sent by each hop, ``x`` new
+    standing queues, ``alloc`` ``[flows]`` cut-through rates, ``served_l`` ``[links]``,
+    ``load_o`` ``[links]`` offered load, ``dropped`` ``[flows]`` buffer drops.
+    """
+    hops = net.hops
+    served, left, served_l = lk.serve(hops, x, transit, usable, dt)
+    fresh = jnp.maximum(usable - served_l / dt, 0.0)
+    sol = solve(inc_k, fresh, offered, iterations=static.solver_iterations)
+    alloc = jnp.minimum(sol.rates, offered)
+    load_o = inc_k.link_load(offered)
+    place = lk.place_excess(hops, (offered - alloc) * dt, split,
+                            load_o > fresh * (1.0 + 1e-6))
+    # bytes that arrived at each queue this step and still stand there
+    tot = x + transit
+    t_pos = tot > 0
+    arrived_left = jnp.where(t_pos, transit * left / jnp.where(t_pos, tot, 1.0), 0.0) + place
+    x_new = left + place
+    mode = static.fc.mode
+    if mode in ("pfc", "drop", "trim"):
+        if mode == "pfc":   # ingress pool overflow (headroom exhausted)
+            level = hops.pool_sum(x_new)
+            arr_l = hops.pool_sum(arrived_left)
+            room = fcp.buffer
+            to_link = hops.prev
+        else:               # egress tail drop / trim at switch ports only
+            level = hops.link_sum(x_new)
+            arr_l = hops.link_sum(arrived_left)
+            room = jnp.where(net.switch > 0, fcp.buffer, jnp.inf)
+            to_link = hops.link
+        over = jnp.maximum(level - room, 0.0)
+        a_pos = arr_l > 0
+        ratio = jnp.where(a_pos, jnp.minimum(over / jnp.where(a_pos, arr_l, 1.0), 1.0), 0.0)
+        ratio_e = jnp.concatenate([ratio, jnp.zeros((1,), ratio.dtype)])[to_link]
+        drop_e = arrived_left * ratio_e
+        x_new = x_new - drop_e
+        dropped = jnp.sum(drop_e, axis=1)
+    else:
+        dropped = jnp.zeros_like(offered)
+    return dict(served=served, x=jnp.maximum(x_new, 0.0), alloc=alloc, served_l=served_l,
+                load_o=load_o, dropped=dropped)
+
+
+def _propagate(net, c, served, alloc, dt):
+    """Bytes served at a hop go on the wire: to the next hop (``transit``, one step) or,
+    from the last hop and cut-through, to the receiver after the path latency."""
+    hops = net.hops
+    transit = hops.to_next_hop(jnp.where(hops.last, 0.0, served))
+    passed = alloc * dt + jnp.sum(jnp.where(hops.last, served, 0.0), axis=1)
+    wire = lk.wire_push(c["wire"], c["k"], net.wire_n, net.wire_phi, passed)
+    wire, delivered = lk.wire_pop(wire, c["k"])
+    return transit, wire, passed, delivered
+
+
+def _emit_signals(static, net, c, x, cap_k, usable, served_l, inc_k, alloc, split, offered,
+                  dropped, still, params, fcp, smooth, dt):
+    """Congestion signals from the standing queues at switch ports -> feedback ring."""
+    hops, law = net.hops, static.law
+    q_sw = hops.link_sum(x) * net.switch
+    cap_pos = cap_k > 0
+    safe_cap = jnp.where(cap_pos, cap_k, 1.0)
+    t_hpcc = jnp.max(net.base_rtt, initial=dt)
+    tx = served_l / dt + inc_k.link_load(alloc)
+    view = ccbase.LinkView(queue=q_sw, capacity=cap_k, usable=usable, tx_rate=tx,
+                           buffer=fcp.buffer, base_rtt=t_hpcc, switch_port=net.switch)
+    mark_l = law.mark(view, params, smooth) * net.switch
+    valid3 = hops.per_path(hops.valid)
+    p_path = jnp.sum(split * ccbase.path_mark(hops.per_path(hops.gather(mark_l)), valid3), axis=1)
+    qdel_l = jnp.where(cap_pos, q_sw / safe_cap, 0.0)
+    rtt = net.base_rtt + jnp.sum(split * jnp.sum(hops.per_path(hops.gather(qdel_l)), axis=2),
+                                 axis=1)
+    util_l = net.switch * jnp.where(cap_pos, q_sw / (safe_cap * t_hpcc) + tx / safe_cap, 0.0)
+    util = jnp.sum(split * jnp.max(hops.per_path(hops.gather(util_l)), axis=2), axis=1)
+    n_links = hops.n_links
+    last_link = jnp.max(jnp.where(hops.last, hops.link, -1), axis=1)
     last_link = jnp.where(last_link < 0, n_links, last_link)
-    path_valid = jnp.any(per_path(valid), axis=2)
-    hops = (jnp.sum(valid, axis=1) / jnp.maximum(jnp.sum(path_valid, axis=1), 1)).astype(fdt)
-    inc = Incidence(jnp.where(valid, link_tab, 0).ravel().astype(jnp.int32),
-                    jnp.repeat(jnp.arange(n_flows, dtype=jnp.int32), n_hops),
-                    jnp.where(valid, w_tab, 0.0).ravel(), n_links, n_flows)
-    t_hpcc = jnp.max(base_rtt, initial=dt)
-    ar = jnp.arange(n_flows)
-    law0 = law.init(line_rate, params)
-    lossless = fc.lossless
-    lossy_pool = fc.mode in ("drop", "trim")
-    pool_tab = link_tab if lossy_pool else prev_tab
-    loss_lag = fb_steps + (fc.rto_steps if fc.mode == "drop" else 0)
+    n_rx = jax.ops.segment_sum(still.astype(dt.dtype), last_link, num_segments=n_links + 1)
+    cap_ext = jnp.concatenate([cap_k, jnp.zeros((1,), cap_k.dtype)])
+    rx_share = 0.99 * cap_ext[last_link] / jnp.maximum(n_rx[last_link], 1.0)
+    new = dict(mark=p_path, rtt=rtt, util=util, rate=offered, loss=dropped / dt,
+               rx_share=rx_share)
+    w = c["k"] % static.shape.ring_len
+    ring = {f: c["ring"][f].at[w].set(new[f]) for f in _SIGNALS}
+    return ring, mark_l, p_path
 
-    sig_fields = ("mark", "rtt", "util", "rate", "loss", "rx_share")
 
-    def where_started(started, new, old):
-        def pick(a, b):
-            s = started.reshape(started.shape + (1,) * (jnp.ndim(a) - 1))
-            return jnp.where(s, a, b)
-        return jax.tree_util.tree_map(pick, new, old)
+def _complete(net, c, t, start, active, passed_now, dt):
+    """Flows whose last byte passed its last queue this step: finish time (interpolated
+    inside the step, plus the one-way latency)."""
+    size = net.flows["size"]
+    passed = c["passed"] + passed_now
+    completes = active & (passed >= size * (1.0 - COMPLETION_RTOL))
+    need = jnp.maximum(size - c["passed"], 0.0)
+    got = passed_now > 0
+    tfrac = jnp.clip(jnp.where(got, need / jnp.where(got, passed_now, 1.0), 0.0), 0.0, 1.0)
+    # A flow never finishes before it starts (a zero-byte flow released inside the
+    # step completes at its release time).
+    finish = jnp.where(completes, jnp.maximum(t + dt * tfrac, start) + net.one_way,
+                       c["finish"])
+    return passed, completes, finish
 
-    def step(c, _):
-        k = c["k"]
-        t = k.astype(fdt) * dt
-        rel = release_times(deps, c["finish"], arrival, delay)
-        start = jnp.where(jnp.isfinite(c["start"]), c["start"], rel)
-        started = start < t + dt
-        active = started & ~c["done"]
-        # faults: this step's capacity; bytes queued on failed links go back to senders
-        x_old = c["x"]
-        if sched is None:
-            cap_k, x = capacity, x_old
-            fault_drop = jnp.zeros((n_flows,), fdt)
-        else:
-            cap_k = capacity * fm.capacity_factor(sched, k)
-            dead_e = valid & ~_ext(cap_k > 0, True)[link_tab]
-            x = jnp.where(dead_e, 0.0, x_old)
-            fault_drop = jnp.sum(jnp.where(dead_e, x_old, 0.0), axis=1)
-            path_ok = ~jnp.any(per_path(dead_e), axis=2)  # [flows, paths]
-        cap_pos = cap_k > 0
-        safe_cap = jnp.where(cap_pos, cap_k, 1.0)
-        # 0. routing: the policy sets this step's split over each flow's paths
-        if policy is None:
-            split = jnp.ones((n_flows, 1), fdt)
-            inc_k = inc
-            stranded = (jnp.zeros((n_flows,), bool) if sched is None else ~path_ok[:, 0])
-        else:
-            q0 = _seg(x, link_tab, n_links)[:n_links]
-            rview = policy.view(queue=q0, capacity=cap_k, load=c["load"],
-                                mark=c["mark_l"], flow_rate=c["rate"], active=active, t=t)
-            rstate = policy.step(c["route"], rview, dt, rparams)
-            split = rstate.split.astype(fdt)
-            if sched is None:
-                stranded = jnp.zeros((n_flows,), bool)
-            else:  # no traffic on dead paths, whatever the policy does
-                live = jnp.where(path_ok & path_valid, split, 0.0)
-                lw = jnp.sum(live, axis=1, keepdims=True)
-                stranded = lw[:, 0] <= 0
-                split = jnp.where(lw > 0, live / jnp.where(lw > 0, lw, 1.0), split)
-            w_dyn = jnp.where(valid, jnp.repeat(split, seg, axis=1), 0.0)
-            inc_k = inc.with_weight(w_dyn.ravel())
-        # 1. senders, with feedback one base RTT old
-        idx = (k - fb_steps) % ring_len
-        lidx = (k - loss_lag) % ring_len
-        ring = c["ring"]
-        sig = ccbase.FlowSignals(
-            mark=ring["mark"][idx, ar], rtt=ring["rtt"][idx, ar], base_rtt=base_rtt,
-            util=ring["util"][idx, ar], rate=ring["rate"][idx, ar],
-            loss=ring["loss"][lidx, ar], rx_share=ring["rx_share"][idx, ar],
-            line_rate=line_rate, hops=hops)
-        law_state = law.step(c["law"], sig, dt, params, smooth)
-        law_state = where_started(started, law_state, law0)
-        remaining = c["remaining"]
-        offered = jnp.minimum(jnp.minimum(law_state.rate, line_rate), remaining / dt)
-        offered = jnp.where(active & ~stranded, jnp.maximum(offered, 0.0), 0.0)
-        # 2. flow control
-        q = _seg(x, link_tab, n_links)[:n_links]
-        ingress = _seg(x, prev_tab, n_links)[:n_links]
-        usable = fcm.usable_capacity(fc, c["fc"], cap_k, ingress, fcp, dt, smooth)
-        # 3. queues served first (fluid FIFO)
-        serve = jnp.minimum(q, usable * dt)
-        q_pos = q > 0
-        frac = jnp.where(q_pos, serve / jnp.where(q_pos, q, 1.0), 0.0)
-        drain = x * _ext(frac)[link_tab]
-        fresh = jnp.maximum(usable - serve / dt, 0.0)
-        # 4. fresh traffic: max-min of the offered rates
-        sol = solve(inc_k, fresh, offered, iterations=solver_iterations)
-        alloc = jnp.minimum(sol.rates, offered)
-        # 5. excess waits at the first overloaded hop (of each overloaded path)
-        excess = (offered - alloc) * dt
-        load_o = inc_k.link_load(offered)
-        over = load_o > fresh * (1.0 + 1e-6)
-        over_e = per_path(_ext(over, False)[link_tab] & valid)
-        first = jnp.argmax(over_e, axis=2)
-        has_over = jnp.any(over_e, axis=2) & (split > 0)
-        share = jnp.where(has_over, split, 0.0)
-        tot = jnp.sum(share, axis=1, keepdims=True)
-        share = jnp.where(tot > 0, share / jnp.where(tot > 0, tot, 1.0), split)
-        at_first = jnp.arange(seg)[None, None, :] == first[:, :, None]
-        place = jnp.where(at_first, (excess[:, None] * share)[:, :, None], 0.0)
-        place = place.reshape(n_flows, n_hops)
-        inflow = shift_in(drain, 0.0)
-        inflow = jnp.where(valid, inflow, 0.0)
-        deliv_q = jnp.sum(jnp.where(last, drain, 0.0), axis=1)
-        arrivals = place + inflow
-        x_new = x - drain + arrivals
-        # 6. buffers
-        if fc.mode in ("pfc", "drop", "trim"):
-            level = _seg(x_new, pool_tab, n_links)[:n_links]
-            over_b = jnp.maximum(level - fcp.buffer, 0.0)
-            arr_l = _seg(arrivals, pool_tab, n_links)[:n_links]
-            a_pos = arr_l > 0
-            ratio = jnp.where(a_pos, jnp.minimum(over_b / jnp.where(a_pos, arr_l, 1.0), 1.0), 0.0)
-            drop_e = arrivals * _ext(ratio)[pool_tab]
-            x_new = x_new - drop_e
-            dropped_now = jnp.sum(drop_e, axis=1)
-        else:
-            dropped_now = jnp.zeros((n_flows,), fdt)
-        x_new = jnp.maximum(x_new, 0.0)
-        sent_now = offered * dt
-        deliv_now = alloc * dt + deliv_q
-        dropped_now = dropped_now + fault_drop
-        residual = jnp.abs(jnp.sum(sent_now) - jnp.sum(deliv_now)
-                           - (jnp.sum(x_new) - jnp.sum(x_old)) - jnp.sum(dropped_now))
-        delivered_old = c["delivered"]
-        delivered = delivered_old + deliv_now
-        remaining = jnp.maximum(remaining - sent_now + dropped_now, 0.0)
-        completes = active & (delivered >= size * (1.0 - COMPLETION_RTOL))
-        need = jnp.maximum(size - delivered_old, 0.0)
-        got_pos = deliv_now > 0
-        tfrac = jnp.clip(jnp.where(got_pos, need / jnp.where(got_pos, deliv_now, 1.0), 0.0), 0.0, 1.0)
-        # A flow never finishes before it starts (a zero-byte flow released inside the
-        # step completes at its release time).
-        finish = jnp.where(completes, jnp.maximum(t + dt * tfrac, start) + latency,
-                           c["finish"])
-        done = c["done"] | completes
-        # 7. signals from the new queues
-        q_new = _seg(x_new, link_tab, n_links)[:n_links]
-        tx = serve / dt + inc_k.link_load(alloc)
-        view = ccbase.LinkView(queue=q_new, capacity=cap_k, usable=usable, tx_rate=tx,
-                               buffer=fcp.buffer, base_rtt=t_hpcc)
-        mark_l = law.mark(view, params, smooth)
-        valid3 = per_path(valid)
-        p_path = jnp.sum(split * ccbase.path_mark(per_path(_ext(mark_l)[link_tab]), valid3),
-                         axis=1)
-        qdel_l = jnp.where(cap_pos, q_new / safe_cap, 0.0)
-        rtt = base_rtt + jnp.sum(
-            split * jnp.sum(jnp.where(valid3, per_path(_ext(qdel_l)[link_tab]), 0.0), axis=2),
-            axis=1)
-        util_l = jnp.where(cap_pos, q_new / (safe_cap * t_hpcc) + tx / safe_cap, 0.0)
-        util = jnp.sum(
-            split * jnp.max(jnp.where(valid3, per_path(_ext(util_l)[link_tab]), 0.0), axis=2),
-            axis=1)
-        still = active & ~completes
-        n_rx = jax.ops.segment_sum(still.astype(fdt), last_link, num_segments=n_links + 1)
-        rx_share = 0.99 * _ext(cap_k)[last_link] / jnp.maximum(n_rx[last_link], 1.0)
-        w = k % ring_len
-        new_sig = dict(mark=p_path, rtt=rtt, util=util, rate=offered, loss=dropped_now / dt,
-                       rx_share=rx_share)
-        ring = {f: ring[f].at[w].set(new_sig[f]) for f in sig_fields}
-        out = _seg(drain, prev_tab, n_links)[:n_links]
-        ingress_new = _seg(x_new, prev_tab, n_links)[:n_links]
-        fc_state = fcm.update(fc, c["fc"], ingress_new, out, cap_k, usable, fcp, dt, smooth)
-        new = dict(c, k=k + 1, remaining=remaining, x=x_new, start=start, finish=finish,
-                   done=done, sent=c["sent"] + sent_now, delivered=delivered,
-                   dropped=c["dropped"] + dropped_now, law=law_state, fc=fc_state, ring=ring,
-                   max_residual=jnp.maximum(c["max_residual"], residual),
-                   max_queue=jnp.maximum(c["max_queue"], q_new),
-                   stranded_time=c["stranded_time"] + jnp.where(active & stranded, dt, 0.0),
-                   stranded=active & stranded)
-        if policy is not None:
-            new.update(route=rstate, load=load_o, mark_l=mark_l, rate=offered)
-        snap = dict(t=t + dt, rate=offered, throughput=deliv_now / dt, queue=q_new,
-                    usable=usable, mark=p_path, law_state=law_state)
-        return new, snap
 
+def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
+    """One step: the stages in order (module docstring)."""
+    hops = net.hops
+    t, start, started, active = _clock(net, c, dt)
+    cap_k, x, transit, fault_drop, path_ok = _apply_faults(net, sched, c)
+    split, inc_k, stranded, rstate = _route(static, net, c, x, cap_k, active, t, path_ok,
+                                            rparams, dt)
+    law_state, offered = _offer(static, net, c, started, active, stranded, params, smooth, dt)
+    usable = fcm.usable_capacity(static.fc, c["fc"], cap_k, hops.pool_sum(x + transit), fcp,
+                                 dt, smooth)
+    tr = _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt)
+    transit_new, wire, passed_now, deliv_now = _propagate(net, c, tr["served"], tr["alloc"], dt)
+    x_new = tr["x"]
+    dropped_now = tr["dropped"] + fault_drop
+    sent_now = offered * dt
+    # accounting: sent = delivered + in flight + queued + dropped, every step
+    stock_old = jnp.sum(c["x"]) + jnp.sum(c["transit"]) + jnp.sum(c["wire"])
+    stock_new = jnp.sum(x_new) + jnp.sum(transit_new) + jnp.sum(wire)
+    residual = jnp.abs(jnp.sum(sent_now) - jnp.sum(deliv_now) - (stock_new - stock_old)
+                       - jnp.sum(dropped_now))
+    passed, completes, finish = _complete(net, c, t, start, active, passed_now, dt)
+    ring, mark_l, p_path = _emit_signals(static, net, c, x_new, cap_k, usable, tr["served_l"],
+                                         inc_k, tr["alloc"], split, offered, dropped_now,
+                                         active & ~completes, params, fcp, smooth, dt)
+    # react: flow control sees the new ingress pools
+    fc_state = fcm.update(static.fc, c["fc"], hops.pool_sum(x_new + transit_new),
+                          hops.pool_sum(tr["served"]), cap_k, usable, fcp, dt, smooth)
+    q_new = hops.link_sum(x_new)
+    new = dict(c, k=c["k"] + 1,
+               remaining=jnp.maximum(c["remaining"] - sent_now + dropped_now, 0.0),
+               x=x_new, transit=transit_new, wire=wire, start=start, finish=finish,
+               done=c["done"] | completes, sent=c["sent"] + sent_now, passed=passed,
+               delivered=c["delivered"] + deliv_now, dropped=c["dropped"] + dropped_now,
+               law=law_state, fc=fc_state, ring=ring,
+               max_residual=jnp.maximum(c["max_residual"], residual),
+               max_queue=jnp.maximum(c["max_queue"], q_new),
+               stranded_time=c["stranded_time"] + jnp.where(active & stranded, dt, 0.0),
+               stranded=active & stranded)
+    if static.policy is not None:
+        new.update(route=rstate, load=tr["load_o"], mark_l=mark_l, rate=offered)
+    snap = dict(t=t + dt, rate=offered, throughput=deliv_now / dt, queue=q_new,
+                usable=usable, mark=p_path, law_state=law_state)
+    return new, snap
+
+
+def _in_flight(c):
+    return jnp.sum(c["transit"], axis=1) + jnp.sum(c["wire"], axis=0)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparams, rstate0,
+         sched, carry):
+    f = net.flows
     if carry is None:
-        carry = _init_carry(law, fc, ring_len, policy is not None, n_links, n_hops, size,
-                            line_rate, base_rtt, params, rstate0)
+        carry = _init_carry(static.law, static.fc, static.shape, net.hops, f["size"],
+                            net.line_rate, net.base_rtt, params, rstate0)
+    step = functools.partial(_step, static, net, params, fcp, smooth, dt, rparams, sched)
 
     def chunk(c, j):
-        c, snaps = jax.lax.scan(step, c, None, length=inner)
+        c, snaps = jax.lax.scan(lambda cc, _: step(cc), c, None, length=inner)
         if not keep_traj:
             return c, None
         snap = jax.tree_util.tree_map(lambda a: a[-1], snaps)
         totals = dict(sent=jnp.sum(c["sent"]), delivered=jnp.sum(c["delivered"]),
-                      queued=jnp.sum(c["x"]), dropped=jnp.sum(c["dropped"]))
+                      queued=jnp.sum(c["x"]), dropped=jnp.sum(c["dropped"]),
+                      in_flight=jnp.sum(_in_flight(c)))
         return c, dict(snap, **totals)
 
     c, traj = jax.lax.scan(chunk, carry, jnp.arange(n_outer, dtype=jnp.int32))
     start = jnp.where(jnp.isfinite(c["start"]), c["start"],
-                      release_times(deps, c["finish"], arrival, delay))
+                      release_times(net.deps, c["finish"], f["arrival"], f["delay"]))
     trajectory = FluidTrajectory(**traj) if keep_traj else None
     info = FluidInfo(max_residual=c["max_residual"], stalled=~jnp.all(c["done"]),
                      paused_time=c["fc"].paused_time, max_queue=c["max_queue"],
                      stranded_time=c["stranded_time"], stranded=c["stranded"])
-    return FluidResult(start=start, finish=c["finish"], fct=c["finish"] - arrival,
+    return FluidResult(start=start, finish=c["finish"], fct=c["finish"] - f["arrival"],
                        sent=c["sent"], delivered=c["delivered"], dropped=c["dropped"],
                        queued=jnp.sum(c["x"], axis=1),
-                       link_queue=_seg(c["x"], link_tab, n_links)[:n_links],
+                       link_queue=net.hops.link_sum(c["x"]),
                        law_state=c["law"], trajectory=trajectory, info=info,
-                       routing_state=c.get("route"), state=c)
+                       routing_state=c.get("route"), state=c, in_flight=_in_flight(c))

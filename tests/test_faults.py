@@ -101,7 +101,9 @@ def test_vmap_over_fault_tables_matches_closed_form():
 
 def test_validation_errors():
     topo, ps, up0, _ = _two_path(2)
-    inc = Incidence.from_paths(ps, np.asarray(ps.path_mask, float) / 2, n_links=topo.n_links)
+    one = np.zeros(np.shape(ps.path_mask))
+    one[:, 0] = 1.0                                   # one path per flow (routing=None)
+    inc = Incidence.from_paths(ps, one, n_links=topo.n_links)
     kw = dict(dt=1e-6, n_steps=4)
     for bad, match in [([(-1e-6, [0], 0.0)], r"faults\[0\]\.time"),
                        ([(float("nan"), [0], 0.0)], r"faults\[0\]\.time"),

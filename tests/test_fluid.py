@@ -126,3 +126,232 @@ def test_validation_errors():
         simulate_fluid(inc, cap, -np.ones(2), dt=1e-6, n_steps=10)
     with pytest.raises(ValueError, match="line_rate"):
         simulate_fluid(inc, cap, np.ones(2), dt=1e-6, n_steps=10, line_rate=np.zeros(2))
+
+
+# ------------------------------------------------------------ wires, NICs, oracle
+from fabric_jax import flowcontrol as fcm  # noqa: E402
+from fabric_jax.cc import LAWS  # noqa: E402
+from fabric_jax.flowcontrol import MODES  # noqa: E402
+
+from .reference import fluid_numpy  # noqa: E402
+
+_DIAGONAL = {("none", "none"), ("dcqcn", "pfc"), ("ibcc", "credit"), ("hpcc", "drop"),
+             ("swift", "trim"), ("nscc", "pfc")}
+
+
+def _access_dumbbell(n, access=2.0):
+    """Flow i: its access link 1 + i (a host NIC, ``access`` x C) then bottleneck 0."""
+    li = np.stack([1 + np.arange(n), np.zeros(n, int)], axis=1).ravel()
+    fi = np.repeat(np.arange(n), 2)
+    cap = np.concatenate([[C], np.full(n, access * C)])
+    return Incidence.from_coo(li, fi, n_links=n + 1, n_flows=n), cap
+
+
+@pytest.mark.parametrize("law,fc", [
+    (law, fc) if (law, fc) in _DIAGONAL else pytest.param(law, fc, marks=pytest.mark.slow)
+    for law in sorted(LAWS) for fc in MODES])
+def test_conservation_every_step_every_law_and_mode(law, fc):
+    # 4 flows (2-link paths, NIC at 2C) into one C bottleneck with 1 us links, 40 KB
+    # buffers: at every step sent = delivered + in flight + queued + dropped (x64).
+    with enable_x64():
+        inc, cap = _access_dumbbell(4)
+        size = np.array([3e5, 2e5, 4e5, 1e5])
+        res = simulate_fluid(inc, cap, size, dt=1 * US, n_steps=240, law=law, flow_control=fc,
+                             buffer=40e3, link_latency=np.full(5, 1 * US), save_every=1)
+        tr = res.trajectory
+        lhs = np.asarray(tr.sent)
+        rhs = np.asarray(tr.delivered + tr.in_flight + tr.queued + tr.dropped)
+        np.testing.assert_allclose(lhs, rhs, rtol=1e-12, atol=1e-6)
+        assert float(res.info.max_residual) < 1e-6
+        np.testing.assert_allclose(
+            np.asarray(res.sent),
+            np.asarray(res.delivered + res.in_flight + res.queued + res.dropped),
+            rtol=1e-12, atol=1e-6)
+        assert float(np.max(tr.in_flight)) > 0          # the wires did carry bytes
+
+
+def _leaf_spine_path(topo, src, dst):
+    from fabric_jax import shortest_paths
+    ps = shortest_paths(topo, np.array([src]), np.array([dst]))
+    return [int(v) for v in np.asarray(ps.links)[0, 0] if v >= 0]
+
+
+@pytest.mark.parametrize("gbps_", [25.0, 100.0, 400.0, 800.0])
+def test_single_flow_idle_path_completes_in_size_over_rate_plus_half_base_rtt(gbps_):
+    # One 1 MB flow over host -> leaf -> spine -> leaf -> host (4 links of 1 us):
+    # base RTT = 2 x 4 us; FCT = size / line rate + base_RTT / 2, within one dt.
+    from fabric_jax import leaf_spine
+    topo = leaf_spine(2, 2, 2, link_gbps=gbps_, latency_us=1.0)
+    path = _leaf_spine_path(topo, 0, 3)
+    assert len(path) == 4
+    inc = Incidence.from_coo(np.array(path), np.zeros(4, int), n_links=topo.n_links, n_flows=1)
+    dt = 0.5 * US
+    rate = float(topo.capacity[path[0]])
+    expect = 1e6 / rate + 4 * 1e-6
+    # one n_steps for every speed (one compile): 700 steps cover 25 Gb/s (664 needed)
+    res = simulate_fluid(inc, topo.capacity, np.array([1e6]), dt=dt,
+                         n_steps=700, link_latency=topo.latency,
+                         nic_links=topo, save_every=1)
+    assert abs(float(res.fct[0]) - expect) <= dt
+    assert float(np.max(res.trajectory.queue)) == 0.0
+
+
+@pytest.mark.parametrize("law", sorted(LAWS))
+def test_fair_share_on_nonblocking_fabric_no_marks_pauses_or_queue(law):
+    # 4 flows host i -> host 4 + i on leaf_spine(2 leaves, 4 spines, 4 hosts), flow i
+    # pinned to spine i: non-blocking, every flow's fair share is its line rate.  After
+    # convergence: no mark, no pause (PFC), no standing queue on any port.
+    from fabric_jax import leaf_spine, shortest_paths
+    topo = leaf_spine(2, 4, 4, link_gbps=100.0, latency_us=1.0)
+    ps = shortest_paths(topo, np.arange(4), 4 + np.arange(4))
+    links = np.asarray(ps.links)
+    # one path per flow, each through a different spine
+    pick = []
+    for f in range(4):
+        spines = [p for p in range(links.shape[1]) if ps.path_mask[f, p]]
+        pick.append(spines[f % len(spines)])
+    routes = [[int(v) for v in links[f, pick[f]] if v >= 0] for f in range(4)]
+    assert len({r[1] for r in routes}) == 4                # distinct uplinks
+    li = np.concatenate(routes)
+    fi = np.repeat(np.arange(4), [len(r) for r in routes])
+    inc = Incidence.from_coo(li, fi, n_links=topo.n_links, n_flows=4)
+    res = simulate_fluid(inc, topo.capacity, np.full(4, 1e12), dt=1 * US, n_steps=600,
+                         law=law, flow_control="pfc", buffer=topo.buffer,
+                         link_latency=topo.latency, nic_links=topo, save_every=10)
+    tail = slice(20, None)
+    assert float(np.max(np.asarray(res.trajectory.mark)[tail])) == 0.0
+    assert float(np.max(np.asarray(res.trajectory.queue)[tail])) == 0.0
+    assert float(np.sum(res.info.paused_time)) == 0.0
+    assert float(np.min(np.asarray(res.trajectory.throughput)[tail])) > 0.5 * topo.capacity[0]
+
+
+@pytest.mark.parametrize("law", ["dcqcn", "nscc", "ibcc", "swift", "hpcc"])
+def test_nic_backlog_is_never_marked_nor_a_phantom_queue_downstream(law):
+    # Two flows from one host (one 40 Gb/s NIC, link 0) to two receivers over 2-hop
+    # paths (links 1 and 2 at 40 Gb/s).  Both offer line rate: the NIC is the
+    # bottleneck, its backlog is the send buffer.  No mark, no queueing delay, no
+    # drop (drop mode, tiny buffer); the switch ports downstream of the backlog carry
+    # C/2 each and never hold a standing queue.
+    inc = Incidence.from_coo(np.array([0, 1, 0, 2]), np.array([0, 0, 1, 1]), n_links=3,
+                             n_flows=2)
+    cap = np.full(3, C)
+    res = simulate_fluid(inc, cap, np.full(2, 2e6), dt=1 * US, n_steps=150, law=law,
+                         flow_control="drop", buffer=5e3, save_every=1,
+                         link_latency=np.full(3, 1 * US), line_rate=np.full(2, C))
+    q = np.asarray(res.trajectory.queue)
+    assert q[:, 0].max() > 50e3                             # a real NIC backlog
+    assert float(np.max(np.asarray(res.trajectory.mark))) == 0.0
+    assert float(np.max(q[:, 1:])) == 0.0
+    assert float(np.sum(res.dropped)) == 0.0
+
+
+def test_nic_links_derivation_and_explicit_mask():
+    from fabric_jax.links import nic_links
+    n = 4
+    # flow 0: 0 -> 1 -> 2; flow 1: 3 -> 1; flow 2: link 2 alone (one hop: not a NIC)
+    tab = np.array([[0, 1, 2], [3, 1, n], [2, n, n]])
+    np.testing.assert_array_equal(nic_links(tab, 3, n), [True, False, False, True])
+    np.testing.assert_array_equal(nic_links(tab, 3, n, np.array([0, 0, 1, 0], bool)),
+                                  [False, False, True, False])
+    with pytest.raises(ValueError, match="nic_links"):
+        nic_links(tab, 3, n, np.ones(3, bool))
+
+
+@pytest.mark.parametrize("mode", ["none", "pfc", "drop"])
+def test_matches_numpy_oracle(mode):
+    # Tiny fabrics, law "none", x64: queues, wires, PFC pauses / tail drops, finish
+    # times and the byte balance equal the plain-NumPy oracle step by step.
+    with enable_x64():
+        paths = [[1, 0, 4], [2, 0, 4], [3, 0], [3, 5]]
+        cap = np.array([C, 2 * C, 2 * C, 2 * C, 1.5 * C, C])
+        n_links = cap.size
+        size = np.array([2e5, 1.5e5, 1e5, 2.5e5])
+        lat = np.array([1e-6, 0.3e-6, 0.3e-6, 0.3e-6, 2.2e-6, 0.5e-6])
+        nic = np.array([False, True, True, True, False, False])
+        one_way = np.array([sum(lat[p]) for p in paths])
+        arrival = np.array([0.0, 3e-6, 0.0, 10e-6])
+        dt, n_steps = 1e-6, 60
+        kw = {}
+        okw = dict(mode=mode)
+        if mode == "pfc":
+            buf = np.full(n_links, 60e3)
+            xoff, xon = np.full(n_links, 40e3), np.full(n_links, 30e3)
+            kw["fc_params"] = fcm.flow_control_params(n_links, buffer=buf, xoff=xoff, xon=xon)
+            okw.update(buffer=buf, xoff=xoff, xon=xon)
+        elif mode == "drop":
+            kw["buffer"] = 20e3
+            okw.update(buffer=np.full(n_links, 20e3))
+        li = np.concatenate(paths)
+        fi = np.repeat(np.arange(4), [len(p) for p in paths])
+        inc = Incidence.from_coo(li, fi, n_links=n_links, n_flows=4)
+        line = np.full(4, 2 * C)
+        res = simulate_fluid(inc, cap, size, dt=dt, n_steps=n_steps, arrival=arrival,
+                             flow_control=mode, link_latency=lat, nic_links=nic,
+                             line_rate=line, save_every=1, **kw)
+        ref = fluid_numpy.simulate(paths, cap, size, dt=dt, n_steps=n_steps, line_rate=line,
+                                   one_way=one_way, nic=nic, arrival=arrival, **okw)
+        np.testing.assert_allclose(np.asarray(res.trajectory.queue), ref["queue"],
+                                   rtol=1e-9, atol=1e-6)
+        for key in ("delivered", "dropped", "sent", "queued", "in_flight"):
+            np.testing.assert_allclose(np.asarray(getattr(res, key)), ref[key], rtol=1e-9,
+                                       atol=1e-6, err_msg=key)
+        np.testing.assert_allclose(np.asarray(res.finish), ref["finish"], rtol=1e-9)
+        if mode == "pfc":
+            assert ref["paused"].max() == 1.0                # the case does pause
+            np.testing.assert_allclose(np.asarray(res.trajectory.usable),
+                                       cap * (1 - ref["paused"][np.r_[0, :n_steps - 1]] *
+                                              (np.arange(n_steps) > 0)[:, None]), rtol=1e-12)
+        if mode == "drop":
+            assert ref["dropped"].sum() > 0
+
+
+def test_input_checks_params_fc_params_routing():
+    from fabric_jax import leaf_spine, make_routing, shortest_paths
+    inc, cap = dumbbell(2)
+    kw = dict(dt=1e-6, n_steps=4)
+    with pytest.raises(ValueError, match="params"):
+        simulate_fluid(inc, cap, np.ones(2), law="dcqcn", params=LAWS["hpcc"].default_params(),
+                       **kw)
+    with pytest.raises(ValueError, match="fc_params"):
+        simulate_fluid(inc, cap, np.ones(2), fc_params={"buffer": 1.0}, **kw)
+    with pytest.raises(ValueError, match="fc_params"):
+        simulate_fluid(inc, cap, np.ones(2), flow_control="credit",
+                       fc_params=fcm.flow_control_params(3, buffer=1e5, xoff=5e4, xon=4e4), **kw)
+    with pytest.raises(ValueError, match="link_latency"):
+        simulate_fluid(inc, cap, np.ones(2), link_latency=np.ones(2), **kw)
+    topo = leaf_spine(2, 2, 2)
+    ps = shortest_paths(topo, np.array([0, 1]), np.array([2, 3]))
+    half = np.asarray(ps.path_mask, float) / 2
+    multi = Incidence.from_paths(ps, half, n_links=topo.n_links)
+    with pytest.raises(ValueError, match="routing=None"):
+        simulate_fluid(multi, topo.capacity, np.ones(2), **kw)
+    ps_other = shortest_paths(topo, np.array([0, 1]), np.array([3, 2]))
+    wrong = make_routing("ecmp", ps_other)
+    with pytest.raises(ValueError, match="routing does not agree with incidence"):
+        simulate_fluid(multi, topo.capacity, np.ones(2), routing=wrong, **kw)
+    ok = make_routing("ecmp", ps)
+    simulate_fluid(multi, topo.capacity, np.ones(2), routing=ok, **kw)
+
+
+@pytest.mark.parametrize("law,fc", [("dcqcn", "pfc"), ("ibcc", "credit")])
+def test_fct_converges_in_dt(law, fc):
+    # leaf_spine(2 leaves, 2 spines, 4 hosts) at 100 Gb/s, 1 us links, ECMP: a 4-to-1
+    # incast plus two flows sharing the incast senders' NICs, 1 MB each.  The last and
+    # the mean FCT move by at most 3 % when dt is quartered (2 us -> 0.5 us), the
+    # issue-11 convergence criterion (experiments/convergence.py does it for compare).
+    from fabric_jax import leaf_spine, make_routing, shortest_paths
+    topo = leaf_spine(2, 2, 4, link_gbps=100.0, latency_us=1.0)
+    ps = shortest_paths(topo, np.array([0, 1, 2, 3, 0, 1]), np.array([4, 4, 4, 4, 5, 6]))
+    r = make_routing("ecmp", ps, seed=0)
+    inc = Incidence.from_paths(ps, np.asarray(r.split), n_links=topo.n_links)
+    out = []
+    for dt in (2 * US, 0.5 * US):
+        res = simulate_fluid(inc, topo.capacity, np.full(6, 1e6), dt=dt,
+                             n_steps=int(round(800 * US / dt)), law=law, flow_control=fc,
+                             buffer=topo.buffer, link_latency=topo.latency, nic_links=topo,
+                             routing=r)
+        fct = np.asarray(res.fct, float)
+        assert np.all(np.isfinite(fct))
+        out.append((fct.max(), fct.mean()))
+    (m0, a0), (m1, a1) = out
+    assert abs(m0 / m1 - 1) <= 0.03 and abs(a0 / a1 - 1) <= 0.03

@@ -72,6 +72,9 @@ class LinkView:
       tx_rate: bytes/s transmitted this step.
       buffer: buffer size, bytes (``inf`` if unbounded).
       base_rtt: HPCC's ``T`` (max base RTT), seconds (scalar broadcast).
+      switch_port: 1.0 where the link's egress queue is a switch port, 0.0 at a host
+        NIC (whose backlog is the sender's send buffer: ``queue`` is already 0 there
+        and the fluid loop zeroes the NIC's marks); ``None``: all switch ports.
     """
 
     queue: Any
@@ -80,6 +83,7 @@ class LinkView:
     tx_rate: Any
     buffer: Any
     base_rtt: Any
+    switch_port: Any = None
 
 
 jax.tree_util.register_dataclass(FlowSignals)

@@ -1,0 +1,235 @@
+"""Links, queues and wires of the fluid fabric: the hop table and its device-side kernels.
+
+Units: bytes, seconds, bytes/s.
+
+The fluid loop (:func:`fabric_jax.fluid.simulate_fluid`) lays the hops of every flow
+out in a padded table ``[flows, hops]`` (:class:`HopTable`): ``link[f, h]`` is the link
+of flow ``f``'s ``h``-th hop (``n_links`` = padding).  With dynamic routing the hops
+of one flow are laid out path by path, ``paths x seg`` columns, ``seg`` hops per path.
+Per hop the loop keeps two byte counts:
+
+* ``queue[f, h]``: bytes of flow ``f`` **standing** in the egress queue of link
+  ``link[f, h]``.  A link's queue is ``q_l = sum queue[f, h]`` over its entries.
+* ``transit[f, h]``: bytes that left the queue of hop ``h - 1`` in the previous step
+  and are **on the wire** towards hop ``h``: in flight, not queued.  They reach hop
+  ``h`` at the start of the step and are served there in the same step
+  (:func:`serve`), so bytes that pass through a link faster than they arrive never
+  stand in its queue and never raise a congestion signal.
+
+A flow's path also has a one-way latency (propagation + serialisation of its links,
+plus host processing): the bytes that leave the last queue ride a per-flow **wire**
+(:func:`wire_push` / :func:`wire_pop`), a ring buffer of ``[depth, flows]`` bytes
+delivered after ``n + phi`` steps (``n`` integer steps, the fraction ``phi`` split
+linearly over the two neighbouring steps, exact for traffic spread uniformly over a
+step).
+
+Approximations, stated: the network is simulated in the frame of the flow's wave
+front, i.e. the path latency delays delivery and feedback but not the instant at which
+bytes meet at a downstream hop (bytes that never queue cross the fabric cut-through in
+their step); a byte that waited in a queue reaches the next hop one step later (its
+transit is rounded up to ``dt``, so it pays at most ``(hops - 1) dt`` more than the
+path latency; the difference vanishes as ``dt -> 0``, see
+``experiments/convergence.py``).
+
+Host-NIC egress links (``nic``): the first hop of a flow leaves its host.  A backlog
+there is the sender's send buffer, limited by the sender's rate or window; no switch
+port sees it, so it is never marked, never counts as queueing delay or in-band
+telemetry and is never dropped or trimmed (:func:`nic_links`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["HopTable", "hop_table", "nic_links", "wire_taps", "serve", "place_excess",
+           "wire_push", "wire_pop"]
+
+
+@dataclasses.dataclass(frozen=True)
+class HopTable:
+    """Static layout of the hops of every flow (device arrays; ``seg``/``n_links`` static).
+
+    Attributes:
+      link: ``[flows, hops]`` int32 link of each hop, ``n_links`` on padding.
+      prev: ``[flows, hops]`` int32 link of the previous hop on the same path,
+        ``n_links`` at a path's first hop (bytes there belong to no ingress pool).
+      valid: ``[flows, hops]`` bool, the hop exists.
+      last: ``[flows, hops]`` bool, the last hop of its path.
+      seg: hops per path (the table has ``hops / seg`` paths per flow).
+      n_links: number of links.
+    """
+
+    link: Any
+    prev: Any
+    valid: Any
+    last: Any
+    seg: int = dataclasses.field(metadata=dict(static=True))
+    n_links: int = dataclasses.field(metadata=dict(static=True))
+
+    @property
+    def n_paths(self) -> int:
+        return self.link.shape[1] // self.seg
+
+    def per_path(self, a):
+        """``[flows, hops]`` -> ``[flows, paths, seg]``."""
+        return a.reshape(a.shape[0], self.n_paths, self.seg)
+
+    def link_sum(self, values):
+        """``[links]`` sums of ``[flows, hops]`` values over each link's entries."""
+        return _segment(values, self.link, self.n_links)
+
+    def pool_sum(self, values):
+        """``[links]`` sums over the entries whose *previous* hop is the link (the
+        downstream switch's ingress pool charged to that link)."""
+        return _segment(values, self.prev, self.n_links)
+
+    def gather(self, link_values, fill=0.0):
+        """``[flows, hops]`` value of each hop's link (``fill`` on padding)."""
+        ext = jnp.concatenate([link_values, jnp.full((1,), fill, link_values.dtype)])
+        return ext[self.link]
+
+    def to_next_hop(self, a):
+        """Moves ``[flows, hops]`` values one hop down their path (0 at first hops)."""
+        a3 = self.per_path(a)
+        pad = jnp.zeros(a3.shape[:2] + (1,), a.dtype)
+        out = jnp.concatenate([pad, a3[:, :, :-1]], axis=2).reshape(a.shape)
+        return jnp.where(self.valid, out, 0.0)
+
+
+jax.tree_util.register_dataclass(HopTable)
+
+
+def _segment(values, idx, n):
+    return jax.ops.segment_sum(values.ravel(), idx.ravel(), num_segments=n + 1)[:n]
+
+
+def hop_table(link_tab: np.ndarray, weight, seg: int, n_links: int) -> HopTable:
+    """Builds the :class:`HopTable` from a host ``[flows, hops]`` link table (NumPy,
+    ``n_links`` on padding) and the hop weights (0 = no hop)."""
+    link = np.asarray(link_tab)
+    n_flows, n_hops = link.shape
+    valid = jnp.asarray(link < n_links) & (jnp.asarray(weight) != 0)
+    link_j = jnp.where(valid, jnp.asarray(link, jnp.int32), n_links)
+    l3 = link_j.reshape(n_flows, n_hops // seg, seg)
+    prev = jnp.concatenate([jnp.full(l3.shape[:2] + (1,), n_links, jnp.int32), l3[:, :, :-1]],
+                           axis=2).reshape(n_flows, n_hops)
+    prev = jnp.where(valid, prev, n_links)
+    v3 = valid.reshape(l3.shape)
+    nxt = jnp.concatenate([v3[:, :, 1:], jnp.zeros(l3.shape[:2] + (1,), bool)], axis=2)
+    last = valid & ~nxt.reshape(n_flows, n_hops)
+    return HopTable(link=link_j, prev=prev, valid=valid, last=last, seg=int(seg),
+                    n_links=int(n_links))
+
+
+def nic_links(link_tab: np.ndarray, seg: int, n_links: int, nic=None) -> np.ndarray:
+    """``[links]`` bool: the link is a host-NIC egress (host side, NumPy).
+
+    Args:
+      link_tab: ``[flows, hops]`` link of each hop, ``n_links`` on padding.
+      seg: hops per path.
+      n_links: number of links.
+      nic: ``None`` (derive), a ``[links]`` bool mask, or a
+        :class:`fabric_jax.Topology` (links whose source node is a host).
+
+    Derivation when ``nic`` is ``None``: a link is a NIC egress when it is the first hop
+    of some multi-hop path and no path uses it at a later hop or as its only hop (a
+    one-hop path is a synthetic bottleneck, not a host uplink).  Pass ``nic=`` (e.g. the
+    topology) when that rule does not fit.
+
+    Raises:
+      ValueError: a mask of the wrong shape.
+    """
+    if nic is not None:
+        if hasattr(nic, "node_is_host") and hasattr(nic, "link_src"):
+            mask = np.asarray(nic.node_is_host)[np.asarray(nic.link_src)]
+        else:
+            mask = np.asarray(nic, bool)
+        if mask.shape != (n_links,):
+            raise ValueError(f"nic_links must be a [links] bool mask of {n_links} links or a "
+                             f"Topology; got shape {list(mask.shape)}")
+        return mask.astype(bool)
+    if np.size(link_tab) == 0:
+        return np.zeros(n_links, bool)
+    tab = np.asarray(link_tab).reshape(link_tab.shape[0], -1, seg)
+    exists = tab < n_links
+    n_valid = exists.sum(axis=2)
+    first = tab[:, :, 0]
+    multi = exists[:, :, 0] & (n_valid >= 2)
+    single = exists[:, :, 0] & (n_valid == 1)
+    first_hit = np.zeros(n_links + 1, bool)
+    first_hit[first[multi]] = True
+    banned = np.zeros(n_links + 1, bool)
+    banned[tab[:, :, 1:][exists[:, :, 1:]]] = True
+    banned[first[single]] = True
+    return (first_hit & ~banned)[:n_links]
+
+
+def wire_taps(delay_s, dt: float):
+    """Host: integer steps ``n`` and fraction ``phi`` of a delay, and the ring depth."""
+    d = np.maximum(np.asarray(delay_s, float), 0.0) / float(dt)
+    n = np.floor(d + 1e-9).astype(np.int32)
+    phi = np.clip(d - n, 0.0, 1.0)
+    phi = np.where(phi < 1e-9, 0.0, phi)
+    return n, phi, int(n.max(initial=0)) + 2
+
+
+# ------------------------------------------------------------------- device kernels
+def serve(hops: HopTable, queue, transit, usable, dt):
+    """One step of the egress queues (a fluid FIFO).
+
+    Link ``l`` holds ``q_l`` standing bytes and receives ``a_l`` bytes from the wire; it
+    sends ``s_l = min(q_l + a_l, u_l dt)``, taken from each entry in proportion to its
+    share of ``q_l + a_l``.
+
+    Returns:
+      ``(sent_e, left_e, sent_l)``: ``[flows, hops]`` bytes sent by each entry,
+      ``[flows, hops]`` bytes left standing (before new arrivals), ``[links]`` ``s_l``.
+    """
+    total = queue + transit
+    load = hops.link_sum(total)
+    sent_l = jnp.minimum(load, usable * dt)
+    pos = load > 0
+    frac = jnp.where(pos, sent_l / jnp.where(pos, load, 1.0), 0.0)
+    sent_e = total * hops.gather(frac)
+    return sent_e, total - sent_e, sent_l
+
+
+def place_excess(hops: HopTable, excess, split, overloaded):
+    """``[flows, hops]`` where each flow's unserved offer waits: at the first overloaded
+    hop of each of its overloaded paths, in proportion to the split (the sender's NIC
+    queue when that hop is its first).
+
+    Args:
+      excess: ``[flows]`` bytes offered but not carried through.
+      split: ``[flows, paths]`` split weights.
+      overloaded: ``[links]`` bool, the offered load exceeds the capacity left.
+    """
+    over_e = hops.per_path(hops.gather(overloaded, False) & hops.valid)
+    first = jnp.argmax(over_e, axis=2)
+    has_over = jnp.any(over_e, axis=2) & (split > 0)
+    share = jnp.where(has_over, split, 0.0)
+    tot = jnp.sum(share, axis=1, keepdims=True)
+    share = jnp.where(tot > 0, share / jnp.where(tot > 0, tot, 1.0), split)
+    at_first = jnp.arange(hops.seg)[None, None, :] == first[:, :, None]
+    place = jnp.where(at_first, (excess[:, None] * share)[:, :, None], 0.0)
+    return place.reshape(excess.shape[0], hops.link.shape[1])
+
+
+def wire_push(wire, k, taps_n, taps_phi, bytes_):
+    """Puts ``bytes_`` ``[flows]`` on the wire at step ``k``: they leave it after
+    ``taps_n + taps_phi`` steps (:func:`wire_taps`)."""
+    depth, n_flows = wire.shape
+    ar = jnp.arange(n_flows)
+    wire = wire.at[(k + taps_n) % depth, ar].add(bytes_ * (1.0 - taps_phi))
+    return wire.at[(k + taps_n + 1) % depth, ar].add(bytes_ * taps_phi)
+
+
+def wire_pop(wire, k):
+    """``(wire, arrived)``: the ``[flows]`` bytes leaving the wire at step ``k``."""
+    slot = k % wire.shape[0]
+    return wire.at[slot].set(0.0), wire[slot]

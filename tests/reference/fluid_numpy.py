@@ -1,0 +1,174 @@
+"""Plain-NumPy oracle of one fluid step, looped over steps, for tiny cases.
+
+Written from the model statement in :mod:`fabric_jax.fluid` / :mod:`fabric_jax.links`,
+independently of their JAX code (explicit Python loops over flows, hops and links;
+the per-step max-min share comes from the textbook progressive filling of
+``maxmin_numpy``).  Law ``"none"`` (every active flow offers
+``min(line_rate, remaining / dt)``), one path per flow, no faults or routing.
+
+Per step ``k`` (``t = k dt``):
+
+1. flow ``f`` is active when ``arrival_f < t + dt`` and it has not finished;
+2. usable capacity ``u_l``: ``C_l``, or ``0`` while paused (PFC, a decision taken at the
+   end of the previous step);
+3. every link serves its standing queue plus the bytes arriving from the wire,
+   ``s_l = min(q_l + a_l, u_l dt)``, each entry in proportion to its share;
+4. fresh offers share ``max(u_l - s_l/dt, 0)`` max-min; the rest of each offer waits at
+   the first hop of its path where the offered load exceeds that capacity;
+5. buffers: PFC drops the ingress-pool overflow, ``drop`` the egress overflow at switch
+   ports, both from the bytes that arrived in the step and still stand;
+6. bytes served at a non-last hop are on the wire to the next hop (served there next
+   step); bytes through the last hop and cut-through bytes ride the receiver wire for
+   the flow's one-way latency ``L = n dt + phi dt`` (``1 - phi`` delivered ``n`` steps
+   later, ``phi`` one step after that);
+7. PFC: ingress pool (standing + on the wire into it) above ``xoff`` pauses the link,
+   below ``xon`` resumes it;
+8. a flow finishes when its bytes through the last queue reach its size: finish time
+   interpolated inside the step, plus ``L``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .maxmin_numpy import progressive_filling
+
+
+def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="none",
+             buffer=np.inf, xoff=None, xon=None, nic=None, arrival=None):
+    """Runs the oracle.
+
+    Args:
+      paths: list of link lists, one per flow, in hop order.
+      capacity: ``[links]`` bytes/s.
+      size, line_rate, one_way, arrival: ``[flows]`` bytes, bytes/s, s, s.
+      mode: ``"none"``, ``"pfc"`` or ``"drop"``.
+      buffer, xoff, xon: ``[links]`` bytes.
+      nic: ``[links]`` bool, host-NIC egress links (never drop).
+
+    Returns:
+      dict of ``queue`` ``[steps, links]``, ``delivered``, ``dropped``, ``sent``,
+      ``queued``, ``in_flight``, ``finish`` (``[flows]``), ``paused`` ``[steps, links]``.
+    """
+    cap = np.asarray(capacity, float)
+    n_links, n_flows = cap.size, len(paths)
+    size = np.asarray(size, float)
+    arrival = np.zeros(n_flows) if arrival is None else np.asarray(arrival, float)
+    buf = np.broadcast_to(np.asarray(buffer, float), (n_links,))
+    xoff = buf if xoff is None else np.asarray(xoff, float)
+    xon = xoff if xon is None else np.asarray(xon, float)
+    nic = np.zeros(n_links, bool) if nic is None else np.asarray(nic, bool)
+    A = np.zeros((n_links, n_flows))
+    for f, p in enumerate(paths):
+        for l in p:
+            A[l, f] = 1.0
+    x = [np.zeros(len(p)) for p in paths]        # standing bytes per hop
+    tr = [np.zeros(len(p)) for p in paths]       # bytes arriving at each hop next step
+    n_w = np.floor(np.asarray(one_way) / dt + 1e-9).astype(int)
+    phi = np.asarray(one_way) / dt - n_w
+    phi = np.where(phi < 1e-9, 0.0, phi)
+    pending = {}                                 # (step, flow) -> bytes due
+    remaining = size.copy()
+    passed = np.zeros(n_flows)
+    delivered = np.zeros(n_flows)
+    dropped = np.zeros(n_flows)
+    sent = np.zeros(n_flows)
+    done = np.zeros(n_flows, bool)
+    finish = np.full(n_flows, np.inf)
+    pause = np.zeros(n_links)
+    q_hist, p_hist = [], []
+    for k in range(n_steps):
+        t = k * dt
+        active = (arrival < t + dt) & ~done
+        offered = np.where(active, np.minimum(line_rate, remaining / dt), 0.0)
+        usable = cap * (1.0 - pause) if mode == "pfc" else cap.copy()
+        load = np.zeros(n_links)
+        for f, p in enumerate(paths):
+            for h, l in enumerate(p):
+                load[l] += x[f][h] + tr[f][h]
+        s_l = np.minimum(load, usable * dt)
+        served = [np.zeros(len(p)) for p in paths]
+        left = [np.zeros(len(p)) for p in paths]
+        arrived_left = [np.zeros(len(p)) for p in paths]
+        for f, p in enumerate(paths):
+            for h, l in enumerate(p):
+                tot = x[f][h] + tr[f][h]
+                frac = s_l[l] / load[l] if load[l] > 0 else 0.0
+                served[f][h] = tot * frac
+                left[f][h] = tot - served[f][h]
+                arrived_left[f][h] = tr[f][h] * (1 - frac)
+        fresh = np.maximum(usable - s_l / dt, 0.0)
+        alloc = np.minimum(progressive_filling(A, fresh, offered)[0], offered)
+        load_o = A @ offered
+        for f, p in enumerate(paths):
+            ex = (offered[f] - alloc[f]) * dt
+            for h, l in enumerate(p):
+                if load_o[l] > fresh[l] * (1 + 1e-6):
+                    left[f][h] += ex
+                    arrived_left[f][h] += ex
+                    break
+        x_new = [lf.copy() for lf in left]
+        drop_now = np.zeros(n_flows)
+        if mode in ("pfc", "drop"):
+            level = np.zeros(n_links)
+            arr = np.zeros(n_links)
+            for f, p in enumerate(paths):
+                for h, l in enumerate(p):
+                    pool = (p[h - 1] if h > 0 else None) if mode == "pfc" else l
+                    if pool is None or (mode == "drop" and nic[l]):
+                        continue
+                    level[pool] += x_new[f][h]
+                    arr[pool] += arrived_left[f][h]
+            for f, p in enumerate(paths):
+                for h, l in enumerate(p):
+                    pool = (p[h - 1] if h > 0 else None) if mode == "pfc" else l
+                    if pool is None or (mode == "drop" and nic[l]) or arr[pool] <= 0:
+                        continue
+                    ratio = min(max(level[pool] - buf[pool], 0.0) / arr[pool], 1.0)
+                    d = arrived_left[f][h] * ratio
+                    x_new[f][h] -= d
+                    drop_now[f] += d
+        passed_now = alloc * dt
+        tr_new = [np.zeros(len(p)) for p in paths]
+        for f, p in enumerate(paths):
+            for h in range(len(p)):
+                if h + 1 < len(p):
+                    tr_new[f][h + 1] = served[f][h]
+                else:
+                    passed_now[f] += served[f][h]
+        for f in range(n_flows):
+            for step, part in ((k + n_w[f], 1 - phi[f]), (k + n_w[f] + 1, phi[f])):
+                pending[(step, f)] = pending.get((step, f), 0.0) + passed_now[f] * part
+        deliv_now = np.array([pending.pop((k, f), 0.0) for f in range(n_flows)])
+        sent += offered * dt
+        remaining = np.maximum(remaining - offered * dt + drop_now, 0.0)
+        dropped += drop_now
+        delivered += deliv_now
+        for f in range(n_flows):
+            if active[f] and passed[f] + passed_now[f] >= size[f] * (1 - 1e-5):
+                need = max(size[f] - passed[f], 0.0)
+                frac = min(need / passed_now[f], 1.0) if passed_now[f] > 0 else 0.0
+                finish[f] = max(t + dt * frac, arrival[f]) + one_way[f]
+                done[f] = True
+        passed += passed_now
+        if mode == "pfc":
+            pool = np.zeros(n_links)
+            for f, p in enumerate(paths):
+                for h in range(1, len(p)):
+                    pool[p[h - 1]] += x_new[f][h] + tr_new[f][h]
+            on = pool > xoff
+            off = pool < xon
+            pause = np.where(on, 1.0, np.where(off, 0.0, pause))
+        x, tr = x_new, tr_new
+        q = np.zeros(n_links)
+        for f, p in enumerate(paths):
+            for h, l in enumerate(p):
+                q[l] += x[f][h]
+        q_hist.append(q)
+        p_hist.append(pause.copy())
+    in_flight = np.array([tr[f].sum() for f in range(n_flows)])
+    for (step, f), b in pending.items():
+        in_flight[f] += b
+    return dict(queue=np.array(q_hist), delivered=delivered, dropped=dropped, sent=sent,
+                queued=np.array([xf.sum() for xf in x]), in_flight=in_flight, finish=finish,
+                paused=np.array(p_hist))
