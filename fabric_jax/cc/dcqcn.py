@@ -40,7 +40,13 @@ The increase events past ``F + ai_stages`` stages (``rc_H = rb (1-p)^((F+A) B/S)
     dR_T/dt += (R_HAI - R_AI) (rc_H + re_H) 1[age >= (F + A) period]
 
 So after congestion ends ``R_T`` climbs by ``R_AI`` per period, then by ``R_HAI`` per
-period: the acceleration of the packet protocol.  With ``r_hai == r_ai`` (the
+period: the acceleration of the packet protocol.
+
+Unclamped target ([HPCC-NS3] CLAMP_TARGET_RATE 0): a cut sets ``R_T <- R_C`` only if an
+increase event happened since the previous cut, so back-to-back cuts keep the target
+and fast recovery returns towards it.  Fluid form: the ``R_T`` reset term is
+multiplied by the probability of a timer expiry since the last cut, ``(1-p)^(T R/S)``
+(``clamp_target = 0``; 1 restores [ZHU16]'s term).  With ``r_hai == r_ai`` (the
 ``"paper"`` set, as in [ZHU16]) the model is exactly [ZHU16]'s.  Departures from the
 packet protocol: the additive stage starts at once after a cut in the fluid form (its
 survival factors, not the age, gate fast recovery, so that [ZHU16]'s fixed point
@@ -88,7 +94,7 @@ REFERENCE_GBPS = 25.0
 #: ``"nvidia"`` sets: ``value(B) = value(25 Gb/s) * (B / 25 Gb/s) ** e``.
 LINE_RATE_SCALING = {"k_min": 1, "k_max": 1, "p_max": 0, "g": 0, "tau": 0, "tau_prime": 0,
                      "timer": 0, "byte_counter": 0, "fast_recovery": 0, "ai_stages": 0,
-                     "r_ai": 1, "r_hai": 1, "min_rate": 0, "packet": 0}
+                     "r_ai": 1, "r_hai": 1, "clamp_target": 0, "min_rate": 0, "packet": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +113,9 @@ class DCQCNParams:
       ai_stages: number of additive-increase steps before hyper increase.
       r_ai: additive-increase step, bytes/s.
       r_hai: hyper-increase step, bytes/s (``== r_ai``: no hyper increase).
+      clamp_target: 1: every cut sets ``R_T <- R_C`` ([DCQCN15], [NS3RDMA]
+        CLAMP_TARGET_RATE 1); 0: only a cut after at least one increase event does
+        ([HPCC-NS3] CLAMP_TARGET_RATE 0, ``CheckRateDecreaseMlx``).
       min_rate: lowest rate, bytes/s.
       packet: packet size ``S``, bytes.
     """
@@ -123,6 +132,7 @@ class DCQCNParams:
     ai_stages: Any
     r_ai: Any
     r_hai: Any
+    clamp_target: Any
     min_rate: Any
     packet: Any
 
@@ -158,7 +168,7 @@ def dcqcn_params(variant: str | None = None, *, line_rate=None, link_gbps=None,
         update period), T = RP_TIMER 300 us (increase timer), no byte counter, F 1,
         one additive step then hyper increase (``RateIncEventMlx``: stage < F fast
         recovery, = F additive, > F hyper), R_AI = 5 bw/25 Mb/s, R_HAI = 50 bw/25 Mb/s,
-        min rate 1 Gb/s, K_min/K_max = 100/400 bw/25 KB, P_max 0.2, 1000 B payload.
+        target not clamped on back-to-back cuts (CLAMP_TARGET_RATE 0), min rate 1 Gb/s, K_min/K_max = 100/400 bw/25 KB, P_max 0.2, 1000 B payload.
         ``"nvidia"``: [NV-DCQCN] ConnectX values where published (g = 5/1024 from
         DCE_TCP_G 1019, alpha period 1 us, rate-reduce period 4 us, min rate 1 Mb/s);
         increase-stage values, not published by NVIDIA, from ``"hpcc_ns3"``.
@@ -184,13 +194,13 @@ def dcqcn_params(variant: str | None = None, *, line_rate=None, link_gbps=None,
     if variant == "paper":
         p = dict(k_min=5 * KB, k_max=200 * KB, p_max=0.01, g=1 / 256, tau=50 * US,
                  tau_prime=55 * US, timer=55 * US, byte_counter=10 * MB, fast_recovery=5.0,
-                 ai_stages=1.0, r_ai=mbps(40.0), r_hai=mbps(40.0), min_rate=mbps(100.0),
-                 packet=1 * KB)
+                 ai_stages=1.0, r_ai=mbps(40.0), r_hai=mbps(40.0), clamp_target=1.0,
+                 min_rate=mbps(100.0), packet=1 * KB)
     elif variant in ("hpcc_ns3", "nvidia"):
         base = dict(k_min=100 * KB, k_max=400 * KB, p_max=0.2, g=1 / 256, tau=4 * US,
                     tau_prime=1 * US, timer=300 * US, byte_counter=np.inf,
                     fast_recovery=1.0, ai_stages=1.0, r_ai=mbps(5.0), r_hai=mbps(50.0),
-                    min_rate=mbps(1000.0), packet=1 * KB)
+                    clamp_target=0.0, min_rate=mbps(1000.0), packet=1 * KB)
         p = {k: scale(v, bw, REFERENCE_GBPS, LINE_RATE_SCALING[k]) for k, v in base.items()}
         if variant == "nvidia":
             p.update(g=5 / 1024, min_rate=mbps(1.0))
@@ -227,8 +237,9 @@ def _init(line_rate, params):
 def _rates(p, rate, params):
     """Event rates of the fluid model (see the module docstring), ``[flows]``.
 
-    Returns ``(a, hit, rb, rd, rc, re, rh)``: ``rh = rc_H + re_H`` are the increase
-    events past ``F + ai_stages`` stages (hyper increase).
+    Returns ``(a, hit, rb, rd, rc, re, rh, clamp)``: ``rh = rc_H + re_H`` are the
+    increase events past ``F + ai_stages`` stages (hyper increase); ``clamp`` the
+    fraction of cuts that set ``R_T <- R_C``.
     """
     s = params.packet
     p = jnp.clip(p, 0.0, 1.0 - 1e-6)
@@ -245,11 +256,13 @@ def _rates(p, rate, params):
                    * x_over_expm1(n_b_safe * nlq), 0.0)
     rd = po / params.timer * x_over_expm1(n_t * nlq)
     f, fh = params.fast_recovery, params.fast_recovery + params.ai_stages
+    # P(a timer expiry since the last cut): a cut then also resets R_T when unclamped
+    clamp = params.clamp_target + (1.0 - params.clamp_target) * jnp.exp(-n_t * nlq)
     rc = jnp.where(finite_b, rb * jnp.exp(-f * n_b_safe * nlq), 0.0)
     re = rd * jnp.exp(-f * n_t * nlq)
     rh = (jnp.where(finite_b, rb * jnp.exp(-fh * n_b_safe * nlq), 0.0)
           + rd * jnp.exp(-fh * n_t * nlq))
-    return a, hit, rb, rd, rc, re, rh
+    return a, hit, rb, rd, rc, re, rh, clamp
 
 
 def _hyper_gate(age, rate, params, smooth):
@@ -269,11 +282,11 @@ def _hyper_gate(age, rate, params, smooth):
 
 def _step(state, signals, dt, params, smooth):
     rate_d = signals.rate
-    a, hit, rb, rd, rc, re, rh = _rates(signals.mark, rate_d, params)
+    a, hit, rb, rd, rc, re, rh, clamp = _rates(signals.mark, rate_d, params)
     rc_, rt, alpha = state.rate, state.target, state.alpha
     hyper = _hyper_gate(state.age, rate_d, params, smooth)
     d_alpha = params.g / params.tau_prime * (hit - alpha)
-    d_rt = (-(rt - rc_) * a / params.tau + params.r_ai * (rc + re)
+    d_rt = (-(rt - rc_) * a * clamp / params.tau + params.r_ai * (rc + re)
             + (params.r_hai - params.r_ai) * rh * hyper)
     d_rc = -rc_ * alpha * a / (2 * params.tau) + 0.5 * (rt - rc_) * (rb + rd)
     # age: renewal reset at the cut rate lam = a/tau, exact over dt:
@@ -306,7 +319,8 @@ def fixed_point(n_flows: int, capacity: float, params: DCQCNParams) -> dict:
     (``stability.m``).  With hyper increase (``r_hai > r_ai``) the increase weight
     ``c + e`` becomes ``c + e + (R_HAI/R_AI - 1)(c_H + e_H) 1[age* >= (F+A) period]``
     with the stationary age ``age* = tau/a`` (the module docstring's fluid form; the
-    same derivation: ``dR_T/dt = 0`` and ``dR_C/dt = 0``).
+    same derivation: ``dR_T/dt = 0`` and ``dR_C/dt = 0``), and with an unclamped
+    target one factor ``a`` becomes ``a (1-p*)^(T R_C*)``.
 
     Returns:
       dict with ``p``, ``alpha``, ``queue`` (bytes), ``rate`` (bytes/s), ``target``.
@@ -322,26 +336,46 @@ def fixed_point(n_flows: int, capacity: float, params: DCQCNParams) -> dict:
     extra = P["r_hai"] / P["r_ai"] - 1.0 if P["r_ai"] > 0 else 0.0
     period = max(T, B / r) if np.isfinite(B) else T
 
-    def terms(p):
+    def log_expm1(x):                                   # log(e^x - 1), x > 0, no overflow
+        return np.where(x > 30, x + np.log1p(-np.exp(-np.minimum(x, 700))),
+                        np.log(np.expm1(np.minimum(x, 30))))
+
+    def log_terms(p):
+        """Logs of a, b + d, the increase weight, alpha, and a x clamp (underflow-free)."""
         lq = np.log1p(-p)
-        a = -np.expm1(tau * r * lq)
-        b = p / np.expm1(-B * lq) if np.isfinite(B) else 0.0
-        c = b * np.exp(F * B * lq) if np.isfinite(B) else 0.0
-        d = p / np.expm1(-T * r * lq)
-        e = d * np.exp(F * T * r * lq)
-        h = (b * np.exp(fh * B * lq) if np.isfinite(B) else 0.0) + d * np.exp(fh * T * r * lq)
-        gate = float(tau / a >= fh * period) if a > 0 else 1.0
-        alpha = -np.expm1(taup * r * lq)
-        return a, b, c + e + extra * h * gate, d, alpha
+        log_a = np.log(-np.expm1(tau * r * lq))
+        log_d = np.log(p) - log_expm1(-T * r * lq)
+        logs_bd, logs_inc, logs_h = [log_d], [log_d + F * T * r * lq], [log_d + fh * T * r * lq]
+        if np.isfinite(B):
+            log_b = np.log(p) - log_expm1(-B * lq)
+            logs_bd.append(log_b)
+            logs_inc.append(log_b + F * B * lq)
+            logs_h.append(log_b + fh * B * lq)
+        log_bd = np.logaddexp.reduce(logs_bd)
+        log_inc = np.logaddexp.reduce(logs_inc)
+        gate = np.exp(-log_a) * tau >= fh * period
+        if extra > 0 and gate:
+            log_inc = np.logaddexp(log_inc, np.log(extra) + np.logaddexp.reduce(logs_h))
+        log_alpha = np.log(-np.expm1(taup * r * lq))
+        clamp = P["clamp_target"] + (1 - P["clamp_target"]) * np.exp(T * r * lq)
+        return log_a, log_bd, log_inc, log_alpha, log_a + np.log(clamp)
 
     def resid(logp):
-        a, b, ce, d, alpha = terms(np.exp(logp))
-        return np.log(a * a * alpha / ((b + d) * ce)) - np.log(tau * tau * rai * r)
+        log_a, log_bd, log_inc, log_alpha, log_ak = log_terms(np.exp(logp))
+        return log_a + log_ak + log_alpha - log_bd - log_inc - np.log(tau * tau * rai * r)
 
-    with np.errstate(over="ignore", divide="ignore"):
-        logp = brentq(resid, np.log(1e-12), np.log(0.999), xtol=1e-14)
+    with np.errstate(over="ignore", divide="ignore", under="ignore"):
+        # first sign change on a log grid (the unclamped target's factor (1-p)^(T R)
+        # sends the residual back to -inf as p -> 1), then Brent on that bracket
+        grid = np.linspace(np.log(1e-12), np.log(0.999), 400)
+        vals = np.array([resid(x) for x in grid])
+        up = np.flatnonzero((vals[:-1] < 0) & (vals[1:] >= 0))
+        if up.size == 0:
+            raise ValueError("fixed_point: no p* in (1e-12, 0.999) for these parameters")
+        logp = brentq(resid, grid[up[0]], grid[up[0] + 1], xtol=1e-14)
         p = float(np.exp(logp))
-        a, b, ce, d, alpha = terms(p)
+        log_a, log_bd, log_inc, log_alpha, log_ak = log_terms(p)
     queue = p / P["p_max"] * (P["k_max"] - P["k_min"]) + P["k_min"]
-    return dict(p=p, alpha=float(alpha), queue=float(queue), rate=capacity / n_flows,
-                target=capacity / n_flows * (1 + ce * tau * rai / a))
+    return dict(p=p, alpha=float(np.exp(log_alpha)), queue=float(queue),
+                rate=capacity / n_flows,
+                target=float(capacity / n_flows * (1 + np.exp(log_inc - log_ak) * tau * rai)))
