@@ -499,3 +499,18 @@ def test_ibcc_switch_port_mask_uses_host_mask_not_node_order():
     t = leaf_spine(2, 2, 2)
     np.testing.assert_array_equal(ibcc.switch_port_mask(t),
                                   (np.asarray(t.link_src) >= t.n_hosts).astype(float))
+
+
+def test_docs_table_lists_every_parameter_with_its_exponent():
+    # docs/cc_parameters.md has one row "| `law` | `field` | value | unit | e | ..." per
+    # parameter; its exponent column must be the transcribed rule above.
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "cc_parameters.md").read_text()
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 5 and cells[0].startswith("`") and cells[1].startswith("`"):
+            rows[cells[0].strip("`"), cells[1].strip("`")] = int(cells[4])
+    documented = {(law, f): e for law, rules in DOCUMENTED_SCALING.items()
+                  for f, e in rules.items()}
+    assert rows == documented
