@@ -101,7 +101,8 @@ def run(n_flows: int, *, link_gbps: float = 40.0, duration: float = 0.2, dt: flo
         fixed_point_target_gbps=to_gbps(fp["target"]),
         sim_alpha=alpha, fixed_point_alpha=fp["alpha"], fixed_point_p=fp["p"],
         queue_std_kb=float(queue[tail].std() / KB),
-        bottleneck_throughput_gbps=to_gbps(float(np.asarray(tr.throughput)[tail].sum(axis=1).mean())),
+        bottleneck_throughput_gbps=to_gbps(
+            float(np.asarray(tr.throughput)[tail].sum(axis=1).mean())),
         max_conservation_residual_bytes=float(res.info.max_residual))
     rel = lambda x, ref: float(np.max(np.abs(np.asarray(x) - ref)) / abs(ref))  # noqa: E731
     errs = dict(queue=rel(q_sim, fp["queue"]), rate=rel(rate, fp["rate"]),

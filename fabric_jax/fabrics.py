@@ -99,13 +99,13 @@ class Fabric:
         get_policy(self.routing)
         if self.cc not in cc.LAWS:
             raise ValueError(f"cc must be one of {sorted(cc.LAWS)}; got {self.cc!r}")
-        for name, lo in (("nic_gbps", 0.0), ("switch_latency", None), ("nic_latency", None)):
+        for name, bound, unit in (("nic_gbps", "> 0", "Gb/s"), ("switch_latency", ">= 0", "s"),
+                                  ("nic_latency", ">= 0", "s")):
             v = getattr(self, name)
-            ok = isinstance(v, (int, float, np.floating, np.integer)) and np.isfinite(v) and (
-                v > lo if lo is not None else v >= 0)
+            ok = (isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool)
+                  and np.isfinite(v) and (v > 0 if bound == "> 0" else v >= 0))
             if not ok:
-                raise ValueError(f"{name} must be a finite number {'> 0' if lo is not None else '>= 0'}"
-                                 f" ({'Gb/s' if name == 'nic_gbps' else 'seconds'}); got {v!r}")
+                raise ValueError(f"{name} must be a finite number {bound} ({unit}); got {v!r}")
         from .flowcontrol import MODES
         if self.flow_control not in MODES:
             raise ValueError(f"flow_control must be one of {MODES}; got {self.flow_control!r}")

@@ -67,7 +67,9 @@ Named parameter sets (:func:`dcqcn_params`): ``"paper"`` ([DCQCN15] defaults as 
 in [ZHU16], 40 Gb/s, hyper increase off), ``"hpcc_ns3"`` (the HPCC authors' ns-3
 "Mellanox" DCQCN, timer-only, ``run.py --cc dcqcn``, scaled to the line rate; the set
 of :func:`fabric_jax.cc.params_for`), ``"nvidia"`` (ConnectX firmware values where
-published, ``"hpcc_ns3"`` values elsewhere).  Sources: ``../shared/reference/congestion-control.md`` sec. 1.3.
+published, ``"hpcc_ns3"`` values elsewhere).  Sources:
+``../shared/reference/congestion-control.md`` sec. 1.3; every default with its unit,
+source and line-rate rule: ``docs/cc_parameters.md``.
 """
 
 from __future__ import annotations
@@ -168,7 +170,8 @@ def dcqcn_params(variant: str | None = None, *, line_rate=None, link_gbps=None,
         update period), T = RP_TIMER 300 us (increase timer), no byte counter, F 1,
         one additive step then hyper increase (``RateIncEventMlx``: stage < F fast
         recovery, = F additive, > F hyper), R_AI = 5 bw/25 Mb/s, R_HAI = 50 bw/25 Mb/s,
-        target not clamped on back-to-back cuts (CLAMP_TARGET_RATE 0), min rate 1 Gb/s, K_min/K_max = 100/400 bw/25 KB, P_max 0.2, 1000 B payload.
+        target not clamped on back-to-back cuts (CLAMP_TARGET_RATE 0), min rate 1 Gb/s,
+        K_min/K_max = 100/400 bw/25 KB, P_max 0.2, 1000 B payload.
         ``"nvidia"``: [NV-DCQCN] ConnectX values where published (g = 5/1024 from
         DCE_TCP_G 1019, alpha period 1 us, rate-reduce period 4 us, min rate 1 Mb/s);
         increase-stage values, not published by NVIDIA, from ``"hpcc_ns3"``.
@@ -330,7 +333,8 @@ def fixed_point(n_flows: int, capacity: float, params: DCQCNParams) -> dict:
     P = {k: float(np.asarray(v)) for k, v in dataclasses.asdict(params).items()}
     s = P["packet"]
     r = capacity / n_flows / s                          # packets/s
-    tau, taup, T, B, F = P["tau"], P["tau_prime"], P["timer"], P["byte_counter"] / s, P["fast_recovery"]
+    tau, taup, T = P["tau"], P["tau_prime"], P["timer"]
+    B, F = P["byte_counter"] / s, P["fast_recovery"]
     fh = F + P["ai_stages"]
     rai = P["r_ai"] / s
     extra = P["r_hai"] / P["r_ai"] - 1.0 if P["r_ai"] > 0 else 0.0

@@ -14,16 +14,16 @@ reference is multiplied by ``R/R_c`` once per RTT).  For ``N`` flows on one link
 without a standing queue the equilibrium utilisation is ``eta + N R_AI / C`` (set
 ``dR/dt = 0`` with ``U = N R / C``).
 
-Defaults and line rate (``docs/cc_parameters.md``): ``eta`` = 0.95 ([HPCC19] sec. 5,
-[HPCC-NS3] ``U_TARGET``); ``T`` = the flow's base RTT (the fluid loop's
+Defaults and line rate (``docs/cc_parameters.md``): ``eta`` = 0.95 ([HPCC19]
+evaluation, [HPCC-NS3] ``U_TARGET``); ``T`` = the flow's base RTT (the fluid loop's
 ``FlowSignals.base_rtt``; [HPCC19] uses the fabric's largest base RTT, [HPCC-NS3]
-``GLOBAL_T 1``); the additive step follows the paper's rule ``W_AI = W_init (1 -
-eta) / N`` ([HPCC19] sec. 3.3, ``N`` the expected largest number of concurrent flows on
-a link, ``W_init = C T``), in rate form ``R_AI = W_AI / T = C (1 - eta) / N``.  ``N`` is
-not fixed by the paper; ``expected_flows = 100`` is this model's assumption (50 Mb/s at
-100 Gb/s, next to [HPCC-NS3] ``run.py``'s ``10 bw/25`` = 40 Mb/s).  So ``R_AI`` scales
-linearly with the NIC line rate and ``eta`` does not.  Min rate 100 Mb/s ([HPCC-NS3]
-``RdmaHw`` ``MinRate`` default, not scaled).  HPCC reads no ECN.
+``GLOBAL_T 1``); the additive step follows the paper's rule ``W_AI = W_init (1 - eta)
+/ N`` ([HPCC19] parameter discussion; ``N`` the expected largest number of concurrent
+flows on a link, ``W_init = C T``), in rate form ``R_AI = W_AI / T = C (1 - eta) / N``.
+``N = expected_flows = 100`` is this model's assumption (50 Mb/s at 100 Gb/s, next to
+[HPCC-NS3] ``run.py``'s ``10 bw/25`` = 40 Mb/s).  So ``R_AI`` scales linearly with the
+NIC line rate and ``eta`` does not.  Min rate 100 Mb/s ([HPCC-NS3] ``RdmaHw``
+``MinRate`` default, not scaled).  HPCC reads no ECN.
 Departures: one reference-rate update per RTT is smoothed into a rate; no
 per-ACK "fast react".
 """
