@@ -11,8 +11,16 @@ averages the last quarter; the fixed point solves the paper's equation
     a^2 alpha* / ((b+d)(c+e)) = tau^2 R_AI R_C*,   R_C* = C/N,
     alpha* = 1 - (1-p*)^(tau' R_C*),   q* = p*/P_max (K_max - K_min) + K_min
 
-(:func:`fabric_jax.cc.dcqcn.fixed_point`).  Expected: the simulated queue, per-flow
-rate and alpha equal the fixed point (within ``--rtol``, default 2 %), for every N.
+(:func:`fabric_jax.cc.dcqcn.fixed_point`).  Compared quantities, each averaged over
+the steady window: the bottleneck queue, every flow's **rate trajectory** ``R_C(t)`` and
+target ``R_T(t)`` (the law's state, not the link's throughput: the throughput equals
+``C/N`` for any law while the link is busy), and ``alpha``.  Expected: all equal the
+fixed point within ``--rtol`` (default 2 %) for every N; the per-flow errors reported
+are the worst flow's.
+
+``--variant hpcc_ns3 --link-gbps 100`` runs the line-rate-scaled set of
+:func:`fabric_jax.cc.params_for` instead (hyper increase, unclamped target; its fixed
+point includes both terms, see :func:`fabric_jax.cc.dcqcn.fixed_point`).
 
 Usage::
 
@@ -49,12 +57,26 @@ def dumbbell(n_flows: int, link_gbps: float):
 
 
 def run(n_flows: int, *, link_gbps: float = 40.0, duration: float = 0.2, dt: float = 2e-6,
-        delay_us: float = 4.0, rtol: float = 0.02) -> dict:
+        delay_us: float = 4.0, rtol: float = 0.02, variant: str = "paper") -> dict:
+    """Simulates ``n_flows`` DCQCN flows on one bottleneck and compares with the fixed point.
+
+    Returns:
+      dict with the simulated and fixed-point queue (KB), per-flow rate and target
+      (Gb/s, ``[flows]`` lists), alpha, their relative errors (worst flow) and
+      ``match``.
+    """
     inc, cap = dumbbell(n_flows, link_gbps)
-    params = dcqcn.dcqcn_params("paper")
+    if variant == "paper":
+        params = dcqcn.dcqcn_params("paper")
+        if link_gbps != 40.0:
+            raise ValueError("--variant paper is the [ZHU16] 40 Gb/s set; use --link-gbps 40")
+    else:
+        params = dcqcn.dcqcn_params(variant, link_gbps=link_gbps)
     n_steps = int(round(duration / dt))
     save_every = 100
     n_steps -= n_steps % save_every
+    if n_steps < 4 * save_every:
+        raise ValueError(f"--duration must cover at least {4 * save_every} steps of --dt")
     t0 = time.perf_counter()
     res = simulate_fluid(inc, cap, np.full(n_flows, 1e15), dt=dt, n_steps=n_steps,
                          law="dcqcn", params=params, base_rtt=np.full(n_flows, delay_us * 1e-6),
@@ -63,21 +85,28 @@ def run(n_flows: int, *, link_gbps: float = 40.0, duration: float = 0.2, dt: flo
     queue = np.asarray(tr.queue[:, 0])
     wall = time.perf_counter() - t0
     tail = slice(3 * queue.size // 4, None)
-    sim = dict(queue=float(queue[tail].mean()),
-               rate=float(np.asarray(tr.throughput)[tail].mean()),
-               alpha=float(np.asarray(tr.law_state.alpha)[tail].mean()))
+    law = tr.law_state
+    rate = np.asarray(law.rate)[tail].mean(axis=0)          # [flows] mean R_C(t)
+    target = np.asarray(law.target)[tail].mean(axis=0)      # [flows] mean R_T(t)
+    alpha = float(np.asarray(law.alpha)[tail].mean())
     fp = dcqcn.fixed_point(n_flows, float(cap[0]), params)
+    q_sim = float(queue[tail].mean())
     out = dict(
-        flows=n_flows, link_gbps=link_gbps, duration_s=n_steps * dt, dt_s=dt,
+        flows=n_flows, link_gbps=link_gbps, variant=variant, duration_s=n_steps * dt, dt_s=dt,
         feedback_delay_us=delay_us, wall_s=wall,
-        sim_queue_kb=sim["queue"] / KB, sim_rate_gbps=to_gbps(sim["rate"]),
-        sim_alpha=sim["alpha"],
-        fixed_point_queue_kb=fp["queue"] / KB, fixed_point_rate_gbps=to_gbps(fp["rate"]),
-        fixed_point_alpha=fp["alpha"], fixed_point_p=fp["p"],
+        sim_queue_kb=q_sim / KB, fixed_point_queue_kb=fp["queue"] / KB,
+        sim_rate_gbps=[to_gbps(float(x)) for x in rate],
+        fixed_point_rate_gbps=to_gbps(fp["rate"]),
+        sim_target_gbps=[to_gbps(float(x)) for x in target],
+        fixed_point_target_gbps=to_gbps(fp["target"]),
+        sim_alpha=alpha, fixed_point_alpha=fp["alpha"], fixed_point_p=fp["p"],
         queue_std_kb=float(queue[tail].std() / KB),
+        bottleneck_throughput_gbps=to_gbps(
+            float(np.asarray(tr.throughput)[tail].sum(axis=1).mean())),
         max_conservation_residual_bytes=float(res.info.max_residual))
-    errs = {k: abs(out[f"sim_{k}"] - out[f"fixed_point_{k}"]) / abs(out[f"fixed_point_{k}"])
-            for k in ("queue_kb", "rate_gbps", "alpha")}
+    rel = lambda x, ref: float(np.max(np.abs(np.asarray(x) - ref)) / abs(ref))  # noqa: E731
+    errs = dict(queue=rel(q_sim, fp["queue"]), rate=rel(rate, fp["rate"]),
+                target=rel(target, fp["target"]), alpha=rel(alpha, fp["alpha"]))
     out["rel_error"] = errs
     out["match"] = bool(all(e <= rtol for e in errs.values()))
     return out
@@ -92,22 +121,33 @@ def main(argv=None):
     ap.add_argument("--dt", type=float, default=2e-6, help="fluid step, seconds")
     ap.add_argument("--delay-us", type=float, default=4.0, help="feedback delay tau*, us")
     ap.add_argument("--rtol", type=float, default=0.02, help="match tolerance (relative)")
+    ap.add_argument("--variant", choices=("paper", "hpcc_ns3", "nvidia"), default="paper",
+                    help="DCQCN parameter set (fabric_jax.cc.dcqcn_params)")
+    ap.add_argument("--link-gbps", type=float, default=40.0,
+                    help="link and NIC rate, Gb/s (the paper set is 40 Gb/s)")
     ap.add_argument("--json", type=str, default=None, help="write results here")
     a = ap.parse_args(argv)
     if a.flows < 1:
         ap.error("--flows must be >= 1")
-    kw = dict(duration=a.duration, dt=a.dt, delay_us=a.delay_us, rtol=a.rtol)
+    if not a.link_gbps > 0 or not a.duration > 0 or not a.dt > 0 or not a.rtol > 0:
+        ap.error("--link-gbps, --duration, --dt and --rtol must be > 0")
+    if a.variant == "paper" and a.link_gbps != 40.0:
+        ap.error("--variant paper is the [ZHU16] 40 Gb/s set; use --link-gbps 40")
+    kw = dict(duration=a.duration, dt=a.dt, delay_us=a.delay_us, rtol=a.rtol,
+              link_gbps=a.link_gbps, variant=a.variant)
     if a.sweep:
         runs = [run(n, **kw) for n in range(a.sweep[0], a.sweep[1] + 1)]
         result = dict(runs=runs, match=all(r["match"] for r in runs))
     else:
         result = run(a.flows, **kw)
         runs = [result]
-    print(f"{'N':>3} {'q_sim KB':>9} {'q_fp KB':>9} {'rate Gb/s':>9} {'fp':>7} "
-          f"{'alpha':>7} {'fp':>7} match")
+    print(f"{'N':>3} {'q_sim KB':>9} {'q_fp KB':>9} {'R_C Gb/s (min..max)':>21} {'fp':>7} "
+          f"{'R_T Gb/s (min..max)':>21} {'fp':>7} {'alpha':>7} {'fp':>7} match")
     for r in runs:
+        rc, rt = r["sim_rate_gbps"], r["sim_target_gbps"]
         print(f"{r['flows']:>3} {r['sim_queue_kb']:9.2f} {r['fixed_point_queue_kb']:9.2f} "
-              f"{r['sim_rate_gbps']:9.3f} {r['fixed_point_rate_gbps']:7.3f} "
+              f"{min(rc):10.3f}..{max(rc):<9.3f} {r['fixed_point_rate_gbps']:7.3f} "
+              f"{min(rt):10.3f}..{max(rt):<9.3f} {r['fixed_point_target_gbps']:7.3f} "
               f"{r['sim_alpha']:7.4f} {r['fixed_point_alpha']:7.4f} {r['match']}")
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,17 @@ spectrum_x ``spectrum_x_ar`` hpcc pfc     NIC reordering (spraying is free)
 uec        ``spray``    nscc    trim     REPS-like steering optional, RCCC optional
 ========== ============ ======= ======== ===========================================
 
+Congestion-control parameters follow the NIC line rate ``nic_gbps`` (default 400 Gb/s,
+the topology builders' default link speed): :meth:`Fabric.law_params` calls
+:func:`fabric_jax.cc.params_for` (rules and sources: ``docs/cc_parameters.md``), and a
+case builder that knows the topology passes its rate, ``law_params(line_rate=...)``.
+
+Device latency per preset (issue 14): ``switch_latency`` (port to port) and
+``nic_latency`` (one NIC traversal) in seconds, from the vendor documents named in each
+preset; :meth:`Fabric.link_latency` adds them to a topology's per-link propagation
+delay (a link leaving a switch carries that switch's latency, a link leaving or
+entering a host one NIC latency).
+
 SHARP (Graham et al., "Scalable Hierarchical Aggregation Protocol", COMHPC 2016):
 switches reduce, so each host sends its ``S`` bytes once and receives the result once,
 versus ``2 (n-1)/n S`` each way in a ring: :func:`all_reduce_flows` emits one flow of
@@ -38,14 +49,18 @@ import numpy as np
 
 from . import cc
 from .routing import get_policy
+from .units import NS, US, gbps
 from .workloads.flows import Workload, check_hosts, check_size, single_group
 
 __all__ = ["Fabric", "infiniband", "roce", "spectrum_x", "uec", "PRESETS", "get_fabric",
-           "all_reduce_flows"]
+           "all_reduce_flows", "IB_SWITCH_LATENCY", "SPECTRUM_SWITCH_LATENCY",
+           "ETHERNET_SWITCH_LATENCY", "NIC_LATENCY"]
 
-_CC_BUILDERS = {"none": lambda **kw: cc.NONE.default_params(**kw), "dcqcn": cc.dcqcn_params,
-                "ibcc": cc.ibcc_params, "hpcc": cc.hpcc_params, "swift": cc.swift_params,
-                "nscc": cc.nscc_params}
+#: Device latencies, seconds (sources in the preset docstrings).
+IB_SWITCH_LATENCY = 130 * NS        # NVIDIA Quantum (HDR, QM8700) data sheet, cut-through
+SPECTRUM_SWITCH_LATENCY = 300 * NS  # Mellanox Spectrum (SN2000) product brief, cut-through
+ETHERNET_SWITCH_LATENCY = 600 * NS  # Arista 7050X data sheet: 550-650 ns cut-through
+NIC_LATENCY = 0.3 * US              # ConnectX "sub-600 ns" end to end, split over two NICs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +76,11 @@ class Fabric:
       flow_control: mode of :data:`fabric_jax.flowcontrol.MODES`.
       sharp: SHARP in-network reduction for all-reduce.
       description: what the preset models and leaves out.
+      nic_gbps: NIC line rate, Gb/s, from which the congestion-control defaults are
+        derived (:func:`fabric_jax.cc.params_for`).
+      switch_latency: switch port-to-port latency, s (added per switch hop by
+        :meth:`link_latency`).
+      nic_latency: latency of one NIC traversal (send or receive), s.
     """
 
     name: str
@@ -71,11 +91,21 @@ class Fabric:
     cc_options: dict = dataclasses.field(default_factory=dict)
     sharp: bool = False
     description: str = ""
+    nic_gbps: float = 400.0
+    switch_latency: float = 0.0
+    nic_latency: float = 0.0
 
     def __post_init__(self):
         get_policy(self.routing)
-        if self.cc not in _CC_BUILDERS:
-            raise ValueError(f"cc must be one of {sorted(_CC_BUILDERS)}; got {self.cc!r}")
+        if self.cc not in cc.LAWS:
+            raise ValueError(f"cc must be one of {sorted(cc.LAWS)}; got {self.cc!r}")
+        for name, bound, unit in (("nic_gbps", "> 0", "Gb/s"), ("switch_latency", ">= 0", "s"),
+                                  ("nic_latency", ">= 0", "s")):
+            v = getattr(self, name)
+            ok = (isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool)
+                  and np.isfinite(v) and (v > 0 if bound == "> 0" else v >= 0))
+            if not ok:
+                raise ValueError(f"{name} must be a finite number {bound} ({unit}); got {v!r}")
         from .flowcontrol import MODES
         if self.flow_control not in MODES:
             raise ValueError(f"flow_control must be one of {MODES}; got {self.flow_control!r}")
@@ -91,13 +121,56 @@ class Fabric:
     def law(self):
         return cc.get(self.cc)
 
-    def law_params(self):
-        """The congestion-control parameter pytree (defaults + ``cc_options``)."""
+    def law_params(self, line_rate=None):
+        """The congestion-control parameter pytree at a line rate, plus ``cc_options``.
+
+        Args:
+          line_rate: NIC line rate, bytes/s (default ``nic_gbps``); a case builder passes
+            its topology's host link rate here.
+
+        Returns:
+          :func:`fabric_jax.cc.params_for` ``(self.cc, line_rate, **cc_options)``.
+
+        Raises:
+          ValueError: ``cc_options`` the law's builder refuses, or a bad line rate.
+        """
+        rate = gbps(self.nic_gbps) if line_rate is None else line_rate
         try:
-            return _CC_BUILDERS[self.cc](**self.cc_options)
-        except TypeError as err:
+            return cc.params_for(self.cc, rate, **self.cc_options)
+        except (TypeError, ValueError) as err:
             raise ValueError(f"cc_options {self.cc_options} not accepted by {self.cc}: "
                              f"{err}") from None
+
+    def link_latency(self, topology, propagation=None) -> np.ndarray:
+        """``[links]`` latency, s: propagation plus this fabric's device latencies.
+
+        A link leaving a switch adds ``switch_latency`` (the port-to-port traversal of
+        the switch it leaves); a link leaving a host and a link entering a host each
+        add ``nic_latency`` (send and receive side).  So a path of ``h`` links through
+        ``h - 1`` switches adds ``(h - 1) switch_latency + 2 nic_latency``.
+
+        Args:
+          topology: a :class:`fabric_jax.topology.Topology`.
+          propagation: ``[links]`` propagation delay, s (default ``topology.latency``,
+            which the builders set to the cable delay only when given so -- their
+            default 1 us per link is the HPCC simulations' link delay).
+
+        Returns:
+          float64 ``[links]`` seconds.
+        """
+        prop = np.asarray(topology.latency if propagation is None else propagation, float)
+        if prop.shape != (topology.n_links,) or not np.all(np.isfinite(prop)) or np.any(prop < 0):
+            raise ValueError(f"propagation must be a [links] = ({topology.n_links},) array "
+                             f"of finite delays >= 0, seconds")
+        is_host = np.asarray(topology.node_is_host, bool)
+        from_host = is_host[np.asarray(topology.link_src)]
+        to_host = is_host[np.asarray(topology.link_dst)]
+        return (prop + np.where(from_host, self.nic_latency, self.switch_latency)
+                + np.where(to_host, self.nic_latency, 0.0))
+
+    def with_latency(self, topology, propagation=None):
+        """``topology`` with its link latencies replaced by :meth:`link_latency`."""
+        return dataclasses.replace(topology, latency=self.link_latency(topology, propagation))
 
     def routing_params(self):
         """The routing policy's parameter pytree (defaults + ``routing_options``)."""
@@ -133,10 +206,22 @@ def infiniband(**overrides) -> Fabric:
     increase / slow-decrease asymmetry with the published parameters (see
     :mod:`fabric_jax.cc.ibcc`), not an artefact of credits (credit stall 0 in that run)
     or SHARP; the max-min engine (ideal CC) ranks ``infiniband`` first.  Tune with
-    ``cc_options={"ccti_timer": ...}`` or compare ``cc="none"``.
+    ``cc_options={"ccti_timer": ...}`` or compare ``cc="none"``.  (The figures above
+    were measured with a 30 us timer and marking rate 3 at 400 Gb/s; the line-rate
+    defaults now give a 3 us timer and the vendor marking rate 10 at 400 Gb/s, see
+    :mod:`fabric_jax.cc.ibcc`.)
+
+    Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s, NDR; assumption:
+    every HCA runs at the fabric's host link rate): IB CC per
+    :func:`fabric_jax.cc.ibcc_params`.  Latency: ``switch_latency`` 130 ns (NVIDIA
+    Quantum HDR QM8700 data sheet, cut-through; the NDR Quantum-2 figure is not
+    published in a form we could confirm, third-party pages quote 130-330 ns),
+    ``nic_latency`` 0.3 us (ConnectX "sub-600 ns" end-to-end latency split over the two
+    NICs; our assumption).
     """
     base = Fabric("infiniband", routing="ib_ar", cc="ibcc", flow_control="credit", sharp=True,
-                  description="credit lossless + IB CC + local adaptive routing + SHARP")
+                  description="credit lossless + IB CC + local adaptive routing + SHARP",
+                  switch_latency=IB_SWITCH_LATENCY, nic_latency=NIC_LATENCY)
     return base.replace(**overrides)
 
 
@@ -148,9 +233,19 @@ def roce(**overrides) -> Fabric:
     model CoNEXT 2016; default gains of :func:`fabric_jax.cc.dcqcn_params`), per-flow
     5-tuple ECMP with distinct per-tier seeds.  Leaves out: multiple priorities, PFC
     deadlock, go-back-N retransmission (PFC keeps it lossless).
+
+    Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s): DCQCN's
+    ``"hpcc_ns3"`` set (HPCC authors' ns-3 "Mellanox" DCQCN: K_min/K_max, R_AI and
+    R_HAI in proportion to the rate, timers 4/1/300 us; assumptions: the ECN thresholds
+    follow the NIC rate, not each port's, and NVIDIA's unpublished increase-stage
+    firmware values equal these).  Latency: ``switch_latency`` 600 ns (a commodity
+    shared-buffer Ethernet switch: Arista 7050X data sheet, 550-650 ns cut-through;
+    an older generation, our assumption for today's), ``nic_latency`` 0.3 us (as
+    :func:`infiniband`: same ConnectX silicon, assumption).
     """
     base = Fabric("roce", routing="ecmp", cc="dcqcn", flow_control="pfc",
-                  description="PFC + ECN/DCQCN + ECMP")
+                  description="PFC + ECN/DCQCN + ECMP",
+                  switch_latency=ETHERNET_SWITCH_LATENCY, nic_latency=NIC_LATENCY)
     return base.replace(**overrides)
 
 
@@ -165,9 +260,16 @@ def spectrum_x(**overrides) -> Fabric:
     (no per-tenant queues).  Source of the headline claim: NVIDIA Spectrum-X white
     paper (about 95 % effective bandwidth vs about 60 % for ECMP).  Leaves out: the
     real Spectrum-X CC algorithm, per-tenant queues, BlueField/SuperNIC offloads.
+
+    Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s): HPCC's
+    ``R_AI = C (1 - eta)/N`` (paper rule, ``N`` = 100 our assumption), ``eta`` 0.95.
+    Latency: ``switch_latency`` 300 ns (Mellanox Spectrum SN2000 product brief,
+    cut-through; Spectrum-4 is announced as cut-through without a published figure we
+    could confirm), ``nic_latency`` 0.3 us (assumption, as :func:`infiniband`).
     """
     base = Fabric("spectrum_x", routing="spectrum_x_ar", cc="hpcc", flow_control="pfc",
-                  description="PFC + telemetry CC (HPCC-like) + global per-packet AR")
+                  description="PFC + telemetry CC (HPCC-like) + global per-packet AR",
+                  switch_latency=SPECTRUM_SWITCH_LATENCY, nic_latency=NIC_LATENCY)
     return base.replace(**overrides)
 
 
@@ -180,9 +282,16 @@ def uec(**overrides) -> Fabric:
     credit), lossy links with packet trimming and NACK-driven resend.  Leaves out:
     link-level retry, credit-based link flow control option, the speculative first
     burst.
+
+    Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s): NSCC's gains
+    follow each flow's BDP (:func:`fabric_jax.cc.nscc.derived_gains`), no parameter
+    scales.  Latency: ``switch_latency`` 600 ns (UEC runs on commodity Ethernet
+    switches; the value of :func:`roce`, assumption), ``nic_latency`` 0.3 us
+    (assumption: no UEC NIC latency is published).
     """
     base = Fabric("uec", routing="spray", cc="nscc", flow_control="trim",
-                  description="spraying + NSCC + lossy with trimming")
+                  description="spraying + NSCC + lossy with trimming",
+                  switch_latency=ETHERNET_SWITCH_LATENCY, nic_latency=NIC_LATENCY)
     return base.replace(**overrides)
 
 

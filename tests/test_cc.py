@@ -307,3 +307,212 @@ def test_ibcc_nic_backlog_is_not_a_congested_switch_port():
         assert tot.min() >= 0.95 * C400
     unmasked = _ib_run(3, 1.0, dt=1e-6, nic_links=np.zeros(5, bool))
     assert float(np.max(np.asarray(unmasked.trajectory.law_state.ccti))) > 10.0
+
+
+# ------------------------------------------------------- parameters per line rate
+# The line-rate rules of docs/cc_parameters.md, transcribed: exponent e of
+# value(B) = value(B_ref) (B / B_ref) ** e for every parameter of every law.
+DOCUMENTED_SCALING = {
+    "none": {},
+    "dcqcn": dict(k_min=1, k_max=1, p_max=0, g=0, tau=0, tau_prime=0, timer=0, byte_counter=0,
+                  fast_recovery=0, ai_stages=0, r_ai=1, r_hai=1, clamp_target=0, min_rate=0,
+                  packet=0),
+    "ibcc": dict(threshold=0, marking_rate=0, victim_mask=0, ccti_increase=0, ccti_timer=-1,
+                 ccti_min=0, ccti_limit=0, cct=0, packet=0, switch_port=0),
+    "hpcc": dict(eta=0, r_ai=1, min_rate=0),
+    "swift": dict(ai=0, beta=0, max_mdf=0, base_target=0, per_hop=0, mss=0, min_cwnd=0),
+    "nscc": dict(mss=0, target_fraction=0, gamma=0, ewma=0, maxwnd_bdp=0, k_min_bdp=0,
+                 k_max_bdp=0, rccc=0),
+}
+
+
+def test_scaling_table_in_code_matches_documentation():
+    from fabric_jax.cc import LINE_RATE_SCALING, params_for
+    assert LINE_RATE_SCALING == DOCUMENTED_SCALING
+    for name, rules in DOCUMENTED_SCALING.items():
+        fields = {f.name for f in dataclasses.fields(params_for(name, gbps(100.0)))}
+        assert fields == set(rules), name
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED_SCALING))
+def test_params_for_400_vs_100_differ_exactly_by_the_rules(name):
+    # Every leaf at 400 Gb/s = leaf at 100 Gb/s * 4 ** e (the documented exponent).
+    from fabric_jax.cc import params_for
+    lo, hi = params_for(name, gbps(100.0)), params_for(name, gbps(400.0))
+    for field, e in DOCUMENTED_SCALING[name].items():
+        a = np.asarray(getattr(lo, field), float)
+        b = np.asarray(getattr(hi, field), float)
+        np.testing.assert_allclose(b, a * 4.0 ** e, rtol=1e-6, err_msg=f"{name}.{field}")
+
+
+def test_line_rate_defaults_closed_form():
+    from fabric_jax.cc import params_for
+    # [HPCC-NS3] run.py / mix/config.txt at 100 Gb/s: K_min/K_max 400/1600 KB,
+    # R_AI 5*100/25 = 20 Mb/s, R_HAI 50*100/25 = 200 Mb/s; timers 4/1/300 us; g 1/256.
+    d = params_for("dcqcn", gbps(100.0))
+    assert (float(d.k_min), float(d.k_max)) == pytest.approx((400e3, 1600e3))
+    assert (float(d.r_ai), float(d.r_hai)) == pytest.approx((20e6 / 8, 200e6 / 8))
+    assert (float(d.tau), float(d.tau_prime), float(d.timer)) == pytest.approx((4e-6, 1e-6, 300e-6))
+    assert float(d.g) == pytest.approx(1 / 256) and float(d.p_max) == pytest.approx(0.2)
+    # HPCC paper rule R_AI = C (1 - eta) / N with N = 100: 100 Gb/s * 0.05 / 100 = 50 Mb/s.
+    h = params_for("hpcc", gbps(100.0))
+    assert float(h.r_ai) == pytest.approx(50e6 / 8) and float(h.eta) == pytest.approx(0.95)
+    # IB CC: 30 us at 40 Gb/s, inverse to the rate: 3 us at 400 Gb/s; vendor marking rate 10.
+    ib = params_for("ibcc", gbps(400.0))
+    assert float(ib.ccti_timer) == pytest.approx(3e-6) and float(ib.marking_rate) == 10.0
+    # NSCC's derived gains (htsim initNsccParams) grow with the BDP: x4 from 100 to 400.
+    from fabric_jax.cc import nscc
+    p = params_for("nscc", gbps(100.0))
+    g100 = nscc.derived_gains(gbps(100.0), 12e-6, p)
+    g400 = nscc.derived_gains(gbps(400.0), 12e-6, p)
+    for x, y in zip(g100[:3], g400[:3]):
+        assert float(y) == pytest.approx(4 * float(x), rel=1e-6)
+    # at the htsim reference (100 Gb/s, 12 us): fi = 5 MSS, eta = 0.15 MSS
+    assert float(g100[1]) == pytest.approx(5 * 4096, rel=1e-5)
+
+
+def test_line_rate_arguments_are_checked():
+    from fabric_jax.cc import params_for
+    with pytest.raises(ValueError, match="line_rate"):
+        params_for("dcqcn", -1.0)
+    with pytest.raises(ValueError, match="not both"):
+        dcqcn_params("hpcc_ns3", line_rate=gbps(100.0), link_gbps=100.0)
+    with pytest.raises(ValueError, match="40 Gb/s"):
+        dcqcn_params("paper", link_gbps=400.0)
+    with pytest.raises(ValueError, match="law"):
+        params_for("bogus", gbps(100.0))
+    with pytest.raises(ValueError, match="unknown"):
+        params_for("hpcc", gbps(100.0), colour=1.0)
+    # old call sites: no line rate -> the paper set; a line rate -> the scaled set
+    assert float(dcqcn_params().k_min) == pytest.approx(5e3)
+    assert float(LAWS["dcqcn"].default_params(line_rate=gbps(25.0)).k_min) == pytest.approx(100e3)
+
+
+# ------------------------------------------------------------ DCQCN hyper increase
+def test_dcqcn_hyper_increase_accelerates_after_f_plus_ai_stages():
+    # [HPCC-NS3] RateIncEventMlx: after a cut, timer stage < F fast recovery, = F
+    # additive (+R_AI), > F hyper (+R_HAI).  Fluid form with no marks (p = 0): every
+    # timer period T adds R_AI to R_T until the age since the cut reaches (F + 1) T =
+    # 600 us, then R_HAI = 10 R_AI.  Start just after a cut: R_C = 20, R_T = 40 Gb/s.
+    # (float64: an increment of 8.3 kB/s per 1 us step is below float32's resolution
+    # of a 5 GB/s rate.)
+    with_x64 = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        p = dcqcn_params("hpcc_ns3", link_gbps=100.0)
+        law = LAWS["dcqcn"]
+        line = gbps(100.0)
+        s = law.init(jnp.full((1,), line), p)
+        s = dataclasses.replace(s, rate=jnp.full((1,), gbps(20.0)),
+                                target=jnp.full((1,), gbps(40.0)), age=jnp.zeros((1,)))
+        sig = signals(1, mark=0.0, rate=gbps(20.0), line=line)
+
+        def body(st, _):
+            st = law.step(st, sig, 1e-6, p, sm.EXACT)
+            return st, st.target[0]
+
+        s, rt = jax.lax.scan(body, s, None, length=1200)
+        rt = np.asarray(rt)
+        age = float(s.age[0])
+    finally:
+        jax.config.update("jax_enable_x64", with_x64)
+    slow = (rt[499] - rt[99]) / 400e-6            # age 100..500 us: additive stage
+    fast = (rt[1099] - rt[699]) / 400e-6          # age 700..1100 us: hyper stage
+    T = 300e-6
+    assert slow == pytest.approx(float(p.r_ai) / T, rel=1e-3)
+    assert fast == pytest.approx(float(p.r_hai) / T, rel=1e-3)
+    assert fast / slow == pytest.approx(10.0, rel=2e-3)
+    # the age is the time since the cut while no cut happens (exact renewal update)
+    assert age == pytest.approx(1200e-6, rel=1e-9)
+
+
+def test_dcqcn_paper_set_has_no_hyper_increase_and_fixed_point_holds():
+    # The "paper" set keeps [ZHU16]'s model: R_HAI = R_AI and a clamped target, so the
+    # fixed point of fixed_point() is the paper's (20.15 KB for N = 2 at 40 Gb/s, the
+    # value the simulated run of test_dcqcn_fixed_point_two_flows matches).
+    p = dcqcn_params("paper")
+    assert float(p.r_hai) == float(p.r_ai) and float(p.clamp_target) == 1.0
+    fp = dcqcn.fixed_point(2, C40, p)
+    assert fp["queue"] == pytest.approx(20.15e3, rel=1e-3)
+    # the scaled set has a fixed point in its RED band (K_min = 400 KB at 100 Gb/s)
+    fp = dcqcn.fixed_point(4, gbps(100.0), dcqcn_params("hpcc_ns3", link_gbps=100.0))
+    assert 400e3 < fp["queue"] < 1600e3 and fp["rate"] == pytest.approx(gbps(25.0))
+
+
+# ------------------------------------------- steady state with line-rate defaults
+@pytest.fixture(scope="module")
+def steady_runs():
+    """4 flows into one bottleneck at 100 and 400 Gb/s, each law at params_for(law, C).
+
+    20 ms (5000 steps of 4 us, the shapes and step of ``runs``, so the compiled loop
+    is shared), 8 us base RTT; the last 5 ms are averaged.
+    """
+    from fabric_jax.cc import params_for
+    out = {}
+    for g in (100.0, 400.0):
+        cap_rate = gbps(g)
+        inc, cap = dumbbell(N, cap_rate)
+        for name in LAWS:
+            out[name, g] = simulate_fluid(inc, cap, np.full(N, 1e13), dt=4e-6, n_steps=5000,
+                                          law=name, params=params_for(name, cap_rate),
+                                          base_rtt=np.full(N, RTT), save_every=50)
+    return out
+
+
+@pytest.mark.parametrize("gb", [100.0, 400.0])
+@pytest.mark.parametrize("name", sorted(LAWS))
+def test_steady_state_sane_with_line_rate_defaults(steady_runs, name, gb):
+    # Sane = bottleneck busy (>= 90 % of C; HPCC by design at eta + N R_AI / C), flows
+    # fair (each within 5 % of C/N), rates within [0, line], and for every reactive law
+    # the queue bounded and not growing (the 'none' law lets it grow by 3C).
+    C = gbps(gb)
+    r = steady_runs[name, gb]
+    thr = np.asarray(r.trajectory.throughput)[-25:]
+    rate = np.asarray(r.trajectory.rate)
+    assert np.all(np.isfinite(rate)) and rate.min() >= 0 and rate.max() <= C * (1 + 1e-6)
+    util = thr.sum(axis=1).mean() / C
+    if name == "hpcc":
+        from fabric_jax.cc import params_for
+        assert util == pytest.approx(0.95 + N * float(params_for("hpcc", C).r_ai) / C, rel=3e-3)
+    else:
+        assert util >= 0.9
+    np.testing.assert_allclose(thr.mean(axis=0), thr.mean(axis=0).mean(), rtol=0.05)
+    q = np.asarray(r.trajectory.queue)[:, 0]
+    if name != "none":
+        # not growing: the last 5 ms hold no more than the 5 ms before them + 10 %
+        assert q[-25:].mean() <= 1.1 * q[-50:-25].mean() + 1.0
+        assert q[-25:].max() < C * 1e-3     # below 1 ms of drain time
+
+
+def test_ibcc_switch_port_mask_uses_host_mask_not_node_order():
+    # Issue 15: in a from_edges graph the switch "sw" is named first, so it is node 0
+    # and the hosts are nodes 1, 2 -- "link_src >= n_hosts" would call the link
+    # h1 -> sw a switch port and sw -> h0 a host port.  Cables: sw-h0, sw-h1 (two links
+    # each); links leaving sw must be 1, links leaving a host 0.
+    from fabric_jax.cc import ibcc
+    from fabric_jax.topology import from_edges
+    topo = from_edges([("sw", "h0"), ("sw", "h1")], hosts=["h0", "h1"])
+    mask = ibcc.switch_port_mask(topo)
+    names = np.array(topo.node_names)[np.asarray(topo.link_src)]
+    np.testing.assert_array_equal(mask, (names == "sw").astype(float))
+    assert mask.sum() == 2 and topo.n_hosts == 2
+    # and on a builder topology (hosts first) it agrees with the old rule
+    from fabric_jax.topology import leaf_spine
+    t = leaf_spine(2, 2, 2)
+    np.testing.assert_array_equal(ibcc.switch_port_mask(t),
+                                  (np.asarray(t.link_src) >= t.n_hosts).astype(float))
+
+
+def test_docs_table_lists_every_parameter_with_its_exponent():
+    # docs/cc_parameters.md has one row "| `law` | `field` | value | unit | e | ..." per
+    # parameter; its exponent column must be the transcribed rule above.
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "cc_parameters.md").read_text()
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 5 and cells[0].startswith("`") and cells[1].startswith("`"):
+            rows[cells[0].strip("`"), cells[1].strip("`")] = int(cells[4])
+    documented = {(law, f): e for law, rules in DOCUMENTED_SCALING.items()
+                  for f, e in rules.items()}
+    assert rows == documented

@@ -164,3 +164,24 @@ def test_bench_scale_quick_writes_table_and_plot(tmp_path):
                 "peak_fraction", "peak_rss_bytes"):
         assert row[key] > 0, key
     assert (tmp_path / "bench_scale.png").is_file()
+
+
+def test_dcqcn_fixed_point_rate_trajectory_quick(tmp_path):
+    # [ZHU16] fixed point, N = 2 at 40 Gb/s with the paper set, tau* = 4 us: every
+    # flow's mean R_C(t) and R_T(t) over the last quarter of 0.1 s, the mean queue and
+    # alpha equal the fixed point within 2 % (brentq on the paper's equation, host
+    # side): q* = 20.15 KB, R_C* = C/N = 20 Gb/s, R_T* = 20.22 Gb/s, alpha* = 0.101.
+    out = tmp_path / "dcqcn.json"
+    mod = _load("dcqcn_fixed_point")
+    rc = mod.main(["--flows", "2", "--duration", "0.1", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert rc == 0 and data["match"] is True
+    assert len(data["sim_rate_gbps"]) == 2 and len(data["sim_target_gbps"]) == 2
+    assert data["fixed_point_queue_kb"] == pytest.approx(20.15, rel=1e-3)
+    for key in ("queue", "rate", "target", "alpha"):
+        assert data["rel_error"][key] <= 0.02
+    # the target differs from the rate at the fixed point (R_T* > R_C*): comparing
+    # trajectories, not the throughput, is what makes this check able to fail
+    assert data["fixed_point_target_gbps"] > data["fixed_point_rate_gbps"] * 1.005
+    with pytest.raises(SystemExit):
+        mod.main(["--flows", "2", "--link-gbps", "100"])     # the paper set is 40 Gb/s

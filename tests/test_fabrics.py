@@ -93,3 +93,69 @@ def test_infiniband_uncongested_sharp_all_reduce_runs_at_line_rate():
     assert ideal - 1e-9 <= t_ar <= ideal + 2 * 2e-6
     assert float(np.max(np.asarray(res.trajectory.law_state.ccti))) == 0.0
     assert float(np.sum(np.asarray(res.info.paused_time))) == 0.0
+
+
+# ------------------------------------------------ parameters per NIC line rate
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_400_vs_100_differ_exactly_as_documented(name):
+    # docs/cc_parameters.md: each leaf scales as (B / B_ref) ** e; from 100 to 400 Gb/s
+    # it is multiplied by 4 ** e (the exponents transcribed in tests/test_cc.py).
+    from tests.test_cc import DOCUMENTED_SCALING
+    hi = get_fabric(name, nic_gbps=400.0)
+    lo = get_fabric(name, nic_gbps=100.0)
+    p_hi, p_lo = hi.law_params(), lo.law_params()
+    rules = DOCUMENTED_SCALING[hi.cc]
+    for field, e in rules.items():
+        np.testing.assert_allclose(np.asarray(getattr(p_hi, field), float),
+                                   np.asarray(getattr(p_lo, field), float) * 4.0 ** e,
+                                   rtol=1e-6, err_msg=f"{name}: {field}")
+    # a case builder's line rate overrides the preset's nic_gbps
+    from fabric_jax.units import gbps
+    p_case = hi.law_params(line_rate=gbps(100.0))
+    for field in rules:
+        np.testing.assert_array_equal(np.asarray(getattr(p_case, field)),
+                                      np.asarray(getattr(p_lo, field)))
+
+
+def test_roce_at_400g_no_longer_runs_the_40g_paper_values():
+    # Issue 11: RoCE at 400 Gb/s ran K_min/K_max 5/200 KB and R_AI 40 Mb/s.  Now the
+    # [HPCC-NS3] rule: 100/400 KB and 5 Mb/s per 25 Gb/s, i.e. 1.6/6.4 MB and 80 Mb/s.
+    p = roce().law_params()
+    assert (float(p.k_min), float(p.k_max), float(p.r_ai)) == pytest.approx(
+        (1.6e6, 6.4e6, 80e6 / 8))
+    # cc_options still override the scaled value
+    assert float(roce(cc_options={"k_min": 1e5}).law_params().k_min) == pytest.approx(1e5)
+    with pytest.raises(ValueError, match="cc_options"):
+        roce(cc_options={"kmin": 1.0}).law_params()
+    with pytest.raises(ValueError, match="nic_gbps"):
+        roce(nic_gbps=0.0)
+    with pytest.raises(ValueError, match="switch_latency"):
+        roce(switch_latency=-1e-9)
+
+
+# ------------------------------------------------------- device latency per preset
+def test_link_latency_adds_switch_and_nic_latency_per_hop():
+    # leaf_spine(2 leaves, 2 spines, 2 hosts per leaf), 1 us propagation per link.  A
+    # host -> leaf -> spine -> leaf -> host path (4 links, 3 switches) gains
+    # 3 switch_latency + 2 nic_latency over its propagation (4 us).
+    from fabric_jax.paths import shortest_paths
+    from fabric_jax.topology import leaf_spine
+    topo = leaf_spine(2, 2, 2)
+    for name in PRESETS:
+        fab = get_fabric(name)
+        assert 0 < fab.switch_latency < 1e-6 and 0 < fab.nic_latency < 1e-6
+        lat = fab.link_latency(topo)
+        ps = shortest_paths(fab.with_latency(topo), np.array([0]), np.array([3]), max_paths=1)
+        path_lat = float(ps.latency(fab.with_latency(topo))[0, 0])
+        assert path_lat == pytest.approx(4e-6 + 3 * fab.switch_latency + 2 * fab.nic_latency,
+                                         rel=1e-9)
+        assert lat.shape == (topo.n_links,) and np.all(lat >= topo.latency)
+    # InfiniBand's cut-through switch is faster than the Ethernet presets' switches
+    assert get_fabric("infiniband").switch_latency < get_fabric("spectrum_x").switch_latency \
+        < get_fabric("roce").switch_latency
+    # propagation may be given explicitly (cables only)
+    fab = get_fabric("infiniband")
+    zero = fab.link_latency(topo, propagation=np.zeros(topo.n_links))
+    assert zero.max() == pytest.approx(fab.switch_latency + fab.nic_latency)
+    with pytest.raises(ValueError, match="propagation"):
+        fab.link_latency(topo, propagation=np.zeros(3))

@@ -1,4 +1,4 @@
-"""HPCC (Li et al., SIGCOMM 2019) as a fluid law.
+"""HPCC (Li et al., SIGCOMM 2019 [HPCC19]) as a fluid law.
 
 Every hop reports in-band telemetry; the sender computes the hop utilisation
 ``u_j = q_j/(B_j T) + tx_j/B_j`` and ``U = max_j u_j`` (the fluid loop provides it as
@@ -12,8 +12,18 @@ rate ``R_c`` committed once per RTT.  Fluid form: ``dU/dt = (u~ - U)/T``,
 ``R = R_c eta / U + R_AI`` and ``d log R_c/dt = log(R / R_c)/T`` (the committed
 reference is multiplied by ``R/R_c`` once per RTT).  For ``N`` flows on one link of capacity ``C``
 without a standing queue the equilibrium utilisation is ``eta + N R_AI / C`` (set
-``dR/dt = 0`` with ``U = N R / C``).  Defaults [HPCC-NS3] ``run.py``: ``eta`` 0.95,
-``R_AI`` = 10 bw/25 Mb/s (40 Mb/s at 100 Gb/s), min rate 100 Mb/s.  HPCC reads no ECN.
+``dR/dt = 0`` with ``U = N R / C``).
+
+Defaults and line rate (``docs/cc_parameters.md``): ``eta`` = 0.95 ([HPCC19]
+evaluation, [HPCC-NS3] ``U_TARGET``); ``T`` = the flow's base RTT (the fluid loop's
+``FlowSignals.base_rtt``; [HPCC19] uses the fabric's largest base RTT, [HPCC-NS3]
+``GLOBAL_T 1``); the additive step follows the paper's rule ``W_AI = W_init (1 - eta)
+/ N`` ([HPCC19] parameter discussion; ``N`` the expected largest number of concurrent
+flows on a link, ``W_init = C T``), in rate form ``R_AI = W_AI / T = C (1 - eta) / N``.
+``N = expected_flows = 100`` is this model's assumption (50 Mb/s at 100 Gb/s, next to
+[HPCC-NS3] ``run.py``'s ``10 bw/25`` = 40 Mb/s).  So ``R_AI`` scales linearly with the
+NIC line rate and ``eta`` does not.  Min rate 100 Mb/s ([HPCC-NS3] ``RdmaHw``
+``MinRate`` default, not scaled).  HPCC reads no ECN.
 Departures: one reference-rate update per RTT is smoothed into a rate; no
 per-ACK "fast react".
 """
@@ -25,10 +35,20 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from ..units import gbps
+from ._linerate import resolve_gbps
 from .base import Law, register
 
-__all__ = ["HPCCParams", "HPCCState", "HPCC", "hpcc_params"]
+__all__ = ["HPCCParams", "HPCCState", "HPCC", "hpcc_params", "LINE_RATE_SCALING",
+           "REFERENCE_GBPS"]
+
+#: Line rate at which the rules below are quoted (the [HPCC19] evaluation's host rate).
+REFERENCE_GBPS = 100.0
+
+#: Exponent ``e``: ``value(B) = value(100 Gb/s) (B / 100 Gb/s) ** e``.
+LINE_RATE_SCALING = {"eta": 0, "r_ai": 1, "min_rate": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,13 +75,32 @@ jax.tree_util.register_dataclass(HPCCParams)
 jax.tree_util.register_dataclass(HPCCState)
 
 
-def hpcc_params(*, link_gbps: float = 100.0, **overrides) -> HPCCParams:
-    """[HPCC-NS3] defaults scaled to ``link_gbps``; fields may be overridden."""
-    p = dict(eta=0.95, r_ai=10 * link_gbps / 25 * 1e6 / 8, min_rate=100e6 / 8)
+def hpcc_params(*, line_rate=None, link_gbps=None, expected_flows: float = 100.0,
+                **overrides) -> HPCCParams:
+    """HPCC defaults at a NIC line rate (see the module docstring).
+
+    Args:
+      line_rate: NIC line rate, bytes/s (or ``link_gbps`` in Gb/s; default 100 Gb/s).
+      expected_flows: ``N`` of the paper's ``W_AI = W_init (1 - eta)/N``.
+      **overrides: ``eta``, ``r_ai`` (bytes/s), ``min_rate`` (bytes/s).  An ``eta``
+        override also sets ``r_ai`` by the rule unless ``r_ai`` is given.
+
+    Raises:
+      ValueError: unknown field, bad line rate, ``expected_flows <= 0``.
+    """
+    gb = resolve_gbps(line_rate, link_gbps, REFERENCE_GBPS, "hpcc_params")
+    if not float(expected_flows) > 0:
+        raise ValueError(f"hpcc_params: expected_flows must be > 0; got {expected_flows!r}")
+    eta = overrides.get("eta", 0.95)
+    r_ai = None if isinstance(eta, jax.core.Tracer) else (
+        gbps(gb) * (1.0 - float(np.asarray(eta))) / float(expected_flows))
+    p = dict(eta=0.95, r_ai=r_ai, min_rate=100e6 / 8)
     unknown = set(overrides) - set(p)
     if unknown:
         raise ValueError(f"unknown HPCC parameter(s) {sorted(unknown)}; valid: {sorted(p)}")
     p.update(overrides)
+    if p["r_ai"] is None:
+        raise ValueError("hpcc_params: a traced eta needs an explicit r_ai")
     dt = jnp.result_type(float)
     return HPCCParams(**{k: jnp.asarray(v, dt) for k, v in p.items()})
 

@@ -20,32 +20,39 @@ and ``R~`` the flow's rate one feedback delay ago,
 CCTI continuous and the table interpolated linearly between integer indices.  At
 equilibrium the marking rate equals ``S / (r * ccti_increase * ccti_timer)``.
 
-Defaults and their sources: the CC table is the LLNL/Simula ``simula_llnl`` table
-(128 entries, shift 3, multiplier ``floor((7 i^2/106^2)/0.408)``: IPD from 0 to 3
-packet times, i.e. down to 25 % of line rate) [OPENSM]; ``ccti_increase`` 1 [MLNX-CCMGR,
-OPENSM]; ``victim_mask`` on (LLNL sets every port); ``marking_rate`` 3 and
-``ccti_timer`` 30 us from the OMNeT++ IB CC example configurations [IBMODEL]; 2 KB
-packets (IB MTU).  The annex's Threshold (0-15) to buffer-level mapping is not public,
-so the threshold is given directly in bytes (default 16 KB, about 8 packets) --- an
-assumption of this model.  Only switch egress ports mark (``switch_port``, see
-:func:`switch_port_mask`).
+Defaults and their sources (``docs/cc_parameters.md``): the CC table is the
+LLNL/Simula ``simula_llnl`` table (128 entries, shift 3, multiplier
+``floor((7 i^2/106^2)/0.408)``: IPD from 0 to 3 packet times, i.e. down to 25 % of line
+rate) [OPENSM]; ``ccti_increase`` 1, ``ccti_min`` 0 and ``marking_rate`` 10 (0xA: on
+average one eligible packet in 11 is marked) are the Mellanox CC manager defaults
+[MLNX-CCMGR]; ``victim_mask`` on (LLNL sets every port [OPENSM]); 2 KB packets (IB MTU
+2048, an assumption: NDR links also run 4 KB).  The annex's Threshold (0-15) to
+buffer-level mapping is not public: the vendor default 0xF is "most aggressive", here a
+16 KB queue (about 8 packets, an assumption, not scaled with the rate: a cut-through
+port marks within a few packets whatever its speed).
+
+Line rate: ``ccti_timer`` is 30 us at 40 Gb/s (4x QDR, the OMNeT++ IB CC example
+configurations [IBMODEL]) and scales as ``40 Gb/s / B`` (7.5 us at 160, 3 us at 400
+Gb/s).  The vendor's manager computes the timer from the fabric size by an unpublished
+formula [MLNX-CCMGR]; the rule used here is this model's assumption, chosen because it
+keeps the mechanism's two rate-free quantities fixed: the equilibrium FECN fraction
+``S / (R ccti_increase ccti_timer)`` and the time a congestion episode keeps a flow
+throttled (BECNs arrive ``R/S`` times faster, the timer returns them ``R`` times faster).
+The CC table is in packet times, so it needs no scaling.  Only switch egress ports mark
+(``switch_port``, see :func:`switch_port_mask`).
 
 Behaviour to expect (measured in the compare study, pinned in ``tests/test_cc.py``): an
 uncongested flow is never slowed (no queue, no mark: line rate); a congestion episode
-charges the CCTI fast -- at 50 GB/s with 2 KB packets and a quarter of the packets
-marked, about 6 indices per microsecond -- while the timer returns it by one index per
-``ccti_timer`` (30 us), and the LLNL table inserts no delay below index 26.  So a flow
-that crossed a hot spot for a few tens of microseconds stays throttled for a
-millisecond or more after the hot spot has gone (from index 127 back to 26 takes
-``101 x 30 us = 3 ms``).  This asymmetry is the mechanism's: the marking rate,
-increase and timer are the published settings above; a shorter timer or a gentler
-table (``cct``, ``ccti_timer``) trades this hangover for weaker control.  One part is
-the fluid form's: the loop forwards a drained queue store-and-forward, one step per
-hop, so every hop downstream of a real queue holds ``C dt`` in transit (200 kB at
-400 Gb/s and a 4 us step), above the 16 KB threshold; in the compare study's training
-job a threshold that ignores that transit (``threshold`` + ``C dt``) shortens the IB
-all-reduce from 278 to 242 us (``cc="none"``: 164 us).  Keep ``C dt`` below the
-threshold (small ``dt``) where that matters.
+charges the CCTI fast -- at 50 GB/s with 2 KB packets and every eligible packet
+marked one in 11 times, about 2.3 indices per microsecond -- while the timer returns it
+by one index per ``ccti_timer``, and the LLNL table inserts no delay below index 26.  So
+a flow that crossed a hot spot for a few tens of microseconds stays throttled long
+after the hot spot has gone (from index 127 back to 26 takes ``101 ccti_timer``: 3 ms at
+the 40 Gb/s reference, 0.3 ms at 400 Gb/s).  This asymmetry is the mechanism's:
+the marking rate and increase are the vendor settings above; a shorter timer or a
+gentler table (``cct``, ``ccti_timer``) trades this hangover for weaker control.  (The
+compare-study figures measured before the line-rate rule -- marking rate 3, a 30 us
+timer at 400 Gb/s -- no longer apply; see ``docs/cc_parameters.md``.)
 """
 
 from __future__ import annotations
@@ -59,9 +66,20 @@ import numpy as np
 
 from .. import smooth as sm
 from ..units import KB, US
+from ._linerate import resolve_gbps, scale
 from .base import Law, register
 
-__all__ = ["IBCCParams", "IBCCState", "IBCC", "ibcc_params", "llnl_cct", "switch_port_mask"]
+__all__ = ["IBCCParams", "IBCCState", "IBCC", "ibcc_params", "llnl_cct", "switch_port_mask",
+           "LINE_RATE_SCALING", "REFERENCE_GBPS"]
+
+#: The line rate of the [IBMODEL] configurations that give ``ccti_timer`` = 30 us.
+REFERENCE_GBPS = 40.0
+
+#: Exponent ``e``: ``value(B) = value(40 Gb/s) (B / 40 Gb/s) ** e`` (``cct`` included,
+#: element-wise).
+LINE_RATE_SCALING = {"threshold": 0, "marking_rate": 0, "victim_mask": 0, "ccti_increase": 0,
+                     "ccti_timer": -1, "ccti_min": 0, "ccti_limit": 0, "cct": 0, "packet": 0,
+                     "switch_port": 0}
 
 
 def switch_port_mask(topology) -> np.ndarray:
@@ -75,8 +93,13 @@ def switch_port_mask(topology) -> np.ndarray:
     NIC backlog would be read as a congested switch port.  Pass it as
     ``ibcc_params(switch_port=switch_port_mask(topo))``
     (:func:`fabric_jax.compare.simulate_case` does).
+
+    A link leaves a switch when its source node is not a host
+    (``topology.node_is_host``), whatever the node numbering: graphs from
+    :func:`fabric_jax.topology.from_edges` may number hosts after switches.
     """
-    return (np.asarray(topology.link_src) >= topology.n_hosts).astype(float)
+    is_host = np.asarray(topology.node_is_host, bool)
+    return (~is_host[np.asarray(topology.link_src)]).astype(float)
 
 
 def llnl_cct(n: int = 128) -> np.ndarray:
@@ -118,11 +141,22 @@ jax.tree_util.register_dataclass(IBCCParams)
 jax.tree_util.register_dataclass(IBCCState)
 
 
-def ibcc_params(**overrides) -> IBCCParams:
-    """Default IB CC parameters (see the module docstring); fields may be overridden."""
+def ibcc_params(*, line_rate=None, link_gbps=None, **overrides) -> IBCCParams:
+    """Default IB CC parameters at a NIC line rate (see the module docstring).
+
+    Args:
+      line_rate: NIC line rate, bytes/s (or ``link_gbps`` in Gb/s; default 40 Gb/s,
+        the reference of the timer rule).
+      **overrides: field values of :class:`IBCCParams` (bytes, seconds).
+
+    Raises:
+      ValueError: unknown field, a bad CC table or ``ccti_limit``, bad line rate.
+    """
+    gb = resolve_gbps(line_rate, link_gbps, REFERENCE_GBPS, "ibcc_params")
     cct = llnl_cct()
-    p = dict(threshold=16 * KB, marking_rate=3.0, victim_mask=1.0, ccti_increase=1.0,
-             ccti_timer=30 * US, ccti_min=0.0, ccti_limit=float(cct.size - 1), cct=cct,
+    p = dict(threshold=16 * KB, marking_rate=10.0, victim_mask=1.0, ccti_increase=1.0,
+             ccti_timer=scale(30 * US, gb, REFERENCE_GBPS, LINE_RATE_SCALING["ccti_timer"]),
+             ccti_min=0.0, ccti_limit=float(cct.size - 1), cct=cct,
              packet=2 * KB, switch_port=1.0)
     unknown = set(overrides) - set(p)
     if unknown:

@@ -13,9 +13,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ._linerate import resolve_gbps
 from .base import Law, register
 
-__all__ = ["NoneParams", "NoneState", "NONE"]
+__all__ = ["NoneParams", "NoneState", "NONE", "none_params", "LINE_RATE_SCALING"]
+
+#: No parameters, nothing to scale.
+LINE_RATE_SCALING: dict = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,4 +50,10 @@ def _mark(links, params, smooth):
     return jnp.zeros_like(links.queue)
 
 
-NONE = register(Law("none", _init, _step, _mark, lambda **kw: NoneParams()))
+def none_params(*, line_rate=None, link_gbps=None) -> NoneParams:
+    """The empty parameter pytree (the line rate is checked, then unused)."""
+    resolve_gbps(line_rate, link_gbps, 100.0, "none_params")
+    return NoneParams()
+
+
+NONE = register(Law("none", _init, _step, _mark, none_params))

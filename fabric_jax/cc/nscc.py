@@ -24,6 +24,15 @@ with ``avg`` an EWMA of ``d`` (gain 0.0125 per ACK of ``mss`` bytes).  Scaling
 Switches mark ECN on dequeue with a ramp from 0 at ``0.2 BDP`` to 1 at ``0.8 BDP``
 (BDP = link capacity x largest base RTT).
 
+Line rate (``docs/cc_parameters.md``): the parameters above are fractions, counts and
+an MSS, so none scales; the gains ``alpha``, ``fi`` and ``eta`` are derived per flow
+from its BDP (line rate x base RTT) in every step, as htsim's ``initNsccParams`` does
+(:func:`derived_gains`): ``fi`` and ``eta`` grow linearly with the line rate, ``alpha``
+too (its ``b / D`` factor is rate-free), and the ECN ramp thresholds follow each
+port's own BDP.  The UEC 1.0 specification's normative defaults were not available
+(``congestion-control.md`` sec. 6); [UET-HTSIM] is UEC's own, non-normative
+simulator.
+
 RCCC ([UET-HTSIM] ``UecPullPacer``; ``rccc=1``): the receiver paces credit at
 ``0.99 C_rx`` shared among its active senders, so the rate is also capped at
 ``FlowSignals.rx_share`` (water-filling at the last hop).  Departures: quick adapt,
@@ -39,9 +48,15 @@ import jax
 import jax.numpy as jnp
 
 from .. import smooth as sm
+from ._linerate import resolve_gbps
 from .base import Law, register
 
-__all__ = ["NSCCParams", "NSCCState", "NSCC", "nscc_params"]
+__all__ = ["NSCCParams", "NSCCState", "NSCC", "nscc_params", "derived_gains",
+           "LINE_RATE_SCALING"]
+
+#: Exponent of each parameter's line-rate rule: none scales (see :func:`derived_gains`).
+LINE_RATE_SCALING = {"mss": 0, "target_fraction": 0, "gamma": 0, "ewma": 0, "maxwnd_bdp": 0,
+                     "k_min_bdp": 0, "k_max_bdp": 0, "rccc": 0}
 
 _REF_BDP = 100e9 / 8 * 12e-6      # 100 Gb/s x 12 us, bytes
 _REF_DELAY = 12e-6
@@ -77,8 +92,14 @@ jax.tree_util.register_dataclass(NSCCParams)
 jax.tree_util.register_dataclass(NSCCState)
 
 
-def nscc_params(*, rccc: bool = False, **overrides) -> NSCCParams:
-    """[UET-HTSIM] defaults (4 KB MTU); ``rccc=True`` adds receiver credit."""
+def nscc_params(*, rccc: bool = False, line_rate=None, link_gbps=None,
+                **overrides) -> NSCCParams:
+    """[UET-HTSIM] defaults (4 KB MTU); ``rccc=True`` adds receiver credit.
+
+    ``line_rate`` (bytes/s) / ``link_gbps`` are accepted for a uniform builder API and
+    checked; the line rate acts through :func:`derived_gains`, not the parameters.
+    """
+    resolve_gbps(line_rate, link_gbps, 100.0, "nscc_params")
     p = dict(mss=4096.0, target_fraction=0.75, gamma=0.8, ewma=0.0125, maxwnd_bdp=1.5,
              k_min_bdp=0.2, k_max_bdp=0.8, rccc=1.0 if rccc else 0.0)
     unknown = set(overrides) - set(p)
@@ -89,6 +110,28 @@ def nscc_params(*, rccc: bool = False, **overrides) -> NSCCParams:
     return NSCCParams(**{k: jnp.asarray(v, dt) for k, v in p.items()})
 
 
+def derived_gains(line_rate, base_rtt, params):
+    """htsim ``initNsccParams`` gains of a flow (``congestion-control.md`` sec. 3.3).
+
+    With ``BDP = line_rate * base_rtt``, ``a = BDP / (100 Gb/s x 12 us)``, target
+    ``D = target_fraction * base_rtt`` and ``b = D / 12 us``: ``alpha = 4 mss a b / D``
+    (per second of delay below target), ``fi = 5 mss a``, ``eta = 0.15 mss a`` (bytes).
+
+    Args:
+      line_rate, base_rtt: bytes/s and seconds, any broadcastable shapes.
+      params: :class:`NSCCParams`.
+
+    Returns:
+      ``(alpha, fi, eta, target, bdp)``.
+    """
+    bdp = line_rate * base_rtt
+    target = params.target_fraction * base_rtt
+    a = bdp / _REF_BDP
+    b = target / _REF_DELAY
+    return (4.0 * params.mss * a * b / target, 5.0 * params.mss * a, 0.15 * params.mss * a,
+            target, bdp)
+
+
 def _init(line_rate, params):
     line = jnp.asarray(line_rate)
     return NSCCState(rate=line, cwnd=jnp.full_like(line, jnp.inf),
@@ -97,15 +140,9 @@ def _init(line_rate, params):
 
 def _step(state, signals, dt, params, smooth):
     base = signals.base_rtt
-    bdp = state.line_rate * base
+    alpha, fi, eta, target, bdp = derived_gains(state.line_rate, base, params)
     maxwnd = params.maxwnd_bdp * bdp
     w = jnp.minimum(state.cwnd, maxwnd)
-    target = params.target_fraction * base
-    a = bdp / _REF_BDP
-    b = target / _REF_DELAY
-    alpha = 4.0 * params.mss * a * b / target
-    fi = 5.0 * params.mss * a
-    eta = 0.15 * params.mss * a
     d = jnp.maximum(signals.rtt - base, 0.0)
     acked = signals.rate
     m = signals.mark

@@ -11,8 +11,12 @@ window grows by ``ai`` MSS per RTT, else it shrinks, at most once per RTT, by th
 and rate ``W / d``.  ``target = base_target + hops * per_hop``.  With ``N`` flows on
 one bottleneck the fluid equilibrium sits on the switching surface ``d = target``:
 queueing delay ``target - base_rtt``, i.e. a queue of ``C (target - base_rtt)`` bytes.
-Defaults (htsim, labelled as guesses there): ai 1, beta 0.8, max_mdf 0.5,
-base_target 20 us, per_hop = base_target/6.55, MSS 4096 B.  Departure: the
+Defaults (htsim, labelled as guesses there; ``congestion-control.md`` sec. 3.2): ai 1,
+beta 0.8, max_mdf 0.5, base_target 20 us, per_hop = base_target/6.55, MSS 4096 B,
+min cwnd 41 B (htsim's floor, 1 % of an MSS).  Line rate (``docs/cc_parameters.md``):
+no parameter scales.  Swift's targets are delays and its increase is in MSS per RTT
+(Kumar et al. sec. 3), so the line rate enters only through the state: the window
+starts at, and is capped near, the flow's BDP (line rate x base RTT).  Departure: the
 flow-scaling term ``fs`` (larger target for small windows) is omitted.
 """
 
@@ -26,9 +30,14 @@ import jax.numpy as jnp
 
 from .. import smooth as sm
 from ..units import US
+from ._linerate import resolve_gbps
 from .base import Law, register
 
-__all__ = ["SwiftParams", "SwiftState", "SWIFT", "swift_params"]
+__all__ = ["SwiftParams", "SwiftState", "SWIFT", "swift_params", "LINE_RATE_SCALING"]
+
+#: Exponent of each parameter's line-rate rule: none scales.
+LINE_RATE_SCALING = {"ai": 0, "beta": 0, "max_mdf": 0, "base_target": 0, "per_hop": 0,
+                     "mss": 0, "min_cwnd": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +68,13 @@ jax.tree_util.register_dataclass(SwiftParams)
 jax.tree_util.register_dataclass(SwiftState)
 
 
-def swift_params(**overrides) -> SwiftParams:
-    """htsim Swift defaults; fields may be overridden."""
+def swift_params(*, line_rate=None, link_gbps=None, **overrides) -> SwiftParams:
+    """htsim Swift defaults; fields may be overridden.
+
+    ``line_rate`` (bytes/s) / ``link_gbps`` are accepted for a uniform builder API and
+    checked; no Swift parameter depends on them (see the module docstring).
+    """
+    resolve_gbps(line_rate, link_gbps, 100.0, "swift_params")
     p = dict(ai=1.0, beta=0.8, max_mdf=0.5, base_target=20 * US, per_hop=20 * US / 6.55,
              mss=4096.0, min_cwnd=41.0)
     unknown = set(overrides) - set(p)
