@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .fairness import solve
+from .fairness import _solve_rows, _warm_buckets, solve, solve_warm
 from .incidence import Incidence, as_incidence, check_entries
 
 __all__ = [
@@ -54,6 +54,14 @@ __all__ = [
 #: Initial number of slots of the event engine's active-flow table.  The cost of an
 #: event grows with it; it doubles (one recompile) when more flows are active at once.
 DEFAULT_MAX_ACTIVE = 256
+
+#: Relative safety margin of the warm start: a flow keeps its previous rate only when it
+#: is below ``(1 - WARM_START_RTOL) * theta`` (see "Warm-started solves"), so that rates
+#: that tie ``theta`` mathematically but differ from it by round-off are re-solved.
+WARM_START_RTOL = {np.dtype("float32"): 1e-4, np.dtype("float64"): 1e-9}
+
+#: Use the rate-sorted event loop for independent flows (switch off to compare).
+_USE_SORTED = True
 
 #: Relative tolerance (in units of the dtype's machine epsilon) within which two
 #: completion times are treated as one event.
@@ -234,7 +242,8 @@ def flow_rows(inc: Incidence):
 
 def simulate_flows(incidence, capacity, arrival, size, *, deps=None, delay=None, latency=None,
                    demand=None, record_rates: bool = False, max_events: int | None = None,
-                   max_active: int | None = None) -> FlowSimResult:
+                   max_active: int | None = None, warm_start: bool = True,
+                   tolerance: float = 0.0) -> FlowSimResult:
     """Event-driven, exact flow-level simulation under max-min sharing.
 
     Each event solves the max-min rates of the flows active at that moment only: they
@@ -258,6 +267,13 @@ def simulate_flows(incidence, capacity, arrival, size, *, deps=None, delay=None,
         starts or completes at least one flow).
       max_active: initial size of the active-flow table (default
         ``min(flows, DEFAULT_MAX_ACTIVE)``; it doubles on overflow).
+      warm_start: reuse the rates an event provably leaves unchanged and solve only
+        the rest (exact; see "Warm-started solves" in the module docstring).
+        ``False`` solves every event from scratch (same result up to round-off).
+      tolerance: bounded-error event merging, off by default (``0``, exact).  Every
+        completion that falls within ``tolerance * t`` after the next event ``t``
+        (relative, in time) is processed in that event; see "Event merging" in the
+        module docstring for what it changes and the error bound.
 
     Returns:
       :class:`FlowSimResult`.
@@ -265,17 +281,26 @@ def simulate_flows(incidence, capacity, arrival, size, *, deps=None, delay=None,
     Raises:
       ValueError: bad shapes or values (see :func:`validate_flows`), incidence entries
         out of range or with a NaN/inf/negative weight, ``max_events`` or
-        ``max_active`` not a positive integer.
+        ``max_active`` not a positive integer, ``tolerance`` negative or not finite.
     """
     inc, capacity, deps, flows = _prepare(incidence, capacity, arrival, size, deps, delay,
                                           latency, demand)
+    traced = any(isinstance(x, jax.core.Tracer)
+                 for x in jax.tree_util.tree_leaves((capacity, flows, tolerance)))
+    if (_USE_SORTED and warm_start and not record_rates and not traced and inc.n_flows > 0
+            and not np.any(np.asarray(deps) >= 0)):
+        _check_event_args(max_events, max_active, tolerance)
+        if max_events is None:
+            max_events = 2 * inc.n_flows + 2
+        return _simulate_sorted_run(inc, capacity, flows, max_events, tolerance)
     return _run_events(inc, capacity, deps, flows, max_events, max_active, record_rates,
-                       batched=False)
+                       batched=False, warm=warm_start, tolerance=tolerance)
 
 
 def simulate_flows_batched(incidence, capacity, arrival, size, *, deps=None, delay=None,
                            latency=None, demand=None, max_events: int | None = None,
-                           max_active: int | None = None):
+                           max_active: int | None = None, warm_start: bool = True,
+                           tolerance: float = 0.0):
     """:func:`simulate_flows` over a batch of scenarios sharing one incidence pattern.
 
     ``capacity`` is ``[batch, links]``; ``arrival`` and ``size`` are ``[batch, flows]``;
@@ -294,27 +319,44 @@ def simulate_flows_batched(incidence, capacity, arrival, size, *, deps=None, del
     if capacity.shape[0] != flows["arrival"].shape[0]:
         raise ValueError(f"capacity has batch {capacity.shape[0]} but arrival has "
                          f"{flows['arrival'].shape[0]}")
-    return _run_events(inc, capacity, deps, flows, max_events, max_active, False, batched=True)
+    return _run_events(inc, capacity, deps, flows, max_events, max_active, False, batched=True,
+                       warm=warm_start, tolerance=tolerance)
 
 
-def _run_events(inc, capacity, deps, flows, max_events, max_active, record, batched):
-    n = inc.n_flows
-    if max_events is None:
-        max_events = 2 * n + 2
-    if isinstance(max_events, bool) or not isinstance(max_events, (int, np.integer)) \
-            or max_events < 1:
+def _check_event_args(max_events, max_active, tolerance):
+    if not isinstance(tolerance, jax.core.Tracer):
+        try:
+            tol = np.asarray(tolerance, float)
+        except (TypeError, ValueError):
+            tol = np.asarray(np.nan)
+        if tol.shape != () or not np.isfinite(tol) or tol < 0:
+            raise ValueError(f"tolerance must be a finite number >= 0 (relative, in time; "
+                             f"0 = exact); got {tolerance!r}")
+    if max_events is not None and (
+            isinstance(max_events, bool) or not isinstance(max_events, (int, np.integer))
+            or max_events < 1):
         raise ValueError(f"max_events must be a positive integer (default 2 * flows + 2); "
                          f"got {max_events!r}")
+    if max_active is not None and (not isinstance(max_active, (int, np.integer))
+                                   or max_active < 1):
+        raise ValueError(f"max_active must be a positive integer; got {max_active!r}")
+
+
+def _run_events(inc, capacity, deps, flows, max_events, max_active, record, batched,
+                warm=True, tolerance=0.0):
+    n = inc.n_flows
+    _check_event_args(max_events, max_active if n > 0 else None, tolerance)
+    if max_events is None:
+        max_events = 2 * n + 2
     if max_active is None:
         max_active = min(n, DEFAULT_MAX_ACTIVE)
-    if not isinstance(max_active, (int, np.integer)) or max_active < 1 and n > 0:
-        raise ValueError(f"max_active must be a positive integer; got {max_active!r}")
     if n == 0:  # nothing to simulate (the slot table would index an empty flow table)
         return _empty_result(capacity.shape[:-1], capacity.dtype, max_events, record)
     rows = flow_rows(inc)
     width = max(1, min(int(max_active), n))
     while True:
-        run = functools.partial(_simulate_events, int(max_events), width, bool(record))
+        run = functools.partial(_simulate_events, int(max_events), width, bool(record),
+                                warm=bool(warm), tolerance=tolerance)
         if batched:
             res, overflow = jax.vmap(run, in_axes=(None, None, 0, None, 0))(
                 rows, inc.n_links, capacity, deps, flows)
@@ -348,9 +390,9 @@ def _empty_result(batch_shape, dtype, max_events, record):
                          rate_history=rates)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 4))
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 4, 8))
 def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: int, capacity,
-                     deps, flows):
+                     deps, flows, warm: bool = True, tolerance=0.0):
     arrival, size, delay = flows["arrival"], flows["size"], flows["delay"]
     latency, demand = flows["latency"], flows["demand"]
     ell_links, ell_weight = rows
@@ -358,7 +400,9 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
     dt_ = capacity.dtype
     ell_weight = ell_weight.astype(dt_)
     eps = EVENT_EPS_ULPS * jnp.finfo(dt_).eps
+    keep_rtol = WARM_START_RTOL.get(np.dtype(dt_), 1e-4)
     inf = jnp.asarray(jnp.inf, dt_)
+    tolerance = jnp.asarray(tolerance, dt_)
     flow_ids = jnp.arange(n_flows, dtype=jnp.int32)
     slot_of_entry = jnp.repeat(jnp.arange(width, dtype=jnp.int32), n_hops)
 
@@ -382,10 +426,18 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
         valid = slot_flow >= 0
         sf = jnp.maximum(slot_flow, 0)
         # Max-min rates of the active flows only (the slot table's incidence).
-        sub = Incidence(ell_links[sf].reshape(-1), slot_of_entry,
-                        jnp.where(valid[:, None], ell_weight[sf], 0.0).reshape(-1),
-                        n_links, width)
-        rate = solve(sub, capacity, jnp.where(valid, demand[sf], 0.0)).rates
+        slot_links = ell_links[sf]
+        slot_weight = jnp.where(valid[:, None], ell_weight[sf], 0.0)
+        sub = Incidence(slot_links.reshape(-1), slot_of_entry, slot_weight.reshape(-1),
+                        n_links, width, n_hops)
+        slot_demand = jnp.where(valid, demand[sf], 0.0)
+        if warm:
+            arrived = jnp.zeros((width,), bool).at[slot_new].set(True, mode="drop")
+            keep = _kept_rates(sub, capacity, slot_demand, c["slot_rate"], c["theta"],
+                               valid, arrived, keep_rtol)
+            rate = solve_warm(sub, capacity, slot_demand, c["slot_rate"], keep).rates
+        else:  # from scratch, COO layout (the engine before warm starts)
+            rate = solve(dataclasses.replace(sub, row_width=None), capacity, slot_demand).rates
         rem = remaining[sf]
         serving = valid & (rate > 0)
         tau = jnp.where(serving, rem / jnp.where(serving, rate, 1.0), inf)
@@ -395,18 +447,26 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
         stuck = ~jnp.isfinite(t_next)
         step = jnp.where(stuck, 0.0, t_next - t)
         t_new = jnp.where(stuck, t, t_next)
-        # Completions: every active flow whose completion falls at t_next (within eps).
-        completes = valid & ~stuck & (tau <= step * (1 + eps) + eps * jnp.abs(t_new))
-        rem = jnp.where(completes, 0.0, jnp.maximum(rem - jnp.where(valid, rate * step, 0.0), 0.0))
+        # Completions: every active flow whose completion falls at t_next (within eps),
+        # or, with a tolerance, within tolerance * t_next after it (merged events).
+        window = eps * jnp.abs(t_new) + tolerance * jnp.abs(t_new)
+        completes = valid & ~stuck & (tau <= step * (1 + eps) + window)
+        # A merged completion keeps its own exact time under the current rates.
+        t_done = jnp.where(tau > step, t + tau, t_new)
+        rem = jnp.where(completes, 0.0,
+                        jnp.maximum(rem - jnp.where(valid, rate * step, 0.0), 0.0))
         target = jnp.where(valid, sf, n_flows)
         remaining = remaining.at[target].set(rem, mode="drop")
         done_target = jnp.where(completes, sf, n_flows)
-        finish = finish.at[done_target].set(t_new + latency[sf], mode="drop")
+        finish = finish.at[done_target].set(t_done + latency[sf], mode="drop")
         done = done.at[done_target].set(True, mode="drop")
         slot_flow = jnp.where(completes, -1, slot_flow)
         out = dict(c, t=t_new, remaining=remaining, start=start, finish=finish, done=done,
                    slot_flow=slot_flow, slotted=slotted, overflow=overflow, k=c["k"] + 1,
                    all_done=jnp.all(done) | stuck, stuck=stuck)
+        if warm:
+            out["slot_rate"] = jnp.where(completes | ~valid, 0.0, rate)
+            out["theta"] = jnp.min(jnp.where(completes, rate, inf), initial=inf)
         if record:
             out["times"] = c["times"].at[c["k"]].set(t)
             out["rates"] = c["rates"].at[c["k"]].set(
@@ -419,6 +479,9 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
                  slotted=jnp.zeros((n_flows,), bool), overflow=jnp.asarray(False),
                  k=jnp.asarray(0, jnp.int32), all_done=jnp.asarray(n_flows == 0),
                  stuck=jnp.asarray(False))
+    if warm:
+        carry["slot_rate"] = jnp.zeros((width,), dt_)
+        carry["theta"] = inf
     if record:
         carry["times"] = jnp.full((max_events,), inf, dt_)
         carry["rates"] = jnp.zeros((max_events, n_flows), dt_)
@@ -430,6 +493,213 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
                            n_events=c["k"], stalled=stalled,
                            event_times=c.get("times"), rate_history=c.get("rates"))
     return result, c["overflow"]
+
+
+def _kept_rates(sub: Incidence, capacity, demand, old_rate, theta_done, valid, arrived,
+                keep_rtol):
+    """Slots whose rate is proven unchanged by this event (see the module docstring,
+    "Warm-started solves"): flows present before the event (not ``arrived``) whose
+    previous rate is below ``(1 - keep_rtol) * theta``, ``theta`` the smaller of the
+    completed flows' smallest previous rate and every arrival's rate lower bound
+    ``min(d_a, min_{l in a} c_l / W_l)``.  Empty slots count as kept (rate 0)."""
+    # W_l: the weight every active flow puts on link l (arrivals included).
+    n_links = sub.n_links
+    n_slots, width = sub.n_flows, sub.row_width
+    li = sub.link_idx.reshape(n_slots, width)
+    w = sub.weight.reshape(n_slots, width)
+
+    def arrival_bound(_):
+        total = jax.ops.segment_sum(sub.weight, sub.link_idx, num_segments=n_links)
+        share = jnp.where(total > 0, capacity / jnp.where(total > 0, total, 1.0), jnp.inf)
+        per_flow = jnp.min(jnp.where(w > 0, jnp.take(share, li, mode="clip"), jnp.inf),
+                           axis=1, initial=jnp.inf)
+        bound = jnp.minimum(per_flow, demand)
+        return jnp.min(jnp.where(arrived & valid, bound, jnp.inf), initial=jnp.inf)
+
+    theta_new = jax.lax.cond(jnp.any(arrived & valid), arrival_bound,
+                             lambda _: jnp.asarray(jnp.inf, capacity.dtype), None)
+    theta = jnp.minimum(theta_done, theta_new)
+    return ~valid | (~arrived & (old_rate < theta * (1 - keep_rtol)))
+
+
+# ------------------------------------------------- event driven, rate-sorted
+def _simulate_sorted_run(inc, capacity, flows, max_events, tolerance):
+    """Host side of :func:`_simulate_sorted`: queue order by start time, result in flow
+    order.  For independent flows (no ``deps``): starts are known up front."""
+    links, weight = flow_rows(inc)
+    start = flows["arrival"] + flows["delay"]
+    order = jnp.argsort(start, stable=True)
+    queue = dict(start=start[order], links=links[order], weight=weight[order],
+                 size=flows["size"][order], demand=flows["demand"][order],
+                 latency=flows["latency"][order])
+    finish_q, n_events, stalled = _simulate_sorted(int(max_events), queue, inc.n_links,
+                                                   capacity, tolerance)
+    finish = jnp.zeros_like(finish_q).at[order].set(finish_q)
+    return FlowSimResult(start=start, finish=finish, fct=finish - flows["arrival"],
+                         n_events=n_events, stalled=stalled)
+
+
+def _masked_link_sum(weight, rate, mask, links, n_links):
+    """``sum_f A[l, f] rate_f`` over the rows in ``mask`` (``0 * inf`` counted as 0)."""
+    on = mask[:, None] & (weight != 0)
+    val = jnp.where(on, weight * jnp.where(mask, rate, 0.0)[:, None], 0.0)
+    return jax.ops.segment_sum(val.reshape(-1), links.reshape(-1), num_segments=n_links)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _simulate_sorted(max_events: int, queue, n_links: int, capacity, tolerance):
+    """Event loop over active flows kept sorted by rate, largest first.
+
+    By the warm-start argument (module docstring) an event changes only the flows at
+    or above its threshold ``theta``, and their new rates stay at or above ``theta``:
+    they are a prefix of the sorted table.  Each event therefore gathers that prefix
+    plus the arrivals into the smallest bucket that holds them, solves it on the
+    residual capacity, re-sorts the bucket and shifts the rest of the table by the
+    number of flows that left (a copy); the next completion is a min over the table's
+    projected completion times, which only the re-solved flows change.
+    """
+    q_start, q_links, q_weight = queue["start"], queue["links"], queue["weight"]
+    q_size, q_demand, q_latency = queue["size"], queue["demand"], queue["latency"]
+    n, hops = q_links.shape
+    dt_ = capacity.dtype
+    q_weight = q_weight.astype(dt_)
+    total = 2 * n  # table buffer: a bucket (<= n rows) plus the shifted rest
+    eps = EVENT_EPS_ULPS * jnp.finfo(dt_).eps
+    keep_rtol = WARM_START_RTOL.get(np.dtype(dt_), 1e-4)
+    inf = jnp.asarray(jnp.inf, dt_)
+    tolerance = jnp.asarray(tolerance, dt_)
+    sizes = _warm_buckets(n)
+    sizes_arr = jnp.asarray(sizes)
+    slots = jnp.arange(total)
+
+    def bucket_of(count):
+        return jnp.sum(sizes_arr >= count) - 1
+
+    def arrival_bound(c, ptr_new):
+        """W_l with the arrivals added, and the arrivals' smallest rate lower bound
+        ``min(d_a, min_{l in a} c_l / W_l)`` (completed flows are still counted in
+        W_l here, which only lowers the bound)."""
+        m = ptr_new - c["ptr"]
+
+        def branch(size):
+            def run(_):
+                rows = c["ptr"] + jnp.arange(size)
+                ok = jnp.arange(size) < m
+                qi = jnp.minimum(rows, n - 1)
+                li, w = q_links[qi], jnp.where(ok[:, None], q_weight[qi], 0.0)
+                wsum = c["wsum"] + jax.ops.segment_sum(w.reshape(-1), li.reshape(-1),
+                                                       num_segments=n_links)
+                share = jnp.where(wsum > 0, capacity / jnp.where(wsum > 0, wsum, 1.0), inf)
+                per_flow = jnp.min(jnp.where(w > 0, jnp.take(share, li, mode="clip"), inf),
+                                   axis=1, initial=inf)
+                bound = jnp.minimum(per_flow, q_demand[qi])
+                return jnp.min(jnp.where(ok, bound, inf), initial=inf)
+            return run
+
+        return jax.lax.cond(
+            m > 0, lambda _: jax.lax.switch(bucket_of(m), [branch(s) for s in sizes], None),
+            lambda _: inf, None)
+
+    def cond(c):
+        return ~c["all_done"] & (c["k"] < max_events)
+
+    def body(c):
+        t, n_act = c["t"], c["n_act"]
+        ptr_new = jnp.sum(q_start <= t).astype(jnp.int32)
+        m = ptr_new - c["ptr"]
+        theta = jnp.minimum(c["theta"], arrival_bound(c, ptr_new))
+        thr = theta * (1 - keep_rtol)
+        # Open prefix: up to the last table row at or above the threshold.
+        live_row = slots < n_act
+        p = jnp.max(jnp.where(live_row & (c["rate"] >= thr), slots + 1, 0), initial=0)
+        which = bucket_of(p + m)
+
+        def branch(size):
+            def run(c):
+                i = jnp.arange(size)
+                is_pre = i < p
+                is_arr = (i >= p) & (i < p + m)
+                src = jnp.where(is_arr, 0, jnp.where(is_pre, i, i - m))
+                in_act = is_arr | (src < n_act)
+                qid = jnp.clip(jnp.where(is_arr, c["ptr"] + i - p, c["qid"][src]), 0,
+                               n - 1).astype(jnp.int32)
+                r_old = jnp.where(is_arr, 0.0, c["rate"][src])
+                rem_at = jnp.where(is_arr, q_size[qid], c["rem"][src])
+                t_at = jnp.where(is_arr, t, c["t_at"][src])
+                t_end = jnp.where(is_arr, inf, c["t_end"][src])
+                gone = is_pre & in_act & (t_end <= c["t_cut"])
+                live = in_act & ~gone
+                opened = live & (is_pre | is_arr)
+                li, w = q_links[qid], q_weight[qid]
+                # Residual capacity: the table's load minus the prefix's old load.
+                frozen_load = c["load"] - _masked_link_sum(w, r_old, is_pre & in_act, li,
+                                                           n_links)
+                wsum = c["wsum"] + jax.ops.segment_sum(
+                    jnp.where((is_arr & in_act)[:, None], w,
+                              jnp.where(gone[:, None], -w, 0.0)).reshape(-1),
+                    li.reshape(-1), num_segments=n_links)
+                w_open = jnp.where(opened[:, None], w, 0.0)
+                has = jnp.any(w_open != 0, axis=1)
+                d = q_demand[qid]
+                sub = Incidence(li.reshape(-1), jnp.repeat(jnp.arange(size), hops),
+                                w_open.reshape(-1), n_links, size, hops)
+                r, _, _ = _solve_rows(sub, capacity - frozen_load, d,
+                                      jnp.where(opened & ~has, d, 0.0).astype(dt_),
+                                      ~(opened & has), size + 1, fine=False)
+                rate = jnp.where(opened, r, r_old)
+                load = frozen_load + _masked_link_sum(w, rate, opened, li, n_links)
+                rem_now = jnp.where(is_arr, rem_at,
+                                    jnp.maximum(rem_at - r_old * (t - t_at), 0.0))
+                serving = rate > 0
+                new_end = jnp.where(rem_now <= 0, t, jnp.where(
+                    serving, t + rem_now / jnp.where(serving, rate, 1.0), inf))
+                t_end = jnp.where(opened, new_end, t_end)
+                rem_at = jnp.where(opened, rem_now, rem_at)
+                t_at = jnp.where(opened, t, t_at)
+                finish = c["finish"].at[jnp.where(gone, qid, n)].set(
+                    c["t_end"][src] + q_latency[qid], mode="drop")
+                # Re-sort the bucket (largest rate first, departed rows last), then
+                # shift the rest of the table up behind its live rows.
+                key = jnp.where(live, -rate, inf)
+                _, qid, rate, rem_at, t_at, t_end = jax.lax.sort(
+                    (key, qid, rate, rem_at, t_at, t_end), num_keys=1, is_stable=True)
+                v = jnp.sum(live).astype(jnp.int32)
+
+                def shift(old, head):
+                    rest = jax.lax.dynamic_slice(old, (size - m,), (total - size,))
+                    return jax.lax.dynamic_update_slice(old.at[:size].set(head), rest, (v,))
+                out = dict(c, finish=finish, load=load, wsum=wsum,
+                           qid=shift(c["qid"], qid), rate=shift(c["rate"], rate),
+                           rem=shift(c["rem"], rem_at), t_at=shift(c["t_at"], t_at),
+                           t_end=shift(c["t_end"], t_end))
+                out["n_act"] = v + jnp.maximum(n_act - (size - m), 0)
+                return out
+            return run
+
+        c = jax.lax.switch(which, [branch(s) for s in sizes], c)
+        n_act = c["n_act"]
+        live_row = slots < n_act
+        t_first = jnp.min(jnp.where(live_row, c["t_end"], inf), initial=inf)
+        next_arrival = jnp.where(ptr_new < n, q_start[jnp.minimum(ptr_new, n - 1)], inf)
+        t_next = jnp.minimum(t_first, next_arrival)
+        t_cut = t_next + eps * (t_next - t) + (eps + tolerance) * jnp.abs(t_next)
+        finishing = live_row & (c["t_end"] <= t_cut)
+        stuck = ~jnp.isfinite(t_next) & (n_act > 0)
+        all_done = ((n_act == 0) & (ptr_new >= n)) | stuck
+        return dict(c, t=jnp.where(jnp.isfinite(t_next), t_next, t), t_cut=t_cut,
+                    theta=jnp.min(jnp.where(finishing, c["rate"], inf), initial=inf),
+                    ptr=ptr_new, k=c["k"] + 1, all_done=all_done)
+
+    zeros = jnp.zeros((total,), dt_)
+    carry = dict(t=q_start[0], t_cut=-inf, theta=inf, ptr=jnp.asarray(0, jnp.int32),
+                 n_act=jnp.asarray(0, jnp.int32), k=jnp.asarray(0, jnp.int32),
+                 all_done=jnp.asarray(False), finish=jnp.full((n,), inf, dt_),
+                 load=jnp.zeros((n_links,), dt_), wsum=jnp.zeros((n_links,), dt_),
+                 qid=jnp.zeros((total,), jnp.int32), rate=zeros, rem=zeros, t_at=zeros,
+                 t_end=jnp.full((total,), inf, dt_))
+    c = jax.lax.while_loop(cond, body, carry)
+    stalled = ~jnp.all(jnp.isfinite(c["finish"]))
+    return c["finish"], c["k"], stalled
 
 
 # --------------------------------------------------------------- fixed step
