@@ -28,6 +28,59 @@ advances many independent scenarios at once with ``vmap``.
 (the rate of every active flow is re-solved each step; starts and completions inside a
 step are interpolated).  Its finish times converge to the event-driven ones as ``dt``
 shrinks (error ``O(dt)``).  It is the skeleton the congestion-control dynamics extend.
+
+Warm-started solves (``warm_start=True``, the default; exact)
+-------------------------------------------------------------
+Most of an event's max-min solve repeats the previous one.  Progressive filling
+(Bertsekas & Gallager, *Data Networks*, 2nd ed., sec. 6.5.2) raises a common level ``s``
+from 0; a flow's rate is the level at which it freezes, when one of its links
+saturates (load ``= c_l``) or it reaches its demand.  Let ``P`` be the problem before
+the event, ``C`` the flows that completed, ``A`` the flows that arrived and
+``P' = (P - C) + A``.
+
+*Removal.*  With ``theta_C = min_{c in C} r^P_c``, every flow ``g`` with
+``r^P_g < theta_C`` has the same rate in ``Q = P - C``.  Induction over the freezing
+events below ``theta_C``: if both fillings agree up to level ``s``, a link without a
+flow of ``C`` carries the same load in both; a link with some ``c in C`` does not
+saturate below ``theta_C`` in ``P`` (``c`` would then freeze below ``r_c``; this holds
+whether ``c`` was link- or demand-limited, and covers the links that ``c`` shares with
+flows that stay frozen: those froze elsewhere), and in ``Q`` it carries less, so it
+does not saturate either.  Demand freezes are per flow.  So the same flows freeze at the
+same levels below ``theta_C``.
+
+*Arrival.*  If ``lambda <= min_{a in A} r^{P'}_a`` then every ``g`` with
+``r^Q_g < lambda`` keeps its rate in ``P'``: the same argument with the roles swapped
+(the arrivals are unfrozen in ``P'`` below ``lambda``, so their links do not saturate
+there, and in ``Q`` they carry less).  A proven bound is
+``lambda_a = min(d_a, min_{l: A[l, a] > 0} c_l / W_l)`` with ``W_l = sum_f A[l, f]``
+over the flows of ``P'``: at level ``s`` a link carries at most ``s * W_l`` (frozen
+flows sit below ``s``), so it cannot saturate below ``c_l / W_l``.  A zero-capacity
+link gives ``lambda = 0``: nothing is kept, which is safe.
+
+*Together.*  With ``theta = min(theta_C, min_a lambda_a)`` every flow of ``P`` with
+``r^P_g < theta`` keeps ``r^P_g`` exactly; the others and the arrivals end at or above
+``theta``.  The kept flows are frozen at the start of the solve and only the rest is
+solved, on the residual capacity (:func:`fabric_jax.fairness.solve_warm`, whose
+docstring proves that the residual solve gives the full solution), compacted into a
+buffer sized to the open rows.  The comparison is made with a margin,
+``r^P_g < (1 - WARM_START_RTOL) * theta``, so that a rate that ties ``theta``
+mathematically but lies below it by round-off is re-solved rather than kept: the
+result equals the from-scratch solve to float round-off, not just approximately.
+
+Event merging (``tolerance > 0``; off by default)
+-------------------------------------------------
+An event at time ``t`` then also processes every flow whose completion under the
+current rates falls within ``tolerance * t`` after ``t``.  Such a flow records its own
+exact completion time under those rates, so its bytes are all accounted for; what
+changes is that its bandwidth is handed to the other flows up to ``tolerance * t``
+early (each merged completion moves one reallocation by at most that much, relative in
+time).  The event count drops when many completions cluster in time.  The effect on
+*other* flows' FCTs is not bounded by a fixed multiple of ``tolerance`` in general
+(max-min rates are not monotone in the set of flows, and shifts can chain), so the
+error is measured: ``experiments/bench_flowsim.py`` reports the max relative FCT error
+of the merged run against the exact one, and ``tests/test_sim.py`` checks that it
+vanishes with ``tolerance`` and stays within ``MERGE_ERROR_FACTOR * tolerance`` on
+random instances.
 """
 
 from __future__ import annotations
@@ -40,7 +93,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .fairness import _solve_rows, _warm_buckets, solve, solve_warm
+from .fairness import solve, solve_warm
 from .incidence import Incidence, as_incidence, check_entries
 
 __all__ = [
@@ -59,9 +112,6 @@ DEFAULT_MAX_ACTIVE = 256
 #: is below ``(1 - WARM_START_RTOL) * theta`` (see "Warm-started solves"), so that rates
 #: that tie ``theta`` mathematically but differ from it by round-off are re-solved.
 WARM_START_RTOL = {np.dtype("float32"): 1e-4, np.dtype("float64"): 1e-9}
-
-#: Use the rate-sorted event loop for independent flows (switch off to compare).
-_USE_SORTED = True
 
 #: Relative tolerance (in units of the dtype's machine epsilon) within which two
 #: completion times are treated as one event.
@@ -285,14 +335,6 @@ def simulate_flows(incidence, capacity, arrival, size, *, deps=None, delay=None,
     """
     inc, capacity, deps, flows = _prepare(incidence, capacity, arrival, size, deps, delay,
                                           latency, demand)
-    traced = any(isinstance(x, jax.core.Tracer)
-                 for x in jax.tree_util.tree_leaves((capacity, flows, tolerance)))
-    if (_USE_SORTED and warm_start and not record_rates and not traced and inc.n_flows > 0
-            and not np.any(np.asarray(deps) >= 0)):
-        _check_event_args(max_events, max_active, tolerance)
-        if max_events is None:
-            max_events = 2 * inc.n_flows + 2
-        return _simulate_sorted_run(inc, capacity, flows, max_events, tolerance)
     return _run_events(inc, capacity, deps, flows, max_events, max_active, record_rates,
                        batched=False, warm=warm_start, tolerance=tolerance)
 
@@ -416,13 +458,23 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
         start = jnp.where(jnp.isfinite(start), start, rel)
         # Flows starting now take the free slots, in flow order.
         new = (start <= t) & ~done & ~slotted
-        free_pos = jnp.nonzero(slot_flow < 0, size=width, fill_value=width)[0]
-        rank = jnp.cumsum(new) - 1
-        slot_new = jnp.where(new & (rank < width), free_pos[jnp.clip(rank, 0, width - 1)],
-                             width)
-        overflow = c["overflow"] | jnp.any(new & (slot_new >= width))
-        slot_flow = slot_flow.at[slot_new].set(flow_ids, mode="drop")
-        slotted = slotted | (new & (slot_new < width))
+
+        def insert(args):  # only on events with arrivals: O(flows) compaction
+            slot_flow, slotted = args
+            free_pos = jnp.nonzero(slot_flow < 0, size=width, fill_value=width)[0]
+            rank = jnp.cumsum(new) - 1
+            slot_new = jnp.where(new & (rank < width),
+                                 free_pos[jnp.clip(rank, 0, width - 1)], width)
+            arrived = jnp.zeros((width,), bool).at[slot_new].set(True, mode="drop")
+            return (slot_flow.at[slot_new].set(flow_ids, mode="drop"),
+                    slotted | (new & (slot_new < width)),
+                    jnp.any(new & (slot_new >= width)), arrived)
+
+        slot_flow, slotted, overflowed, arrived = jax.lax.cond(
+            jnp.any(new), insert,
+            lambda a: (a[0], a[1], jnp.asarray(False), jnp.zeros((width,), bool)),
+            (slot_flow, slotted))
+        overflow = c["overflow"] | overflowed
         valid = slot_flow >= 0
         sf = jnp.maximum(slot_flow, 0)
         # Max-min rates of the active flows only (the slot table's incidence).
@@ -432,7 +484,6 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
                         n_links, width, n_hops)
         slot_demand = jnp.where(valid, demand[sf], 0.0)
         if warm:
-            arrived = jnp.zeros((width,), bool).at[slot_new].set(True, mode="drop")
             keep = _kept_rates(sub, capacity, slot_demand, c["slot_rate"], c["theta"],
                                valid, arrived, keep_rtol)
             rate = solve_warm(sub, capacity, slot_demand, c["slot_rate"], keep).rates
@@ -520,186 +571,6 @@ def _kept_rates(sub: Incidence, capacity, demand, old_rate, theta_done, valid, a
                              lambda _: jnp.asarray(jnp.inf, capacity.dtype), None)
     theta = jnp.minimum(theta_done, theta_new)
     return ~valid | (~arrived & (old_rate < theta * (1 - keep_rtol)))
-
-
-# ------------------------------------------------- event driven, rate-sorted
-def _simulate_sorted_run(inc, capacity, flows, max_events, tolerance):
-    """Host side of :func:`_simulate_sorted`: queue order by start time, result in flow
-    order.  For independent flows (no ``deps``): starts are known up front."""
-    links, weight = flow_rows(inc)
-    start = flows["arrival"] + flows["delay"]
-    order = jnp.argsort(start, stable=True)
-    queue = dict(start=start[order], links=links[order], weight=weight[order],
-                 size=flows["size"][order], demand=flows["demand"][order],
-                 latency=flows["latency"][order])
-    finish_q, n_events, stalled = _simulate_sorted(int(max_events), queue, inc.n_links,
-                                                   capacity, tolerance)
-    finish = jnp.zeros_like(finish_q).at[order].set(finish_q)
-    return FlowSimResult(start=start, finish=finish, fct=finish - flows["arrival"],
-                         n_events=n_events, stalled=stalled)
-
-
-def _masked_link_sum(weight, rate, mask, links, n_links):
-    """``sum_f A[l, f] rate_f`` over the rows in ``mask`` (``0 * inf`` counted as 0)."""
-    on = mask[:, None] & (weight != 0)
-    val = jnp.where(on, weight * jnp.where(mask, rate, 0.0)[:, None], 0.0)
-    return jax.ops.segment_sum(val.reshape(-1), links.reshape(-1), num_segments=n_links)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 2))
-def _simulate_sorted(max_events: int, queue, n_links: int, capacity, tolerance):
-    """Event loop over active flows kept sorted by rate, largest first.
-
-    By the warm-start argument (module docstring) an event changes only the flows at
-    or above its threshold ``theta``, and their new rates stay at or above ``theta``:
-    they are a prefix of the sorted table.  Each event therefore gathers that prefix
-    plus the arrivals into the smallest bucket that holds them, solves it on the
-    residual capacity, re-sorts the bucket and shifts the rest of the table by the
-    number of flows that left (a copy); the next completion is a min over the table's
-    projected completion times, which only the re-solved flows change.
-    """
-    q_start, q_links, q_weight = queue["start"], queue["links"], queue["weight"]
-    q_size, q_demand, q_latency = queue["size"], queue["demand"], queue["latency"]
-    n, hops = q_links.shape
-    dt_ = capacity.dtype
-    q_weight = q_weight.astype(dt_)
-    total = 2 * n  # table buffer: a bucket (<= n rows) plus the shifted rest
-    eps = EVENT_EPS_ULPS * jnp.finfo(dt_).eps
-    keep_rtol = WARM_START_RTOL.get(np.dtype(dt_), 1e-4)
-    inf = jnp.asarray(jnp.inf, dt_)
-    tolerance = jnp.asarray(tolerance, dt_)
-    sizes = _warm_buckets(n)
-    sizes_arr = jnp.asarray(sizes)
-    slots = jnp.arange(total)
-
-    def bucket_of(count):
-        return jnp.sum(sizes_arr >= count) - 1
-
-    def arrival_bound(c, ptr_new):
-        """W_l with the arrivals added, and the arrivals' smallest rate lower bound
-        ``min(d_a, min_{l in a} c_l / W_l)`` (completed flows are still counted in
-        W_l here, which only lowers the bound)."""
-        m = ptr_new - c["ptr"]
-
-        def branch(size):
-            def run(_):
-                rows = c["ptr"] + jnp.arange(size)
-                ok = jnp.arange(size) < m
-                qi = jnp.minimum(rows, n - 1)
-                li, w = q_links[qi], jnp.where(ok[:, None], q_weight[qi], 0.0)
-                wsum = c["wsum"] + jax.ops.segment_sum(w.reshape(-1), li.reshape(-1),
-                                                       num_segments=n_links)
-                share = jnp.where(wsum > 0, capacity / jnp.where(wsum > 0, wsum, 1.0), inf)
-                per_flow = jnp.min(jnp.where(w > 0, jnp.take(share, li, mode="clip"), inf),
-                                   axis=1, initial=inf)
-                bound = jnp.minimum(per_flow, q_demand[qi])
-                return jnp.min(jnp.where(ok, bound, inf), initial=inf)
-            return run
-
-        return jax.lax.cond(
-            m > 0, lambda _: jax.lax.switch(bucket_of(m), [branch(s) for s in sizes], None),
-            lambda _: inf, None)
-
-    def cond(c):
-        return ~c["all_done"] & (c["k"] < max_events)
-
-    def body(c):
-        t, n_act = c["t"], c["n_act"]
-        ptr_new = jnp.sum(q_start <= t).astype(jnp.int32)
-        m = ptr_new - c["ptr"]
-        theta = jnp.minimum(c["theta"], arrival_bound(c, ptr_new))
-        thr = theta * (1 - keep_rtol)
-        # Open prefix: up to the last table row at or above the threshold.
-        live_row = slots < n_act
-        p = jnp.max(jnp.where(live_row & (c["rate"] >= thr), slots + 1, 0), initial=0)
-        which = bucket_of(p + m)
-
-        def branch(size):
-            def run(c):
-                i = jnp.arange(size)
-                is_pre = i < p
-                is_arr = (i >= p) & (i < p + m)
-                src = jnp.where(is_arr, 0, jnp.where(is_pre, i, i - m))
-                in_act = is_arr | (src < n_act)
-                qid = jnp.clip(jnp.where(is_arr, c["ptr"] + i - p, c["qid"][src]), 0,
-                               n - 1).astype(jnp.int32)
-                r_old = jnp.where(is_arr, 0.0, c["rate"][src])
-                rem_at = jnp.where(is_arr, q_size[qid], c["rem"][src])
-                t_at = jnp.where(is_arr, t, c["t_at"][src])
-                t_end = jnp.where(is_arr, inf, c["t_end"][src])
-                gone = is_pre & in_act & (t_end <= c["t_cut"])
-                live = in_act & ~gone
-                opened = live & (is_pre | is_arr)
-                li, w = q_links[qid], q_weight[qid]
-                # Residual capacity: the table's load minus the prefix's old load.
-                frozen_load = c["load"] - _masked_link_sum(w, r_old, is_pre & in_act, li,
-                                                           n_links)
-                wsum = c["wsum"] + jax.ops.segment_sum(
-                    jnp.where((is_arr & in_act)[:, None], w,
-                              jnp.where(gone[:, None], -w, 0.0)).reshape(-1),
-                    li.reshape(-1), num_segments=n_links)
-                w_open = jnp.where(opened[:, None], w, 0.0)
-                has = jnp.any(w_open != 0, axis=1)
-                d = q_demand[qid]
-                sub = Incidence(li.reshape(-1), jnp.repeat(jnp.arange(size), hops),
-                                w_open.reshape(-1), n_links, size, hops)
-                r, _, _ = _solve_rows(sub, capacity - frozen_load, d,
-                                      jnp.where(opened & ~has, d, 0.0).astype(dt_),
-                                      ~(opened & has), size + 1, fine=False)
-                rate = jnp.where(opened, r, r_old)
-                load = frozen_load + _masked_link_sum(w, rate, opened, li, n_links)
-                rem_now = jnp.where(is_arr, rem_at,
-                                    jnp.maximum(rem_at - r_old * (t - t_at), 0.0))
-                serving = rate > 0
-                new_end = jnp.where(rem_now <= 0, t, jnp.where(
-                    serving, t + rem_now / jnp.where(serving, rate, 1.0), inf))
-                t_end = jnp.where(opened, new_end, t_end)
-                rem_at = jnp.where(opened, rem_now, rem_at)
-                t_at = jnp.where(opened, t, t_at)
-                finish = c["finish"].at[jnp.where(gone, qid, n)].set(
-                    c["t_end"][src] + q_latency[qid], mode="drop")
-                # Re-sort the bucket (largest rate first, departed rows last), then
-                # shift the rest of the table up behind its live rows.
-                key = jnp.where(live, -rate, inf)
-                _, qid, rate, rem_at, t_at, t_end = jax.lax.sort(
-                    (key, qid, rate, rem_at, t_at, t_end), num_keys=1, is_stable=True)
-                v = jnp.sum(live).astype(jnp.int32)
-
-                def shift(old, head):
-                    rest = jax.lax.dynamic_slice(old, (size - m,), (total - size,))
-                    return jax.lax.dynamic_update_slice(old.at[:size].set(head), rest, (v,))
-                out = dict(c, finish=finish, load=load, wsum=wsum,
-                           qid=shift(c["qid"], qid), rate=shift(c["rate"], rate),
-                           rem=shift(c["rem"], rem_at), t_at=shift(c["t_at"], t_at),
-                           t_end=shift(c["t_end"], t_end))
-                out["n_act"] = v + jnp.maximum(n_act - (size - m), 0)
-                return out
-            return run
-
-        c = jax.lax.switch(which, [branch(s) for s in sizes], c)
-        n_act = c["n_act"]
-        live_row = slots < n_act
-        t_first = jnp.min(jnp.where(live_row, c["t_end"], inf), initial=inf)
-        next_arrival = jnp.where(ptr_new < n, q_start[jnp.minimum(ptr_new, n - 1)], inf)
-        t_next = jnp.minimum(t_first, next_arrival)
-        t_cut = t_next + eps * (t_next - t) + (eps + tolerance) * jnp.abs(t_next)
-        finishing = live_row & (c["t_end"] <= t_cut)
-        stuck = ~jnp.isfinite(t_next) & (n_act > 0)
-        all_done = ((n_act == 0) & (ptr_new >= n)) | stuck
-        return dict(c, t=jnp.where(jnp.isfinite(t_next), t_next, t), t_cut=t_cut,
-                    theta=jnp.min(jnp.where(finishing, c["rate"], inf), initial=inf),
-                    ptr=ptr_new, k=c["k"] + 1, all_done=all_done)
-
-    zeros = jnp.zeros((total,), dt_)
-    carry = dict(t=q_start[0], t_cut=-inf, theta=inf, ptr=jnp.asarray(0, jnp.int32),
-                 n_act=jnp.asarray(0, jnp.int32), k=jnp.asarray(0, jnp.int32),
-                 all_done=jnp.asarray(False), finish=jnp.full((n,), inf, dt_),
-                 load=jnp.zeros((n_links,), dt_), wsum=jnp.zeros((n_links,), dt_),
-                 qid=jnp.zeros((total,), jnp.int32), rate=zeros, rem=zeros, t_at=zeros,
-                 t_end=jnp.full((total,), inf, dt_))
-    c = jax.lax.while_loop(cond, body, carry)
-    stalled = ~jnp.all(jnp.isfinite(c["finish"]))
-    return c["finish"], c["k"], stalled
 
 
 # --------------------------------------------------------------- fixed step
