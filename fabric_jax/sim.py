@@ -341,13 +341,16 @@ def simulate_flows(incidence, capacity, arrival, size, *, deps=None, delay=None,
 
 def simulate_flows_batched(incidence, capacity, arrival, size, *, deps=None, delay=None,
                            latency=None, demand=None, max_events: int | None = None,
-                           max_active: int | None = None, warm_start: bool = True,
+                           max_active: int | None = None, warm_start: bool = False,
                            tolerance: float = 0.0):
     """:func:`simulate_flows` over a batch of scenarios sharing one incidence pattern.
 
     ``capacity`` is ``[batch, links]``; ``arrival`` and ``size`` are ``[batch, flows]``;
     ``delay``, ``latency``, ``demand`` may be ``[batch, flows]`` or a shared ``[flows]``;
     ``deps`` is shared.  All scenarios advance together in one ``vmap``-ed event loop.
+    ``warm_start`` is off by default here: under ``vmap`` the warm solve's choice of
+    buffer size becomes a select that runs every size (measured in
+    ``experiments/bench_flowsim.py``); ``tolerance`` as in :func:`simulate_flows`.
     Returns a :class:`FlowSimResult` whose fields have a leading batch axis.
     """
     def per_scenario(x):  # a shared [flows] array applies to every scenario
