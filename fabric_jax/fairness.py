@@ -33,6 +33,11 @@ the bottleneck structure of congestion-controlled networks", SIGMETRICS 2020), n
 number of distinct rates.  Every step is a segment reduction over the COO entries:
 O(nnz) work per iteration, no Python loop over flows or links.
 
+Warm start.  :func:`solve_warm` solves a problem in which some flows are known to keep
+given rates (the event-driven simulator proves which, see :mod:`fabric_jax.sim`): it
+folds their load into a residual capacity and runs the same freezing on the other
+flows only, compacted into a buffer sized to them.
+
 Transformations.  ``jit`` and ``vmap`` (over capacities/demands/weights) work.  A
 leading batch axis on ``capacity``/``demand`` is also accepted directly: the batch is
 then solved as one block-diagonal problem (:func:`block_diagonal`), which is faster
