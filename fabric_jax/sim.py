@@ -341,16 +341,18 @@ def simulate_flows(incidence, capacity, arrival, size, *, deps=None, delay=None,
 
 def simulate_flows_batched(incidence, capacity, arrival, size, *, deps=None, delay=None,
                            latency=None, demand=None, max_events: int | None = None,
-                           max_active: int | None = None, warm_start: bool = False,
+                           max_active: int | None = None, warm_start: bool = True,
                            tolerance: float = 0.0):
     """:func:`simulate_flows` over a batch of scenarios sharing one incidence pattern.
 
     ``capacity`` is ``[batch, links]``; ``arrival`` and ``size`` are ``[batch, flows]``;
     ``delay``, ``latency``, ``demand`` may be ``[batch, flows]`` or a shared ``[flows]``;
     ``deps`` is shared.  All scenarios advance together in one ``vmap``-ed event loop.
-    ``warm_start`` is off by default here: under ``vmap`` the warm solve's choice of
-    buffer size becomes a select that runs every size (measured in
-    ``experiments/bench_flowsim.py``); ``tolerance`` as in :func:`simulate_flows`.
+    ``warm_start`` and ``tolerance`` as in :func:`simulate_flows`.  Under ``vmap`` the
+    warm solve's choice of buffer size becomes a select that runs every size; it is
+    still about 2-4x faster than solving from scratch (``experiments/bench_flowsim.py``,
+    2-core CPU), but on CPU the batch runs slower per scenario than a loop of
+    :func:`simulate_flows` calls, so prefer the loop there.
     Returns a :class:`FlowSimResult` whose fields have a leading batch axis.
     """
     def per_scenario(x):  # a shared [flows] array applies to every scenario
