@@ -457,28 +457,29 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
         return (~c["all_done"]) & (c["k"] < max_events) & ~c["overflow"]
 
     def body(c):
-        t, remaining, start, finish, done = c["t"], c["remaining"], c["start"], c["finish"], c["done"]
-        slot_flow, slotted = c["slot_flow"], c["slotted"]
+        t, start, finish = c["t"], c["start"], c["finish"]
+        slot_flow, slotted, slot_rem = c["slot_flow"], c["slotted"], c["slot_rem"]
         rel = release_times(deps, finish, arrival, delay)
         start = jnp.where(jnp.isfinite(start), start, rel)
         # Flows starting now take the free slots, in flow order.
-        new = (start <= t) & ~done & ~slotted
+        new = (start <= t) & ~slotted  # a flow keeps ``slotted`` after it completes
 
         def insert(args):  # only on events with arrivals: O(flows) compaction
-            slot_flow, slotted = args
+            slot_flow, slotted, slot_rem = args
             free_pos = jnp.nonzero(slot_flow < 0, size=width, fill_value=width)[0]
             rank = jnp.cumsum(new) - 1
             slot_new = jnp.where(new & (rank < width),
                                  free_pos[jnp.clip(rank, 0, width - 1)], width)
             arrived = jnp.zeros((width,), bool).at[slot_new].set(True, mode="drop")
-            return (slot_flow.at[slot_new].set(flow_ids, mode="drop"),
-                    slotted | (new & (slot_new < width)),
+            slot_flow = slot_flow.at[slot_new].set(flow_ids, mode="drop")
+            slot_rem = jnp.where(arrived, size[jnp.maximum(slot_flow, 0)], slot_rem)
+            return (slot_flow, slotted | (new & (slot_new < width)), slot_rem,
                     jnp.any(new & (slot_new >= width)), arrived)
 
-        slot_flow, slotted, overflowed, arrived = jax.lax.cond(
+        slot_flow, slotted, slot_rem, overflowed, arrived = jax.lax.cond(
             jnp.any(new), insert,
-            lambda a: (a[0], a[1], jnp.asarray(False), jnp.zeros((width,), bool)),
-            (slot_flow, slotted))
+            lambda a: (*a, jnp.asarray(False), jnp.zeros((width,), bool)),
+            (slot_flow, slotted, slot_rem))
         overflow = c["overflow"] | overflowed
         valid = slot_flow >= 0
         sf = jnp.maximum(slot_flow, 0)
@@ -494,7 +495,7 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
             rate = solve_warm(sub, capacity, slot_demand, c["slot_rate"], keep).rates
         else:  # from scratch, COO layout (the engine before warm starts)
             rate = solve(dataclasses.replace(sub, row_width=None), capacity, slot_demand).rates
-        rem = remaining[sf]
+        rem = slot_rem  # remaining bytes of each slot's flow
         serving = valid & (rate > 0)
         tau = jnp.where(serving, rem / jnp.where(serving, rate, 1.0), inf)
         tau = jnp.where(valid & (rem <= 0), 0.0, tau)  # zero-byte flows complete now
@@ -512,14 +513,13 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
         rem = jnp.where(completes, 0.0,
                         jnp.maximum(rem - jnp.where(valid, rate * step, 0.0), 0.0))
         target = jnp.where(valid, sf, n_flows)
-        remaining = remaining.at[target].set(rem, mode="drop")
         done_target = jnp.where(completes, sf, n_flows)
         finish = finish.at[done_target].set(t_done + latency[sf], mode="drop")
-        done = done.at[done_target].set(True, mode="drop")
+        n_done = c["n_done"] + jnp.sum(completes, dtype=jnp.int32)
         slot_flow = jnp.where(completes, -1, slot_flow)
-        out = dict(c, t=t_new, remaining=remaining, start=start, finish=finish, done=done,
+        out = dict(c, t=t_new, slot_rem=rem, start=start, finish=finish, n_done=n_done,
                    slot_flow=slot_flow, slotted=slotted, overflow=overflow, k=c["k"] + 1,
-                   all_done=jnp.all(done) | stuck, stuck=stuck)
+                   all_done=(n_done >= n_flows) | stuck, stuck=stuck)
         if warm:
             out["slot_rate"] = jnp.where(completes | ~valid, 0.0, rate)
             out["theta"] = jnp.min(jnp.where(completes, rate, inf), initial=inf)
@@ -529,8 +529,9 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
                 jnp.zeros((n_flows,), dt_).at[target].set(rate, mode="drop"))
         return out
 
-    carry = dict(t=jnp.asarray(0.0, dt_), remaining=size, start=jnp.full((n_flows,), inf, dt_),
-                 finish=jnp.full((n_flows,), inf, dt_), done=jnp.zeros((n_flows,), bool),
+    carry = dict(t=jnp.asarray(0.0, dt_), slot_rem=jnp.zeros((width,), dt_),
+                 start=jnp.full((n_flows,), inf, dt_), finish=jnp.full((n_flows,), inf, dt_),
+                 n_done=jnp.asarray(0, jnp.int32),
                  slot_flow=jnp.full((width,), -1, jnp.int32),
                  slotted=jnp.zeros((n_flows,), bool), overflow=jnp.asarray(False),
                  k=jnp.asarray(0, jnp.int32), all_done=jnp.asarray(n_flows == 0),
@@ -542,7 +543,7 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
         carry["times"] = jnp.full((max_events,), inf, dt_)
         carry["rates"] = jnp.zeros((max_events, n_flows), dt_)
     c = jax.lax.while_loop(cond, body, carry)
-    stalled = c["stuck"] | ~jnp.all(c["done"])
+    stalled = c["stuck"] | (c["n_done"] < n_flows)
     start = jnp.where(jnp.isfinite(c["start"]), c["start"],
                       release_times(deps, c["finish"], arrival, delay))
     result = FlowSimResult(start=start, finish=c["finish"], fct=c["finish"] - arrival,
