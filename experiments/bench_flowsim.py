@@ -57,7 +57,8 @@ batch/scen: ``simulate_flows_batched`` with the warm start, per scenario; from s
 it took 2.1 s and 17.5 s.)
 
 Exact runs agree with the oracle to 2.8e-15 and with the from-scratch engine to
-1e-14 (max relative FCT).  Cost growth 1k -> 10k: exact ~N^1.7, from scratch ~N^2.1.
+1e-14 (max relative FCT).  (That run's sizes were not yet rounded to whole bytes.)
+
 Side by side with SimGrid 4.1 (pure max-min LMM, as configured above; each SimGrid run
 in a fresh process), a later, less loaded run of the same machine (01:20 UTC;
 ``--coupled 1000 3000 10000 --old-max 0 --oracle-max 0 --batched-max 0 --simgrid``;
