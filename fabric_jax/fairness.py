@@ -33,6 +33,11 @@ the bottleneck structure of congestion-controlled networks", SIGMETRICS 2020), n
 number of distinct rates.  Every step is a segment reduction over the COO entries:
 O(nnz) work per iteration, no Python loop over flows or links.
 
+Warm start.  :func:`solve_warm` solves a problem in which some flows are known to keep
+given rates (the event-driven simulator proves which, see :mod:`fabric_jax.sim`): it
+folds their load into a residual capacity and runs the same freezing on the other
+flows only, compacted into a buffer sized to them.
+
 Transformations.  ``jit`` and ``vmap`` (over capacities/demands/weights) work.  A
 leading batch axis on ``capacity``/``demand`` is also accepted directly: the batch is
 then solved as one block-diagonal problem (:func:`block_diagonal`), which is faster
@@ -232,12 +237,13 @@ COMPACT_FACTOR_FINE = 1.3
 COMPACT_FINE_UNTIL = 0.1
 
 
-def _levels(n: int, unit: int = 1) -> list[int]:
-    """Buffer sizes (rows of ``unit`` entries) of the compaction levels for ``n`` rows."""
+def _levels(n: int, unit: int = 1, fine: bool = True) -> list[int]:
+    """Buffer sizes (rows of ``unit`` entries) of the compaction levels for ``n`` rows
+    (``fine=False``: factor ``COMPACT_FACTOR`` throughout, fewer loops to compile)."""
     sizes = [n]
     while sizes[-1] * unit > COMPACT_MIN_ENTRIES:
-        fine = sizes[-1] > COMPACT_FINE_UNTIL * n
-        sizes.append(int(np.ceil(sizes[-1] / (COMPACT_FACTOR_FINE if fine else COMPACT_FACTOR))))
+        f = fine and sizes[-1] > COMPACT_FINE_UNTIL * n
+        sizes.append(int(np.ceil(sizes[-1] / (COMPACT_FACTOR_FINE if f else COMPACT_FACTOR))))
     return sizes
 
 
@@ -322,7 +328,8 @@ def _iteration_rows(li, weight, active, capacity, demand, n_links, rate, frozen,
     return jnp.where(freeze, target, rate), frozen | freeze
 
 
-def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_name=None):
+def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_name=None,
+                fine: bool = True):
     """While-loop solve on the flow-major layout, compacting the rows of open flows
     into geometrically shrinking buffers as flows freeze (frozen load folds into a
     residual capacity).  With ``axis_name`` each shard compacts its own rows; a level
@@ -332,7 +339,7 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_n
     w = inc.weight.astype(capacity.dtype).reshape(n_flows, width)
     act = w != 0
     rows = jnp.arange(n_flows)
-    sizes = _levels(n_flows, width)
+    sizes = _levels(n_flows, width, fine)
     residual = capacity
     it = jnp.asarray(0, jnp.int32)
     r, f, d = rate, frozen, demand
@@ -460,3 +467,95 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
 #: Public name of the host-side input checks of :func:`max_min_fair` (shared with
 #: :func:`fabric_jax.distributed.max_min_fair_sharded`).
 validate_inputs = _validate
+
+
+#: Smallest compaction bucket (rows) of :func:`solve_warm`; below it a bucket is cheap.
+WARM_MIN_BUCKET = 64
+#: Bucket sizes of :func:`solve_warm` shrink by this factor (one solve compiled per size).
+WARM_BUCKET_FACTOR = 2
+
+
+def _warm_buckets(n_flows: int) -> list[int]:
+    sizes = [n_flows]
+    while sizes[-1] > WARM_MIN_BUCKET:
+        sizes.append(int(np.ceil(sizes[-1] / WARM_BUCKET_FACTOR)))
+    return sizes
+
+
+def solve_warm(inc: Incidence, capacity, demand, rate, frozen, *, max_iter=None,
+               residual=None) -> MaxMinResult:
+    """Max-min rates when the flows in ``frozen`` are known to keep ``rate`` exactly.
+
+    The residual problem -- the open flows on the capacity left by the frozen ones,
+    ``c_l - sum_{g frozen} A[l, g] r_g`` -- is solved by the same parallel bottleneck
+    freezing as :func:`solve`, after compacting the open flows' rows into the smallest
+    buffer of :func:`_warm_buckets` that holds them (one branch of a ``lax.switch`` per
+    buffer size), so an iteration costs in proportion to the open entries, not all.
+
+    Why this is the full solution.  Let ``r*`` be the max-min allocation of the whole
+    problem and suppose ``r*_g = rate_g`` for every frozen ``g`` (the caller proves
+    it: :func:`fabric_jax.sim.simulate_flows` uses the threshold argument in
+    ``fabric_jax.sim``).  Restricted to the open set ``U``, ``r*_U`` is feasible for
+    the residual capacities, and every open ``f`` still has ``r*_f = d_f`` or a link
+    ``l`` that is saturated (residual load = residual capacity, since the frozen load
+    was subtracted from both sides) on which ``r*_f`` is the largest rate among the
+    open flows (it was the largest among all flows).  That is the bottleneck
+    characterisation of the residual problem, whose max-min allocation is unique, so
+    the residual solve returns exactly ``r*_U``.
+
+    Args:
+      inc: flow-major incidence (``row_width`` set, ``nnz == n_flows * row_width``).
+      capacity: ``[links]`` bytes/s; ``demand``: ``[flows]`` bytes/s (``+inf``: none).
+      rate: ``[flows]`` rates of the frozen flows (other entries ignored).
+      frozen: ``[flows]`` bool.
+      max_iter: iteration cap of the residual solve (default ``n_flows + 1``).
+      residual: optional precomputed ``[links]`` residual capacity (skips one
+        scatter over the frozen entries).
+
+    Returns:
+      :class:`MaxMinResult`; ``info.iterations`` counts the residual solve only.
+    """
+    n_flows, width, n_links = inc.n_flows, inc.row_width, inc.n_links
+    if width is None or inc.nnz != n_flows * width:
+        raise ValueError("solve_warm needs a flow-major incidence (row_width set); build it "
+                         "with Incidence.from_coo / from_paths on the host")
+    dtype = capacity.dtype
+    if max_iter is None:
+        max_iter = n_flows + 1
+    li = inc.link_idx.reshape(n_flows, width)
+    w = inc.weight.astype(dtype).reshape(n_flows, width)
+    act = w != 0
+    if residual is None:
+        residual = capacity - _link_sum(
+            jnp.where(act & frozen[:, None], w * jnp.where(frozen, rate, 0.0)[:, None],
+                      0.0).reshape(-1), li.reshape(-1), n_links, None)
+    open_ = ~frozen
+    count = jnp.sum(open_)
+    sizes = _warm_buckets(n_flows)
+    which = jnp.sum(jnp.asarray(sizes) >= count) - 1
+
+    def branch(size):
+        def run(rate):
+            idx = jnp.nonzero(open_, size=size, fill_value=0)[0]
+            keep = jnp.arange(size) < count
+            w_s = jnp.where(keep[:, None], w[idx], 0.0)
+            d_s = demand[idx]
+            has = jnp.any(w_s != 0, axis=1)
+            sub = Incidence(li[idx].reshape(-1), jnp.repeat(jnp.arange(size), width),
+                            w_s.reshape(-1), n_links, size, width)
+            r, f, it = _solve_rows(sub, residual, d_s, jnp.where(has, 0.0, d_s).astype(dtype),
+                                   ~has, max_iter, fine=False)
+            target = jnp.where(keep, idx, n_flows)
+            return rate.at[target].set(r, mode="drop"), jnp.all(f | ~keep), it
+        return run
+
+    rate = jnp.where(frozen, rate, 0.0).astype(dtype)
+    rate, converged, it = jax.lax.switch(which, [branch(s) for s in sizes], rate)
+    load = inc.link_load(jnp.where(jnp.isfinite(rate), rate, 0.0))
+    rtol = SATURATION_RTOL.get(np.dtype(dtype), 1e-5)
+    carries = inc.link_sum(jnp.where(inc.active, 1.0, 0.0).astype(dtype))
+    saturated = (carries > 0) & (load >= capacity * (1 - rtol))
+    info = MaxMinInfo(iterations=it,
+                      max_violation=jnp.max(jnp.maximum(load - capacity, 0.0), initial=0.0),
+                      converged=converged)
+    return MaxMinResult(rates=rate, link_load=load, saturated=saturated, info=info)

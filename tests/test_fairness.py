@@ -813,3 +813,102 @@ def test_no_retrace_for_same_shapes():
         # each link has two flows: (1 + k) C / 2 each, below the demand (2 + k) C
         np.testing.assert_allclose(np.asarray(out), np.full(4, (1.0 + k) * C / 2), rtol=1e-6)
     assert len(traces) == 1
+
+
+# --------------------------------------------------------------------------------------
+# Warm-started solves (fabric_jax.fairness.solve_warm; proof in fabric_jax.sim's module
+# docstring): after removing flows C, every flow below theta_C = min_{c in C} r_c keeps
+# its rate; after adding flows A, every old flow below a proven lower bound on the new
+# flows' rates keeps its rate.  Freezing those and solving the rest must give the
+# from-scratch allocation (NumPy progressive filling) to round-off.
+# --------------------------------------------------------------------------------------
+WARM_RTOL = 1e-9  # the engine's x64 keep margin (fabric_jax.sim.WARM_START_RTOL)
+
+
+def _warm_case(rng, kind, n_links=8, n_flows=24):
+    """Dense ``[links, flows]`` problem: random routes of 1-4 links, split weights,
+    and, by ``kind``, integer capacities (ties), zero-capacity links, or demands."""
+    A = np.zeros((n_links, n_flows))
+    for f in range(n_flows):
+        links = rng.choice(n_links, size=rng.integers(1, 5), replace=False)
+        A[links, f] = np.where(rng.random(links.size) < 0.2, 0.5, 1.0)
+    if kind == "ties":
+        cap = rng.choice([4.0, 8.0, 12.0], n_links)
+    else:
+        cap = rng.uniform(1.0, 10.0, n_links)
+    if kind == "zero_capacity":
+        cap[rng.choice(n_links, size=2, replace=False)] = 0.0
+    demand = np.full(n_flows, np.inf)
+    if kind == "demands":
+        pick = rng.random(n_flows) < 0.4
+        demand[pick] = rng.uniform(0.05, 2.0, pick.sum())
+    return A, cap, demand
+
+
+def _solve_warm_x64(A, cap, demand, rate, frozen):
+    from fabric_jax.fairness import solve_warm
+    with enable_x64():
+        inc = Incidence.from_dense(A)
+        res = solve_warm(inc, jnp.asarray(cap), jnp.asarray(demand), jnp.asarray(rate),
+                         jnp.asarray(frozen))
+        return np.asarray(res.rates), bool(res.info.converged)
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "zero_capacity", "demands"])
+@pytest.mark.parametrize("seed", [0, 1, pytest.param(2, marks=pytest.mark.slow)])
+def test_warm_start_after_removal_equals_scratch_x64(kind, seed):
+    rng = np.random.default_rng(seed)
+    A, cap, demand = _warm_case(rng, kind)
+    before = progressive_filling(A, cap, demand)[0]
+    gone = rng.random(A.shape[1]) < 0.2
+    gone[rng.integers(A.shape[1])] = True
+    theta = before[gone].min()
+    A2, d2, r2 = A[:, ~gone], demand[~gone], before[~gone]
+    frozen = r2 < theta * (1 - WARM_RTOL)
+    expected = progressive_filling(A2, cap, d2)[0]
+    # The lemma itself, on the oracle: the frozen flows' rates did not change.
+    np.testing.assert_allclose(expected[frozen], r2[frozen], rtol=1e-12, atol=1e-12)
+    got, converged = _solve_warm_x64(A2, cap, d2, r2, frozen)
+    assert converged
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12 * cap.max())
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "zero_capacity", "demands"])
+@pytest.mark.parametrize("seed", [0, 1, pytest.param(2, marks=pytest.mark.slow)])
+def test_warm_start_after_arrival_equals_scratch_x64(kind, seed):
+    rng = np.random.default_rng(100 + seed)
+    A, cap, demand = _warm_case(rng, kind)
+    new = np.zeros(A.shape[1], bool)
+    new[rng.choice(A.shape[1], size=3, replace=False)] = True
+    before = progressive_filling(A[:, ~new], cap, demand[~new])[0]
+    total = A.sum(axis=1)                        # W_l over the flows after the arrival
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(total > 0, cap / total, np.inf)
+    bound = np.min(np.where(A[:, new] > 0, share[:, None], np.inf), axis=0)
+    lam = np.minimum(bound, demand[new]).min()
+    rate = np.zeros(A.shape[1])
+    rate[~new] = before
+    frozen = ~new & (rate < lam * (1 - WARM_RTOL))
+    expected = progressive_filling(A, cap, demand)[0]
+    assert np.all(expected[new] >= lam * (1 - 1e-12))     # the bound is a lower bound
+    np.testing.assert_allclose(expected[frozen], rate[frozen], rtol=1e-12, atol=1e-12)
+    got, _ = _solve_warm_x64(A, cap, demand, rate, frozen)
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12 * cap.max())
+
+
+def test_warm_start_nothing_frozen_and_all_frozen_x64():
+    rng = np.random.default_rng(9)
+    A, cap, demand = _warm_case(rng, "random")
+    expected = progressive_filling(A, cap, demand)[0]
+    n = A.shape[1]
+    got, _ = _solve_warm_x64(A, cap, demand, np.zeros(n), np.zeros(n, bool))
+    np.testing.assert_allclose(got, expected, rtol=1e-9)
+    got, _ = _solve_warm_x64(A, cap, demand, expected, np.ones(n, bool))
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_solve_warm_rejects_coo_layout():
+    from fabric_jax.fairness import solve_warm
+    inc = Incidence(jnp.array([0, 0]), jnp.array([0, 1]), jnp.ones(2), 1, 2, None)
+    with pytest.raises(ValueError, match="row_width"):
+        solve_warm(inc, jnp.ones(1), jnp.full(2, jnp.inf), jnp.zeros(2), jnp.zeros(2, bool))

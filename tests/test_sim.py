@@ -528,3 +528,117 @@ def test_burst_larger_than_active_table(x64):
     # All n flows share the n B/s link equally (1 B/s each): every 1-byte flow ends at 1 s.
     np.testing.assert_allclose(np.asarray(res.finish), np.ones(n), rtol=1e-12)
     assert not bool(res.stalled)
+
+
+# --------------------------------------------------------------------------------------
+# Warm-started solves and event merging (fabric_jax.sim module docstring)
+# --------------------------------------------------------------------------------------
+#: Merged-event FCT error allowed, in units of ``tolerance`` (measured on these instances;
+#: the docstring explains why no a-priori constant exists in general).
+MERGE_ERROR_FACTOR = 10.0
+
+
+def coupled_instance(rng, n_links=10, n_flows=40, hops=3, kind="random"):
+    """SimGrid-style coupled instance in miniature: every flow on ``hops`` random
+    distinct links, all at t = 0; ``kind`` adds ties (integer capacities and sizes),
+    zero-capacity links, or demands."""
+    A = np.zeros((n_links, n_flows))
+    for f in range(n_flows):
+        A[rng.choice(n_links, size=hops, replace=False), f] = 1.0
+    if kind == "ties":
+        cap = rng.choice([10.0, 20.0], n_links)
+        size = rng.choice([10.0, 20.0, 30.0], n_flows)
+    else:
+        cap = rng.uniform(1e9, 1e10, n_links)
+        size = rng.uniform(1e6, 1e8, n_flows)
+    kw = {}
+    if kind == "zero_capacity":
+        cap[rng.choice(n_links, size=1)] = 0.0
+    if kind == "demands":
+        kw["demand"] = np.where(rng.random(n_flows) < 0.4,
+                                rng.uniform(1e8, 1e9, n_flows), np.inf)
+    return A, cap, np.zeros(n_flows), size, kw
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "zero_capacity", "demands"])
+def test_warm_start_equals_from_scratch_and_oracle_coupled(x64, kind):
+    rng = np.random.default_rng(["random", "ties", "zero_capacity", "demands"].index(kind))
+    A, cap, arr, size, kw = coupled_instance(rng, kind=kind)
+    warm = _jax_simulate(A, cap, arr, size, **kw)
+    cold = _jax_simulate(A, cap, arr, size, warm_start=False, **kw)
+    ref = simulate_flows_reference(A, cap, arr, size, **kw)
+    np.testing.assert_allclose(warm["finish"], cold["finish"], rtol=1e-9, atol=ATOL)
+    np.testing.assert_allclose(warm["finish"], ref["finish"], rtol=RTOL, atol=ATOL)
+    assert warm["n_events"] == cold["n_events"]
+    assert warm["stalled"] == (kind == "zero_capacity") == cold["stalled"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_warm_start_equals_from_scratch_random(x64, seed):
+    # Arrivals over time, dependencies, split weights, demands, zero-byte and linkless
+    # flows: every kind of event the keep rule has to get right.
+    rng = np.random.default_rng(seed)
+    A, cap, arr, size, kw = random_instance(rng)
+    warm = _jax_simulate(A, cap, arr, size, **kw)
+    cold = _jax_simulate(A, cap, arr, size, warm_start=False, **kw)
+    np.testing.assert_allclose(warm["finish"], cold["finish"], rtol=1e-9, atol=ATOL)
+    np.testing.assert_allclose(warm["start"], cold["start"], rtol=1e-9, atol=ATOL)
+    assert warm["n_events"] == cold["n_events"]
+
+
+def test_warm_start_float32_matches_x64_oracle():
+    rng = np.random.default_rng(3)
+    A, cap, arr, size, _ = coupled_instance(rng)
+    res = _fj().simulate_flows(A.astype(np.float32), cap.astype(np.float32),
+                               arr.astype(np.float32), size.astype(np.float32))
+    ref = simulate_flows_reference(A, cap, arr, size)
+    np.testing.assert_allclose(np.asarray(res.finish), ref["finish"], rtol=1e-4)
+
+
+def test_merged_events_error_vanishes_with_tolerance(x64):
+    rng = np.random.default_rng(21)
+    A, cap, arr, size, _ = coupled_instance(rng, n_links=12, n_flows=60)
+    exact = _jax_simulate(A, cap, arr, size)
+    zero = _jax_simulate(A, cap, arr, size, tolerance=0.0)
+    np.testing.assert_array_equal(zero["finish"], exact["finish"])
+    errors, events = [], []
+    for tol in (1e-1, 1e-2, 1e-3):
+        merged = _jax_simulate(A, cap, arr, size, tolerance=tol)
+        assert not merged["stalled"]
+        err = np.max(np.abs(merged["finish"] - exact["finish"]) / exact["fct"])
+        assert err <= MERGE_ERROR_FACTOR * tol, (tol, err)
+        errors.append(err)
+        events.append(merged["n_events"])
+    # Merging saves events at the coarse tolerance, none are added at fine ones.
+    assert events[0] < exact["n_events"]
+    assert all(e <= exact["n_events"] for e in events)
+    assert errors[2] <= errors[0]
+
+
+def test_merged_events_with_arrivals_and_deps(x64):
+    rng = np.random.default_rng(4)
+    A, cap, arr, size, kw = random_instance(rng)
+    exact = _jax_simulate(A, cap, arr, size, **kw)
+    merged = _jax_simulate(A, cap, arr, size, tolerance=1e-3, **kw)
+    err = np.max(np.abs(merged["finish"] - exact["finish"]) / np.maximum(exact["fct"], 1e-9))
+    assert err <= MERGE_ERROR_FACTOR * 1e-3
+
+
+@pytest.mark.parametrize("tolerance", [-1e-3, float("nan"), float("inf"), "x"])
+def test_bad_tolerance_raises(tolerance):
+    A = np.ones((1, 2))
+    with pytest.raises(ValueError, match="tolerance"):
+        _fj().simulate_flows(A, np.ones(1), np.zeros(2), np.ones(2), tolerance=tolerance)
+
+
+def test_batched_warm_start_equals_loop(x64):
+    rng = np.random.default_rng(5)
+    A, cap, arr, size, _ = coupled_instance(rng, n_links=6, n_flows=12)
+    caps = cap * rng.uniform(0.5, 2.0, (3, 1))
+    sizes = size * rng.uniform(0.5, 2.0, (3, len(size)))
+    arrs = np.broadcast_to(arr, sizes.shape)
+    batched = _fj().simulate_flows_batched(A, caps, arrs, sizes, warm_start=True)
+    for b in range(3):
+        single = _jax_simulate(A, caps[b], arrs[b], sizes[b], warm_start=False)
+        np.testing.assert_allclose(np.asarray(batched.finish)[b], single["finish"],
+                                   rtol=1e-9)
