@@ -11,6 +11,7 @@ system                GPUs   NVLink / GPU     NICs            sources
 ``hgx_h100``          8      450 GB/s (NVL4)  8 x 400G CX-7   H100 datasheet; DGX H100
                                                               user guide (8 x CX-7 OSFP)
 ``hgx_b200``          8      900 GB/s (NVL5)  8 x 400G CX-7   B200 / DGX B200 datasheet
+``dgx_a100``          8      300 GB/s (NVL3)  8 x 200G CX-6   DGX A100 user guide
 ``gb200_nvl72``       72     900 GB/s (NVL5)  72 x 400G CX-7  GB200 NVL72 product page
 ====================  =====  ===============  ==============  ==========================
 
@@ -30,7 +31,7 @@ import dataclasses
 
 from .topology import Topology, fat_tree, leaf_spine, rail_optimized
 
-__all__ = ["System", "SYSTEMS", "build", "get_system"]
+__all__ = ["System", "SYSTEMS", "PUBLISHED", "build", "get_system"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +69,10 @@ SYSTEMS = {
         "hgx_b200", 8, 7200.0, 8, 400.0,
         sources="NVIDIA DGX B200 datasheet (NVLink5 1.8 TB/s per GPU bidirectional, "
                 "8 x ConnectX-7 400 Gb/s)"),
+    "dgx_a100": System(
+        "dgx_a100", 8, 2400.0, 8, 200.0, pcie_gbps=256.0,
+        sources="NVIDIA DGX A100 user guide (NVLink3 600 GB/s bidirectional per GPU, "
+                "8 x ConnectX-6 200 Gb/s HDR for compute, PCIe Gen4)"),
     "gb200_nvl72": System(
         "gb200_nvl72", 72, 7200.0, 72, 400.0,
         sources="NVIDIA GB200 NVL72 product page (72 Blackwell GPUs in one NVLink "
@@ -134,3 +139,44 @@ def build(system, n_servers: int = 1, *, fabric_topology: str = "rail_optimized"
         return fat_tree(k, **server)
     raise ValueError(f"fabric_topology must be 'rail_optimized', 'leaf_spine' or "
                      f"'fat_tree'; got {fabric_topology!r}")
+
+
+#: Published nccl-tests bus bandwidths (large messages), for validation.  Each row:
+#: ``system``, ``nodes``, ``gpus`` (ranks; all GPUs when None), ``op``, ``algorithm``
+#: (forced with ``NCCL_ALGO``; None = NCCL's own choice), ``busbw`` in bytes/s,
+#: ``source``, ``kind`` ("maintainer" statement or "user" measurement) and ``note``.
+#: The calibrated rows (used to set :data:`fabric_jax.collectives.LINK_EFFICIENCY`)
+#: say so in ``note``; the others are predictions.
+PUBLISHED = (
+    dict(system="hgx_h100", nodes=1, gpus=None, op="all_reduce", algorithm="ring",
+         busbw=370e9, kind="maintainer", source="NVIDIA/nccl-tests#212 (S. Jeaugey)",
+         note="calibration of the NVLink efficiency (370/450)"),
+    dict(system="hgx_h100", nodes=1, gpus=None, op="all_gather", algorithm=None,
+         busbw=370e9, kind="maintainer", source="NVIDIA/nccl-tests#212 (S. Jeaugey)",
+         note="'observe as BusBw when running non-allreduce operations'"),
+    dict(system="hgx_h100", nodes=1, gpus=None, op="reduce_scatter", algorithm=None,
+         busbw=370e9, kind="maintainer", source="NVIDIA/nccl-tests#212 (S. Jeaugey)",
+         note="as all_gather"),
+    dict(system="hgx_h100", nodes=1, gpus=None, op="all_reduce", algorithm=None,
+         busbw=480e9, kind="maintainer", source="NVIDIA/nccl-tests#212 (S. Jeaugey); "
+         "476 GB/s in NVIDIA/nccl-tests#290; 475 GB/s on H200 in nccl-tests#272",
+         note="NVLS; calibration of the NVLS efficiency"),
+    *(dict(system="hgx_h100", nodes=1, gpus=g, op="all_reduce", algorithm="ring",
+           busbw=367.5e9, kind="user", source="NVIDIA/nccl#1455",
+           note="ring 365-370 GB/s for 2 to 8 GPUs") for g in (2, 4, 8)),
+    *(dict(system="hgx_h100", nodes=1, gpus=g, op="all_reduce", algorithm="nvls",
+           busbw=b, kind="user", source="NVIDIA/nccl#1455",
+           note="NVLS busbw vs GPU count") for g, b in ((4, 370e9), (5, 420e9),
+                                                      (6, 440e9), (7, 460e9))),
+    dict(system="hgx_h100", nodes=2, gpus=None, op="all_reduce", algorithm="ring",
+         busbw=376e9, kind="maintainer", source="NVIDIA/nccl-tests#290 (46-48 GB/s per "
+         "NDR NIC, 8 NICs); busbw = NICs x per-NIC as in nccl-tests#252",
+         note="network-bound ring; calibration of the network efficiency (47/50)"),
+    dict(system="dgx_a100", nodes=2, gpus=None, op="all_reduce", algorithm="ring",
+         busbw=192e9, kind="maintainer", source="NVIDIA/nccl#812 (AddyLaddy: DGX A100, "
+         "8 x 200 Gb/s IB, 192 GB/s all-reduce busbw)",
+         note="prediction: HDR NICs with the NDR-calibrated efficiency"),
+    dict(system="hgx_h100", nodes=4, gpus=None, op="all_reduce", algorithm="ring",
+         busbw=376e9, kind="maintainer", source="NVIDIA/nccl-tests#290 per-NIC figure",
+         note="ring busbw stays at NICs x per-NIC with more nodes"),
+)
