@@ -46,6 +46,9 @@ class System:
       nic_gbps: NIC line rate, Gb/s.
       pcie_gbps: GPU <-> NIC link, Gb/s.
       latency_us: fabric latency per link, microseconds.
+      nvls: the NVSwitch reduces in the switch (NVLink SHARP: third-generation
+        NVSwitch, H100 and later; not A100).  Stored as ``params["nvls"]`` of the
+        topology; :mod:`fabric_jax.collectives` offers NVLS algorithms only then.
       sources: where the figures come from.
     """
 
@@ -56,6 +59,7 @@ class System:
     nic_gbps: float
     pcie_gbps: float = 512.0
     latency_us: float = 0.5
+    nvls: bool = True
     sources: str = ""
 
 
@@ -70,7 +74,7 @@ SYSTEMS = {
         sources="NVIDIA DGX B200 datasheet (NVLink5 1.8 TB/s per GPU bidirectional, "
                 "8 x ConnectX-7 400 Gb/s)"),
     "dgx_a100": System(
-        "dgx_a100", 8, 2400.0, 8, 200.0, pcie_gbps=256.0,
+        "dgx_a100", 8, 2400.0, 8, 200.0, pcie_gbps=256.0, nvls=False,
         sources="NVIDIA DGX A100 user guide (NVLink3 600 GB/s bidirectional per GPU, "
                 "8 x ConnectX-6 200 Gb/s HDR for compute, PCIe Gen4)"),
     "gb200_nvl72": System(
@@ -110,6 +114,11 @@ def build(system, n_servers: int = 1, *, fabric_topology: str = "rail_optimized"
     server = dict(gpus_per_server=s.gpus_per_server, nvlink_gbps=s.nvlink_gbps,
                   pcie_gbps=s.pcie_gbps, link_gbps=s.nic_gbps, latency_us=s.latency_us)
     server.update(overrides)
+    topo = _fabric(s, n_servers, fabric_topology, server)
+    return dataclasses.replace(topo, params=dict(topo.params, nvls=s.nvls))
+
+
+def _fabric(s: System, n_servers: int, fabric_topology: str, server: dict) -> Topology:
     if fabric_topology == "rail_optimized":
         return rail_optimized(n_servers, s.nics_per_server, **server)
     if fabric_topology == "leaf_spine":

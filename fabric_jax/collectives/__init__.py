@@ -249,6 +249,9 @@ def build_plan(topology: Topology, op: str, nbytes: float, *, hosts=None,
         if groups.shape[0] != 1:
             raise ValueError("algorithm='nvls' runs inside one server; use 'nvls_tree' or "
                              "'sharp' across servers")
+        if not topology.params.get("nvls", True):
+            raise ValueError("algorithm='nvls': these servers' NVSwitches do not reduce "
+                             "(params['nvls'] is False, e.g. dgx_a100)")
         nvls = True
         _nvls_all_reduce(dag, topology, hosts, nbytes, n_chunks, step)
     else:  # hierarchical, nvls_tree, sharp
@@ -257,7 +260,11 @@ def build_plan(topology: Topology, op: str, nbytes: float, *, hosts=None,
             raise ValueError(f"algorithm='sharp' needs a fabric with SHARP; "
                              f"{fab.name!r} has sharp=False")
         intra = "ring" if algorithm == "hierarchical" else "nvls"
-        if intra == "nvls" and not topology.params.get("server_model"):
+        if intra == "nvls" and not (topology.params.get("server_model")
+                                    and topology.params.get("nvls", True)):
+            if algorithm == "nvls_tree":
+                raise ValueError("algorithm='nvls_tree' needs NVSwitch servers with NVLS "
+                                 "(server model, params['nvls'] not False)")
             intra = "ring"
         nvls = intra == "nvls"
         _hierarchical(dag, topology, hosts[groups], nbytes, n_chunks, intra,
@@ -354,14 +361,15 @@ def _eligible(topology, op, hosts, fabric):
         return algos
     groups = A.server_groups(topology, hosts)
     server_model = bool(topology.params.get("server_model"))
+    has_nvls = server_model and bool(topology.params.get("nvls", True))
     n_srv = 0 if groups is None else groups.shape[0]
     keep = []
     for a in algos:
         if a == "tree" and groups is None:
             continue
-        if a == "nvls" and not (server_model and n_srv == 1 and groups.shape[1] > 1):
+        if a == "nvls" and not (has_nvls and n_srv == 1 and groups.shape[1] > 1):
             continue
-        if a == "nvls_tree" and not (server_model and n_srv > 1 and groups.shape[1] > 1):
+        if a == "nvls_tree" and not (has_nvls and n_srv > 1 and groups.shape[1] > 1):
             continue
         if a == "sharp" and not (n_srv > 1 and fabric is not None and fabric.sharp
                                  and server_model):
