@@ -267,3 +267,34 @@ def test_small_messages_latency_bound_on_two_nodes():
     # 8 B and 64 KiB take about the same time: the latency floor (tens of us).
     assert r64k.time_s < 2.5 * r8.time_s
     assert 5e-6 < r8.time_s < 100e-6
+
+
+def test_dgx_a100_has_no_nvls():
+    topo = systems.build("dgx_a100", 1)
+    with pytest.raises(ValueError, match="nvls"):
+        C.build_plan(topo, "all_reduce", 1e6, algorithm="nvls")
+    algo, _, est = C.select_algorithm(topo, "all_reduce", 1e9)
+    assert algo == "ring" and not any(a.startswith("nvls") for a, _ in est)
+
+
+def test_nccl_tests_experiment_writes_rows(tmp_path):
+    import importlib.util
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "experiments" / "nccl_tests.py"
+    spec = importlib.util.spec_from_file_location("_exp_nccl_tests", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "nt.json"
+    mod.main(["--op", "all_gather", "--min-bytes", "1M", "--max-bytes", "4M",
+              "--json", str(out), "--plot", str(tmp_path / "nt.png")])
+    data = json.loads(out.read_text())
+    rows = data["rows"]
+    assert [r["size_bytes"] for r in rows] == [1 << 20, 2 << 20, 4 << 20]
+    for r in rows:
+        assert {"size_bytes", "time_s", "algbw", "busbw", "algorithm", "protocol"} <= set(r)
+        assert r["algbw"] == pytest.approx(r["size_bytes"] / r["time_s"], rel=1e-6)
+        assert r["busbw"] == pytest.approx(r["algbw"] * 7 / 8, rel=1e-6)
+    assert rows[-1]["busbw"] > rows[0]["busbw"]                 # bandwidth grows with S
+    assert (tmp_path / "nt.png").is_file()
+    assert mod.parse_bytes("8G") == 8 * 1024**3
