@@ -73,7 +73,6 @@ def test_tree_two_ranks_closed_form(x64):
     size = 1e8
     res = C.run_collective(topo, "all_reduce", size, algorithm="tree", protocol="Simple",
                            n_chunks=1)
-    path = np.array([0, 2, 5, 6]) if False else None  # noqa: F841 (path found below)
     plan = C.build_plan(topo, "all_reduce", size, algorithm="tree", n_chunks=1)
     links = plan.links[0][plan.links[0] >= 0]
     hop = topo.latency[links].sum()
@@ -93,13 +92,11 @@ def test_sharp_one_level_closed_form(x64):
                            n_chunks=1, fabric="infiniband")
     p = C.PROTOCOLS["Simple"]
     B = topo.capacity[0] * C.LINK_EFFICIENCY["net"]   # the NIC link is the bottleneck
-    hop = 2 * topo.latency[0]                          # wait: uniform below
     lat_nic = topo.latency[0]
     L0 = topo.params["fabric_links"]
     lat_pcie = topo.latency[L0 + 2 * topo.n_hosts]
     up = lat_pcie + lat_nic + C.SHARP_LEVEL_LATENCY_US * 1e-6 + p.net_step_us * 1e-6
     down = lat_pcie + lat_nic + p.net_step_us * 1e-6
-    del hop
     expect = p.base_latency_us * 1e-6 + up + down + 2 * size / B
     assert res.time_s == pytest.approx(expect, rel=1e-9)
 

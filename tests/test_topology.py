@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from fabric_jax import units
-from fabric_jax.topology import Topology, fat_tree, from_edges, leaf_spine, rail_optimized
+from fabric_jax.paths import shortest_paths
+from fabric_jax.topology import (Topology, fat_tree, from_edges, leaf_spine, rail_optimized,
+                                 with_servers)
 
 R400 = units.gbps(400.0)  # 5e10 bytes/s
 
@@ -313,8 +315,6 @@ def test_bisection_after_cutting_a_half_off():
 
 
 # ------------------------------------------------------------------ server model
-from fabric_jax.paths import shortest_paths  # noqa: E402
-from fabric_jax.topology import with_servers  # noqa: E402
 
 
 def _path_names(topo, ps, i):
@@ -342,7 +342,7 @@ def test_server_model_routes_nvlink_inside_and_nics_across(build):
     nv = units.gbps(topo.params["nvlink_gbps"])
     assert all(topo.capacity[l] == nv for l in ps.links[0, 0] if l >= 0)
     # Other server: leaves through PCIe to the GPU's NIC, never through an NVSwitch.
-    assert across[0][0] == "srv0/gpu0" and across[-1][1] == f"srv1/gpu0"
+    assert across[0][0] == "srv0/gpu0" and across[-1][1] == "srv1/gpu0"
     assert not any("nvswitch" in a or "nvswitch" in b for a, b in across)
     assert len(across) >= 4
 

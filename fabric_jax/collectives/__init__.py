@@ -108,14 +108,12 @@ def _route(topology, src, dst, fabric, seed):
 def _finish(dag, topology, *, op, algorithm, protocol, nbytes, n_ranks, fabric, seed,
             nvls: bool) -> CollectivePlan:
     proto = PROTOCOLS[protocol]
-    n = dag.n
     src, dst = np.concatenate(dag.src), np.concatenate(dag.dst)
     size = np.concatenate(dag.size)
     width = max(d.shape[1] for d in dag.deps)
     deps = np.concatenate([np.pad(d, ((0, 0), (0, width - d.shape[1])), constant_values=-1)
                            for d in dag.deps])
     host = src >= 0
-    rows_parts, lat_parts = [], []
     if host.any():
         r_links, r_w = _route(topology, src[host], dst[host], fabric, seed)
     cls = link_classes(topology)
@@ -149,7 +147,6 @@ def _finish(dag, topology, *, op, algorithm, protocol, nbytes, n_ranks, fabric, 
     if nvls:
         eff["nvlink"] = eff["nvls"]
     scale = np.array([eff[c] for c in LINK_CLASSES])[cls] * proto.bw_fraction
-    del rows_parts, lat_parts
     return CollectivePlan(links=links.astype(np.int32), weight=weight, size=size,
                           deps=deps.astype(np.int32), latency=latency, delay=delay, op=op,
                           algorithm=algorithm, protocol=protocol, nbytes=float(nbytes),
@@ -316,17 +313,19 @@ def _hierarchical(dag, topology, grid, nbytes, n_chunks, intra, inter, step,
                 done = xdone.T
             elif inter == "tree":
                 pars = A.tree_parents(n_srv, 1)
-                new_prev, xdone = [], np.zeros((g, n_srv), np.int64)
+                new_prev, xdone = [], []
                 for r in range(g):
                     d = done[:, r]
+                    cols = []
                     for t, par in enumerate(pars):
                         p = None if prev_x is None else prev_x[r * len(pars) + t]
                         ids, dn = A.tree_reduce_bcast(dag, rails[r], par,
                                                       shard / len(pars), ready=d, prev=p)
                         new_prev.append(ids)
-                        xdone[r] = np.maximum(xdone[r], dn)
+                        cols.append(dn)
+                    xdone.append(np.concatenate(cols, axis=1))     # both trees' results
                 prev_x = new_prev
-                done = xdone.T
+                done = np.stack(xdone).transpose(1, 0, 2)          # [servers, g, k]
             else:  # sharp
                 new_prev, xdone = [], np.zeros((g, n_srv), np.int64)
                 for r in range(g):

@@ -85,6 +85,17 @@ class _Dag:
                             np.broadcast_to(np.asarray(hop_latency, float), (m,)))
 
 
+def _cols(ready, ndim: int) -> list:
+    """Dependency columns of ``ready``: one array of ``ndim`` dims per trailing entry
+    when ``ready`` has an extra trailing axis (several transfers to wait for)."""
+    if ready is None:
+        return []
+    ready = np.asarray(ready)
+    if ready.ndim == ndim + 1:
+        return [ready[..., c] for c in range(ready.shape[-1])]
+    return [ready]
+
+
 # ------------------------------------------------------------------ rank layouts
 def server_groups(topology: Topology, hosts: np.ndarray):
     """Ranks grouped by server: ``int [servers, g]`` rank positions, or ``None`` when the
@@ -126,7 +137,8 @@ def ring(dag: _Dag, order: np.ndarray, n_steps: int, flow_bytes: float,
     """``n_steps`` ring steps on each row of ``order [rows, n]`` (hosts).
 
     Args:
-      ready: ``[rows, n]`` transfer after which each position may start (-1 none).
+      ready: ``[rows, n]`` transfer after which each position may start (-1 none), or
+        ``[rows, n, k]`` several.
       prev: ids ``[n_steps, rows, n]`` of the same ring for the previous chunk (the
         same edge and step waits for it: chunks pipeline instead of sharing).
 
@@ -135,13 +147,13 @@ def ring(dag: _Dag, order: np.ndarray, n_steps: int, flow_bytes: float,
       each position.
     """
     rows, n = order.shape
-    ready = np.full((rows, n), -1) if ready is None else ready
+    ready_cols = _cols(ready, 2)
     dst = np.roll(order, -1, axis=1)
     ids = np.zeros((n_steps, rows, n), np.int64)
     for s in range(n_steps):  # a Python loop over steps, vectorised over ranks
         into = np.roll(ids[s - 1], 1, axis=1) if s > 0 else -1
-        ids[s] = dag.add(order, dst, flow_bytes, into, ready,
-                         None if prev is None else prev[s])
+        ids[s] = dag.add(order, dst, flow_bytes, into,
+                         None if prev is None else prev[s], *ready_cols)
     return ids, np.roll(ids[-1], 1, axis=1)
 
 
@@ -180,8 +192,9 @@ def tree_reduce_bcast(dag: _Dag, host_of: np.ndarray, parent: np.ndarray,
       prev: ``(up_ids, down_ids)`` of the previous chunk on this tree.
 
     Returns:
-      ``((up_ids [n], down_ids [n]), done [n])`` (``-1`` for the root's own edges;
-      ``done`` of the root is its last incoming reduction).
+      ``((up_ids [n], down_ids [n]), done [n, k])``: ``up_ids``/``down_ids`` are -1 for
+      the root; ``done`` lists the transfers after which each position holds the
+      result (its broadcast in; at the root every reduction in), -1 padded.
     """
     n = parent.size
     ready = np.full(n, -1) if ready is None else np.asarray(ready)
@@ -211,8 +224,12 @@ def tree_reduce_bcast(dag: _Dag, host_of: np.ndarray, parent: np.ndarray,
             cols = [down[p]]
         down[v] = dag.add(host_of[p], host_of[v], flow_bytes,
                           None if prev is None else prev[1][v], *cols)
-    done = down.copy()
-    done[root] = root_in.max() if root_in.size else ready[root]
+    done = np.full((n, max(root_in.size, 1)), -1, np.int64)
+    done[:, 0] = down
+    done[root, :] = -1
+    done[root, :root_in.size] = root_in
+    if root_in.size == 0:
+        done[root, 0] = ready[root]
     return (up, down), done
 
 
@@ -256,8 +273,8 @@ def nvls_multicast(dag, topology, group_hosts, flow_bytes, latency, ready, prev=
     up, down = nvls_links(topology, group_hosts)
     g = group_hosts.size
     rows = np.concatenate([up[:, None], np.broadcast_to(down, (g, g))], axis=1)
-    return dag.add_links(rows, flow_bytes, latency, ready,
-                         None if prev is None else prev)
+    return dag.add_links(rows, flow_bytes, latency, None if prev is None else prev,
+                         *_cols(ready, 1))
 
 
 # ------------------------------------------------------------------ SHARP
