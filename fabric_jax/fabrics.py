@@ -35,7 +35,8 @@ entering a host one NIC latency).
 SHARP (Graham et al., "Scalable Hierarchical Aggregation Protocol", COMHPC 2016):
 switches reduce, so each host sends its ``S`` bytes once and receives the result once,
 versus ``2 (n-1)/n S`` each way in a ring: :func:`all_reduce_flows` emits one flow of
-``S`` per host along the ring order instead of ``2 (n-1)/n S`` (pipelined form).  The
+``S`` per host along the ring order instead of ``2 (n-1)/n S`` (pipelined form;
+:func:`fabric_jax.workloads.collectives.steady_state_all_reduce`).  The
 saving on switch-to-switch links (the aggregation tree sends one copy per switch) is not
 modelled, so the preset is conservative for IB.
 """
@@ -50,7 +51,7 @@ import numpy as np
 from . import cc
 from .routing import get_policy
 from .units import NS, US, gbps
-from .workloads.flows import Workload, check_hosts, check_size, single_group
+from .workloads.flows import Workload
 
 __all__ = ["Fabric", "infiniband", "roce", "spectrum_x", "uec", "PRESETS", "get_fabric",
            "all_reduce_flows", "IB_SWITCH_LATENCY", "SPECTRUM_SWITCH_LATENCY",
@@ -327,13 +328,6 @@ def all_reduce_flows(hosts, size, *, sharp: bool = False, job: str = "job0",
     Returns:
       a ``Workload`` with ``ranks`` flows and one group of kind ``all_reduce``.
     """
-    hosts = check_hosts(hosts)
-    size = check_size(size)
-    n = hosts.size
-    per = size if sharp else 2.0 * (n - 1) / n * size
-    src = hosts
-    dst = np.roll(hosts, -1)
-    return single_group(src, dst, np.full(n, per), None,
-                        name=name or ("sharp_all_reduce" if sharp else "ring_all_reduce"),
-                        kind="all_reduce", group_bytes=size, n_ranks=n, job=job,
-                        arrival=arrival)
+    from .workloads.collectives import steady_state_all_reduce
+    return steady_state_all_reduce(hosts, size, sharp=sharp, job=job, name=name,
+                                   arrival=arrival)

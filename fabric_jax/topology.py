@@ -23,6 +23,23 @@ and bytes/s with :mod:`fabric_jax.units`):
   (NVIDIA DGX SuperPOD reference architecture);
 * :func:`from_edges` -- any graph, from an edge list or a networkx graph.
 
+Server model (opt-in, ``gpus_per_server=...`` on every builder): hosts become GPUs.
+Each server gets an NVSwitch node that every GPU of the server reaches over one NVLink
+cable (``nvlink_gbps`` per direction: the whole NVLink bandwidth of a GPU, as NVSwitch
+fabrics are non-blocking), and each NIC of the fabric becomes a non-host node (tier 1)
+that its GPUs reach over a PCIe cable (``pcie_gbps``); GPU ``g`` of a server uses NIC
+``g * nics_per_server // gpus_per_server``.  Switch tiers shift up by one (leaf 2,
+spine 3, core 4).  Min-hop routing then sends intra-server traffic over NVLink (GPU ->
+NVSwitch -> GPU, 2 hops) and inter-server traffic over PCIe, the NICs and the fabric
+(>= 4 hops); hosts never forward, so nothing crosses another GPU.  Without
+``gpus_per_server`` the builders are unchanged (hosts are NICs).  See
+:func:`with_servers` and :mod:`fabric_jax.systems` for named servers.
+
+Switch radix (opt-in, ``switch_radix=...`` on :func:`leaf_spine` and
+:func:`rail_optimized`): a ``ValueError`` when a leaf or spine would need more ports
+than the radix (e.g. 64 for a 64 x 800G Quantum-X800 / Spectrum-4 class switch, 128
+for 128 x 400G).
+
 Default link parameters: 400 Gb/s, 1 us per link (the per-link delay of the HPCC
 simulations, Li et al. SIGCOMM 2019, Sec. 5.1) and 1 MB of buffer per egress port
 (a 64 MB shared-buffer 64 x 400G switch, Tomahawk-4 class, split evenly).
@@ -56,6 +73,7 @@ __all__ = [
     "from_edges",
     "leaf_spine",
     "rail_optimized",
+    "with_servers",
 ]
 
 #: Kinds whose ``node_tier`` is a strict Clos layering: routing there is up/down.
@@ -64,6 +82,18 @@ CLOS_KINDS = ("leaf_spine", "fat_tree", "rail_optimized")
 DEFAULT_LINK_GBPS = 400.0
 DEFAULT_LATENCY_US = 1.0
 DEFAULT_BUFFER_KB = 1000.0
+
+#: H100 SXM NVLink4: 18 links x 25 GB/s per direction = 450 GB/s = 3600 Gb/s (NVIDIA
+#: H100 Tensor Core GPU datasheet; NVIDIA "NVLink and NVSwitch" product page).
+DEFAULT_NVLINK_GBPS = 3600.0
+#: PCIe Gen5 x16: 32 GT/s x 16 lanes = 512 Gb/s raw per direction (PCI-SIG PCIe 5.0).
+DEFAULT_PCIE_GBPS = 512.0
+#: One NVSwitch traversal (GPU -> NVSwitch or back), microseconds; an assumption of the
+#: order of a cut-through switch hop.  NCCL's per-step software costs are charged by
+#: :mod:`fabric_jax.collectives`, not here.
+DEFAULT_NVLINK_LATENCY_US = 0.1
+#: GPU <-> NIC over the PCIe switch, microseconds (assumption, same order).
+DEFAULT_PCIE_LATENCY_US = 0.1
 
 # scipy's maximum_flow silently works in int32: integer capacities must keep every
 # flow value (at most the sum of all capacities) below 2**31.
@@ -455,6 +485,133 @@ def _build(*, name, kind, params, node_names, node_tier, n_hosts, cab_u, cab_v,
         host_transit=False)
 
 
+def _check_radix(switch_radix, *, leaf_ports: int, spine_ports: int, what: str,
+                 fix: str) -> None:
+    """ValueError when a leaf or spine needs more ports than ``switch_radix``."""
+    if switch_radix is None:
+        return
+    radix = _check_int(switch_radix, "switch_radix", 2)
+    for role, ports in (("leaf", leaf_ports), ("spine", spine_ports)):
+        if ports > radix:
+            raise ValueError(
+                f"switch_radix={radix}: each {role} of this {what} needs {ports} ports "
+                f"(more than the radix); {fix}")
+
+
+def with_servers(topology: Topology, gpus_per_server: int, *,
+                 nics_per_server: int | None = None,
+                 nvlink_gbps: float = DEFAULT_NVLINK_GBPS,
+                 pcie_gbps: float = DEFAULT_PCIE_GBPS,
+                 nvlink_latency_us: float = DEFAULT_NVLINK_LATENCY_US,
+                 pcie_latency_us: float = DEFAULT_PCIE_LATENCY_US) -> Topology:
+    """GPU servers on a fabric whose hosts are NICs: GPUs become the hosts.
+
+    The hosts of ``topology`` are taken as NIC ports, ``nics_per_server`` consecutive
+    host indices per server (the layout of every builder here: ``rail_optimized``'s
+    ``server * nics + nic``, consecutive hosts of a leaf in ``leaf_spine``).  Each
+    server gets ``gpus_per_server`` GPU hosts and one NVSwitch node:
+
+    * NVLink: one cable GPU <-> NVSwitch of ``nvlink_gbps`` per direction.  An
+      NVSwitch system is non-blocking (HGX H100: four NVSwitch chips, 18 NVLink4 links
+      per GPU, 450 GB/s per direction; NVIDIA "NVIDIA H100 Tensor Core GPU
+      Architecture" whitepaper, 2022), so the per-GPU NVLink bandwidth is the only
+      bound modelled;
+    * PCIe: one cable GPU <-> its NIC of ``pcie_gbps`` (GPU ``g`` uses NIC
+      ``g * nics_per_server // gpus_per_server``: the PCIe-switch pairing of DGX/HGX
+      H100, one ConnectX-7 per GPU).
+
+    NIC nodes stop being hosts (tier 1), switch tiers shift up by one, NVSwitches are
+    tier 1, GPUs tier 0.  Host index of GPU ``g`` of server ``s``: ``s *
+    gpus_per_server + g``; names ``srv{s}/gpu{g}`` and ``srv{s}/nvswitch``;
+    ``host_server`` is the GPU's server.  Links of ``topology`` keep their ids; the
+    NVLink cables follow (link ``L0 + 2 h`` GPU ``h`` -> NVSwitch, ``L0 + 2 h + 1``
+    back), then the PCIe cables (``L0 + 2 G + 2 h`` GPU -> NIC, ``+ 1`` back), with
+    ``L0 = topology.n_links`` and ``G`` GPUs.  ``params`` gains ``gpus_per_server``,
+    ``nics_per_server``, ``n_servers``, ``nvlink_gbps``, ``pcie_gbps``,
+    ``fabric_links`` (= ``L0``) and ``server_model=True``.
+
+    Not modelled (assumptions): PXN (NCCL forwarding across rails through NVLink)
+    -- a rail-crossing flow goes through the fabric; NVLink port contention inside the
+    NVSwitch chips; CPU/host memory paths.
+
+    Args:
+      topology: a fabric whose hosts are NIC ports (not already a server model).
+      gpus_per_server: GPUs per server (>= 1).
+      nics_per_server: NIC ports per server (default ``gpus_per_server``); must
+        divide the number of hosts of ``topology``.
+      nvlink_gbps: NVLink bandwidth per GPU per direction, Gb/s.
+      pcie_gbps: GPU <-> NIC bandwidth per direction, Gb/s.
+      nvlink_latency_us: latency of each NVLink cable (one NVSwitch hop), us.
+      pcie_latency_us: latency of each PCIe cable, us.
+
+    Raises:
+      ValueError: bad sizes, hosts not a multiple of ``nics_per_server``, a topology
+        that already has the server model.
+    """
+    if not isinstance(topology, Topology):
+        raise ValueError(f"topology must be a Topology; got {type(topology).__name__}")
+    if topology.params.get("server_model"):
+        raise ValueError("topology already has the server model; build it from a fabric "
+                         "whose hosts are NICs")
+    gps = _check_int(gpus_per_server, "gpus_per_server", 1)
+    nps = gps if nics_per_server is None else _check_int(nics_per_server,
+                                                          "nics_per_server", 1)
+    nv = _check_pos(nvlink_gbps, "nvlink_gbps")
+    pc = _check_pos(pcie_gbps, "pcie_gbps")
+    nv_lat = _check_pos(nvlink_latency_us, "nvlink_latency_us", allow_zero=True)
+    pc_lat = _check_pos(pcie_latency_us, "pcie_latency_us", allow_zero=True)
+    n_nics = topology.n_hosts
+    if n_nics % nps:
+        raise ValueError(f"nics_per_server={nps} does not divide the {n_nics} hosts (NIC "
+                         f"ports) of {topology.name!r}; give a fabric with a whole number "
+                         f"of servers")
+    n_servers = n_nics // nps
+    n0, n_gpus = topology.n_nodes, n_servers * gps
+    gpu = np.arange(n_gpus)
+    server, local = np.divmod(gpu, gps)
+    gpu_node = n0 + gpu
+    nvs_node = n0 + n_gpus + np.arange(n_servers)
+    nic_node = topology.hosts[server * nps + local * nps // gps]
+    names = (topology.node_names
+             + tuple(f"srv{s}/gpu{g}" for s, g in zip(server.tolist(), local.tolist()))
+             + tuple(f"srv{s}/nvswitch" for s in range(n_servers)))
+    old_tier = np.where(topology.node_is_host, 1, topology.node_tier + 1)
+    tier = np.concatenate([old_tier, np.zeros(n_gpus), np.ones(n_servers)])
+    is_host = np.concatenate([np.zeros(n0, bool), np.ones(n_gpus, bool),
+                              np.zeros(n_servers, bool)])
+    cab_u = np.concatenate([gpu_node, gpu_node])
+    cab_v = np.concatenate([nvs_node[server], nic_node])
+    new_src = np.stack([cab_u, cab_v], axis=1).reshape(-1)
+    new_dst = np.stack([cab_v, cab_u], axis=1).reshape(-1)
+    L0, n_new = topology.n_links, 2 * cab_u.size
+    gb = np.repeat(np.concatenate([np.full(n_gpus, nv), np.full(n_gpus, pc)]), 2)
+    lat = np.repeat(np.concatenate([np.full(n_gpus, nv_lat), np.full(n_gpus, pc_lat)]), 2)
+    params = dict(topology.params, gpus_per_server=gps, nics_per_server=nps,
+                  n_servers=n_servers, nvlink_gbps=nv, pcie_gbps=pc, fabric_links=L0,
+                  server_model=True)
+    return Topology(
+        node_names=names, node_is_host=is_host, node_tier=tier, hosts=gpu_node,
+        link_src=np.concatenate([topology.link_src, new_src]),
+        link_dst=np.concatenate([topology.link_dst, new_dst]),
+        capacity=np.concatenate([topology.capacity, units.gbps(gb)]),
+        latency=np.concatenate([topology.latency, units.us(lat)]),
+        buffer=np.concatenate([topology.buffer,
+                               np.full(n_new, units.kb(DEFAULT_BUFFER_KB))]),
+        link_up=np.concatenate([topology.link_up, np.ones(n_new, bool)]),
+        link_reverse=np.concatenate([topology.link_reverse, L0 + (np.arange(n_new) ^ 1)]),
+        host_server=server,
+        name=f"{topology.name} + {n_servers} servers x {gps} GPUs",
+        kind=topology.kind, params=params, updown=topology.updown, host_transit=False)
+
+
+def _maybe_servers(topo: Topology, server: dict | None, nics_per_server: int | None):
+    """Apply :func:`with_servers` when a builder got ``gpus_per_server``."""
+    if server is None or server.get("gpus_per_server") is None:
+        return topo
+    kw = {k: v for k, v in server.items() if v is not None}
+    return with_servers(topo, nics_per_server=nics_per_server, **kw)
+
+
 def _spread_uplinks(n_leaves: int, uplinks: int, n_spines: int):
     """Leaf ``l``'s uplink ``j`` goes to spine ``j % n_spines`` (round robin)."""
     leaf = np.repeat(np.arange(n_leaves), uplinks)
@@ -468,7 +625,14 @@ def leaf_spine(n_leaves: int, n_spines: int, hosts_per_leaf: int, *,
                link_gbps: float = DEFAULT_LINK_GBPS,
                fabric_gbps: float | None = None,
                latency_us: float = DEFAULT_LATENCY_US,
-               buffer_kb: float = DEFAULT_BUFFER_KB) -> Topology:
+               buffer_kb: float = DEFAULT_BUFFER_KB,
+               switch_radix: int | None = None,
+               nics_per_server: int | None = None,
+               gpus_per_server: int | None = None,
+               nvlink_gbps: float = DEFAULT_NVLINK_GBPS,
+               pcie_gbps: float = DEFAULT_PCIE_GBPS,
+               nvlink_latency_us: float = DEFAULT_NVLINK_LATENCY_US,
+               pcie_latency_us: float = DEFAULT_PCIE_LATENCY_US) -> Topology:
     """Two-tier folded Clos: hosts on leaves, every leaf wired to the spines.
 
     Leaf ``l``'s uplink ``j`` goes to spine ``j % n_spines``, so with
@@ -497,6 +661,13 @@ def leaf_spine(n_leaves: int, n_spines: int, hosts_per_leaf: int, *,
       fabric_gbps: leaf-spine link speed, Gb/s.
       latency_us: per-link latency, microseconds.
       buffer_kb: egress buffer per link, kB.
+      switch_radix: ports per switch; ValueError if a leaf needs more than
+        ``hosts_per_leaf + uplinks_per_leaf`` or a spine more than
+        ``ceil(n_leaves * uplinks_per_leaf / n_spines)`` (None: unchecked).
+      nics_per_server: NIC ports per server with the server model (default
+        ``gpus_per_server``); consecutive hosts form a server.
+      gpus_per_server, nvlink_gbps, pcie_gbps, nvlink_latency_us, pcie_latency_us:
+        the server model (:func:`with_servers`); ``None`` (default) keeps NIC hosts.
     """
     n_leaves = _check_int(n_leaves, "n_leaves", 1)
     n_spines = _check_int(n_spines, "n_spines", 1)
@@ -536,20 +707,33 @@ def leaf_spine(n_leaves: int, n_spines: int, hosts_per_leaf: int, *,
     cab_v = np.concatenate([leaf0 + host // hosts_per_leaf, spine0 + up_spine])
     gb = np.concatenate([np.full(n_hosts, link), np.full(up_leaf.size, fabric)])
     ratio = down / (uplinks_per_leaf * fabric)
+    _check_radix(switch_radix, leaf_ports=hosts_per_leaf + uplinks_per_leaf,
+                 spine_ports=-(-n_leaves * uplinks_per_leaf // n_spines),
+                 what=f"leaf_spine ({n_leaves} leaves x {uplinks_per_leaf} uplinks, "
+                      f"{n_spines} spines)",
+                 fix="use fewer hosts per leaf, more spines, or a three-tier fat_tree")
     params = dict(n_leaves=n_leaves, n_spines=n_spines, hosts_per_leaf=hosts_per_leaf,
                   uplinks_per_leaf=uplinks_per_leaf, oversubscription=ratio,
-                  link_gbps=link, fabric_gbps=fabric)
-    return _build(name=f"leaf_spine({n_leaves}x{n_spines}, {hosts_per_leaf} hosts/leaf, "
+                  link_gbps=link, fabric_gbps=fabric, switch_radix=switch_radix)
+    return _maybe_servers(_build(name=f"leaf_spine({n_leaves}x{n_spines}, {hosts_per_leaf} hosts/leaf, "
                        f"{ratio:g}:1)",
                   kind="leaf_spine", params=params, node_names=names, node_tier=tier,
                   n_hosts=n_hosts, cab_u=cab_u, cab_v=cab_v, cab_gbps=gb,
-                  latency_us=lat, buffer_kb=buf)
+                  latency_us=lat, buffer_kb=buf),
+        dict(gpus_per_server=gpus_per_server, nvlink_gbps=nvlink_gbps, pcie_gbps=pcie_gbps,
+                  nvlink_latency_us=nvlink_latency_us, pcie_latency_us=pcie_latency_us), nics_per_server)
 
 
 def fat_tree(k: int, *, link_gbps: float = DEFAULT_LINK_GBPS,
              fabric_gbps: float | None = None,
              latency_us: float = DEFAULT_LATENCY_US,
-             buffer_kb: float = DEFAULT_BUFFER_KB) -> Topology:
+             buffer_kb: float = DEFAULT_BUFFER_KB,
+             nics_per_server: int | None = None,
+             gpus_per_server: int | None = None,
+             nvlink_gbps: float = DEFAULT_NVLINK_GBPS,
+             pcie_gbps: float = DEFAULT_PCIE_GBPS,
+             nvlink_latency_us: float = DEFAULT_NVLINK_LATENCY_US,
+             pcie_latency_us: float = DEFAULT_PCIE_LATENCY_US) -> Topology:
     """Three-tier k-ary fat-tree (Al-Fares, Loukissas, Vahdat, SIGCOMM 2008, Sec. 2.3).
 
     ``k`` pods, each with ``k/2`` edge and ``k/2`` aggregation switches (a complete
@@ -568,6 +752,10 @@ def fat_tree(k: int, *, link_gbps: float = DEFAULT_LINK_GBPS,
       fabric_gbps: switch-to-switch link speed, Gb/s (default ``link_gbps``).
       latency_us: per-link latency, microseconds.
       buffer_kb: egress buffer per link, kB.
+      nics_per_server: NIC ports per server with the server model (default
+        ``gpus_per_server``); consecutive hosts form a server.
+      gpus_per_server, nvlink_gbps, pcie_gbps, nvlink_latency_us, pcie_latency_us:
+        the server model (:func:`with_servers`); ``None`` (default) keeps NIC hosts.
     """
     k = _check_int(k, "k", 2)
     if k % 2:
@@ -597,10 +785,13 @@ def fat_tree(k: int, *, link_gbps: float = DEFAULT_LINK_GBPS,
     cab_u = np.concatenate([host, ea_u, ac_u])
     cab_v = np.concatenate([edge0 + host // half, ea_v, ac_v])
     gb = np.concatenate([np.full(n_hosts, link), np.full(2 * n_edge * half, fabric)])
-    return _build(name=f"fat_tree(k={k})", kind="fat_tree",
-                  params=dict(k=k, link_gbps=link, fabric_gbps=fabric),
-                  node_names=names, node_tier=tier, n_hosts=n_hosts, cab_u=cab_u,
-                  cab_v=cab_v, cab_gbps=gb, latency_us=lat, buffer_kb=buf)
+    return _maybe_servers(_build(
+        name=f"fat_tree(k={k})", kind="fat_tree",
+        params=dict(k=k, link_gbps=link, fabric_gbps=fabric),
+        node_names=names, node_tier=tier, n_hosts=n_hosts, cab_u=cab_u,
+        cab_v=cab_v, cab_gbps=gb, latency_us=lat, buffer_kb=buf),
+        dict(gpus_per_server=gpus_per_server, nvlink_gbps=nvlink_gbps, pcie_gbps=pcie_gbps,
+                  nvlink_latency_us=nvlink_latency_us, pcie_latency_us=pcie_latency_us), nics_per_server)
 
 
 def rail_optimized(n_servers: int, nics_per_server: int = 8, *,
@@ -610,7 +801,13 @@ def rail_optimized(n_servers: int, nics_per_server: int = 8, *,
                    link_gbps: float = DEFAULT_LINK_GBPS,
                    fabric_gbps: float | None = None,
                    latency_us: float = DEFAULT_LATENCY_US,
-                   buffer_kb: float = DEFAULT_BUFFER_KB) -> Topology:
+                   buffer_kb: float = DEFAULT_BUFFER_KB,
+                   switch_radix: int | None = None,
+                   gpus_per_server: int | None = None,
+                   nvlink_gbps: float = DEFAULT_NVLINK_GBPS,
+                   pcie_gbps: float = DEFAULT_PCIE_GBPS,
+                   nvlink_latency_us: float = DEFAULT_NVLINK_LATENCY_US,
+                   pcie_latency_us: float = DEFAULT_PCIE_LATENCY_US) -> Topology:
     """Rail-optimised two-tier fabric for GPU servers (DGX SuperPOD style).
 
     Servers form groups of ``servers_per_leaf`` (a scalable unit; the last one may be
@@ -636,6 +833,13 @@ def rail_optimized(n_servers: int, nics_per_server: int = 8, *,
       fabric_gbps: leaf-spine link speed, Gb/s (default ``link_gbps``).
       latency_us: per-link latency, microseconds.
       buffer_kb: egress buffer per link, kB.
+      switch_radix: ports per switch; ValueError if a rail leaf needs more than
+        ``servers_per_leaf + uplinks_per_leaf`` or a spine more than
+        ``ceil(rail leaves * uplinks_per_leaf / n_spines)`` (None: unchecked).  With
+        64 ports, 32 servers per leaf and 32 uplinks, one spine layer connects at most
+        64 rail leaves (8 groups of 8 rails, 256 servers).
+      gpus_per_server, nvlink_gbps, pcie_gbps, nvlink_latency_us, pcie_latency_us:
+        the server model (:func:`with_servers`); ``None`` (default) keeps NIC hosts.
     """
     n_servers = _check_int(n_servers, "n_servers", 1)
     nics = _check_int(nics_per_server, "nics_per_server", 1)
@@ -647,6 +851,12 @@ def rail_optimized(n_servers: int, nics_per_server: int = 8, *,
     link, fabric, lat, buf = _link_args(link_gbps, fabric_gbps, latency_us, buffer_kb)
     n_groups = -(-n_servers // spl)
     n_hosts, n_leaves = n_servers * nics, n_groups * nics
+    _check_radix(switch_radix, leaf_ports=min(spl, n_servers) + uplinks,
+                 spine_ports=-(-n_leaves * uplinks // n_spines),
+                 what=f"rail_optimized fabric ({n_leaves} rail leaves x {uplinks} "
+                      f"uplinks, {n_spines} spines)",
+                 fix="use fewer servers, fewer uplinks per leaf, more spines, or a "
+                     "three-tier fat_tree")
     leaf0, spine0 = n_hosts, n_hosts + n_leaves
     names = [f"srv{s}/nic{i}" for s in range(n_servers) for i in range(nics)]
     names += [f"g{g}/rail{i}" for g in range(n_groups) for i in range(nics)]
@@ -660,11 +870,14 @@ def rail_optimized(n_servers: int, nics_per_server: int = 8, *,
     gb = np.concatenate([np.full(n_hosts, link), np.full(up_leaf.size, fabric)])
     params = dict(n_servers=n_servers, nics_per_server=nics, servers_per_leaf=spl,
                   n_spines=n_spines, uplinks_per_leaf=uplinks, link_gbps=link,
-                  fabric_gbps=fabric)
-    return _build(name=f"rail_optimized({n_servers} servers x {nics} NICs)",
-                  kind="rail_optimized", params=params, node_names=names,
-                  node_tier=tier, n_hosts=n_hosts, cab_u=cab_u, cab_v=cab_v,
-                  cab_gbps=gb, latency_us=lat, buffer_kb=buf, host_server=server)
+                  fabric_gbps=fabric, switch_radix=switch_radix)
+    return _maybe_servers(_build(
+        name=f"rail_optimized({n_servers} servers x {nics} NICs)",
+        kind="rail_optimized", params=params, node_names=names,
+        node_tier=tier, n_hosts=n_hosts, cab_u=cab_u, cab_v=cab_v,
+        cab_gbps=gb, latency_us=lat, buffer_kb=buf, host_server=server),
+        dict(gpus_per_server=gpus_per_server, nvlink_gbps=nvlink_gbps, pcie_gbps=pcie_gbps,
+                  nvlink_latency_us=nvlink_latency_us, pcie_latency_us=pcie_latency_us), nics)
 
 
 _EDGE_ATTRS = ("capacity_gbps", "latency_us", "buffer_kb")
@@ -675,7 +888,13 @@ def from_edges(edges, *, capacity_gbps: float = DEFAULT_LINK_GBPS,
                buffer_kb: float = DEFAULT_BUFFER_KB,
                hosts=None, directed: bool = False,
                host_transit: bool | None = None,
-               name: str = "graph") -> Topology:
+               name: str = "graph",
+               nics_per_server: int | None = None,
+               gpus_per_server: int | None = None,
+               nvlink_gbps: float = DEFAULT_NVLINK_GBPS,
+               pcie_gbps: float = DEFAULT_PCIE_GBPS,
+               nvlink_latency_us: float = DEFAULT_NVLINK_LATENCY_US,
+               pcie_latency_us: float = DEFAULT_PCIE_LATENCY_US) -> Topology:
     """Topology of an arbitrary graph.
 
     Args:
@@ -692,6 +911,10 @@ def from_edges(edges, *, capacity_gbps: float = DEFAULT_LINK_GBPS,
       host_transit: may hosts forward traffic for others?  None means True exactly when
         every node is a host (otherwise nothing could route).
       name: topology name.
+      nics_per_server: NIC ports per server with the server model (default
+        ``gpus_per_server``); consecutive hosts (in ``hosts`` order) form a server.
+      gpus_per_server, nvlink_gbps, pcie_gbps, nvlink_latency_us, pcie_latency_us:
+        the server model (:func:`with_servers`); ``None`` (default) keeps NIC hosts.
 
     Node tiers: 0 for hosts, 1 for the other nodes; routing is plain min-hop
     (``updown=False``).
@@ -771,7 +994,7 @@ def from_edges(edges, *, capacity_gbps: float = DEFAULT_LINK_GBPS,
         per_link = {a: np.repeat(v, 2) for a, v in vals.items()}
     is_host = np.zeros(n_nodes, bool)
     is_host[host_nodes] = True
-    return Topology(
+    return _maybe_servers(Topology(
         node_names=tuple(str(x) for x in labels), node_is_host=is_host,
         node_tier=np.where(is_host, 0, 1), hosts=host_nodes, link_src=link_src,
         link_dst=link_dst, capacity=units.gbps(per_link["capacity_gbps"]),
@@ -779,7 +1002,9 @@ def from_edges(edges, *, capacity_gbps: float = DEFAULT_LINK_GBPS,
         link_up=np.ones(link_src.size, bool), link_reverse=reverse,
         host_server=np.arange(host_nodes.size), name=name, kind="graph",
         params=dict(directed=bool(directed)), updown=False,
-        host_transit=bool(host_transit))
+        host_transit=bool(host_transit)),
+        dict(gpus_per_server=gpus_per_server, nvlink_gbps=nvlink_gbps, pcie_gbps=pcie_gbps,
+                  nvlink_latency_us=nvlink_latency_us, pcie_latency_us=pcie_latency_us), nics_per_server)
 
 
 def _pair_reverse(src: np.ndarray, dst: np.ndarray) -> np.ndarray:

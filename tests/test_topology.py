@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from fabric_jax import units
-from fabric_jax.topology import Topology, fat_tree, from_edges, leaf_spine, rail_optimized
+from fabric_jax.paths import shortest_paths
+from fabric_jax.topology import (Topology, fat_tree, from_edges, leaf_spine, rail_optimized,
+                                 with_servers)
 
 R400 = units.gbps(400.0)  # 5e10 bytes/s
 
@@ -310,3 +312,86 @@ def test_bisection_after_cutting_a_half_off():
     assert cut.bisection_bandwidth() == 0.0
     with pytest.raises(ValueError, match="2 hosts"):
         from_edges([("a", "b")], hosts=["a"]).bisection_bandwidth()
+
+
+# ------------------------------------------------------------------ server model
+
+
+def _path_names(topo, ps, i):
+    return [(topo.node_names[topo.link_src[l]], topo.node_names[topo.link_dst[l]])
+            for l in ps.links[i, 0] if l >= 0]
+
+
+@pytest.mark.parametrize("build", [
+    lambda: rail_optimized(2, 4, gpus_per_server=4),
+    lambda: leaf_spine(2, 2, 4, gpus_per_server=4),
+    lambda: fat_tree(4, gpus_per_server=4),
+    lambda: from_edges([("n0", "s"), ("n1", "s"), ("n2", "s"), ("n3", "s")],
+                       hosts=["n0", "n1", "n2", "n3"], gpus_per_server=2),
+])
+def test_server_model_routes_nvlink_inside_and_nics_across(build):
+    topo = build()
+    g = topo.params["gpus_per_server"]
+    assert topo.params["server_model"] and np.all(topo.host_server ==
+                                                  np.arange(topo.n_hosts) // g)
+    ps = shortest_paths(topo, [0, 0], [1, g])
+    inside, across = _path_names(topo, ps, 0), _path_names(topo, ps, 1)
+    # Same server: GPU -> NVSwitch -> GPU, a single path, NVLink capacity.
+    assert inside == [("srv0/gpu0", "srv0/nvswitch"), ("srv0/nvswitch", "srv0/gpu1")]
+    assert ps.n_paths[0] == 1
+    nv = units.gbps(topo.params["nvlink_gbps"])
+    assert all(topo.capacity[l] == nv for l in ps.links[0, 0] if l >= 0)
+    # Other server: leaves through PCIe to the GPU's NIC, never through an NVSwitch.
+    assert across[0][0] == "srv0/gpu0" and across[-1][1] == "srv1/gpu0"
+    assert not any("nvswitch" in a or "nvswitch" in b for a, b in across)
+    assert len(across) >= 4
+
+
+def test_server_model_off_keeps_builders_unchanged():
+    a, b = rail_optimized(3, 4), rail_optimized(3, 4, gpus_per_server=None)
+    for field in ("link_src", "link_dst", "capacity", "latency", "host_server"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    assert a.n_hosts == 12 and "server_model" not in a.params
+
+
+def test_with_servers_layout_and_units():
+    base = leaf_spine(1, 1, 4)
+    topo = with_servers(base, 4, nics_per_server=2, nvlink_gbps=7200, pcie_gbps=256,
+                        nvlink_latency_us=0.2)
+    L0 = base.n_links
+    assert topo.n_hosts == 8 and topo.params["n_servers"] == 2
+    np.testing.assert_array_equal(topo.link_src[:L0], base.link_src)
+    assert topo.capacity[L0] == pytest.approx(7200e9 / 8)        # NVLink, bytes/s
+    assert topo.capacity[L0 + 2 * 8] == pytest.approx(256e9 / 8)  # PCIe
+    assert topo.latency[L0] == pytest.approx(0.2e-6)
+    # GPUs 0,1 share NIC h0; GPUs 2,3 share h1 (2 NICs for 4 GPUs).
+    nic = [topo.node_names[topo.link_dst[L0 + 16 + 2 * h]] for h in range(4)]
+    assert nic == ["h0", "h0", "h1", "h1"]
+    tiers = dict(zip(topo.node_names, topo.node_tier))
+    assert tiers["h0"] == 1 and tiers["leaf0"] == 2 and tiers["spine0"] == 3
+    assert tiers["srv0/nvswitch"] == 1 and tiers["srv0/gpu0"] == 0
+
+
+def test_with_servers_rejects_bad_input():
+    with pytest.raises(ValueError, match="nics_per_server"):
+        with_servers(leaf_spine(1, 1, 5), 8)
+    with pytest.raises(ValueError, match="already"):
+        with_servers(rail_optimized(1, 2, gpus_per_server=2), 2)
+    with pytest.raises(ValueError, match="gpus_per_server"):
+        rail_optimized(1, 2, gpus_per_server=0)
+
+
+# ------------------------------------------------------------------ switch radix
+def test_radix_refuses_too_many_leaves():
+    # 64-port switches, 32 servers per rail leaf, 32 uplinks: one spine layer connects
+    # 64 rail leaves (8 groups of 8 rails = 256 servers); 257 servers need 72 leaves.
+    rail_optimized(256, 8, switch_radix=64)
+    with pytest.raises(ValueError, match="switch_radix=64.*spine"):
+        rail_optimized(257, 8, switch_radix=64)
+    with pytest.raises(ValueError, match="switch_radix=64.*leaf"):
+        rail_optimized(64, 8, servers_per_leaf=48, switch_radix=64)
+    # 128 x 400G: twice as many leaves fit.
+    rail_optimized(512, 8, servers_per_leaf=64, switch_radix=128)
+    leaf_spine(8, 4, 4, switch_radix=8)
+    with pytest.raises(ValueError, match="fat_tree"):
+        leaf_spine(9, 4, 4, switch_radix=8)

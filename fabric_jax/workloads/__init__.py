@@ -5,7 +5,9 @@ a :class:`Workload` — per-flow arrays plus a dependency DAG — for the simula
 
 * collectives as flow DAGs (:mod:`.collectives`): ring / tree / halving-doubling
   all-reduce, ring all-gather and reduce-scatter, uniform and MoE-skewed all-to-all,
-  pipeline sends;
+  pipeline sends, the steady-state (merged) all-reduce of the fabric presets; NCCL's
+  algorithms with NVLink, protocols and per-step latency are in
+  :mod:`fabric_jax.collectives`;
 * traffic patterns (:mod:`.traffic`): Poisson background at a target load, incast,
   random permutations;
 * empirical flow sizes (:mod:`.cdf`): :class:`FlowSizeCDF` with published tables;
@@ -25,6 +27,7 @@ from fabric_jax.workloads.collectives import (
     ring_all_gather,
     ring_all_reduce,
     ring_reduce_scatter,
+    steady_state_all_reduce,
     tree_all_reduce,
     zipf_expert_load,
 )
@@ -48,7 +51,7 @@ __all__ = [
     "Workload", "concat",
     "ring_all_reduce", "ring_reduce_scatter", "ring_all_gather",
     "halving_doubling_all_reduce", "tree_all_reduce", "double_binary_tree",
-    "all_to_all", "zipf_expert_load", "pipeline_sends",
+    "all_to_all", "zipf_expert_load", "pipeline_sends", "steady_state_all_reduce",
     "incast", "permutation", "poisson_background",
     "FlowSizeCDF",
     "place_job", "place_jobs", "server_rails",

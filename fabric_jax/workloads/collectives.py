@@ -47,7 +47,7 @@ from fabric_jax.workloads.flows import Workload, check_hosts, check_size, single
 __all__ = [
     "ring_all_reduce", "ring_reduce_scatter", "ring_all_gather",
     "halving_doubling_all_reduce", "tree_all_reduce", "double_binary_tree",
-    "all_to_all", "zipf_expert_load", "pipeline_sends",
+    "all_to_all", "zipf_expert_load", "pipeline_sends", "steady_state_all_reduce",
 ]
 
 
@@ -148,6 +148,30 @@ def halving_doubling_all_reduce(hosts, size, *, job: str = "job0", name: str | N
     return single_group(hosts[rank], hosts[partner], chunk[step], dep[:, None],
                         name=name or "halving_doubling_all_reduce", kind="all_reduce",
                         group_bytes=size, n_ranks=n, job=job, arrival=arrival)
+
+
+def steady_state_all_reduce(hosts, size, *, sharp: bool = False, job: str = "job0",
+                            name: str | None = None, arrival: float = 0.0) -> Workload:
+    """Bandwidth-bound all-reduce of ``size`` bytes over ``hosts``, one flow per host.
+
+    Ring (``sharp=False``): the pipelined ring in its steady state: every rank streams
+    ``2 (n-1)/n * size`` bytes to its ring successor, all at once (the per-step flows
+    of :func:`ring_all_reduce` merged, keeping link loads and volumes, not the per-step
+    latency).  SHARP: ``size`` bytes per rank (sent once to the switch, result received
+    once), over the same host links.  For per-step latency, channels, NVLink and the
+    SHARP aggregation tree use :mod:`fabric_jax.collectives`.
+
+    Returns:
+      a ``Workload`` with ``ranks`` flows and one group of kind ``all_reduce``.
+    """
+    hosts = check_hosts(hosts)
+    size = check_size(size)
+    n = hosts.size
+    per = size if sharp else 2.0 * (n - 1) / n * size
+    return single_group(hosts, np.roll(hosts, -1), np.full(n, per), None,
+                        name=name or ("sharp_all_reduce" if sharp else "ring_all_reduce"),
+                        kind="all_reduce", group_bytes=size, n_ranks=n, job=job,
+                        arrival=arrival)
 
 
 def _btree_parent(n: int) -> np.ndarray:
