@@ -119,3 +119,19 @@ def test_hpcc_fct_rejects_bad_flags():
         mod.main(["--cc", "dcqcn,nope"])
     with pytest.raises(SystemExit):
         mod.main(["--workload", "storage"])
+
+
+def test_side_by_side_picks_the_nearest_bucket():
+    mod = _load("hpcc_fct")
+    ups = [2e3, 6e3, 70e3, 190e3, 1.1e6, 29e6]
+    buckets = [{"size_max_bytes": u, "n_flows": 1, "p50": 1.0 + i, "p95": 2.0 + i,
+                "p99": 3.0 + i} for i, u in enumerate(ups)]
+    rows = mod.side_by_side({"hpcc": {"buckets": buckets}}, "web_search", 0.3)
+    assert rows and all(r["law"] == "hpcc" for r in rows)  # no dcqcn results given
+    at = {(r["pct"], r["size"]): r for r in rows}
+    # 5 KB -> the 6 KB bucket (index 1); 73 KB -> 70 KB (index 2); 30 MB -> last
+    assert at[("p95", "5K")]["fluid"] == 3.0
+    assert at[("p95", "73K")]["fluid"] == 4.0
+    assert at[("p99", "30M")]["fluid"] == 8.0
+    assert at[("p95", "5K")]["published"] == mod.PUBLISHED[("web_search", 0.3, "p95")][5e3]["hpcc"]
+    assert mod.side_by_side({"hpcc": {"buckets": buckets}}, "web_search", 0.7) == []
