@@ -406,8 +406,11 @@ def main(argv=None) -> dict:
         print(f"percentile change when the window doubles ({window_ms:g} -> "
               f"{2 * window_ms:g} ms), per bucket:")
         print(table(crow, list(crow[0])))
-    comp = side_by_side(results, args.workload, args.load)
+    # the published curves (results page) carry no incast: compare only like with like
+    comp = [] if incast else side_by_side(results, args.workload, args.load)
     out["published_comparison"] = comp
+    if incast and any(k[:2] == (args.workload, args.load) for k in PUBLISHED):
+        print("(published values are without incast: rerun with --incast off to compare)")
     if comp:
         print("published packet-level values (ns-3, HPCC results page; dcqcn = DCQCN+w) "
               "vs this fluid run:")
