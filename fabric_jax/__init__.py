@@ -16,6 +16,7 @@ from .fairness import MaxMinInfo, MaxMinResult, max_min_fair
 from .flowcontrol import FlowControl
 from .fluid import FluidInfo, FluidResult, FluidTrajectory, simulate_fluid
 from .incidence import Incidence
+from .ns3 import from_ns3_topology, hpcc_fat_tree, to_ns3_topology
 from .paths import PathSet, shortest_paths
 from .routing import POLICIES, Routing, make_routing
 from .smooth import Smoothing
@@ -78,6 +79,9 @@ __all__ = [
     "Topology",
     "fat_tree",
     "from_edges",
+    "from_ns3_topology",
+    "hpcc_fat_tree",
+    "to_ns3_topology",
     "leaf_spine",
     "rail_optimized",
     "shortest_paths",
