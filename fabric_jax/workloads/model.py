@@ -20,8 +20,8 @@ active weights of the layer: QKV and output projections, the FFN, for MoE the ``
 experts a token visits) plus ``4 s d_attn`` for the attention scores and their product
 with the values (``d_attn = heads * head_dim``; no causal-mask saving, as in
 Narayanan's count), and the logits add ``2 h V`` per token.  Training is forward plus
-backward (twice the forward): ``3 x`` forward, ``4 x`` with full activation
-recomputation.  For GPT-style models (``P_layer = 12 h^2``) this is exactly
+backward (twice the forward): ``3 x`` forward, and with full activation recomputation
+the layers' forward runs once more (``4 x`` for the layers, ``3 x`` for the logits).  For GPT-style models (``P_layer = 12 h^2``) this is exactly
 Narayanan's ``F = 96 B s L h^2 (1 + s/(6h) + V/(16 L h))`` with recomputation (and
 ``72 ... (1 + s/(6h) + V/(12 L h))`` without), and ``~ 6 N`` FLOPs per token (Kaplan et
 al. 2020; Brown et al. 2020, Table D.1).
@@ -304,11 +304,11 @@ def get_model(model) -> ModelConfig:
     return MODELS[model]
 
 
-def _forward_flops_per_token(model: ModelConfig, seq_len: int) -> float:
-    """Forward FLOPs of one token (module docstring): matmuls + attention + logits."""
+def _forward_flops_per_token(model: ModelConfig, seq_len: int) -> tuple[float, float]:
+    """Forward FLOPs of one token (module docstring): (transformer layers, logits)."""
     per_layer = (2.0 * (model.attention_params + model.top_k * model.expert_params)
                  + 4.0 * seq_len * model.n_heads * model.head_dim)
-    return model.n_layers * per_layer + 2.0 * model.hidden * model.vocab
+    return model.n_layers * per_layer, 2.0 * model.hidden * model.vocab
 
 
 def training_flops(model, n_tokens: float, *, recompute: bool = False) -> float:
@@ -323,8 +323,9 @@ def training_flops(model, n_tokens: float, *, recompute: bool = False) -> float:
     n_tokens = float(n_tokens)
     if not math.isfinite(n_tokens) or n_tokens < 0:
         raise ValueError(f"n_tokens: must be finite and >= 0; got {n_tokens}")
-    passes = 4.0 if recompute else 3.0
-    return passes * _forward_flops_per_token(model, model.seq_len) * n_tokens
+    layers, logits = _forward_flops_per_token(model, model.seq_len)
+    # Recomputation repeats the layers' forward pass, not the logits (Narayanan Eq. 3).
+    return ((4.0 if recompute else 3.0) * layers + 3.0 * logits) * n_tokens
 
 
 def step_flops(model, *, recompute: bool = False) -> float:
