@@ -221,3 +221,87 @@ def test_plan_check_against_model_names_the_key():
         m.replace(n_heads=7)
     with pytest.raises(ValueError, match="gpu"):
         model_training_step(m, ParallelPlan(dp=1536 // 8), gpu="tpu")
+
+
+# ------------------------------------------------------------------ inference
+def test_prefill_and_decode_times_by_hand():
+    from fabric_jax.workloads.inference import decode_step_time, prefill_time
+    m = MODELS["llama3_70b"]
+    gpu = GPUS["h100_sxm"]
+    # prefill of P tokens: P L (2 P_layer + 4 P d_attn) + 2 h V, on tp GPUs at 50 % peak
+    p = 1000
+    layer = 2 * (m.attention_params + m.expert_params) + 4 * p * 64 * 128
+    want = (p * 80 * layer + 2 * 8192 * 128256) / (8 * gpu.peak_flops * 0.5)
+    assert float(prefill_time(m, p, gpu, tp=8)) == pytest.approx(want, rel=1e-12)
+    # decode step: (weights + KV of 1000 tokens) / (8 x 3.35 TB/s x 0.7)
+    want = (m.active_params * 2 + 327_680 * 1000) / (8 * 3.35e12 * 0.7)
+    assert float(decode_step_time(m, 1000, gpu, tp=8)) == pytest.approx(want, rel=1e-12)
+
+
+def test_single_request_ttft_by_hand(x64):
+    # One request, one prefill and one decode server on 2 servers x 8 NICs, 1 rail leaf
+    # per rail, no link latency: TTFT = arrival-to-prefill-end + KV/8 / C (8 flows in
+    # parallel, one per rail) + one decode step over P cached tokens; every later token
+    # latency is one decode step with one more cached token.
+    from fabric_jax.workloads.inference import decode_step_time, disaggregated_serving
+    m = MODELS["llama3_70b"]
+    topo = fj.rail_optimized(2, 8, servers_per_leaf=2, latency_us=0.0)
+    run = disaggregated_serving(m, n_requests=1, rate=1.0, prompt_len=2048, output_len=4,
+                                n_prefill=1, n_decode=1)
+    w = run.workload
+    assert w.n_flows == 8 and np.all(w.src // 8 == 0) and np.all(w.dst // 8 == 1)
+    assert w.size.sum() == pytest.approx(kv_cache_bytes(m, 2048))
+    res = run.serve(_simulate(topo, w))
+    kv = kv_cache_bytes(m, 2048) / 8 / topo.capacity[0]
+    step = float(decode_step_time(m, 2048))
+    want = run.prefill_end[0] - run.arrival[0] + kv + step
+    assert res["ttft"][0] == pytest.approx(want, rel=1e-9)
+    assert res["kv_transfer_time"][0] == pytest.approx(kv, rel=1e-9)
+    gaps = [float(decode_step_time(m, 2048 + k)) for k in (1, 2, 3)]
+    np.testing.assert_allclose(res["token_latency"], gaps, rtol=1e-9)
+    pre = run.serve(_simulate(topo, w), first_token="prefill")
+    assert pre["ttft"][0] == pytest.approx(run.prefill_end[0] - run.arrival[0])
+    assert pre["token_latency"].size == 3     # 1 token from prefill + 3 decode steps
+    assert pre["token_latency"][0] == pytest.approx(kv + step, rel=1e-9)
+
+
+def test_serving_queues_and_batches():
+    # Requests faster than one prefill server can serve queue FIFO: prefill ends are
+    # increasing and spaced by at least one prefill time; decode batches > 1 form.
+    from fabric_jax.workloads.inference import disaggregated_serving, prefill_time
+    run = disaggregated_serving("llama3_70b", n_requests=20, rate=100.0, prompt_len=512,
+                                output_len=8, n_prefill=1, n_decode=1, seed=3)
+    pt = float(prefill_time("llama3_70b", 512))
+    assert np.all(np.diff(run.prefill_end) >= pt * (1 - 1e-12))
+    res = run.serve(run.prefill_end.repeat(8) + 1e-3)
+    assert res["decode_batch"].max() > 1
+    assert res["token_latency"].size == 20 * 7
+    assert np.all(res["ttft"] > 0)
+    with pytest.raises(ValueError, match="rate"):
+        disaggregated_serving("llama3_70b", n_requests=2, rate=0.0, prompt_len=8,
+                              output_len=2, n_prefill=1, n_decode=1)
+    with pytest.raises(ValueError, match="first_token"):
+        run.serve(run.prefill_end.repeat(8), first_token="never")
+
+
+def test_inference_experiment_quick(tmp_path):
+    # 12 requests; the KV transfer can only be slower than line rate; ECMP (roce) cannot
+    # beat the even split of spraying (uec) at the tail: with max-min sharing the even
+    # split spreads every transfer over all spines.
+    import importlib.util
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "experiments" / "inference.py"
+    spec = importlib.util.spec_from_file_location("_exp_inference", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "inf.json"
+    mod.main(["--quick", "--n-requests", "12", "--rate", "40", "--fabrics", "roce", "uec",
+              "--json", str(out)])
+    data = json.loads(out.read_text())
+    fab = data["fabrics"]
+    for v in fab.values():
+        assert v["kv_slowdown"]["p50"] >= 1 - 1e-3
+        assert v["ttft"]["p50"] <= v["ttft"]["p99"]
+    assert fab["roce"]["kv_transfer_time"]["p99"] >= fab["uec"]["kv_transfer_time"]["p99"] * (1 - 1e-3)
+    assert data["inputs"]["model"] == "llama3_70b"

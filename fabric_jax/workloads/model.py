@@ -341,14 +341,18 @@ def kv_cache_bytes(model, n_tokens: float, *, bytes_per_element: int | None = No
 
     Args:
       model: :class:`ModelConfig` or name.
-      n_tokens: cached tokens (prompt length).
+      n_tokens: cached tokens (prompt length); scalar or array.
       bytes_per_element: default the model's precision.
     """
     model = get_model(model)
     b = model.bytes_per_element if bytes_per_element is None else int(bytes_per_element)
     if b < 1:
         raise ValueError(f"bytes_per_element: must be >= 1; got {bytes_per_element}")
-    return 2.0 * model.n_layers * model.n_kv_heads * model.head_dim * b * float(n_tokens)
+    per_token = 2.0 * model.n_layers * model.n_kv_heads * model.head_dim * b
+    tokens = np.asarray(n_tokens, np.float64)
+    if np.any(~np.isfinite(tokens) | (tokens < 0)):
+        raise ValueError("n_tokens: must be finite and >= 0")
+    return per_token * tokens if tokens.ndim else per_token * float(tokens)
 
 
 @dataclasses.dataclass(frozen=True)
