@@ -51,8 +51,8 @@ import fabric_jax as fj  # noqa: E402
 from fabric_jax import economics as econ  # noqa: E402
 from fabric_jax.fabrics import PRESETS  # noqa: E402
 from fabric_jax.plots import save_figure  # noqa: E402
-from fabric_jax.workloads.model import (GPUS, MODELS, ParallelPlan, get_model,  # noqa: E402
-                                        model_training_step)
+from fabric_jax.workloads.model import GPUS, MODELS, ParallelPlan, get_model  # noqa: E402
+from fabric_jax.workloads.training import model_training_step  # noqa: E402
 
 HOUR = 3600.0
 

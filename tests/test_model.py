@@ -13,8 +13,8 @@ import pytest
 import fabric_jax as fj
 from fabric_jax.incidence import Incidence
 from fabric_jax.workloads.model import (GPUS, MODELS, ModelConfig, ParallelPlan, comm_bytes,
-                                        kv_cache_bytes, model_training_step, step_flops,
-                                        training_flops)
+                                        kv_cache_bytes, step_flops, training_flops)
+from fabric_jax.workloads.training import model_training_step
 
 
 # ------------------------------------------------------------------ parameters
