@@ -186,3 +186,27 @@ def test_gpu_value_quick_from_model_and_simulation(tmp_path):
     assert min(fab, key=lambda n: fab[n]["dollars_lost_to_communication"]) == "infiniband"
     assert data["inputs"]["model"]["name"] == "llama3_70b"
     assert (tmp_path / "gpu_value.png").is_file()
+
+
+def test_bom_fat_tree_matches_al_fares_counts():
+    # k-ary fat-tree (Al-Fares et al. 2008): 5k^2/4 switches, k^3/4 hosts, 3k^3/4 cables.
+    bom = econ.bill_of_materials(fj.fat_tree(4), "spectrum_x")
+    assert (bom["switches"], bom["nics"], bom["cables"]) == (20, 16, 48)
+    assert bom["transceivers"] == 96 and bom["max_ports_used"] == 4
+
+
+def test_parse_model_sections_from_toml_text():
+    import tomllib
+    text = """
+    [model]
+    name = "llama3_405b"
+    global_batch = 512
+    [parallelism]
+    tp = 8
+    pp = 9
+    dp = 8
+    """
+    with pytest.raises(ValueError, match="'parallelism.pp'"):   # 126 layers / 9 = 14 ok
+        econ.parse_model_sections(tomllib.loads(text.replace("pp = 9", "pp = 5")))
+    out = econ.parse_model_sections(tomllib.loads(text))
+    assert out["model"].n_layers == 126 and out["plan"].n_gpus == 576

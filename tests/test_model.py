@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fabric_jax as fj
 from fabric_jax.incidence import Incidence
@@ -305,3 +307,32 @@ def test_inference_experiment_quick(tmp_path):
         assert v["ttft"]["p50"] <= v["ttft"]["p99"]
     assert fab["roce"]["kv_transfer_time"]["p99"] >= fab["uec"]["kv_transfer_time"]["p99"] * (1 - 1e-3)
     assert data["inputs"]["model"] == "llama3_70b"
+
+
+def test_plan_for_gpus():
+    plan = ParallelPlan(tp=8, pp=2, ep=1).for_gpus(256)
+    assert plan.dp == 16 and plan.n_gpus == 256
+    with pytest.raises(ValueError, match="n_gpus"):
+        ParallelPlan(tp=8, pp=2).for_gpus(24)
+    with pytest.raises(ValueError, match="ep"):
+        ParallelPlan(tp=8, ep=4).for_gpus(24)
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4]),
+       dp=st.integers(1, 8), sharp=st.booleans())
+def test_network_bytes_never_exceed_closed_form(tp, pp, dp, sharp):
+    # Property: the flows carry the closed-form DP + PP bytes of the ranks that leave
+    # their server, so their total is at most the closed form, with equality when every
+    # DP / PP peer is on another server (tp = GPUs per server).
+    m = MODELS["gpt3_175b"].replace(global_batch=8 * dp, seq_len=256)
+    plan = ParallelPlan(tp=tp, pp=pp, dp=dp)
+    c = comm_bytes(m, plan)
+    ms = model_training_step(m, plan, sharp=sharp)
+    dp_factor = 1.0 if sharp else 2 * (dp - 1) / dp
+    dp_total = pp * tp * dp * dp_factor * c["dp_allreduce_bytes"] if dp > 1 else 0.0
+    pp_total = dp * tp * (pp - 1) * c["pp_send_count"] * c["pp_send_bytes"]
+    got = 0.0 if ms.workload is None else ms.workload.total_bytes
+    assert got <= (dp_total + pp_total) * (1 + 1e-9)
+    if tp == 8:
+        assert got == pytest.approx(dp_total + pp_total, rel=1e-9)

@@ -444,6 +444,19 @@ class ParallelPlan:
                              f"{[f.name for f in dataclasses.fields(self)]}")
         return dataclasses.replace(self, **changes)
 
+    def for_gpus(self, n_gpus: int) -> "ParallelPlan":
+        """The same plan with ``dp = n_gpus / (tp pp)`` (e.g. to fill a job's GPUs).
+
+        Raises:
+          ValueError: if ``tp pp`` does not divide ``n_gpus`` or ``ep`` does not divide
+            the resulting ``dp``.
+        """
+        n_gpus = int(n_gpus)
+        if n_gpus < 1 or n_gpus % (self.tp * self.pp):
+            raise ValueError(f"n_gpus: {n_gpus} GPUs are not a multiple of tp*pp = "
+                             f"{self.tp * self.pp}")
+        return self.replace(dp=n_gpus // (self.tp * self.pp))
+
     def groups(self) -> dict[str, np.ndarray]:
         """Rank groups in the Megatron order ``rank = (p dp + d) tp + t``.
 
