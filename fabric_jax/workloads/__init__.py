@@ -13,6 +13,9 @@ a :class:`Workload` — per-flow arrays plus a dependency DAG — for the simula
 * empirical flow sizes (:mod:`.cdf`): :class:`FlowSizeCDF` with published tables;
 * placement of tenants on hosts (:mod:`.placement`);
 * training steps: compute + collectives, with overlap (:mod:`.training`);
+* transformer models and parallelism plans -> step compute time and flows
+  (:mod:`.model`); disaggregated prefill/decode serving with KV-cache transfers
+  (:mod:`.inference`);
 * stragglers: slow GPUs and NICs and their blast radius (:mod:`.stragglers`).
 
 Compose with :func:`concat`.  Units: bytes, seconds, bytes per second.
@@ -45,7 +48,32 @@ from fabric_jax.workloads.stragglers import (
     slow_nics,
     straggler_impact,
 )
-from fabric_jax.workloads.training import StepSpec, megatron_groups, training_step
+from fabric_jax.workloads.training import (
+    ModelStep,
+    StepSpec,
+    megatron_groups,
+    model_training_step,
+    training_step,
+)
+from fabric_jax.workloads.model import (
+    GPU,
+    GPUS,
+    MODELS,
+    ModelConfig,
+    ParallelPlan,
+    comm_bytes,
+    get_gpu,
+    get_model,
+    kv_cache_bytes,
+    step_flops,
+    training_flops,
+)
+from fabric_jax.workloads.inference import (
+    DisaggregatedServing,
+    decode_step_time,
+    disaggregated_serving,
+    prefill_time,
+)
 
 __all__ = [
     "Workload", "concat",
@@ -56,6 +84,10 @@ __all__ = [
     "FlowSizeCDF",
     "place_job", "place_jobs", "server_rails",
     "StepSpec", "training_step", "megatron_groups",
+    "GPU", "GPUS", "get_gpu", "ModelConfig", "MODELS", "get_model", "ParallelPlan",
+    "ModelStep", "model_training_step", "training_flops", "step_flops", "comm_bytes",
+    "kv_cache_bytes",
+    "DisaggregatedServing", "disaggregated_serving", "prefill_time", "decode_step_time",
     "in_order_sends", "slow_compute", "scale_compute", "slow_compute_spec",
     "host_links", "nic_capacity", "slow_nics", "StragglerImpact", "straggler_impact",
 ]

@@ -35,6 +35,11 @@ on the communication end only, so with ``f > 0`` and communication shorter than
 ``comm >= f C`` that the emulator is for).  ``StepSpec`` recovers step times from flow
 finish times with ``max(compute end, comm end)``.
 
+From a model: :func:`model_training_step` derives the compute time and the DP / PP /
+EP phases of a transformer's step from a :class:`~fabric_jax.workloads.model.ModelConfig`
+and a :class:`~fabric_jax.workloads.model.ParallelPlan` (formulas and sources in
+:mod:`fabric_jax.workloads.model`) and calls :func:`training_step` with them.
+
 Metrics: :class:`StepSpec` carries per-rank compute times, tokens per step and the group
 names of each step so that step time, GPU utilisation (compute / step time) and tokens/s
 can be computed from the simulator's flow finish times.
@@ -57,9 +62,13 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
-from fabric_jax.workloads.flows import Workload, check_hosts, concat
+from fabric_jax.workloads.collectives import all_to_all
+from fabric_jax.workloads.flows import Workload, check_hosts, concat, single_group
+from fabric_jax.workloads.model import (ParallelPlan, comm_bytes, get_gpu, get_model,
+                                        step_flops)
 
-__all__ = ["StepSpec", "training_step", "megatron_groups"]
+__all__ = ["StepSpec", "training_step", "megatron_groups", "ModelStep",
+           "model_training_step"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -385,3 +394,139 @@ def _unique(names: Sequence[str]) -> list[str]:
             seen[name] = 0
             out.append(name)
     return out
+
+
+# ------------------------------------------------- steps of a transformer model
+@dataclasses.dataclass(frozen=True, eq=False)
+class ModelStep:
+    """A model's training steps as flows (from :func:`model_training_step`).
+
+    Attributes:
+      workload: the network flows of all steps (``None`` if nothing crosses the network).
+      spec: :class:`StepSpec` for step times, utilisation and tokens/s (``None`` with
+        ``workload``).
+      compute_time: seconds per step on every rank before network communication: math
+        at ``achievable_fraction`` of peak, the pipeline bubble and the TP collectives
+        over NVLink.
+      info: every input and derived quantity (FLOPs, times, bytes), JSON-friendly.
+    """
+
+    workload: Workload | None
+    spec: StepSpec | None
+    compute_time: float
+    info: dict
+
+    def step_times(self, finish) -> np.ndarray:
+        """float64 [steps] step durations given the flows' finish times."""
+        if self.spec is None:
+            return np.full(self.info["n_steps"], self.compute_time)
+        return self.spec.step_times(self.workload, finish)
+
+
+def _cross_server(w: Workload, server: np.ndarray) -> Workload | None:
+    """Keep the flows of a dependency-free workload that leave their server."""
+    if w.max_deps and np.any(w.deps >= 0):
+        raise ValueError("internal: only dependency-free workloads can be filtered")
+    keep = server[w.src] != server[w.dst]
+    if not keep.any():
+        return None
+    return dataclasses.replace(
+        w, src=w.src[keep], dst=w.dst[keep], size=w.size[keep], arrival=w.arrival[keep],
+        deps=np.full((int(keep.sum()), 0), -1, np.int32), delay=w.delay[keep],
+        job=w.job[keep], group=w.group[keep])
+
+
+def _ring_flows(hosts, size, sharp, job, name):
+    from fabric_jax.fabrics import all_reduce_flows  # local: fabrics imports workloads
+    return all_reduce_flows(hosts, size, sharp=sharp, job=job, name=name)
+
+
+def model_training_step(model, plan: ParallelPlan, gpu="h100_sxm", *, hosts=None,
+                        host_server=None, n_steps: int = 1, sharp: bool = False,
+                        job: str = "train") -> ModelStep:
+    """Training steps of ``model`` under ``plan`` as network flows plus compute time.
+
+    Args:
+      model: :class:`ModelConfig` or a name in :data:`MODELS`.
+      plan: the :class:`ParallelPlan` (``n_gpus = tp pp dp`` ranks).
+      gpu: :class:`GPU` or a name in :data:`GPUS`.
+      hosts: int [n_gpus] NIC (host index) of each rank; default ``arange(n_gpus)``
+        (server-major numbering: rank ``r`` on server ``r // gpus_per_server``, rail
+        ``r % gpus_per_server``, the rail-aligned placement of
+        :func:`fabric_jax.workloads.place_job`).
+      host_server: int [n_hosts] server of each host (``topology.host_server``); default
+        ``host // gpus_per_server``.  Flows between hosts of one server are dropped
+        (NVLink).
+      n_steps: consecutive steps.
+      sharp: in-network reduction for the DP all-reduces (InfiniBand SHARP).
+      job: job name of the flows.
+
+    Returns:
+      :class:`ModelStep`.  Flow groups are named ``"{job}/step{k}/dp_r{row}"`` etc.
+    """
+    model = get_model(model)
+    gpu = get_gpu(gpu)
+    if not isinstance(plan, ParallelPlan):
+        raise ValueError(f"plan: expected a ParallelPlan; got {type(plan).__name__}")
+    plan.check(model)
+    n = plan.n_gpus
+    hosts = np.arange(n, dtype=np.int32) if hosts is None else check_hosts(hosts, min_ranks=1)
+    if hosts.size != n:
+        raise ValueError(f"hosts: expected {n} hosts (tp*pp*dp), got {hosts.size}")
+    if host_server is None:
+        server = np.arange(int(hosts.max()) + 1) // plan.gpus_per_server
+    else:
+        server = np.asarray(host_server, np.int64)
+        if server.ndim != 1 or server.size <= hosts.max():
+            raise ValueError("host_server: expected [n_hosts] server ids covering every "
+                             "host of `hosts`")
+    m = plan.n_microbatches(model)
+    flops = step_flops(model, recompute=plan.recompute)
+    math_time = flops / n / (gpu.peak_flops * plan.achievable_fraction)
+    bubble = (plan.pp - 1) / m
+    cb = comm_bytes(model, plan)
+    tp_time = cb["tp_bytes_sent"] / gpu.nvlink_bandwidth
+    compute = math_time * (1.0 + bubble) + tp_time
+    groups = plan.groups()
+    phases = []
+    pp_parts, ep_parts, dp_parts = [], [], []
+    if cb["ep_alltoall_count"]:
+        total = cb["ep_alltoall_bytes"] * cb["ep_alltoall_count"]
+        for g, ranks in enumerate(groups["ep"]):
+            w = all_to_all(hosts[ranks], total, job=job, name=f"ep_g{g}")
+            ep_parts.append(_cross_server(w, server))
+    if cb["pp_send_count"]:
+        per = cb["pp_send_bytes"] * cb["pp_send_count"] / 2.0
+        for g, ranks in enumerate(groups["pp"]):
+            a, b = hosts[ranks[:-1]], hosts[ranks[1:]]
+            w = single_group(np.concatenate([a, b]), np.concatenate([b, a]), per, None,
+                             name=f"pp_g{g}", kind="sendrecv", group_bytes=per,
+                             n_ranks=ranks.size, job=job)
+            pp_parts.append(_cross_server(w, server))
+    if cb["dp_allreduce_bytes"]:
+        for g, ranks in enumerate(groups["dp"]):
+            dp_parts.append(_cross_server(_ring_flows(hosts[ranks], cb["dp_allreduce_bytes"],
+                                                      sharp, job, f"dp_g{g}"), server))
+    if cb["edp_allreduce_bytes"]:
+        for g, ranks in enumerate(groups["edp"]):
+            dp_parts.append(_cross_server(_ring_flows(hosts[ranks], cb["edp_allreduce_bytes"],
+                                                      sharp, job, f"edp_g{g}"), server))
+    for parts in (ep_parts + pp_parts, dp_parts):
+        parts = [p for p in parts if p is not None]
+        if parts:
+            phases.append(concat(*parts))
+    info = dict(
+        model=dataclasses.asdict(model), plan=dataclasses.asdict(plan),
+        gpu=dataclasses.asdict(gpu), n_gpus=n, n_steps=int(n_steps), sharp=bool(sharp),
+        n_params=model.n_params, active_params=model.active_params,
+        tokens_per_step=model.tokens_per_step, n_microbatches=m, step_flops=flops,
+        math_time=math_time, pipeline_bubble_fraction=bubble, tp_nvlink_time=tp_time,
+        compute_time=compute, **cb)
+    if not phases:
+        return ModelStep(None, None, compute, info)
+    net_hosts = np.unique(np.concatenate([np.concatenate([p.src, p.dst]) for p in phases]))
+    work, spec = training_step(net_hosts, compute, phases, overlap=plan.overlap,
+                               n_steps=n_steps, tokens_per_step=model.tokens_per_step,
+                               job=job)
+    info["network_bytes_per_step"] = float(sum(p.total_bytes for p in phases))
+    return ModelStep(work, spec, compute, info)
