@@ -43,7 +43,10 @@ def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every
 
     Runs :func:`fabric_jax.fluid.simulate_fluid` with the preset's routing policy
     (bound to the case's candidate paths with the scenario's seed), congestion-control
-    law and parameters, flow-control mode, the topology's buffers, and the scenario's
+    law and parameters scaled to the case's NIC line rate (:func:`fabric_jax.cc.params_for`),
+    per-link latency with the preset's switch and NIC latencies
+    (:meth:`fabric_jax.Fabric.link_latency`; transit is a delay line, not a queue),
+    host NICs shielded from marking and drops (``nic_links``), flow-control mode, the topology's buffers, and the scenario's
     ``dt_us`` / ``n_steps``.  Under IB CC only switch ports mark FECN
     (:func:`fabric_jax.cc.ibcc.switch_port_mask`, unless ``cc_options`` sets
     ``switch_port``).
@@ -62,7 +65,7 @@ def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every
     fabric = get_fabric(fabric)
     arrival = case.sim_arrival if arrival is None else arrival
     sim = scn.simulation
-    params = fabric.law_params()
+    params = fabric.law_params(line_rate=case.line_rate)
     if fabric.cc == "ibcc" and "switch_port" not in fabric.cc_options:
         # FECN is a switch function: the HCA's own uplink (the NIC backlog) never marks
         params = dataclasses.replace(params, switch_port=np.asarray(
@@ -75,7 +78,8 @@ def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every
     return simulate_fluid(inc, case.topology.capacity, w.size, dt=sim["dt_us"] * 1e-6,
                           n_steps=int(sim["n_steps"]), law=fabric.law(),
                           params=params, arrival=arrival, deps=w.deps,
-                          delay=w.delay, latency=case.latency, flow_control=fabric.flow_control,
+                          delay=w.delay, link_latency=fabric.link_latency(case.topology),
+                          nic_links=case.topology, flow_control=fabric.flow_control,
                           buffer=case.topology.buffer, routing=routing, save_every=save_every)
 
 
