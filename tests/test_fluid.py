@@ -48,7 +48,7 @@ def test_none_law_queue_grows_at_excess_rate_and_fct_closed_form():
     pytest.param("swift", "drop", marks=pytest.mark.slow)])
 def test_conservation_exact_in_x64(law, fc):
     # 6 flows, 3-link parking lot (flow 0 crosses all), 64 KB buffers: bytes sent =
-    # delivered + queued + dropped, per flow, to float64 round-off.
+    # delivered + queued + in flight + dropped, per flow, to float64 round-off.
     with enable_x64():
         li = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2])
         fi = np.array([0, 0, 0, 1, 2, 3, 4, 5, 5])
@@ -57,7 +57,7 @@ def test_conservation_exact_in_x64(law, fc):
         res = simulate_fluid(inc, np.full(3, C), size, dt=1 * US, n_steps=1500, law=law,
                              flow_control=fc, buffer=64e3, base_rtt=np.full(6, 6 * US))
         sent = np.asarray(res.sent)
-        np.testing.assert_allclose(sent, np.asarray(res.delivered + res.queued + res.dropped),
+        np.testing.assert_allclose(sent, np.asarray(res.delivered + res.queued + res.in_flight + res.dropped),
                                    rtol=1e-12, atol=1e-6)
         assert float(res.info.max_residual) < 1e-6
         assert np.all(np.asarray(res.delivered) <= size * (1 + 1e-12))

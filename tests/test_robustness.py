@@ -474,7 +474,7 @@ def _fluid_case(sc, fp, law, fc, with_latency=False):
     done = np.isfinite(finish)
     assert bool(res.info.stalled) == (not done.all())
     # a finished flow's last bytes may still be on the wire (they arrive at ``finish``)
-    assert np.all(delivered[done] + flying[done] >= size[done] * (1 - 10 * COMPLETION_RTOL)
+    assert np.all(delivered[done] + flying[done] >= size[done] * (1 - 10 * COMPLETION_RTOL[delivered.dtype])
                   - 1e-3)
     # Found by this sweep: a zero-byte flow released inside a step used to finish at the
     # step's start, before its own start.
