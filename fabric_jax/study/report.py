@@ -152,7 +152,7 @@ def model_notes(scn) -> list[str]:
         f"simulated: one slice of 1/{scn.model['slices']:,} of the step's network bytes "
         f"(bucketed collectives, k = {scn.model['slices']:,} back-to-back slices) over "
         f"{sim['n_steps']} x {sim['dt_us']:g} us; step time = (1 - overlap) x compute + "
-        f"k x the slice's communication, or the compute if longer",
+        f"k x the slice's transfer + its latency once, or the compute if longer",
     ]
     return lines
 

@@ -33,7 +33,7 @@ from .progress import Progress
 from .scenario import Scenario, default_scenario, validate_scenario
 
 __all__ = ["simulate_case", "simulate_ideal", "crossbar_incidence", "case_metrics",
-           "fabric_cost_metrics", "run_compare", "scaling_study", "IDEAL"]
+           "fabric_cost_metrics", "full_step_times", "run_compare", "scaling_study", "IDEAL"]
 
 #: Key of the ideal-fabric baseline in :func:`run_compare`'s results.
 IDEAL = "ideal"
@@ -118,6 +118,27 @@ def _job_time(start, finish, idx):
     return float(np.max(finish[idx]) - np.min(start[idx]))
 
 
+def full_step_times(case: Case, start, finish):
+    """``(start, finish)`` with the training flows' simulated slice extrapolated to the
+    whole step (identity when ``case.comm_scale`` is 1).
+
+    The step's communication is ``k = case.comm_scale`` back-to-back slices like the
+    simulated one (:func:`~fabric_jax.study.scenario.model_slices`): a training flow
+    that started at ``s`` and finished at ``f`` after its zero-load path latency
+    ``lat`` is taken to start at ``k s`` and finish at ``k (f - lat) + lat`` -- the
+    transfer ``k`` times, the latency once (the slices pipeline).
+    """
+    start = np.asarray(start, float)
+    finish = np.asarray(finish, float)
+    k = case.comm_scale
+    if k == 1:
+        return start, finish
+    train = case.job_of == 0
+    lat = np.minimum(case.latency, np.maximum(finish - start, 0.0))
+    return (np.where(train, k * start, start),
+            np.where(train, k * start + k * (finish - start - lat) + lat, finish))
+
+
 def case_metrics(case: Case, scn: Scenario, start, finish, *, paused_time: float = 0.0,
                  alone_finish: dict | None = None) -> dict:
     """The compare metrics of one run (keys: :data:`~fabric_jax.study.report.METRICS`).
@@ -140,24 +161,25 @@ def case_metrics(case: Case, scn: Scenario, start, finish, *, paused_time: float
       alone_finish: ``{job: [flows] finish}`` of runs with only that job switched on.
 
     With a training model the simulated training flows are one slice of ``k =
-    case.comm_scale`` (:func:`~fabric_jax.study.scenario.model_slices`): the step's
-    communication and the collectives' completion times are ``k`` times the slice's
-    (ratios -- effective bandwidth, bus bandwidth, isolation -- are the slice's).
+    case.comm_scale`` (:func:`~fabric_jax.study.scenario.model_slices`); every
+    training metric is taken on the whole step (:func:`full_step_times`).
     """
     w = case.workload
-    start = np.asarray(start, float)
-    finish = np.asarray(finish, float)
+    k = case.comm_scale
+    start, finish = full_step_times(case, start, finish)
+    size = np.where(case.job_of == 0, k * w.size, w.size)
     phase = collective_phases(case)
     cct = np.asarray(mx.collective_completion_time(start, finish, phase, 2), float)
-    ideal = mx.collective_ideal_time(w.src, w.dst, w.size, phase, 2, case.topology.n_hosts,
+    ideal = mx.collective_ideal_time(w.src, w.dst, size, phase, 2, case.topology.n_hosts,
                                      case.line_rate)
     eff = float(mx.collective_effective_bandwidth(cct, ideal))
     t_a2a, t_ar = (float(x) for x in cct)
-    n_ring, shard = case.allreduce_ranks, case.allreduce_bytes
+    n_ring, shard = case.allreduce_ranks, k * case.allreduce_bytes
     bus = float(mx.busbw(mx.algbw(shard, t_ar), max(n_ring, 1), "all_reduce")) \
         if np.isfinite(t_ar) and t_ar > 0 and shard > 0 else 0.0
-    k = case.comm_scale            # a model's step: k slices like the simulated one
-    t_a2a, t_ar = k * t_a2a, k * t_ar
+    if alone_finish:
+        alone_finish = {job: full_step_times(case, case.sim_arrival, fin)[1]
+                        for job, fin in alone_finish.items()}
     other = np.flatnonzero(case.job_of != 0)
     if other.size:
         sd = np.asarray(mx.slowdown(np.maximum(finish[other] - case.sim_arrival[other], 0.0),
@@ -178,7 +200,7 @@ def case_metrics(case: Case, scn: Scenario, start, finish, *, paused_time: float
                 per_job[job] = float(mx.isolation(shared, alone))
         iso = max(per_job.values()) if per_job else float("nan")
     train = case.job_of == 0
-    train_fin = np.where(train, k * finish + case.offset, finish)
+    train_fin = np.where(train, finish + case.offset, finish)
     step = float(case.spec.step_times(w, train_fin)[0]) if np.all(np.isfinite(finish[train])) \
         else float("inf")
     compute = float(case.spec.compute_time.sum(axis=0).mean())

@@ -388,8 +388,9 @@ def model_slices(model, plan, topology: dict, simulation: dict) -> int:
     back-to-back slices, as gradient buckets do (PyTorch DDP ``bucket_cap_mb``, Li et
     al., "PyTorch Distributed", VLDB 2020; Megatron-LM's distributed-optimizer
     buckets), each meeting the same fabric state, so the step's communication takes
-    ``k`` times one slice's; exact for bandwidth-bound steady state, it counts the
-    path latency ``k`` times (a few us per slice)."""
+    ``k`` times one slice's transfer plus the path latency once
+    (:func:`fabric_jax.study.run.full_step_times`); exact for a bandwidth-bound steady
+    state, it cannot see what a fabric does only over longer times than the horizon."""
     t_comm = model_comm_time(model, plan, topology["link_gbps"])
     horizon = simulation["n_steps"] * simulation["dt_us"] * 1e-6
     return max(1, math.ceil(HORIZON_FACTOR * t_comm / horizon - 1e-9))
@@ -399,8 +400,13 @@ def _from_econ_error(err: ValueError) -> ScenarioError:
     """A :class:`ScenarioError` from economics' ``"scenario key 'k': msg"`` message."""
     import re
     match = re.match(r"scenario key '([^']+)': (.*)", str(err), re.S)
-    return ScenarioError(match.group(1), match.group(2)) if match else \
-        ScenarioError("model", str(err))
+    if not match:
+        return ScenarioError("model", str(err))
+    key, msg = match.group(1), match.group(2)
+    if key == "parallelism.micro_batch":
+        msg += ("; set model.global_batch to a multiple of dp x micro_batch, or change "
+                "the plan (dp = training GPUs / (tp x pp))")
+    return ScenarioError(key, msg)
 
 
 def model_setup(data: dict, sections: dict) -> tuple[dict | None, dict | None]:
@@ -478,7 +484,14 @@ def check_model(scn: Scenario) -> None:
     Raises:
       ScenarioError: naming the ``parallelism`` key to change.
     """
+    missing = sorted({"model", "plan", "gpu", "slices"} - set(scn.model))
+    if missing:
+        raise ScenarioError(f"model.{missing[0]}", "missing: build the model entry with "
+                            "scenario_from_dict or model_setup")
     plan, model = scn.model["plan"], scn.model["model"]
+    k = scn.model["slices"]
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ScenarioError("model.slices", f"must be an integer >= 1; got {k!r}")
     n_gpus, nics = _job_gpus(scn.topology, scn.workload)
     if plan.n_gpus != n_gpus:
         raise ScenarioError("parallelism.dp", f"tp x pp x dp must equal the training "
