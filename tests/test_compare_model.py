@@ -240,3 +240,20 @@ def test_token_costs_parts_add_up_and_share_is_bom_ratio():
     with pytest.raises(ValueError, match="n_gpus"):
         economics.token_costs(1.0, 1e6, 9, topo, "roce")
     assert np.isfinite(rep["fabric_cost_per_hour"])
+
+
+def test_moe_model_puts_its_expert_all_to_all_on_the_network():
+    # Mixtral 8x7B (Jiang et al. 2024): per MoE layer and micro-batch each rank sends
+    # its tokens' top-2 expert inputs, mb s h x 2 bytes x top_k / tp, to the EP group,
+    # 4 times (dispatch + combine, forward + backward); with ep = 2 ranks on two
+    # servers half of it leaves the server.
+    scn = _scn(model={"name": "mixtral_8x7b"}, parallelism={"ep": 2})
+    case = build_case(scn, False)
+    kinds = np.array(case.workload.group_kind)[case.workload.group]
+    a2a = (case.job_of == 0) & (kinds == "all_to_all")
+    m = 64 // 2
+    per_rank = 4 * 32 * m * 0.5 * (1024 * 4096 * 2 * 2 / 2)
+    assert case.comm_scale * case.workload.size[a2a].sum() == pytest.approx(4 * per_rank,
+                                                                            rel=1e-6)
+    from fabric_jax.study.case import collective_phases
+    assert set(np.unique(collective_phases(case)[case.job_of == 0])) == {0, 1}

@@ -8,6 +8,15 @@ collectives are hierarchical: inside a server they run over NVLink (not simulate
 across servers one ring / all-to-all per rail (NIC ``i`` of every server), so each NIC
 carries ``1/nics_per_server`` of the data.
 
+With a training model (``scn.model``: ``--model`` or ``[model]``) the training job is
+instead :func:`fabric_jax.workloads.training.model_training_step` of the model and its
+plan on the same servers (rank ``r`` on the ``r``-th NIC of the job, server-major):
+its compute time, its DP / EP / PP collectives (TP stays on NVLink, inside the
+compute time) and its tokens per step follow from the model.  Its flows carry one
+slice, ``1 / comm_scale``, of the step's bytes
+(:func:`~fabric_jax.study.scenario.model_slices`); the metrics extrapolate the
+slice to the whole step (:func:`fabric_jax.study.run.full_step_times`).
+
 Candidate paths: every equal-cost path of each pair (:func:`fabric_jax.shortest_paths`
 with ``max_paths=None``) unless the scenario's ``max_paths`` caps them; a cap that drops
 paths is counted in :attr:`Case.paths_dropped` and reported by the study.

@@ -317,7 +317,9 @@ def scaling_study(scn: Scenario | None = None, *, factors=(0.5, 1.0, 2.0, 4.0),
     Engine: :func:`fabric_jax.scaling.scaling_curves` (exact event-driven max-min, ideal
     congestion control, rails as independent components, every size padded to one
     shape so one compile serves the study).  The topology keeps the scenario's
-    parameters with ``n_servers = train_servers``.
+    parameters with ``n_servers = train_servers``.  The job is the workload keys'
+    constant one even when the scenario has a training model
+    (:func:`fabric_jax.scaling.training_only` keeps no model: a plan fits one size).
 
     Returns:
       ``{"gpus": [...], "fabrics": {preset: {metric: [...]}}}`` (metrics of

@@ -1,7 +1,8 @@
 """The compare scenario: its schema, its defaults, TOML parsing and validation.
 
 A scenario is plain data (:class:`Scenario`, four dicts of numbers plus the preset
-list); nothing here builds arrays or runs a simulation.  :func:`scenario_from_dict`
+list, and optionally a training model and cost overrides); nothing here builds arrays
+or runs a simulation.  :func:`scenario_from_dict`
 checks **every** value before anything runs, including each preset's ``cc_options`` and
 ``routing_options``, and never changes a value silently: a value that the study could
 not honour as written (a server count that does not fill whole leaves, an
@@ -30,6 +31,25 @@ Sections (TOML tables) and keys, with the accepted values:
 ``[fabrics]``
     ``presets = [...]`` and per-preset tables ``[fabrics.<name>]`` with ``routing``,
     ``cc``, ``flow_control``, ``sharp``, ``routing_options``, ``cc_options``.
+``[model]`` (optional; or ``fabric-jax compare --model NAME``)
+    ``name`` (a :data:`fabric_jax.workloads.model.MODELS` name) and any
+    :class:`~fabric_jax.workloads.model.ModelConfig` field to override
+    (``global_batch``, ``seq_len`` ...).  The training job's compute time, its
+    collectives' bytes and its tokens per step then come from the model and the plan
+    (:func:`fabric_jax.workloads.training.model_training_step`), so the keys of
+    :data:`MODEL_REPLACES` are refused next to it.
+``[parallelism]`` (optional, with a model)
+    :class:`~fabric_jax.workloads.model.ParallelPlan` fields (``tp``, ``pp``, ``dp``,
+    ``ep``, ``micro_batch``, ``overlap``, ``recompute``, ``achievable_fraction`` ...)
+    and ``gpu`` (a :data:`fabric_jax.workloads.model.GPUS` name).  The plan fills the
+    training job: ``tp pp dp = train_servers x GPUs per server`` (``dp`` defaults to
+    what fills it, ``tp`` to the GPUs of a server).
+``[costs]`` (optional)
+    :class:`fabric_jax.economics.EconomicsParams` fields (``lifetime_years``,
+    ``power_price_per_kwh``, ``pue``; the GPU price stays
+    ``economics.gpu_price_per_hour``) and ``prices`` (a table of
+    :class:`fabric_jax.economics.FabricPrices` overrides for every preset, or
+    ``[costs.prices.<preset>]`` tables).
 """
 
 from __future__ import annotations
