@@ -1,4 +1,5 @@
-"""Command line: ``fabric-jax compare [--scenario FILE] [--json PATH] [--plots DIR]``.
+"""Command line: ``fabric-jax compare [--scenario FILE] [--model NAME] [--json PATH]
+[--plots DIR]``.
 
 A thin argparse layer over :mod:`fabric_jax.compare` (and :mod:`fabric_jax.plots`).
 A bad scenario value prints one line naming the key and its accepted values and exits
@@ -29,6 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--plots", metavar="DIR",
                       help="write PNG figures into DIR (bars, FCT CDFs, queue heat maps, "
                            "and a scaling curve of the training job at 0.5x-4x its size)")
+    cmp_.add_argument("--model", metavar="NAME",
+                      help="derive the training job from a transformer model (compute "
+                           "time, collectives' bytes, tokens per step): one of "
+                           "fabric_jax.workloads.model.MODELS (e.g. llama3_8b, "
+                           "mixtral_8x7b); replaces the scenario's model.name; the plan "
+                           "comes from the scenario's [parallelism] table (default: "
+                           "tensor-parallel inside a server, data-parallel across)")
     cmp_.add_argument("--quiet", action="store_true", help="no progress bar")
     cmp_.add_argument("--no-ideal", action="store_true",
                       help="skip the ideal-fabric baseline column (non-blocking crossbar, "
@@ -46,13 +54,18 @@ def main(argv=None) -> int:
     from . import compare
     t0 = time.time()
     try:  # every value, every preset's options: checked before the first run
-        scn = compare.load_scenario(args.scenario) if args.scenario else compare.default_scenario()
+        if args.scenario:
+            scn = compare.load_scenario(args.scenario, model=args.model)
+        elif args.model is not None:
+            scn = compare.scenario_from_dict(compare.with_model_name({}, args.model))
+        else:
+            scn = compare.default_scenario()
     except ValueError as err:
         print(f"fabric-jax compare: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
     results, details = compare.run_compare(scn, progress=not args.quiet, keep=True,
                                            ideal=not args.no_ideal)
-    print(compare.format_table(results))
+    print(compare.format_table(results, notes=compare.model_notes(scn)))
     if args.json:
         compare.write_json(results, args.json)
         print(f"wrote {args.json}")

@@ -39,7 +39,7 @@ from .workloads.model import (GPUS, MODELS, ModelConfig, ParallelPlan, get_gpu, 
                               step_flops)
 
 __all__ = ["FabricPrices", "FABRIC_PRICES", "get_prices", "EconomicsParams",
-           "bill_of_materials", "fabric_cost_per_hour", "cost_per_token_report",
+           "bill_of_materials", "fabric_cost_per_hour", "cost_per_token_report", "token_costs",
            "parse_model_sections", "HOURS_PER_YEAR"]
 
 HOURS_PER_YEAR = 8760.0
@@ -254,19 +254,58 @@ def cost_per_token_report(step_time_s, model, plan: ParallelPlan, topology, fabr
       ``tokens_per_second``, ``mfu`` (model FLOPs / (GPUs x peak x step time)), the
       ``bom`` and every input under ``inputs``.
     """
-    step = float(step_time_s)
-    if not math.isfinite(step) or step <= 0:
-        raise ValueError(f"step_time_s: must be finite and > 0 seconds; got {step_time_s!r}")
     model = get_model(model)
     gpu = get_gpu(gpu)
     params = EconomicsParams() if params is None else params
     n = plan.n_gpus if n_gpus is None else int(n_gpus)
     tokens = float(model.tokens_per_step if tokens_per_step is None else tokens_per_step)
-    if n < 1 or tokens <= 0:
-        raise ValueError("n_gpus/tokens_per_step: must be >= 1 and > 0")
+    out = token_costs(step_time_s, tokens, n, topology, fabric_name, prices=prices,
+                      params=params)
+    step = out["step_time"]
+    return dict(
+        out, tokens_per_second=tokens / step,
+        mfu=step_flops(model, recompute=plan.recompute) / (n * gpu.peak_flops * step),
+        inputs=dict(model=model.name, plan=dataclasses.asdict(plan), gpu=gpu.name,
+                    n_gpus=n, params=dataclasses.asdict(params)))
+
+
+def token_costs(step_time_s, tokens_per_step, n_gpus, topology, fabric_name, *,
+                prices=None, params: EconomicsParams | None = None) -> dict:
+    """Dollars per token of a job's step, GPUs and fabric side by side (no model needed).
+
+    The job runs ``n_gpus`` GPUs at ``params.gpu_price_per_hour`` for ``step_time_s``
+    and pays the share ``n_gpus / topology.n_hosts`` of the fabric's amortised capital
+    and power (:func:`fabric_cost_per_hour` of :func:`bill_of_materials`); every price
+    is an assumption (:data:`FABRIC_PRICES`, :class:`EconomicsParams`).
+
+    Args:
+      step_time_s: seconds per step (finite, > 0).
+      tokens_per_step: tokens the job processes per step (> 0).
+      n_gpus: GPUs (one NIC each) of the job, at most ``topology.n_hosts``.
+      topology: the fabric's :class:`~fabric_jax.Topology`.
+      fabric_name: preset name selecting :data:`FABRIC_PRICES`.
+      prices: :class:`FabricPrices` overrides.
+      params: :class:`EconomicsParams`.
+
+    Returns:
+      dict: ``cost_per_token``, ``cost_per_million_tokens`` (total),
+      ``gpu_cost_per_million_tokens``, ``fabric_capex_per_million_tokens``,
+      ``fabric_power_per_million_tokens``, ``fabric_cost_per_million_tokens``,
+      ``fabric_cost_share`` (fabric / total, in [0, 1]), ``fabric_cost_per_hour`` (the
+      whole fabric), ``job_fabric_share``, ``step_time``, ``tokens_per_step``, ``fabric``
+      and the ``bom``.
+    """
+    step = float(step_time_s)
+    if not math.isfinite(step) or step <= 0:
+        raise ValueError(f"step_time_s: must be finite and > 0 seconds; got {step_time_s!r}")
+    tokens, n = float(tokens_per_step), int(n_gpus)
+    if n < 1 or not tokens > 0:
+        raise ValueError(f"n_gpus/tokens_per_step: must be >= 1 and > 0; got {n_gpus!r}, "
+                         f"{tokens_per_step!r}")
     if n > topology.n_hosts:
         raise ValueError(f"n_gpus: {n} GPUs do not fit the topology's {topology.n_hosts} "
                          "hosts")
+    params = EconomicsParams() if params is None else params
     bom = bill_of_materials(topology, fabric_name, prices)
     per_hour = fabric_cost_per_hour(bom, params)
     share = n / topology.n_hosts
@@ -278,16 +317,13 @@ def cost_per_token_report(step_time_s, model, plan: ParallelPlan, topology, fabr
     mega = 1e6 / tokens
     return dict(
         fabric=bom["fabric"], step_time=step, tokens_per_step=tokens,
-        tokens_per_second=tokens / step,
-        mfu=step_flops(model, recompute=plan.recompute) / (n * gpu.peak_flops * step),
         cost_per_token=total / tokens, cost_per_million_tokens=total * mega,
         gpu_cost_per_million_tokens=gpu_cost * mega,
         fabric_capex_per_million_tokens=capex * mega,
         fabric_power_per_million_tokens=power * mega,
-        fabric_cost_share=(capex + power) / total,
-        fabric_cost_per_hour=per_hour["total_per_hour"], job_fabric_share=share, bom=bom,
-        inputs=dict(model=model.name, plan=dataclasses.asdict(plan), gpu=gpu.name,
-                    n_gpus=n, params=dataclasses.asdict(params)))
+        fabric_cost_per_million_tokens=(capex + power) * mega,
+        fabric_cost_share=(capex + power) / total if total > 0 else 0.0,
+        fabric_cost_per_hour=per_hour["total_per_hour"], job_fabric_share=share, bom=bom)
 
 
 # ------------------------------------------------------------- scenario sections

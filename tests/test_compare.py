@@ -62,6 +62,16 @@ def test_cli_end_to_end(tmp_path, capsys):
         assert 0 < data[name]["effective_bandwidth"] <= 1.0 + 1e-6
         assert data[name]["unfinished_flows"] == 0
         assert 0 < data[name]["gpu_utilization"] < 1
+        # the keys compare wrote before issue 14 are all still there
+        for key in ("effective_bandwidth", "collective_completion_time",
+                    "all_to_all_completion_time", "bus_bandwidth", "fct_slowdown_p50",
+                    "fct_slowdown_p99", "isolation", "pfc_pause_time", "gpu_utilization",
+                    "training_step_time", "cost_per_million_tokens", "unfinished_flows",
+                    "paths_dropped"):
+            assert key in data[name]
+        assert data[name]["mfu"] is None                  # no model: no MFU
+        if name != "ideal":
+            assert 0 < data[name]["fabric_cost_share"] < 1
     assert (tmp_path / "plots" / "fabric_bars.png").stat().st_size > 0
     # the scaling curve: the training job alone at 0.5x..4x its servers (2 -> 2, 4, 8)
     assert (tmp_path / "plots" / "scaling_curve.png").stat().st_size > 0

@@ -22,6 +22,7 @@ from fabric_jax.workloads.training import model_training_step
 # ------------------------------------------------------------------ parameters
 @pytest.mark.parametrize("name, published, active, tol", [
     ("gpt3_175b", 175.0e9, 175.0e9, 0.005),     # Brown et al. 2020, Table 2.1
+    ("llama3_8b", 8.03e9, 8.03e9, 0.005),       # Meta model card: 8.03B
     ("llama3_70b", 70.6e9, 70.6e9, 0.005),      # Meta model card: 70.6B
     ("llama3_405b", 405e9, 405e9, 0.005),       # Dubey et al. 2024, 405B
     ("mixtral_8x7b", 46.7e9, 12.9e9, 0.005),    # Jiang et al. 2024: 46.7B / 12.9B active

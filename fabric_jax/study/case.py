@@ -8,6 +8,15 @@ collectives are hierarchical: inside a server they run over NVLink (not simulate
 across servers one ring / all-to-all per rail (NIC ``i`` of every server), so each NIC
 carries ``1/nics_per_server`` of the data.
 
+With a training model (``scn.model``: ``--model`` or ``[model]``) the training job is
+instead :func:`fabric_jax.workloads.training.model_training_step` of the model and its
+plan on the same servers (rank ``r`` on the ``r``-th NIC of the job, server-major):
+its compute time, its DP / EP / PP collectives (TP stays on NVLink, inside the
+compute time) and its tokens per step follow from the model.  Its flows carry one
+slice, ``1 / comm_scale``, of the step's bytes
+(:func:`~fabric_jax.study.scenario.model_slices`); the metrics extrapolate the
+slice to the whole step (:func:`fabric_jax.study.run.full_step_times`).
+
 Candidate paths: every equal-cost path of each pair (:func:`fabric_jax.shortest_paths`
 with ``max_paths=None``) unless the scenario's ``max_paths`` caps them; a cap that drops
 paths is counted in :attr:`Case.paths_dropped` and reported by the study.
@@ -26,8 +35,8 @@ from ..paths import PathsTruncatedWarning, shortest_paths
 from ..topology import leaf_spine, rail_optimized
 from ..units import gbps
 from ..workloads import all_to_all, concat, incast, poisson_background, zipf_expert_load
-from ..workloads.training import training_step
-from .scenario import Scenario, validate_scenario
+from ..workloads.training import model_training_step, training_step
+from .scenario import Scenario, ScenarioError, validate_scenario
 
 __all__ = ["Case", "build_case", "alone_arrival", "collective_phases", "NEVER", "JOBS"]
 
@@ -57,6 +66,16 @@ class Case:
       compute: the training step's compute time, s.
       paths_dropped: equal-cost paths left out by the scenario's ``max_paths`` cap
         (summed over flows; 0 with the default, every path).
+      comm_offset: seconds from the step's start to its first communication, where the
+        simulation starts (``(1 - overlap) x compute``; ``None``: ``compute``).
+      allreduce_bytes: payload of one data-parallel all-reduce per NIC as simulated
+        (one slice with a model), bytes (for the bus bandwidth).
+      allreduce_ranks: ranks of one data-parallel all-reduce ring.
+      model_info: with a training model, :attr:`fabric_jax.workloads.training.ModelStep.info`
+        (every input and derived quantity, and ``slices``); ``None`` otherwise.
+      comm_scale: ``k``: the training flows carry ``1/k`` of the step's bytes (one slice,
+        :func:`~fabric_jax.study.scenario.model_slices`) and their simulated times
+        count ``k`` times in the step (1 without a model).
     """
 
     topology: Any
@@ -71,6 +90,16 @@ class Case:
     sim_arrival: np.ndarray
     compute: float
     paths_dropped: int = 0
+    comm_offset: float | None = None
+    allreduce_bytes: float = 0.0
+    allreduce_ranks: int = 0
+    model_info: dict | None = None
+    comm_scale: int = 1
+
+    @property
+    def offset(self) -> float:
+        """:attr:`comm_offset`, or :attr:`compute` when it is ``None``."""
+        return self.compute if self.comm_offset is None else float(self.comm_offset)
 
 
 def _round_robin_servers(n_servers, per_group):
@@ -111,25 +140,15 @@ def build_case(scn: Scenario, sharp: bool) -> Case:
     line = gbps(t["link_gbps"])
     rng_seed = sim["seed"]
     mb = 1e6
-    # training: per rail, MoE all-to-all in EP groups then a ring/SHARP all-reduce
-    ep = w["ep_servers"]
-    ep_order = order[np.isin(order, train_srv)]
-    a2a, ar = [], []
-    for r in range(nics):
-        for g in range(0, ep_order.size if w["moe_mb"] > 0 else 0, ep):
-            hosts = ep_order[g:g + ep] * nics + r
-            load = zipf_expert_load(ep, w["expert_skew"], rng_seed + 7 * r + g) \
-                if w["expert_skew"] > 0 else None
-            a2a.append(all_to_all(hosts, w["moe_mb"] * mb / nics, expert_load=load,
-                                  job="train", name=f"a2a_r{r}_g{g // ep}"))
-        ar.append(all_reduce_flows(train_srv * nics + r, w["all_reduce_mb"] * mb / nics,
-                                   sharp=sharp, job="train", name=f"allreduce_r{r}"))
     train_hosts = (train_srv[:, None] * nics + np.arange(nics)[None, :]).ravel()
-    # moe_mb = 0: a dense model, no all-to-all phase
-    phases = ([concat(*a2a)] if w["moe_mb"] > 0 else []) + [concat(*ar)]
-    work, spec = training_step(train_hosts, w["compute_us"] * 1e-6, phases, job="train",
-                               tokens_per_step=scn.economics["tokens_per_gpu_per_step"]
-                               * train_hosts.size)
+    if scn.model is not None:
+        work, spec, compute, offset, ar_bytes, ar_ranks, info, scale = _model_job(
+            scn, train_hosts, topo.n_hosts, nics, sharp)
+    else:
+        work, spec = _constant_job(scn, order, train_srv, nics, sharp)
+        compute = offset = w["compute_us"] * 1e-6
+        ar_bytes, ar_ranks, info = w["all_reduce_mb"] * mb / nics, int(train_srv.size), None
+        scale = 1
     parts = [work]
     # tenant: cross-rail incasts (validated: tenant_servers >= 2, 1 <= fan_in < tenant)
     if tenant_srv.size >= 2:
@@ -161,12 +180,67 @@ def build_case(scn: Scenario, sharp: bool) -> Case:
     lat = paths.latency(topo)[:, 0]
     groups = {name: np.flatnonzero(work.group == gi)
               for gi, name in enumerate(work.group_names)}
-    # The step starts with compute_us of compute, then communication (overlap 0):
-    # simulate the communication from t = 0 and add the compute back for step times.
-    compute = w["compute_us"] * 1e-6
-    sim_arrival = np.where(job_of == 0, np.maximum(work.arrival - compute, 0.0), work.arrival)
+    # The step starts with compute, then communication (from (1 - overlap) of the
+    # compute on): simulate the communication from t = 0 and add the offset back for
+    # step times.
+    sim_arrival = np.where(job_of == 0, np.maximum(work.arrival - offset, 0.0), work.arrival)
     return Case(topo, work, spec, paths, lat, line, train_hosts, job_of, groups, sim_arrival,
-                compute, int(dropped))
+                compute, int(dropped), comm_offset=offset, allreduce_bytes=float(ar_bytes),
+                allreduce_ranks=int(ar_ranks), model_info=info, comm_scale=int(scale))
+
+
+def _constant_job(scn: Scenario, order, train_srv, nics: int, sharp: bool):
+    """The training job of the workload keys: per rail, a MoE all-to-all in EP groups of
+    ``ep_servers`` then a ring (or SHARP) all-reduce, after ``compute_us`` of compute,
+    ``tokens_per_gpu_per_step`` tokens per GPU."""
+    w, mb, rng_seed = scn.workload, 1e6, scn.simulation["seed"]
+    ep = w["ep_servers"]
+    ep_order = order[np.isin(order, train_srv)]
+    a2a, ar = [], []
+    for r in range(nics):
+        for g in range(0, ep_order.size if w["moe_mb"] > 0 else 0, ep):
+            hosts = ep_order[g:g + ep] * nics + r
+            load = zipf_expert_load(ep, w["expert_skew"], rng_seed + 7 * r + g) \
+                if w["expert_skew"] > 0 else None
+            a2a.append(all_to_all(hosts, w["moe_mb"] * mb / nics, expert_load=load,
+                                  job="train", name=f"a2a_r{r}_g{g // ep}"))
+        ar.append(all_reduce_flows(train_srv * nics + r, w["all_reduce_mb"] * mb / nics,
+                                   sharp=sharp, job="train", name=f"allreduce_r{r}"))
+    train_hosts = (train_srv[:, None] * nics + np.arange(nics)[None, :]).ravel()
+    # moe_mb = 0: a dense model, no all-to-all phase
+    phases = ([concat(*a2a)] if w["moe_mb"] > 0 else []) + [concat(*ar)]
+    return training_step(train_hosts, w["compute_us"] * 1e-6, phases, job="train",
+                         tokens_per_step=scn.economics["tokens_per_gpu_per_step"]
+                         * train_hosts.size)
+
+
+def _model_job(scn: Scenario, train_hosts, n_hosts: int, nics: int, sharp: bool):
+    """The training job of the scenario's model and plan
+    (:func:`fabric_jax.workloads.training.model_training_step`): rank ``r`` on NIC
+    ``train_hosts[r]`` (server-major, so a tensor-parallel group of ``tp <= GPUs per
+    server`` ranks shares a server and its traffic stays on NVLink).
+
+    Returns:
+      ``(workload, spec, compute, offset, allreduce_bytes, allreduce_ranks, info)``.
+
+    Raises:
+      ScenarioError: the plan puts no traffic on the network.
+    """
+    m = scn.model
+    step = model_training_step(m["model"], m["plan"], m["gpu"], hosts=train_hosts,
+                               host_server=np.arange(n_hosts) // nics, n_steps=1,
+                               sharp=sharp, job="train")
+    if step.workload is None:
+        raise ScenarioError("parallelism", "the plan keeps every collective inside a "
+                            "server (NVLink): nothing to simulate on the fabric")
+    plan, k = m["plan"], int(m["slices"])
+    offset = (1.0 - plan.overlap) * step.compute_time
+    # one slice of 1/k of the step's bytes (scenario.model_slices); times scale back by k
+    work = dataclasses.replace(step.workload, size=step.workload.size / k,
+                               group_bytes=np.asarray(step.workload.group_bytes) / k)
+    info = dict(step.info, slices=k)
+    return (work, step.spec, step.compute_time, offset,
+            step.info["dp_allreduce_bytes"] / k, plan.dp, info, k)
 
 
 def alone_arrival(case: Case, job: int):

@@ -20,10 +20,32 @@ ms, Gb/s, %) and says so in each row.  JSON keys of a result (one entry per pres
 ``pfc_pause_time``             link-seconds paused (PFC) or credit-starved, summed
 ``gpu_utilization``            compute / step time of the training job, fraction
 ``training_step_time``         s
-``cost_per_million_tokens``    dollars
+``cost_per_million_tokens``    dollars of GPU time (``economics.gpu_price_per_hour``)
 ``unfinished_flows``           flows not done within ``n_steps`` (0 expected)
 ``paths_dropped``              equal-cost paths left out by a ``max_paths`` cap
+``isolation_train``            training job's completion time with neighbours /
+                               alone (``isolation`` is the worse of the two jobs)
+``isolation_tenant``           the same for the tenant
+``fabric_cost_per_million_``   dollars: the training job's share (its GPUs over all
+``tokens``                     NICs) of the fabric's amortised capital and power,
+                               from the preset's bill of materials
+                               (:func:`fabric_jax.economics.token_costs`; every price
+                               an assumption with its source in
+                               :data:`fabric_jax.economics.FABRIC_PRICES`); null for
+                               ``ideal``
+``total_cost_per_million_``    GPUs + fabric, dollars
+``tokens``
+``fabric_cost_share``          fabric / total cost per token, fraction in [0, 1]
+``compute_time``               the training step's compute per GPU, s
+``tokens_per_step``            tokens of one training step
+``tokens_per_second``          tokens per step / step time
+``mfu``                        model FLOPs utilisation: the model's step FLOPs /
+                               (GPUs x peak FLOP/s x step time); null without a
+                               model (``--model`` / ``[model]``)
 =============================  =====================================================
+
+With a training model the table gains a footer with every input (model, plan, GPU,
+compute time, bytes per collective, the time step).
 """
 
 from __future__ import annotations
@@ -32,7 +54,7 @@ import json
 import math
 from pathlib import Path
 
-__all__ = ["METRICS", "format_table", "write_json"]
+__all__ = ["METRICS", "OPTIONAL", "format_table", "model_notes", "write_json"]
 
 # (key, label, unit, scale) rows of the table
 METRICS = (
@@ -47,7 +69,17 @@ METRICS = (
     ("gpu_utilization", "GPU utilisation", "%", 100.0),
     ("training_step_time", "Training step time", "ms", 1e3),
     ("cost_per_million_tokens", "Cost per million tokens", "$", 1.0),
+    ("fabric_cost_per_million_tokens", "Fabric cost per million tokens", "$", 1.0),
+    ("total_cost_per_million_tokens", "Total cost per million tokens", "$", 1.0),
+    ("fabric_cost_share", "Fabric share of $/token", "%", 100.0),
+    ("isolation_train", "Isolation, training job", "x alone", 1.0),
+    ("isolation_tenant", "Isolation, tenant", "x alone", 1.0),
+    ("mfu", "Model FLOPs utilisation", "%", 100.0),
 )
+
+#: Rows left out of the table when no column has a value (e.g. ``mfu`` without a
+#: model, per-job isolation with ``simulation.isolation = false``).
+OPTIONAL = ("isolation_train", "isolation_tenant", "mfu")
 
 
 def _fmt(v, scale):
@@ -59,13 +91,19 @@ def _fmt(v, scale):
     return f"{x:,.0f}" if abs(x) >= 1000 else (f"{x:.1f}" if abs(x) >= 10 else f"{x:.3g}")
 
 
-def format_table(results: dict) -> str:
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def format_table(results: dict, notes=()) -> str:
     """The metrics table: rows = metrics (with units), columns = presets (and ``ideal``,
     the ideal-fabric baseline, when present).  A footer line says how many equal-cost
-    paths a ``max_paths`` cap dropped, when it dropped any."""
+    paths a ``max_paths`` cap dropped, when it dropped any; ``notes`` (lines, e.g.
+    :func:`model_notes`) follow it."""
     names = list(results)
     rows = [(f"{label} ({unit})", [_fmt(results[n].get(key), scale) for n in names])
-            for key, label, unit, scale in METRICS]
+            for key, label, unit, scale in METRICS
+            if key not in OPTIONAL or not all(_missing(results[n].get(key)) for n in names)]
     unfinished = [results[n].get("unfinished_flows", 0) for n in names]
     if any(unfinished):
         rows.append(("Unfinished flows (count)", [str(u) for u in unfinished]))
@@ -79,7 +117,44 @@ def format_table(results: dict) -> str:
     if dropped:
         lines.append(f"note: the max_paths cap dropped {dropped} equal-cost paths (summed over "
                      f"flows); set simulation.max_paths = 0 to keep them all")
+    lines.extend(notes)
     return "\n".join(lines)
+
+
+def model_notes(scn) -> list[str]:
+    """Footer lines naming every input of the scenario's training model (empty without
+    one): model, parameters, tokens per step, plan, GPU and achievable fraction,
+    compute time, bytes of each network collective per GPU, and the time step."""
+    if scn.model is None:
+        return []
+    from ..workloads.model import comm_bytes, step_flops
+    m, plan, gpu = scn.model["model"], scn.model["plan"], scn.model["gpu"]
+    cb = comm_bytes(m, plan)
+    flops = step_flops(m, recompute=plan.recompute)
+    mb = plan.n_microbatches(m)
+    sim = scn.simulation
+    lines = [
+        f"model: {m.name} ({m.n_params / 1e9:.2f}B parameters, {m.active_params / 1e9:.2f}B "
+        f"active; {m.n_layers} layers, hidden {m.hidden}, seq {m.seq_len}, global batch "
+        f"{m.global_batch} = {m.tokens_per_step:,} tokens/step, {m.precision}); "
+        f"{flops:.3g} FLOP/step",
+        f"plan: tp={plan.tp} pp={plan.pp} dp={plan.dp} ep={plan.ep} micro_batch="
+        f"{plan.micro_batch} ({mb} micro-batches), overlap={plan.overlap:g}, recompute="
+        f"{plan.recompute}, {plan.n_gpus} x {gpu.name} ({gpu.peak_flops / 1e12:.0f} "
+        f"TFLOP/s peak, achievable {plan.achievable_fraction:g})",
+        f"per GPU and step: DP all-reduce {cb['dp_allreduce_bytes'] / 1e6:,.1f} MB"
+        + (f", expert-DP all-reduce {cb['edp_allreduce_bytes'] / 1e6:,.1f} MB"
+           if cb["edp_allreduce_bytes"] else "")
+        + (f", EP all-to-all {cb['ep_alltoall_bytes'] * cb['ep_alltoall_count'] / 1e6:,.1f}"
+           f" MB" if cb["ep_alltoall_count"] else "")
+        + (f", PP sends {cb['pp_bytes_sent'] / 1e6:,.1f} MB" if cb["pp_send_count"] else "")
+        + f"; TP over NVLink {cb['tp_bytes_sent'] / 1e9:,.1f} GB (in the compute time)",
+        f"simulated: one slice of 1/{scn.model['slices']:,} of the step's network bytes "
+        f"(bucketed collectives, k = {scn.model['slices']:,} back-to-back slices) over "
+        f"{sim['n_steps']} x {sim['dt_us']:g} us; step time = (1 - overlap) x compute + "
+        f"k x the slice's transfer + its latency once, or the compute if longer",
+    ]
+    return lines
 
 
 def write_json(results: dict, path) -> None:

@@ -19,6 +19,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from .. import economics as econ
 from .. import metrics as mx
 from .. import scaling
 from ..cc import ibcc
@@ -32,7 +33,7 @@ from .progress import Progress
 from .scenario import Scenario, default_scenario, validate_scenario
 
 __all__ = ["simulate_case", "simulate_ideal", "crossbar_incidence", "case_metrics",
-           "run_compare", "scaling_study", "IDEAL"]
+           "fabric_cost_metrics", "full_step_times", "run_compare", "scaling_study", "IDEAL"]
 
 #: Key of the ideal-fabric baseline in :func:`run_compare`'s results.
 IDEAL = "ideal"
@@ -117,6 +118,27 @@ def _job_time(start, finish, idx):
     return float(np.max(finish[idx]) - np.min(start[idx]))
 
 
+def full_step_times(case: Case, start, finish):
+    """``(start, finish)`` with the training flows' simulated slice extrapolated to the
+    whole step (identity when ``case.comm_scale`` is 1).
+
+    The step's communication is ``k = case.comm_scale`` back-to-back slices like the
+    simulated one (:func:`~fabric_jax.study.scenario.model_slices`): a training flow
+    that started at ``s`` and finished at ``f`` after its zero-load path latency
+    ``lat`` is taken to start at ``k s`` and finish at ``k (f - lat) + lat`` -- the
+    transfer ``k`` times, the latency once (the slices pipeline).
+    """
+    start = np.asarray(start, float)
+    finish = np.asarray(finish, float)
+    k = case.comm_scale
+    if k == 1:
+        return start, finish
+    train = case.job_of == 0
+    lat = np.minimum(case.latency, np.maximum(finish - start, 0.0))
+    return (np.where(train, k * start, start),
+            np.where(train, k * start + k * (finish - start - lat) + lat, finish))
+
+
 def case_metrics(case: Case, scn: Scenario, start, finish, *, paused_time: float = 0.0,
                  alone_finish: dict | None = None) -> dict:
     """The compare metrics of one run (keys: :data:`~fabric_jax.study.report.METRICS`).
@@ -137,21 +159,27 @@ def case_metrics(case: Case, scn: Scenario, start, finish, *, paused_time: float
       start, finish: ``[flows]`` seconds (a simulator result's ``start`` / ``finish``).
       paused_time: link-seconds paused or credit-starved (0 for the ideal fabric).
       alone_finish: ``{job: [flows] finish}`` of runs with only that job switched on.
+
+    With a training model the simulated training flows are one slice of ``k =
+    case.comm_scale`` (:func:`~fabric_jax.study.scenario.model_slices`); every
+    training metric is taken on the whole step (:func:`full_step_times`).
     """
     w = case.workload
-    start = np.asarray(start, float)
-    finish = np.asarray(finish, float)
+    k = case.comm_scale
+    start, finish = full_step_times(case, start, finish)
+    size = np.where(case.job_of == 0, k * w.size, w.size)
     phase = collective_phases(case)
     cct = np.asarray(mx.collective_completion_time(start, finish, phase, 2), float)
-    ideal = mx.collective_ideal_time(w.src, w.dst, w.size, phase, 2, case.topology.n_hosts,
+    ideal = mx.collective_ideal_time(w.src, w.dst, size, phase, 2, case.topology.n_hosts,
                                      case.line_rate)
     eff = float(mx.collective_effective_bandwidth(cct, ideal))
     t_a2a, t_ar = (float(x) for x in cct)
-    nics = scn.topology["nics_per_server"] if scn.topology["kind"] == "rail_optimized" else 1
-    n_ring = case.train_hosts.size // nics
-    shard = scn.workload["all_reduce_mb"] * 1e6 / nics
+    n_ring, shard = case.allreduce_ranks, k * case.allreduce_bytes
     bus = float(mx.busbw(mx.algbw(shard, t_ar), max(n_ring, 1), "all_reduce")) \
-        if np.isfinite(t_ar) and t_ar > 0 else 0.0
+        if np.isfinite(t_ar) and t_ar > 0 and shard > 0 else 0.0
+    if alone_finish:
+        alone_finish = {job: full_step_times(case, case.sim_arrival, fin)[1]
+                        for job, fin in alone_finish.items()}
     other = np.flatnonzero(case.job_of != 0)
     if other.size:
         sd = np.asarray(mx.slowdown(np.maximum(finish[other] - case.sim_arrival[other], 0.0),
@@ -162,17 +190,17 @@ def case_metrics(case: Case, scn: Scenario, start, finish, *, paused_time: float
     else:
         p50 = p99 = float("nan")
     iso = float("nan")
+    per_job = {}
     if alone_finish:
-        ratios = []
         for job, fin_alone in alone_finish.items():
             idx = np.flatnonzero(case.job_of == job)
             alone = _job_time(case.sim_arrival, np.asarray(fin_alone, float), idx)
             shared = _job_time(case.sim_arrival, finish, idx)
             if alone > 0:
-                ratios.append(float(mx.isolation(shared, alone)))
-        iso = max(ratios) if ratios else float("nan")
+                per_job[job] = float(mx.isolation(shared, alone))
+        iso = max(per_job.values()) if per_job else float("nan")
     train = case.job_of == 0
-    train_fin = np.where(train, finish + case.compute, finish)
+    train_fin = np.where(train, finish + case.offset, finish)
     step = float(case.spec.step_times(w, train_fin)[0]) if np.all(np.isfinite(finish[train])) \
         else float("inf")
     compute = float(case.spec.compute_time.sum(axis=0).mean())
@@ -180,13 +208,53 @@ def case_metrics(case: Case, scn: Scenario, start, finish, *, paused_time: float
     cost = float(mx.cost_per_million_tokens(scn.economics["gpu_price_per_hour"],
                                             case.train_hosts.size, step,
                                             case.spec.tokens_per_step))
-    return dict(effective_bandwidth=eff, collective_completion_time=t_ar,
-                all_to_all_completion_time=t_a2a, bus_bandwidth=bus, fct_slowdown_p50=p50,
-                fct_slowdown_p99=p99, isolation=iso, pfc_pause_time=float(paused_time),
-                gpu_utilization=util, training_step_time=step,
-                cost_per_million_tokens=cost,
-                unfinished_flows=int(np.sum(~np.isfinite(finish))),
-                paths_dropped=int(case.paths_dropped))
+    nan = float("nan")
+    out = dict(effective_bandwidth=eff, collective_completion_time=t_ar,
+               all_to_all_completion_time=t_a2a, bus_bandwidth=bus, fct_slowdown_p50=p50,
+               fct_slowdown_p99=p99, isolation=iso, pfc_pause_time=float(paused_time),
+               gpu_utilization=util, training_step_time=step,
+               cost_per_million_tokens=cost,
+               unfinished_flows=int(np.sum(~np.isfinite(finish))),
+               paths_dropped=int(case.paths_dropped),
+               isolation_train=per_job.get(0, nan), isolation_tenant=per_job.get(1, nan),
+               compute_time=compute, tokens_per_step=float(case.spec.tokens_per_step),
+               tokens_per_second=float(case.spec.tokens_per_step / step)
+               if np.isfinite(step) and step > 0 else 0.0, mfu=nan)
+    if case.model_info is not None and np.isfinite(step) and step > 0:
+        info = case.model_info
+        out["mfu"] = float(info["step_flops"] / (info["n_gpus"] * info["gpu"]["peak_flops"]
+                                                 * step))
+    return out
+
+
+def fabric_cost_metrics(case: Case, scn: Scenario, preset: str, metrics: dict) -> dict:
+    """The fabric's part of the cost per token of one preset's run
+    (:func:`fabric_jax.economics.token_costs`): the training job pays its GPUs at
+    ``economics.gpu_price_per_hour`` and the share ``train GPUs / NICs`` of the
+    fabric's amortised capital and power, from the bill of materials of the case's
+    topology built with ``preset``'s parts (:data:`fabric_jax.economics.FABRIC_PRICES`,
+    every price an assumption with its source; ``[costs]`` overrides them).
+
+    Returns:
+      ``{"fabric_cost_per_million_tokens", "total_cost_per_million_tokens",
+      "fabric_cost_share"}`` (dollars, dollars, fraction in [0, 1]); NaN when the step
+      did not finish or ``preset`` has no prices.
+    """
+    nan = float("nan")
+    out = dict(fabric_cost_per_million_tokens=nan, total_cost_per_million_tokens=nan,
+               fabric_cost_share=nan)
+    step = metrics.get("training_step_time", nan)
+    if preset not in econ.FABRIC_PRICES or not (np.isfinite(step) and step > 0):
+        return out
+    costs = scn.costs or {}
+    params = dataclasses.replace(costs.get("params") or econ.EconomicsParams(),
+                                 gpu_price_per_hour=scn.economics["gpu_price_per_hour"])
+    rep = econ.token_costs(step, case.spec.tokens_per_step, case.train_hosts.size,
+                           case.topology, preset, params=params,
+                           prices=(costs.get("prices") or {}).get(preset))
+    return dict(fabric_cost_per_million_tokens=rep["fabric_cost_per_million_tokens"],
+                total_cost_per_million_tokens=rep["cost_per_million_tokens"],
+                fabric_cost_share=rep["fabric_cost_share"])
 
 
 def _save_every(n_steps: int) -> int:
@@ -226,6 +294,7 @@ def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=Fals
         results[name] = case_metrics(case, scn, res.start, res.finish,
                                      paused_time=float(np.sum(np.asarray(
                                          res.info.paused_time))), alone_finish=alone)
+        results[name].update(fabric_cost_metrics(case, scn, name, results[name]))
         details[name] = dict(case=case, result=res)
     if ideal:
         case = cases.get(False) or build_case(scn, False)
@@ -235,6 +304,7 @@ def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=Fals
             alone = {job: simulate_ideal(case, alone_arrival(case, job)).finish
                      for job in (0, 1) if np.any(case.job_of == job)}
         results[IDEAL] = case_metrics(case, scn, res.start, res.finish, alone_finish=alone)
+        results[IDEAL].update(fabric_cost_metrics(case, scn, IDEAL, results[IDEAL]))
         bar.update("ideal fabric")
     return (results, details) if keep else results
 
@@ -247,7 +317,9 @@ def scaling_study(scn: Scenario | None = None, *, factors=(0.5, 1.0, 2.0, 4.0),
     Engine: :func:`fabric_jax.scaling.scaling_curves` (exact event-driven max-min, ideal
     congestion control, rails as independent components, every size padded to one
     shape so one compile serves the study).  The topology keeps the scenario's
-    parameters with ``n_servers = train_servers``.
+    parameters with ``n_servers = train_servers``.  The job is the workload keys'
+    constant one even when the scenario has a training model
+    (:func:`fabric_jax.scaling.training_only` keeps no model: a plan fits one size).
 
     Returns:
       ``{"gpus": [...], "fabrics": {preset: {metric: [...]}}}`` (metrics of

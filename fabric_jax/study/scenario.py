@@ -1,7 +1,8 @@
 """The compare scenario: its schema, its defaults, TOML parsing and validation.
 
 A scenario is plain data (:class:`Scenario`, four dicts of numbers plus the preset
-list); nothing here builds arrays or runs a simulation.  :func:`scenario_from_dict`
+list, and optionally a training model and cost overrides); nothing here builds arrays
+or runs a simulation.  :func:`scenario_from_dict`
 checks **every** value before anything runs, including each preset's ``cc_options`` and
 ``routing_options``, and never changes a value silently: a value that the study could
 not honour as written (a server count that does not fill whole leaves, an
@@ -30,6 +31,25 @@ Sections (TOML tables) and keys, with the accepted values:
 ``[fabrics]``
     ``presets = [...]`` and per-preset tables ``[fabrics.<name>]`` with ``routing``,
     ``cc``, ``flow_control``, ``sharp``, ``routing_options``, ``cc_options``.
+``[model]`` (optional; or ``fabric-jax compare --model NAME``)
+    ``name`` (a :data:`fabric_jax.workloads.model.MODELS` name) and any
+    :class:`~fabric_jax.workloads.model.ModelConfig` field to override
+    (``global_batch``, ``seq_len`` ...).  The training job's compute time, its
+    collectives' bytes and its tokens per step then come from the model and the plan
+    (:func:`fabric_jax.workloads.training.model_training_step`), so the keys of
+    :data:`MODEL_REPLACES` are refused next to it.
+``[parallelism]`` (optional, with a model)
+    :class:`~fabric_jax.workloads.model.ParallelPlan` fields (``tp``, ``pp``, ``dp``,
+    ``ep``, ``micro_batch``, ``overlap``, ``recompute``, ``achievable_fraction`` ...)
+    and ``gpu`` (a :data:`fabric_jax.workloads.model.GPUS` name).  The plan fills the
+    training job: ``tp pp dp = train_servers x GPUs per server`` (``dp`` defaults to
+    what fills it, ``tp`` to the GPUs of a server).
+``[costs]`` (optional)
+    :class:`fabric_jax.economics.EconomicsParams` fields (``lifetime_years``,
+    ``power_price_per_kwh``, ``pue``; the GPU price stays
+    ``economics.gpu_price_per_hour``) and ``prices`` (a table of
+    :class:`fabric_jax.economics.FabricPrices` overrides for every preset, or
+    ``[costs.prices.<preset>]`` tables).
 """
 
 from __future__ import annotations
@@ -43,7 +63,9 @@ from ..fabrics import PRESETS, get_fabric
 from ..workloads import FlowSizeCDF
 
 __all__ = ["Scenario", "ScenarioError", "default_scenario", "scenario_from_dict",
-           "load_scenario", "validate_scenario", "SCHEMA", "FABRIC_KEYS"]
+           "load_scenario", "read_scenario_file", "validate_scenario", "SCHEMA",
+           "FABRIC_KEYS", "MODEL_SECTIONS", "MODEL_REPLACES", "HORIZON_FACTOR",
+           "model_setup", "check_model", "with_model_name", "model_comm_time", "model_slices"]
 
 
 class ScenarioError(ValueError):
@@ -81,7 +103,16 @@ FABRIC_KEYS = ("routing", "cc", "flow_control", "sharp", "routing_options", "cc_
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
-    """A compare scenario (see the module docstring); sections are dicts."""
+    """A compare scenario (see the module docstring); sections are dicts.
+
+    ``model`` (``None``: the workload keys' constant training job) holds the training
+    model of the ``[model]`` / ``[parallelism]`` sections or ``--model``:
+    ``{"model": ModelConfig, "plan": ParallelPlan, "gpu": GPU, "slices": int}``
+    (:func:`model_setup`).  ``costs`` (``None``: the defaults of
+    :class:`fabric_jax.economics.EconomicsParams` and
+    :data:`fabric_jax.economics.FABRIC_PRICES`) holds the ``[costs]`` section:
+    ``{"params": EconomicsParams, "prices": {preset: overrides}}``.
+    """
 
     topology: dict
     workload: dict
@@ -89,6 +120,8 @@ class Scenario:
     economics: dict
     presets: tuple
     overrides: dict
+    model: dict | None = None
+    costs: dict | None = None
 
 
 def default_scenario() -> Scenario:
@@ -178,7 +211,8 @@ def validate_scenario(scn: Scenario) -> Scenario:
         raise ScenarioError("workload.train_servers", f"train_servers + tenant_servers must "
                             f"be <= topology.n_servers={t['n_servers']}; got "
                             f"{w['train_servers']} + {w['tenant_servers']}")
-    if w["ep_servers"] > w["train_servers"] or w["train_servers"] % w["ep_servers"]:
+    if scn.model is None and (w["ep_servers"] > w["train_servers"]
+                              or w["train_servers"] % w["ep_servers"]):
         raise ScenarioError("workload.ep_servers", f"must be an integer >= 2 that divides "
                             f"train_servers={w['train_servers']}; got {w['ep_servers']}")
     if w["tenant_servers"] == 1:
@@ -192,6 +226,8 @@ def validate_scenario(scn: Scenario) -> Scenario:
                             f"{sorted(PRESETS)}; got {list(scn.presets)!r}")
     for name, ov in scn.overrides.items():
         check_preset_options(name, ov)
+    if scn.model is not None:
+        check_model(scn)
     return scn
 
 
@@ -242,13 +278,15 @@ def scenario_from_dict(data: dict) -> Scenario:
                             f"{type(data).__name__}")
     base = default_scenario()
     sections = {name: dict(getattr(base, name)) for name in SCHEMA}
-    accepted = sorted(list(SCHEMA) + ["fabrics"])
+    accepted = sorted(list(SCHEMA) + ["fabrics"] + list(MODEL_SECTIONS))
     presets, overrides = list(base.presets), {}
     for sec, body in data.items():
         if sec not in accepted:
             raise ScenarioError(sec, f"unknown section; accepted sections: {accepted}")
         if not isinstance(body, dict):
             raise ScenarioError(sec, "must be a table ([section])")
+        if sec in MODEL_SECTIONS:
+            continue                               # model_setup below
         if sec == "fabrics":
             for key, val in body.items():
                 if key == "presets":
@@ -270,21 +308,221 @@ def scenario_from_dict(data: dict) -> Scenario:
             if key not in schema:
                 raise ScenarioError(full, f"unknown key; accepted keys: {sorted(schema)}")
             sections[sec][key] = _check_value(full, schema[key], val)
-    return validate_scenario(Scenario(presets=tuple(presets), overrides=overrides, **sections))
+    model, costs = model_setup(data, sections)
+    return validate_scenario(Scenario(presets=tuple(presets), overrides=overrides,
+                                      model=model, costs=costs, **sections))
 
 
-def load_scenario(path) -> Scenario:
-    """Reads and validates a TOML scenario file (see the module docstring).
+def read_scenario_file(path) -> dict:
+    """The parsed TOML mapping of a scenario file (not yet validated).
 
     Raises:
-      ValueError: ``--scenario`` names no file or is not TOML; :class:`ScenarioError`
-        for a bad value.
+      ValueError: ``--scenario`` names no file or is not TOML.
     """
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"--scenario: no such file {str(path)!r}")
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"--scenario {str(path)!r} is not valid TOML: {e}") from None
-    return scenario_from_dict(data)
+
+
+def load_scenario(path, *, model: str | None = None) -> Scenario:
+    """Reads and validates a TOML scenario file (see the module docstring).
+
+    Args:
+      path: the TOML file.
+      model: a :data:`~fabric_jax.workloads.model.MODELS` name that replaces the file's
+        ``model.name`` (``fabric-jax compare --model``); the file's other ``[model]``
+        keys still apply.
+
+    Raises:
+      ValueError: ``--scenario`` names no file or is not TOML; :class:`ScenarioError`
+        for a bad value.
+    """
+    return scenario_from_dict(with_model_name(read_scenario_file(path), model))
+
+
+# ------------------------------------------------ the training model (issue 14)
+#: Scenario sections that describe the training model, its parallelism plan and the
+#: fabric's costs, parsed by :func:`fabric_jax.economics.parse_model_sections`.
+MODEL_SECTIONS = ("model", "parallelism", "costs")
+
+#: Keys a training model replaces (compute time, collective sizes, tokens per step and
+#: expert-parallel groups all follow from the model and the plan): a scenario with a
+#: model that sets one of them is refused rather than silently ignored.
+MODEL_REPLACES = ("workload.compute_us", "workload.all_reduce_mb", "workload.moe_mb",
+                  "workload.ep_servers", "workload.expert_skew",
+                  "economics.tokens_per_gpu_per_step")
+
+#: With a model, the simulated communication is one slice of ``1/k`` of the step's
+#: network bytes, ``k`` chosen so that the slice at line rate takes ``1 /
+#: HORIZON_FACTOR`` of the simulation horizon ``n_steps x dt_us``
+#: (:func:`model_slices`): room for a fabric that runs the collectives at a sixth of
+#: line rate.  A model's step moves gigabytes (tens of ms at 400 Gb/s), far beyond the
+#: 1 ms horizon at which the fluid model's time step resolves congestion control,
+#: buffers and PFC.
+HORIZON_FACTOR = 6.0
+
+
+def with_model_name(data: dict, name: str | None) -> dict:
+    """``data`` with ``model.name`` set to ``name`` (``fabric-jax compare --model``);
+    ``data`` itself when ``name`` is ``None``."""
+    if name is None:
+        return data
+    if not isinstance(data, dict):
+        raise ScenarioError("(top level)", f"must be a mapping of sections; got "
+                            f"{type(data).__name__}")
+    body = data.get("model", {})
+    if not isinstance(body, dict):
+        raise ScenarioError("model", "must be a table ([model])")
+    return {**data, "model": {**body, "name": name}}
+
+
+def _job_gpus(topology: dict, workload: dict) -> tuple[int, int]:
+    """(GPUs of the training job, GPUs = NICs per server): one NIC per GPU (rails); a
+    ``leaf_spine`` server has one NIC."""
+    nics = topology["nics_per_server"] if topology["kind"] == "rail_optimized" else 1
+    return workload["train_servers"] * nics, nics
+
+
+def model_comm_time(model, plan, link_gbps: float) -> float:
+    """Seconds one GPU's NIC needs at line rate for the step's network traffic: the
+    bytes each GPU sends per step in the DP, EP and PP collectives
+    (:func:`fabric_jax.workloads.model.comm_bytes`) over the NIC rate.  An upper
+    estimate of the ideal time (traffic between GPUs of one server stays on NVLink), used
+    to size the simulation horizon (:data:`HORIZON_FACTOR`)."""
+    from ..units import gbps
+    from ..workloads.model import comm_bytes
+    cb = comm_bytes(model, plan)
+    return (cb["dp_bytes_sent"] + cb["ep_bytes_sent"] + cb["pp_bytes_sent"]) / gbps(link_gbps)
+
+
+def model_slices(model, plan, topology: dict, simulation: dict) -> int:
+    """``k``, the number of equal slices the step's network communication is cut into
+    for the simulation (:data:`HORIZON_FACTOR`): the smallest integer with
+    ``HORIZON_FACTOR x model_comm_time / k <= n_steps x dt_us``, at least 1.
+
+    The model (an assumption, stated): the step's collectives run as ``k`` equal
+    back-to-back slices, as gradient buckets do (PyTorch DDP ``bucket_cap_mb``, Li et
+    al., "PyTorch Distributed", VLDB 2020; Megatron-LM's distributed-optimizer
+    buckets), each meeting the same fabric state, so the step's communication takes
+    ``k`` times one slice's transfer plus the path latency once
+    (:func:`fabric_jax.study.run.full_step_times`); exact for a bandwidth-bound steady
+    state, it cannot see what a fabric does only over longer times than the horizon."""
+    t_comm = model_comm_time(model, plan, topology["link_gbps"])
+    horizon = simulation["n_steps"] * simulation["dt_us"] * 1e-6
+    return max(1, math.ceil(HORIZON_FACTOR * t_comm / horizon - 1e-9))
+
+
+def _from_econ_error(err: ValueError) -> ScenarioError:
+    """A :class:`ScenarioError` from economics' ``"scenario key 'k': msg"`` message."""
+    import re
+    match = re.match(r"scenario key '([^']+)': (.*)", str(err), re.S)
+    if not match:
+        return ScenarioError("model", str(err))
+    key, msg = match.group(1), match.group(2)
+    if key == "parallelism.micro_batch":
+        msg += ("; set model.global_batch to a multiple of dp x micro_batch, or change "
+                "the plan (dp = training GPUs / (tp x pp))")
+    return ScenarioError(key, msg)
+
+
+def model_setup(data: dict, sections: dict) -> tuple[dict | None, dict | None]:
+    """The ``model`` and ``costs`` entries of a :class:`Scenario` from the ``[model]``,
+    ``[parallelism]`` and ``[costs]`` tables (:data:`MODEL_SECTIONS`).
+
+    ``[model]``: ``name`` (a :data:`~fabric_jax.workloads.model.MODELS` name) and any
+    :class:`~fabric_jax.workloads.model.ModelConfig` field to override.
+    ``[parallelism]``: :class:`~fabric_jax.workloads.model.ParallelPlan` fields and
+    ``gpu``; the plan fills the training job: ``gpus_per_server`` is the NICs per
+    server (one per GPU), ``tp`` defaults to it, and ``dp`` to ``train GPUs / (tp
+    pp)``.  ``[costs]``: :class:`~fabric_jax.economics.EconomicsParams` fields except
+    the GPU price (``economics.gpu_price_per_hour``) and ``prices`` overrides.
+
+    The model's entry: ``{"model": ModelConfig, "plan": ParallelPlan, "gpu": GPU,
+    "slices": k}`` (:func:`model_slices`).
+
+    Raises:
+      ScenarioError: naming the offending key.
+    """
+    from ..economics import parse_model_sections
+    given = {sec: data.get(sec) for sec in MODEL_SECTIONS if sec in data}
+    for sec, body in given.items():
+        if not isinstance(body, dict):
+            raise ScenarioError(sec, f"must be a table ([{sec}])")
+    if "gpu_price_per_hour" in given.get("costs", {}):
+        raise ScenarioError("costs.gpu_price_per_hour", "the study's GPU price is "
+                            "economics.gpu_price_per_hour; set it there")
+    if "parallelism" in given and "model" not in given:
+        raise ScenarioError("parallelism", "needs a training model: a [model] section "
+                            "or --model NAME")
+    if "model" in given:
+        for full in MODEL_REPLACES:
+            sec, key = full.split(".")
+            if isinstance(data.get(sec), dict) and key in data[sec]:
+                raise ScenarioError(full, "replaced by the training model ([model] / "
+                                    "--model), which sets the compute time, the "
+                                    "collectives' bytes and the tokens per step; remove it")
+        n_gpus, nics = _job_gpus(sections["topology"], sections["workload"])
+        par = dict(given.get("parallelism", {}))
+        par.setdefault("gpus_per_server", nics)
+        if par["gpus_per_server"] != nics:
+            raise ScenarioError("parallelism.gpus_per_server", f"must equal the GPUs (= "
+                                f"NICs) per server of the topology, {nics}; got "
+                                f"{par['gpus_per_server']!r}")
+        par.setdefault("tp", nics)
+        tp, pp = par["tp"], par.get("pp", 1)
+        if "dp" not in par and all(isinstance(v, int) and not isinstance(v, bool)
+                                   and v >= 1 for v in (tp, pp)):
+            if n_gpus % (tp * pp):
+                raise ScenarioError("parallelism.tp", f"tp x pp = {tp * pp} must divide "
+                                    f"the training job's {n_gpus} GPUs "
+                                    f"(workload.train_servers x GPUs per server)")
+            par["dp"] = n_gpus // (tp * pp)
+        given["parallelism"] = par
+    try:
+        parsed = parse_model_sections(given)
+    except ValueError as err:
+        raise _from_econ_error(err) from None
+    costs = dict(params=parsed["params"], prices=parsed["prices"]) if "costs" in given \
+        else None
+    if "model" not in given:
+        return None, costs
+    model = dict(model=parsed["model"], plan=parsed["plan"], gpu=parsed["gpu"])
+    model["slices"] = model_slices(model["model"], model["plan"], sections["topology"],
+                                   sections["simulation"])
+    return model, costs
+
+
+def check_model(scn: Scenario) -> None:
+    """The scenario's training model fits its training job: ``tp pp dp`` equals the
+    job's GPUs, ``gpus_per_server`` the NICs per server, and the plan divides the
+    model (:meth:`~fabric_jax.workloads.model.ParallelPlan.check`).
+
+    Raises:
+      ScenarioError: naming the ``parallelism`` key to change.
+    """
+    missing = sorted({"model", "plan", "gpu", "slices"} - set(scn.model))
+    if missing:
+        raise ScenarioError(f"model.{missing[0]}", "missing: build the model entry with "
+                            "scenario_from_dict or model_setup")
+    plan, model = scn.model["plan"], scn.model["model"]
+    k = scn.model["slices"]
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ScenarioError("model.slices", f"must be an integer >= 1; got {k!r}")
+    n_gpus, nics = _job_gpus(scn.topology, scn.workload)
+    if plan.n_gpus != n_gpus:
+        raise ScenarioError("parallelism.dp", f"tp x pp x dp must equal the training "
+                            f"job's {n_gpus} GPUs (workload.train_servers x GPUs per "
+                            f"server); got {plan.tp} x {plan.pp} x {plan.dp} = "
+                            f"{plan.n_gpus}")
+    if plan.gpus_per_server != nics:
+        raise ScenarioError("parallelism.gpus_per_server", f"must equal the topology's "
+                            f"{nics} GPUs (NICs) per server; got {plan.gpus_per_server}")
+    try:
+        plan.check(model)
+    except ValueError as err:
+        key = str(err).split(":")[0]
+        raise ScenarioError(f"parallelism.{key}", str(err)) from None

@@ -269,6 +269,13 @@ MODELS = {
         source="Brown et al., 'Language Models are Few-Shot Learners', NeurIPS 2020, "
                "Table 2.1 (96 layers, d_model 12288, 96 heads, 2048 context, 3.2M-token "
                "batch); Narayanan et al. SC 2021 Table 1 (batch 1536)"),
+    "llama3_8b": ModelConfig(
+        "llama3_8b", n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8,
+        ffn_hidden=14336, vocab=128256, seq_len=8192, global_batch=512,
+        ffn_kind="swiglu",
+        source="Dubey et al. 2024, Table 3 (32 layers, 4096 model dim, FFN 14336, 32 "
+               "heads, 8 KV heads, vocab 128K; 8.0B parameters); batch (4M tokens, 512 "
+               "sequences of 8192) is our assumption"),
     "llama3_70b": ModelConfig(
         "llama3_70b", n_layers=80, hidden=8192, n_heads=64, n_kv_heads=8,
         ffn_hidden=28672, vocab=128256, seq_len=8192, global_batch=2048,
