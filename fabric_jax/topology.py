@@ -17,10 +17,13 @@ switches for up/down (valley-free) routing: 0 host, 1 leaf / edge / rail leaf,
 Builders (all sizes in the unit named by the argument, converted here to bytes, seconds
 and bytes/s with :mod:`fabric_jax.units`):
 
-* :func:`leaf_spine` -- two-tier folded Clos, optionally oversubscribed;
+* :func:`leaf_spine` -- two-tier folded Clos, optionally oversubscribed, multi-plane
+  (``planes=``) or three-tier (``tiers=3``: pods of leaves and spines under a
+  super-spine layer);
 * :func:`fat_tree` -- the three-tier k-ary fat-tree of Al-Fares et al. (SIGCOMM 2008);
 * :func:`rail_optimized` -- GPU servers whose NIC ``i`` attaches to rail leaf ``i``
-  (NVIDIA DGX SuperPOD reference architecture);
+  (NVIDIA DGX SuperPOD reference architecture); same ``oversubscription=``,
+  ``planes=`` and ``tiers=3`` options;
 * :func:`from_edges` -- any graph, from an edge list or a networkx graph.
 
 Server model (opt-in, ``gpus_per_server=...`` on every builder): hosts become GPUs.
@@ -35,10 +38,22 @@ NVSwitch -> GPU, 2 hops) and inter-server traffic over PCIe, the NICs and the fa
 ``gpus_per_server`` the builders are unchanged (hosts are NICs).  See
 :func:`with_servers` and :mod:`fabric_jax.systems` for named servers.
 
+Real topologies (issue 14).  *Multi-plane*: ``planes=P`` splits each NIC over P
+independent copies of the switch layers (``link_gbps / P`` per port; Spectrum-X
+Multiplane, Alibaba HPN dual-plane, DeepSeek's multi-plane fat-tree); paths never leave
+a plane, and :func:`fabric_jax.paths.shortest_paths` returns the equal-cost paths of
+all planes, so ECMP, spraying and adaptive routing spread over them.
+*Oversubscribed leaves*: ``oversubscription=r`` gives each leaf ``1/r`` of its
+downlink bandwidth upwards (slower uplinks, or fewer uplinks and spines).  *Three
+tiers*: ``tiers=3`` adds pods and a super-spine layer wired as the k-ary fat-tree of
+Al-Fares et al. generalised (spine ``j`` of every pod to super-spine group ``j``).
+
 Switch radix (opt-in, ``switch_radix=...`` on :func:`leaf_spine` and
-:func:`rail_optimized`): a ``ValueError`` when a leaf or spine would need more ports
-than the radix (e.g. 64 for a 64 x 800G Quantum-X800 / Spectrum-4 class switch, 128
-for 128 x 400G).
+:func:`rail_optimized`): a ``ValueError`` when a leaf, spine or super-spine would need
+more ports than the radix (e.g. 64 for a 64 x 800G Quantum-X800 / Spectrum-4 class
+switch, 128 for 128 x 400G), naming the fixes: ``tiers=3`` or ``planes=``.  Builders
+refuse rather than silently grow a tier, so node and link numbering only change when
+asked for.
 
 Default link parameters: 400 Gb/s, 1 us per link (the per-link delay of the HPCC
 simulations, Li et al. SIGCOMM 2019, Sec. 5.1) and 1 MB of buffer per egress port
@@ -114,7 +129,7 @@ class Topology:
       node_names: ``[nodes]`` unique node names.
       node_is_host: ``[nodes]`` bool, True for hosts (traffic end points).
       node_tier: ``[nodes]`` int, 0 host, 1 leaf/edge/rail leaf, 2 spine/aggregation,
-        3 core.
+        3 core/super-spine.
       hosts: ``[hosts]`` int32 node id of each host index.
       link_src: ``[links]`` int32 node id the link leaves.
       link_dst: ``[links]`` int32 node id the link enters.
@@ -862,7 +877,7 @@ def leaf_spine(n_leaves: int, n_spines: int, hosts_per_leaf: int, *,
     super-spine layer of NVIDIA's large reference architectures.  Defaults are
     non-blocking: ``uplinks_per_spine`` = the spine's down ports, ``n_super_spines =
     n_spines * uplinks_per_spine`` (one cable to each super-spine of the group).
-    ``leaf_spine(k, k // 2, k // 2, tiers=3, leaves_per_pod=k // 2)`` has the node
+    ``leaf_spine(k * k // 2, k // 2, k // 2, tiers=3, leaves_per_pod=k // 2)`` has the node
     and link counts and the bisection of ``fat_tree(k)``.
 
     Node names: hosts ``h{i}`` (host index ``i = leaf * hosts_per_leaf + j``),
