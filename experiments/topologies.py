@@ -3,7 +3,7 @@
 Units: bytes, seconds, bytes/s in arrays and JSON; the table prints us and fractions.
 
 Scenario (issue 14, "Real topologies").  ``--leaves`` x ``--hosts-per-leaf`` hosts
-(default 8 x 8 = 64 NICs at ``--link-gbps`` = 400 Gb/s), four builds of
+(default 4 x 8 = 32 NICs at ``--link-gbps`` = 400 Gb/s), four builds of
 :func:`fabric_jax.topology.leaf_spine` with the same hosts and NIC bandwidth:
 
 ``2-tier``
@@ -16,7 +16,8 @@ Scenario (issue 14, "Real topologies").  ``--leaves`` x ``--hosts-per-leaf`` hos
     independent leaf-spine planes (Spectrum-X Multiplane, Alibaba HPN dual-plane).
 ``3-tier``
     ``leaf_spine(L, H, H, tiers=3, leaves_per_pod=--leaves-per-pod)``: pods of 2
-    leaves with their own H spines under a non-blocking super-spine layer.
+    leaves with their own H spines under a non-blocking super-spine layer (2 pods by
+    default).
 
 Workloads, all flows at ``t = 0``: a uniform all-to-all of ``--a2a-mb`` per rank
 (:func:`fabric_jax.workloads.all_to_all`) and a bandwidth-bound ring all-reduce of
@@ -41,15 +42,16 @@ completion (:func:`fabric_jax.metrics.effective_bandwidth` of a rank's bytes ove
 completion time at the NIC rate), bisection bandwidth of the build, switches and
 links.
 
-Expected (mechanisms, not tuning): the all-to-all sends 7/8 of its bytes across leaves,
-so 2:1 oversubscription roughly doubles its time; the cross-leaf ring is one flow per
-host link, so 2:1 halves its bandwidth too (every ring hop leaves the leaf); planes
+Expected (mechanisms, not tuning): the all-to-all sends ``(L-1) H / (L H - 1)`` of its
+bytes across leaves (24/31 by default), so 2:1 oversubscription costs it up to 2x; the
+cross-leaf ring is one flow per host link and every ring hop leaves the leaf, so 2:1
+halves its bandwidth at best (``--cc none`` isolates congestion control's share); planes
 keep the bandwidth (same bisection) with half-speed ports; the 3-tier build adds two
 hops of latency but no bandwidth loss.
 
 Usage::
 
-    python experiments/topologies.py                   # spectrum_x, 64 hosts, < 2 min
+    python experiments/topologies.py                   # spectrum_x, 32 hosts (~1 CPU-min)
     python experiments/topologies.py --fabric roce --json out.json
 """
 
@@ -193,19 +195,21 @@ def main(argv=None) -> dict:
     ap = cm.parser(__doc__)
     ap.add_argument("--fabric", default="spectrum_x",
                     help="fabric preset (infiniband, roce, spectrum_x, uec); default spectrum_x")
-    ap.add_argument("--leaves", type=int, default=8, help="leaves (default 8)")
+    ap.add_argument("--leaves", type=int, default=4, help="leaves (default 4)")
     ap.add_argument("--hosts-per-leaf", type=int, default=8,
                     help="hosts per leaf = spines of the 1:1 build (default 8)")
     ap.add_argument("--leaves-per-pod", type=int, default=2,
                     help="leaves per pod of the 3-tier build (default 2)")
     ap.add_argument("--link-gbps", type=float, default=400.0, help="NIC rate, Gb/s")
-    ap.add_argument("--a2a-mb", type=float, default=8.0,
-                    help="all-to-all bytes per rank, MB (default 8)")
-    ap.add_argument("--ar-mb", type=float, default=8.0,
-                    help="all-reduce buffer per rank, MB (default 8)")
+    ap.add_argument("--a2a-mb", type=float, default=4.0,
+                    help="all-to-all bytes per rank, MB (default 4)")
+    ap.add_argument("--ar-mb", type=float, default=4.0,
+                    help="all-reduce buffer per rank, MB (default 4)")
     ap.add_argument("--dt-us", type=float, default=1.0, help="fluid step, us (default 1)")
-    ap.add_argument("--horizon", type=float, default=4.0,
-                    help="simulated time in line-rate completion times (default 4)")
+    ap.add_argument("--horizon", type=float, default=3.0,
+                    help="simulated time in line-rate completion times (default 3)")
+    ap.add_argument("--cc", default=None,
+                    help="override the preset's congestion-control law (e.g. none)")
     ap.add_argument("--builds", nargs="+", default=list(BUILDS), choices=BUILDS)
     ap.add_argument("--default-line-rate", action="store_true",
                     help="leave each flow's line rate to the engine's default (smallest "
@@ -218,7 +222,7 @@ def main(argv=None) -> dict:
     if args.quick:
         args.leaves, args.hosts_per_leaf, args.leaves_per_pod = 4, 4, 2
         args.a2a_mb = args.ar_mb = 2.0
-    fabric = get_fabric(args.fabric)
+    fabric = get_fabric(args.fabric, **({} if args.cc is None else dict(cc=args.cc)))
     line = gbps(args.link_gbps)
     rows, out = [], dict(fabric=fabric.name, dt_s=args.dt_us * 1e-6,
                          n_hosts=args.leaves * args.hosts_per_leaf, line_rate=line,
@@ -252,8 +256,12 @@ def main(argv=None) -> dict:
                          links=topo.n_links, bisection=f"{r['bisection_fraction']:.2f}",
                          ideal_us=f"{r['ideal_s'] * 1e6:.1f}",
                          completion_us=f"{t * 1e6:.1f}",
-                         eff_bw=f"{r['effective_bandwidth']:.3f}"))
-    title = (f"Topologies, fabric={fabric.name}, {out['n_hosts']} hosts x "
+                         eff_bw=f"{r['effective_bandwidth']:.3f}",
+                         unfinished=r["unfinished_flows"]))
+    if any(r["unfinished_flows"] for r in out["runs"]):
+        print(f"warning: flows unfinished after {n_steps} steps; raise --horizon",
+              file=sys.stderr)
+    title = (f"Topologies, fabric={fabric.name} (cc={fabric.cc}), {out['n_hosts']} hosts x "
              f"{args.link_gbps:g} Gb/s, all-to-all {args.a2a_mb:g} MB/rank, ring all-reduce "
              f"{args.ar_mb:g} MB, dt = {args.dt_us:g} us (bisection as a fraction of "
              f"n/2 x NIC rate; eff_bw = ideal / completion)")
