@@ -666,7 +666,7 @@ def _uplink_plan(down: float, n_spines: int, uplinks_per_leaf, fabric: float,
 
 
 def _check_tiers_planes(tiers, planes):
-    if isinstance(tiers, bool) or tiers not in (2, 3):
+    if isinstance(tiers, bool) or not isinstance(tiers, numbers.Integral) or tiers not in (2, 3):
         raise ValueError(f"tiers must be 2 (leaf-spine) or 3 (leaf, pod spine, super-spine); "
                          f"got {tiers!r}")
     return _check_int(planes, "planes", 1)

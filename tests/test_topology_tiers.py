@@ -280,6 +280,7 @@ def test_three_tier_radix_violations():
 @pytest.mark.parametrize("kwargs,match", [
     (dict(tiers=4), "tiers"),
     (dict(tiers=True), "tiers"),
+    (dict(tiers=3.0), "tiers"),
     (dict(planes=0), "planes"),
     (dict(planes=1.5), "planes"),
     (dict(leaves_per_pod=2), "tiers=3"),
