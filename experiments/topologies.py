@@ -49,6 +49,25 @@ halves its bandwidth at best (``--cc none`` isolates congestion control's share)
 keep the bandwidth (same bisection) with half-speed ports; the 3-tier build adds two
 hops of latency but no bandwidth loss.
 
+Measured (default run, ``python experiments/topologies.py``: spectrum_x, 32 hosts, dt =
+1 us, 466 steps; 52 s CPU, 153 s wall on the shared 2-core machine)::
+
+         build         workload  switches  links  bisection  ideal_us  completion_us  eff_bw
+        2-tier       all_to_all        12    128       1.00      77.5           86.5   0.896
+        2-tier  ring_all_reduce        12    128       1.00     155.0          166.5   0.931
+    2-tier 2:1       all_to_all         8     96       0.50      77.5          128.5   0.603
+    2-tier 2:1  ring_all_reduce         8     96       0.50     155.0          394.5   0.393
+       2-plane       all_to_all        24    256       1.00      77.5           86.5   0.896
+       2-plane  ring_all_reduce        24    256       1.00     155.0          166.5   0.931
+        3-tier       all_to_all        36    192       1.00      77.5           91.1   0.851
+        3-tier  ring_all_reduce        36    192       1.00     155.0          168.1   0.922
+
+With ``--cc none`` (``--quick``, 16 hosts) the 2:1 ring reaches 0.476 (its bisection
+bound 0.5); HPCC's reaction to the oversubscribed uplinks costs the rest.  Under
+``--fabric roce`` (per-flow ECMP) a 2-plane build pins each flow to one plane's
+half-speed port, so planes *hurt* unless the NIC spreads a flow over the planes
+(Spectrum-X hardware plane load balancing; spraying/AR presets do).
+
 Usage::
 
     python experiments/topologies.py                   # spectrum_x, 32 hosts (~1 CPU-min)
