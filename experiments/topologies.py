@@ -84,7 +84,6 @@ import dataclasses
 import math
 import sys
 import time
-import types
 import warnings
 
 import numpy as np
