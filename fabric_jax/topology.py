@@ -17,10 +17,13 @@ switches for up/down (valley-free) routing: 0 host, 1 leaf / edge / rail leaf,
 Builders (all sizes in the unit named by the argument, converted here to bytes, seconds
 and bytes/s with :mod:`fabric_jax.units`):
 
-* :func:`leaf_spine` -- two-tier folded Clos, optionally oversubscribed;
+* :func:`leaf_spine` -- two-tier folded Clos, optionally oversubscribed, multi-plane
+  (``planes=``) or three-tier (``tiers=3``: pods of leaves and spines under a
+  super-spine layer);
 * :func:`fat_tree` -- the three-tier k-ary fat-tree of Al-Fares et al. (SIGCOMM 2008);
 * :func:`rail_optimized` -- GPU servers whose NIC ``i`` attaches to rail leaf ``i``
-  (NVIDIA DGX SuperPOD reference architecture);
+  (NVIDIA DGX SuperPOD reference architecture); same ``oversubscription=``,
+  ``planes=`` and ``tiers=3`` options;
 * :func:`from_edges` -- any graph, from an edge list or a networkx graph.
 
 Server model (opt-in, ``gpus_per_server=...`` on every builder): hosts become GPUs.
@@ -35,10 +38,22 @@ NVSwitch -> GPU, 2 hops) and inter-server traffic over PCIe, the NICs and the fa
 ``gpus_per_server`` the builders are unchanged (hosts are NICs).  See
 :func:`with_servers` and :mod:`fabric_jax.systems` for named servers.
 
+Real topologies (issue 14).  *Multi-plane*: ``planes=P`` splits each NIC over P
+independent copies of the switch layers (``link_gbps / P`` per port; Spectrum-X
+Multiplane, Alibaba HPN dual-plane, DeepSeek's multi-plane fat-tree); paths never leave
+a plane, and :func:`fabric_jax.paths.shortest_paths` returns the equal-cost paths of
+all planes, so ECMP, spraying and adaptive routing spread over them.
+*Oversubscribed leaves*: ``oversubscription=r`` gives each leaf ``1/r`` of its
+downlink bandwidth upwards (slower uplinks, or fewer uplinks and spines).  *Three
+tiers*: ``tiers=3`` adds pods and a super-spine layer wired as the k-ary fat-tree of
+Al-Fares et al. generalised (spine ``j`` of every pod to super-spine group ``j``).
+
 Switch radix (opt-in, ``switch_radix=...`` on :func:`leaf_spine` and
-:func:`rail_optimized`): a ``ValueError`` when a leaf or spine would need more ports
-than the radix (e.g. 64 for a 64 x 800G Quantum-X800 / Spectrum-4 class switch, 128
-for 128 x 400G).
+:func:`rail_optimized`): a ``ValueError`` when a leaf, spine or super-spine would need
+more ports than the radix (e.g. 64 for a 64 x 800G Quantum-X800 / Spectrum-4 class
+switch, 128 for 128 x 400G), naming the fixes: ``tiers=3`` or ``planes=``.  Builders
+refuse rather than silently grow a tier, so node and link numbering only change when
+asked for.
 
 Default link parameters: 400 Gb/s, 1 us per link (the per-link delay of the HPCC
 simulations, Li et al. SIGCOMM 2019, Sec. 5.1) and 1 MB of buffer per egress port
@@ -114,7 +129,7 @@ class Topology:
       node_names: ``[nodes]`` unique node names.
       node_is_host: ``[nodes]`` bool, True for hosts (traffic end points).
       node_tier: ``[nodes]`` int, 0 host, 1 leaf/edge/rail leaf, 2 spine/aggregation,
-        3 core.
+        3 core/super-spine.
       hosts: ``[hosts]`` int32 node id of each host index.
       link_src: ``[links]`` int32 node id the link leaves.
       link_dst: ``[links]`` int32 node id the link enters.
@@ -619,6 +634,188 @@ def _spread_uplinks(n_leaves: int, uplinks: int, n_spines: int):
     return leaf, spine
 
 
+def _uplink_plan(down: float, n_spines: int, uplinks_per_leaf, fabric: float,
+                 fabric_given: bool, oversubscription):
+    """``(uplinks_per_leaf, fabric_gbps)`` from any two of uplinks, speed and ratio.
+
+    ``down`` is a leaf's downlink bandwidth (Gb/s); the ratio is ``down / (uplinks *
+    fabric)``.  See :func:`leaf_spine` for the rules.
+    """
+    if uplinks_per_leaf is not None:
+        uplinks_per_leaf = _check_int(uplinks_per_leaf, "uplinks_per_leaf", n_spines)
+    if oversubscription is not None:
+        ratio = _check_pos(oversubscription, "oversubscription")
+        if not fabric_given:
+            uplinks_per_leaf = n_spines if uplinks_per_leaf is None else uplinks_per_leaf
+            fabric = down / (ratio * uplinks_per_leaf)
+        elif uplinks_per_leaf is None:
+            exact = down / (ratio * fabric)
+            uplinks_per_leaf = int(round(exact))
+            if abs(exact - uplinks_per_leaf) > 1e-9 * exact or uplinks_per_leaf < n_spines:
+                raise ValueError(
+                    f"oversubscription={oversubscription} with fabric_gbps={fabric:g} "
+                    f"needs {exact:g} uplinks per leaf, not a whole number >= n_spines; "
+                    f"give uplinks_per_leaf instead of fabric_gbps")
+        elif abs(down / (uplinks_per_leaf * fabric) - ratio) > 1e-9 * ratio:
+            raise ValueError(
+                f"oversubscription={oversubscription} disagrees with uplinks_per_leaf="
+                f"{uplinks_per_leaf} and fabric_gbps={fabric:g} (ratio "
+                f"{down / (uplinks_per_leaf * fabric):g}); give only two of the three")
+    uplinks_per_leaf = n_spines if uplinks_per_leaf is None else uplinks_per_leaf
+    return uplinks_per_leaf, fabric
+
+
+def _check_tiers_planes(tiers, planes):
+    if isinstance(tiers, bool) or not isinstance(tiers, numbers.Integral) or tiers not in (2, 3):
+        raise ValueError(f"tiers must be 2 (leaf-spine) or 3 (leaf, pod spine, super-spine); "
+                         f"got {tiers!r}")
+    return _check_int(planes, "planes", 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ClosPlan:
+    """Switch layers of one plane of a 2- or 3-tier folded Clos (host side)."""
+
+    n_leaves: int
+    uplinks_per_leaf: int
+    n_spines: int                 # per pod (3 tiers) or in all (2 tiers)
+    leaves_per_pod: int | None    # None: 2 tiers
+    uplinks_per_spine: int = 0
+    n_super_spines: int = 0
+
+    @property
+    def n_pods(self) -> int:
+        return 1 if self.leaves_per_pod is None else -(-self.n_leaves // self.leaves_per_pod)
+
+    @property
+    def spine_down_ports(self) -> int:
+        per_pod = self.n_leaves if self.leaves_per_pod is None else min(
+            self.leaves_per_pod, self.n_leaves)
+        return -(-per_pod * self.uplinks_per_leaf // self.n_spines)
+
+    @property
+    def super_ports(self) -> int:
+        if self.leaves_per_pod is None:
+            return 0
+        group = self.n_super_spines // self.n_spines
+        return self.n_pods * -(-self.uplinks_per_spine // group)
+
+
+def _plan_tiers(*, tiers: int, n_leaves: int, uplinks: int, n_spines: int,
+                leaves_per_pod, uplinks_per_spine, n_super_spines, pod_arg: str,
+                pod_unit: int = 1) -> _ClosPlan:
+    """Validated :class:`_ClosPlan`; ``pod_arg`` names the pod-size argument."""
+    extra = dict(leaves_per_pod=leaves_per_pod, uplinks_per_spine=uplinks_per_spine,
+                 n_super_spines=n_super_spines)
+    if tiers == 2:
+        given = [k for k, v in extra.items() if v is not None]
+        if given:
+            given = [pod_arg if k == "leaves_per_pod" else k for k in given]
+            raise ValueError(f"{', '.join(given)} only apply with tiers=3; add tiers=3 or "
+                             f"drop them")
+        return _ClosPlan(n_leaves, uplinks, n_spines, None)
+    if leaves_per_pod is None:
+        raise ValueError(f"tiers=3 needs {pod_arg} (the size of a pod: leaves that share "
+                         f"the pod's spines)")
+    lpp = _check_int(leaves_per_pod, pod_arg, 1) * pod_unit
+    per_pod = min(lpp, n_leaves)
+    ups = (-(-per_pod * uplinks // n_spines) if uplinks_per_spine is None
+           else _check_int(uplinks_per_spine, "uplinks_per_spine", 1))
+    n_super = (n_spines * ups if n_super_spines is None
+               else _check_int(n_super_spines, "n_super_spines", n_spines))
+    if n_super % n_spines:
+        raise ValueError(f"n_super_spines={n_super} must be a multiple of the {n_spines} "
+                         f"spines per pod (spine j of every pod connects to super-spine "
+                         f"group j); use {n_spines * max(1, n_super // n_spines)}")
+    return _ClosPlan(n_leaves, uplinks, n_spines, lpp, ups, n_super)
+
+
+def _clos_wiring(plan: _ClosPlan, *, n_hosts: int, host_leaf: np.ndarray, planes: int,
+                 host_gbps: float, fabric_gbps: float, leaf_names: Sequence[str],
+                 host_names: Sequence[str]):
+    """Nodes and cables of a folded Clos with ``planes`` independent switch planes.
+
+    Node order: hosts, then per plane its leaves, spines and super-spines.  Cable order:
+    the host cables of plane 0, 1, ..., then the fabric cables of plane 0, 1, ...;
+    within a plane leaf-spine cables (round robin, :func:`_spread_uplinks`) before
+    spine-super-spine cables.  With one plane and two tiers this is the historical
+    layout of :func:`leaf_spine` and :func:`rail_optimized` (hosts, leaves, spines).
+
+    Returns ``(names, tiers, cab_u, cab_v, cab_gbps, cable_plane)``.
+    """
+    three = plan.leaves_per_pod is not None
+    n_pods = plan.n_pods
+    n_spine_all = plan.n_spines * n_pods if three else plan.n_spines
+    n_sup = plan.n_super_spines if three else 0
+    per_plane = plan.n_leaves + n_spine_all + n_sup
+    if three:
+        spine_names = [f"pod{p}/spine{j}" for p in range(n_pods)
+                       for j in range(plan.n_spines)]
+        super_names = [f"super{s}" for s in range(n_sup)]
+    else:
+        spine_names, super_names = [f"spine{j}" for j in range(plan.n_spines)], []
+    # one plane's fabric cables, in plane-local node ids (leaf 0 = 0)
+    up_leaf, up_spine = _spread_uplinks(plan.n_leaves, plan.uplinks_per_leaf, plan.n_spines)
+    if three:
+        up_spine = (up_leaf // plan.leaves_per_pod) * plan.n_spines + up_spine
+    fab_u = [up_leaf]
+    fab_v = [plan.n_leaves + up_spine]
+    if three:
+        group = n_sup // plan.n_spines
+        sp_, u = np.divmod(np.arange(n_spine_all * plan.uplinks_per_spine),
+                           plan.uplinks_per_spine)
+        fab_u.append(plan.n_leaves + sp_)
+        fab_v.append(plan.n_leaves + n_spine_all + (sp_ % plan.n_spines) * group + u % group)
+    fab_u, fab_v = np.concatenate(fab_u), np.concatenate(fab_v)
+    names = list(host_names)
+    tiers = [np.zeros(n_hosts)]
+    host_u, host_v, fabric_u, fabric_v = [], [], [], []
+    for p in range(planes):
+        base = n_hosts + p * per_plane
+        pre = f"plane{p}/" if planes > 1 else ""
+        names += [pre + n for n in list(leaf_names) + spine_names + super_names]
+        tiers += [np.ones(plan.n_leaves), np.full(n_spine_all, 2), np.full(n_sup, 3)]
+        host_u.append(np.arange(n_hosts))
+        host_v.append(base + host_leaf)
+        fabric_u.append(base + fab_u)
+        fabric_v.append(base + fab_v)
+    cab_u = np.concatenate(host_u + fabric_u)
+    cab_v = np.concatenate(host_v + fabric_v)
+    gb = np.concatenate([np.full(n_hosts * planes, host_gbps),
+                         np.full(fab_u.size * planes, fabric_gbps)])
+    plane = np.concatenate([np.repeat(np.arange(planes), n_hosts),
+                            np.repeat(np.arange(planes), fab_u.size)])
+    return names, np.concatenate(tiers), cab_u, cab_v, gb, plane
+
+
+def _radix_fix(two_tier: bool) -> str:
+    return ("use fewer hosts per leaf, more spines, tiers=3 (a super-spine layer: a "
+            "three-tier Clos like fat_tree) or planes=P (P independent planes of "
+            "link_gbps/P ports; give switch_radix at that port speed)" if two_tier else
+            "use more pods (smaller leaves_per_pod / groups_per_pod), fewer uplinks, "
+            "more super-spines (n_super_spines), or planes=P")
+
+
+def _check_clos_radix(switch_radix, plan: _ClosPlan, leaf_down: int, what: str) -> None:
+    """ValueError when a leaf, spine or super-spine needs more than ``switch_radix``."""
+    if switch_radix is None:
+        return
+    three = plan.leaves_per_pod is not None
+    spine = plan.spine_down_ports + (plan.uplinks_per_spine if three else 0)
+    _check_radix(switch_radix, leaf_ports=leaf_down + plan.uplinks_per_leaf,
+                 spine_ports=spine, what=what, fix=_radix_fix(not three))
+    if three and plan.super_ports > switch_radix:
+        raise ValueError(
+            f"switch_radix={switch_radix}: each super-spine of this {what} needs "
+            f"{plan.super_ports} ports (more than the radix); {_radix_fix(False)}")
+
+
+def _plane_args(planes: int, link: float, fabric: float, fabric_given: bool):
+    """Per-plane host-port and fabric speeds: the NIC's ``link`` split ``planes`` ways."""
+    host = link / planes
+    return host, (fabric if fabric_given else host)
+
+
 def leaf_spine(n_leaves: int, n_spines: int, hosts_per_leaf: int, *,
                uplinks_per_leaf: int | None = None,
                oversubscription: float | None = None,
@@ -627,43 +824,88 @@ def leaf_spine(n_leaves: int, n_spines: int, hosts_per_leaf: int, *,
                latency_us: float = DEFAULT_LATENCY_US,
                buffer_kb: float = DEFAULT_BUFFER_KB,
                switch_radix: int | None = None,
+               planes: int = 1,
+               tiers: int = 2,
+               leaves_per_pod: int | None = None,
+               uplinks_per_spine: int | None = None,
+               n_super_spines: int | None = None,
                nics_per_server: int | None = None,
                gpus_per_server: int | None = None,
                nvlink_gbps: float = DEFAULT_NVLINK_GBPS,
                pcie_gbps: float = DEFAULT_PCIE_GBPS,
                nvlink_latency_us: float = DEFAULT_NVLINK_LATENCY_US,
                pcie_latency_us: float = DEFAULT_PCIE_LATENCY_US) -> Topology:
-    """Two-tier folded Clos: hosts on leaves, every leaf wired to the spines.
+    """Folded Clos: hosts on leaves, leaves wired to spines (two tiers, or three with pods).
 
     Leaf ``l``'s uplink ``j`` goes to spine ``j % n_spines``, so with
     ``uplinks_per_leaf > n_spines`` a leaf has parallel cables to a spine (spines
     ``< uplinks_per_leaf % n_spines`` get one more).  The oversubscription ratio is
-    ``hosts_per_leaf * link_gbps / (uplinks_per_leaf * fabric_gbps)`` (leaf downlink
-    over uplink bandwidth); give any two of ``uplinks_per_leaf``, ``fabric_gbps`` and
-    ``oversubscription`` and the third follows:
+    ``hosts_per_leaf * link_gbps / (planes * uplinks_per_leaf * fabric_gbps)`` (leaf
+    downlink over uplink bandwidth); give any two of ``uplinks_per_leaf``,
+    ``fabric_gbps`` and ``oversubscription`` and the third follows:
 
     * neither ratio nor fabric speed: ``uplinks_per_leaf = n_spines`` and
-      ``fabric_gbps = link_gbps`` (unless given);
+      ``fabric_gbps = link_gbps / planes`` (unless given);
     * ``oversubscription`` only (or with ``uplinks_per_leaf``): uplinks default to
-      ``n_spines`` and ``fabric_gbps`` is derived;
+      ``n_spines`` and ``fabric_gbps`` is derived (each uplink ``1/ratio`` as fast);
     * ``oversubscription`` and ``fabric_gbps``: ``uplinks_per_leaf`` is derived and must
-      come out a whole number;
+      come out a whole number >= ``n_spines`` (e.g. 2.0 with equal speeds: half as many
+      uplinks, so pass half the spines);
     * all three: they must agree (relative tolerance 1e-9).
 
+    **Planes** (``planes=P``): P independent copies of the switch layers; every host has
+    one port in each plane at ``link_gbps / P`` (the NIC's bandwidth split over the
+    planes), and nothing connects the planes, so every path stays inside one plane and
+    min-hop routing (:func:`fabric_jax.paths.shortest_paths`) offers the equal-cost
+    paths of all planes.  This is Spectrum-X Multiplane ("splits each SuperNIC across
+    two or more independent network planes ... in a flat, two-tier topology", 2 or 4
+    planes on ConnectX-8: NVIDIA Network Operator documentation, "NVIDIA Spectrum-X
+    Ethernet Networking Platform", v26.4), Alibaba HPN's dual-plane design (each NIC's
+    two 200G ports in different planes; Qian et al., SIGCOMM 2024) and DeepSeek's
+    multi-plane fat-tree (Zhao et al., "Insights into DeepSeek-V3", ISCA 2025).  Port
+    speed falls by P, so a switch of the same ASIC has P times the radix (a 51.2 Tb/s
+    switch: 64 x 800G, 128 x 400G, 256 x 200G): give ``switch_radix`` at the per-plane
+    port speed.
+
+    **Three tiers** (``tiers=3``): the leaves form pods of ``leaves_per_pod``; each pod
+    has its own ``n_spines`` spines (the leaves' uplinks spread over the pod's spines
+    only), and spine ``j`` of every pod has ``uplinks_per_spine`` cables to super-spine
+    group ``j`` (``n_super_spines / n_spines`` super-spines, round robin).  This is the
+    k-ary fat-tree wiring of Al-Fares et al. (SIGCOMM 2008, Sec. 2.3: aggregation
+    switch ``a`` of every pod to core group ``a``) generalised to any sizes, as in the
+    spine planes of Facebook's data center fabric (Andreyev, 2014) and the
+    super-spine layer of NVIDIA's large reference architectures.  Defaults are
+    non-blocking: ``uplinks_per_spine`` = the spine's down ports, ``n_super_spines =
+    n_spines * uplinks_per_spine`` (one cable to each super-spine of the group).
+    ``leaf_spine(k * k // 2, k // 2, k // 2, tiers=3, leaves_per_pod=k // 2)`` has the node
+    and link counts and the bisection of ``fat_tree(k)``.
+
     Node names: hosts ``h{i}`` (host index ``i = leaf * hosts_per_leaf + j``),
-    ``leaf{l}``, ``spine{s}``.
+    ``leaf{l}``, ``spine{s}`` (2 tiers) or ``pod{p}/spine{s}`` and ``super{s}`` (3
+    tiers); with planes every switch name gets the prefix ``plane{p}/``.  Node tiers:
+    hosts 0, leaves 1, spines 2, super-spines 3.  With the defaults (one plane, two
+    tiers) node and link numbering are as they always were: hosts, leaves, spines;
+    host cables, then leaf-spine cables.
 
     Args:
-      n_leaves, n_spines, hosts_per_leaf: sizes (>= 1).
+      n_leaves, n_spines, hosts_per_leaf: sizes (>= 1); ``n_spines`` is per plane, and
+        per pod with ``tiers=3``.
       uplinks_per_leaf: cables from each leaf to the spines, >= n_spines.
       oversubscription: downlink / uplink bandwidth of a leaf, > 0 (1 = non-blocking).
-      link_gbps: host link speed, Gb/s.
-      fabric_gbps: leaf-spine link speed, Gb/s.
+      link_gbps: host NIC speed, Gb/s (split over the planes).
+      fabric_gbps: switch-to-switch link speed, Gb/s (default ``link_gbps / planes``).
       latency_us: per-link latency, microseconds.
       buffer_kb: egress buffer per link, kB.
       switch_radix: ports per switch; ValueError if a leaf needs more than
-        ``hosts_per_leaf + uplinks_per_leaf`` or a spine more than
-        ``ceil(n_leaves * uplinks_per_leaf / n_spines)`` (None: unchecked).
+        ``hosts_per_leaf + uplinks_per_leaf``, a spine more than its down ports (plus
+        ``uplinks_per_spine`` with 3 tiers) or a super-spine more than ``n_pods *
+        ceil(uplinks_per_spine / group)`` (None: unchecked).  The message names the
+        fixes (``tiers=3``, ``planes=``).
+      planes: independent switch planes (>= 1).
+      tiers: 2 (leaf-spine) or 3 (pods of leaves and spines under super-spines).
+      leaves_per_pod: leaves per pod (``tiers=3`` only; the last pod may be partial).
+      uplinks_per_spine: cables from each pod spine to the super-spines (``tiers=3``).
+      n_super_spines: super-spines per plane, a multiple of ``n_spines`` (``tiers=3``).
       nics_per_server: NIC ports per server with the server model (default
         ``gpus_per_server``); consecutive hosts form a server.
       gpus_per_server, nvlink_gbps, pcie_gbps, nvlink_latency_us, pcie_latency_us:
@@ -672,56 +914,46 @@ def leaf_spine(n_leaves: int, n_spines: int, hosts_per_leaf: int, *,
     n_leaves = _check_int(n_leaves, "n_leaves", 1)
     n_spines = _check_int(n_spines, "n_spines", 1)
     hosts_per_leaf = _check_int(hosts_per_leaf, "hosts_per_leaf", 1)
+    planes = _check_tiers_planes(tiers, planes)
     link, fabric, lat, buf = _link_args(link_gbps, fabric_gbps, latency_us, buffer_kb)
-    down = hosts_per_leaf * link
-    if uplinks_per_leaf is not None:
-        uplinks_per_leaf = _check_int(uplinks_per_leaf, "uplinks_per_leaf", n_spines)
-    if oversubscription is not None:
-        ratio = _check_pos(oversubscription, "oversubscription")
-        if fabric_gbps is None:
-            uplinks_per_leaf = n_spines if uplinks_per_leaf is None else uplinks_per_leaf
-            fabric = down / (ratio * uplinks_per_leaf)
-        elif uplinks_per_leaf is None:
-            exact = down / (ratio * fabric)
-            uplinks_per_leaf = int(round(exact))
-            if abs(exact - uplinks_per_leaf) > 1e-9 * exact or uplinks_per_leaf < n_spines:
-                raise ValueError(
-                    f"oversubscription={oversubscription} with fabric_gbps={fabric_gbps} "
-                    f"needs {exact:g} uplinks per leaf, not a whole number >= n_spines; "
-                    f"give uplinks_per_leaf instead of fabric_gbps")
-        elif abs(down / (uplinks_per_leaf * fabric) - ratio) > 1e-9 * ratio:
-            raise ValueError(
-                f"oversubscription={oversubscription} disagrees with uplinks_per_leaf="
-                f"{uplinks_per_leaf} and fabric_gbps={fabric_gbps} (ratio "
-                f"{down / (uplinks_per_leaf * fabric):g}); give only two of the three")
-    uplinks_per_leaf = n_spines if uplinks_per_leaf is None else uplinks_per_leaf
-
+    host_gb, fabric = _plane_args(planes, link, fabric, fabric_gbps is not None)
+    down = hosts_per_leaf * host_gb
+    uplinks_per_leaf, fabric = _uplink_plan(down, n_spines, uplinks_per_leaf, fabric,
+                                            fabric_gbps is not None, oversubscription)
+    plan = _plan_tiers(tiers=tiers, n_leaves=n_leaves, uplinks=uplinks_per_leaf,
+                       n_spines=n_spines, leaves_per_pod=leaves_per_pod,
+                       uplinks_per_spine=uplinks_per_spine, n_super_spines=n_super_spines,
+                       pod_arg="leaves_per_pod")
     n_hosts = n_leaves * hosts_per_leaf
-    leaf0, spine0 = n_hosts, n_hosts + n_leaves
-    names = ([f"h{i}" for i in range(n_hosts)] + [f"leaf{i}" for i in range(n_leaves)]
-             + [f"spine{i}" for i in range(n_spines)])
-    tier = np.concatenate([np.zeros(n_hosts), np.ones(n_leaves), np.full(n_spines, 2)])
     host = np.arange(n_hosts)
-    up_leaf, up_spine = _spread_uplinks(n_leaves, uplinks_per_leaf, n_spines)
-    cab_u = np.concatenate([host, leaf0 + up_leaf])
-    cab_v = np.concatenate([leaf0 + host // hosts_per_leaf, spine0 + up_spine])
-    gb = np.concatenate([np.full(n_hosts, link), np.full(up_leaf.size, fabric)])
+    names, tier, cab_u, cab_v, gb, _ = _clos_wiring(
+        plan, n_hosts=n_hosts, host_leaf=host // hosts_per_leaf, planes=planes,
+        host_gbps=host_gb, fabric_gbps=fabric,
+        leaf_names=[f"leaf{i}" for i in range(n_leaves)],
+        host_names=[f"h{i}" for i in range(n_hosts)])
     ratio = down / (uplinks_per_leaf * fabric)
-    _check_radix(switch_radix, leaf_ports=hosts_per_leaf + uplinks_per_leaf,
-                 spine_ports=-(-n_leaves * uplinks_per_leaf // n_spines),
-                 what=f"leaf_spine ({n_leaves} leaves x {uplinks_per_leaf} uplinks, "
-                      f"{n_spines} spines)",
-                 fix="use fewer hosts per leaf, more spines, or a three-tier fat_tree")
+    _check_clos_radix(switch_radix, plan, hosts_per_leaf,
+                      what=f"leaf_spine ({n_leaves} leaves x {uplinks_per_leaf} uplinks, "
+                           f"{n_spines} spines{' per pod' if tiers == 3 else ''})")
     params = dict(n_leaves=n_leaves, n_spines=n_spines, hosts_per_leaf=hosts_per_leaf,
                   uplinks_per_leaf=uplinks_per_leaf, oversubscription=ratio,
-                  link_gbps=link, fabric_gbps=fabric, switch_radix=switch_radix)
-    return _maybe_servers(_build(name=f"leaf_spine({n_leaves}x{n_spines}, {hosts_per_leaf} hosts/leaf, "
-                       f"{ratio:g}:1)",
-                  kind="leaf_spine", params=params, node_names=names, node_tier=tier,
-                  n_hosts=n_hosts, cab_u=cab_u, cab_v=cab_v, cab_gbps=gb,
-                  latency_us=lat, buffer_kb=buf),
+                  link_gbps=link, fabric_gbps=fabric, switch_radix=switch_radix,
+                  planes=planes, tiers=tiers)
+    name = f"leaf_spine({n_leaves}x{n_spines}, {hosts_per_leaf} hosts/leaf, {ratio:g}:1"
+    if tiers == 3:
+        params.update(leaves_per_pod=plan.leaves_per_pod, n_pods=plan.n_pods,
+                      uplinks_per_spine=plan.uplinks_per_spine,
+                      n_super_spines=plan.n_super_spines)
+        name += f", 3 tiers, {plan.n_pods} pods, {plan.n_super_spines} super-spines"
+    if planes > 1:
+        name += f", {planes} planes"
+    return _maybe_servers(_build(
+        name=name + ")", kind="leaf_spine", params=params, node_names=names,
+        node_tier=tier, n_hosts=n_hosts, cab_u=cab_u, cab_v=cab_v, cab_gbps=gb,
+        latency_us=lat, buffer_kb=buf),
         dict(gpus_per_server=gpus_per_server, nvlink_gbps=nvlink_gbps, pcie_gbps=pcie_gbps,
-                  nvlink_latency_us=nvlink_latency_us, pcie_latency_us=pcie_latency_us), nics_per_server)
+             nvlink_latency_us=nvlink_latency_us, pcie_latency_us=pcie_latency_us),
+        nics_per_server)
 
 
 def fat_tree(k: int, *, link_gbps: float = DEFAULT_LINK_GBPS,
@@ -798,86 +1030,138 @@ def rail_optimized(n_servers: int, nics_per_server: int = 8, *,
                    servers_per_leaf: int = 32,
                    n_spines: int | None = None,
                    uplinks_per_leaf: int | None = None,
+                   oversubscription: float | None = None,
                    link_gbps: float = DEFAULT_LINK_GBPS,
                    fabric_gbps: float | None = None,
                    latency_us: float = DEFAULT_LATENCY_US,
                    buffer_kb: float = DEFAULT_BUFFER_KB,
                    switch_radix: int | None = None,
+                   planes: int = 1,
+                   tiers: int = 2,
+                   groups_per_pod: int | None = None,
+                   uplinks_per_spine: int | None = None,
+                   n_super_spines: int | None = None,
                    gpus_per_server: int | None = None,
                    nvlink_gbps: float = DEFAULT_NVLINK_GBPS,
                    pcie_gbps: float = DEFAULT_PCIE_GBPS,
                    nvlink_latency_us: float = DEFAULT_NVLINK_LATENCY_US,
                    pcie_latency_us: float = DEFAULT_PCIE_LATENCY_US) -> Topology:
-    """Rail-optimised two-tier fabric for GPU servers (DGX SuperPOD style).
+    """Rail-optimised fabric for GPU servers (DGX SuperPOD style), 2 or 3 tiers.
 
     Servers form groups of ``servers_per_leaf`` (a scalable unit; the last one may be
     partial).  Each group has ``nics_per_server`` rail leaves: NIC ``i`` of every server
     of the group attaches to rail leaf ``i`` of its group, so same-rail traffic inside a
-    group crosses one leaf.  Every rail leaf has ``uplinks_per_leaf`` cables to the
-    ``n_spines`` spines (round robin, as in :func:`leaf_spine`).  Each NIC is a host,
-    host index ``server * nics_per_server + nic``; ``host_server`` maps hosts to
-    servers (GPUs of one server talk over NVLink, which is not modelled here).
+    group crosses one leaf (NVIDIA DGX SuperPOD reference architecture: rail-optimised
+    compute fabric of scalable units of 32 DGX H100).  Every rail leaf has
+    ``uplinks_per_leaf`` cables to the ``n_spines`` spines (round robin, as in
+    :func:`leaf_spine`).  Each NIC is a host, host index ``server * nics_per_server +
+    nic``; ``host_server`` maps hosts to servers (GPUs of one server talk over NVLink,
+    modelled with ``gpus_per_server``).
 
     Defaults give non-blocking leaves at equal speeds: ``n_spines`` = servers in a full
     group (``min(servers_per_leaf, n_servers)``), one uplink per spine.
 
-    Node names: hosts ``srv{s}/nic{i}``, leaves ``g{group}/rail{i}``, ``spine{j}``.
+    ``oversubscription`` (rail-leaf downlink over uplink bandwidth): alone, it removes
+    spines -- ``n_spines = uplinks_per_leaf = min(servers_per_leaf, n_servers) /
+    oversubscription`` at the fabric speed of the NICs (must be a whole number, e.g.
+    2.0 with 32 servers per leaf: 16 spines); with ``n_spines``, ``uplinks_per_leaf`` or
+    ``fabric_gbps`` it follows :func:`leaf_spine`'s rules.
+
+    ``planes=P`` splits every NIC over P independent planes (``link_gbps / P`` per
+    port; see :func:`leaf_spine` for the sources and the routing consequences); every
+    plane is a copy of the rail leaves and spines.  ``tiers=3`` groups
+    ``groups_per_pod`` scalable units into a pod with its own ``n_spines`` spines, and
+    spine ``j`` of every pod connects to super-spine group ``j`` (the pod/super-spine
+    wiring of :func:`leaf_spine` with ``tiers=3``; the DGX SuperPOD reference
+    architecture adds a core layer in the same way beyond what one spine layer
+    connects).
+
+    Node names: hosts ``srv{s}/nic{i}``, leaves ``g{group}/rail{i}``, ``spine{j}`` (2
+    tiers) or ``pod{p}/spine{j}`` and ``super{s}`` (3 tiers), prefixed ``plane{p}/`` with
+    planes.  With the defaults the numbering is unchanged: hosts, leaves, spines.
 
     Args:
       n_servers: number of GPU servers (>= 1).
       nics_per_server: NICs (= rails) per server (>= 1).
       servers_per_leaf: servers per group = down ports per rail leaf.
-      n_spines: spine switches.
+      n_spines: spine switches (per plane; per pod with ``tiers=3``).
       uplinks_per_leaf: cables from each rail leaf to the spines (>= n_spines).
-      link_gbps: NIC link speed, Gb/s.
-      fabric_gbps: leaf-spine link speed, Gb/s (default ``link_gbps``).
+      oversubscription: rail-leaf downlink / uplink bandwidth, > 0.
+      link_gbps: NIC link speed, Gb/s (split over the planes).
+      fabric_gbps: switch-to-switch link speed, Gb/s (default ``link_gbps / planes``).
       latency_us: per-link latency, microseconds.
       buffer_kb: egress buffer per link, kB.
-      switch_radix: ports per switch; ValueError if a rail leaf needs more than
-        ``servers_per_leaf + uplinks_per_leaf`` or a spine more than
-        ``ceil(rail leaves * uplinks_per_leaf / n_spines)`` (None: unchecked).  With
-        64 ports, 32 servers per leaf and 32 uplinks, one spine layer connects at most
-        64 rail leaves (8 groups of 8 rails, 256 servers).
+      switch_radix: ports per switch (at the per-plane port speed); ValueError if a rail
+        leaf needs more than ``servers_per_leaf + uplinks_per_leaf``, a spine more than
+        ``ceil(rail leaves * uplinks_per_leaf / n_spines)`` (plus ``uplinks_per_spine``
+        with 3 tiers) or a super-spine more than its pods' cables (None: unchecked).
+        With 64 ports, 32 servers per leaf and 32 uplinks, one spine layer connects at
+        most 64 rail leaves (8 groups of 8 rails, 256 servers); beyond that the message
+        names the fixes ``tiers=3`` and ``planes=``.
+      planes: independent switch planes (>= 1).
+      tiers: 2 or 3.
+      groups_per_pod: scalable units (groups of ``servers_per_leaf`` servers) per pod
+        (``tiers=3`` only).
+      uplinks_per_spine: cables from each pod spine to the super-spines (``tiers=3``).
+      n_super_spines: super-spines per plane, a multiple of ``n_spines`` (``tiers=3``).
       gpus_per_server, nvlink_gbps, pcie_gbps, nvlink_latency_us, pcie_latency_us:
         the server model (:func:`with_servers`); ``None`` (default) keeps NIC hosts.
     """
     n_servers = _check_int(n_servers, "n_servers", 1)
     nics = _check_int(nics_per_server, "nics_per_server", 1)
     spl = _check_int(servers_per_leaf, "servers_per_leaf", 1)
-    n_spines = (min(spl, n_servers) if n_spines is None
-                else _check_int(n_spines, "n_spines", 1))
-    uplinks = (n_spines if uplinks_per_leaf is None
-               else _check_int(uplinks_per_leaf, "uplinks_per_leaf", n_spines))
+    planes = _check_tiers_planes(tiers, planes)
     link, fabric, lat, buf = _link_args(link_gbps, fabric_gbps, latency_us, buffer_kb)
+    host_gb, fabric = _plane_args(planes, link, fabric, fabric_gbps is not None)
+    full = min(spl, n_servers)
+    if oversubscription is not None and n_spines is None and uplinks_per_leaf is None \
+            and fabric_gbps is None:
+        ratio = _check_pos(oversubscription, "oversubscription")
+        exact = full / ratio
+        n_spines = int(round(exact))
+        if abs(exact - n_spines) > 1e-9 * exact or n_spines < 1:
+            raise ValueError(
+                f"oversubscription={oversubscription} with {full} servers per rail leaf "
+                f"needs {exact:g} spines, not a whole number >= 1; give n_spines, "
+                f"uplinks_per_leaf or fabric_gbps too")
+    n_spines = full if n_spines is None else _check_int(n_spines, "n_spines", 1)
+    uplinks, fabric = _uplink_plan(full * host_gb, n_spines, uplinks_per_leaf, fabric,
+                                   fabric_gbps is not None, oversubscription)
     n_groups = -(-n_servers // spl)
     n_hosts, n_leaves = n_servers * nics, n_groups * nics
-    _check_radix(switch_radix, leaf_ports=min(spl, n_servers) + uplinks,
-                 spine_ports=-(-n_leaves * uplinks // n_spines),
-                 what=f"rail_optimized fabric ({n_leaves} rail leaves x {uplinks} "
-                      f"uplinks, {n_spines} spines)",
-                 fix="use fewer servers, fewer uplinks per leaf, more spines, or a "
-                     "three-tier fat_tree")
-    leaf0, spine0 = n_hosts, n_hosts + n_leaves
-    names = [f"srv{s}/nic{i}" for s in range(n_servers) for i in range(nics)]
-    names += [f"g{g}/rail{i}" for g in range(n_groups) for i in range(nics)]
-    names += [f"spine{j}" for j in range(n_spines)]
-    tier = np.concatenate([np.zeros(n_hosts), np.ones(n_leaves), np.full(n_spines, 2)])
+    plan = _plan_tiers(tiers=tiers, n_leaves=n_leaves, uplinks=uplinks, n_spines=n_spines,
+                       leaves_per_pod=groups_per_pod, uplinks_per_spine=uplinks_per_spine,
+                       n_super_spines=n_super_spines, pod_arg="groups_per_pod",
+                       pod_unit=nics)
+    _check_clos_radix(switch_radix, plan, full,
+                      what=f"rail_optimized fabric ({n_leaves} rail leaves x {uplinks} "
+                           f"uplinks, {n_spines} spines{' per pod' if tiers == 3 else ''})")
     host = np.arange(n_hosts)
     server, nic = np.divmod(host, nics)
-    up_leaf, up_spine = _spread_uplinks(n_leaves, uplinks, n_spines)
-    cab_u = np.concatenate([host, leaf0 + up_leaf])
-    cab_v = np.concatenate([leaf0 + (server // spl) * nics + nic, spine0 + up_spine])
-    gb = np.concatenate([np.full(n_hosts, link), np.full(up_leaf.size, fabric)])
+    names, tier, cab_u, cab_v, gb, _ = _clos_wiring(
+        plan, n_hosts=n_hosts, host_leaf=(server // spl) * nics + nic, planes=planes,
+        host_gbps=host_gb, fabric_gbps=fabric,
+        leaf_names=[f"g{g}/rail{i}" for g in range(n_groups) for i in range(nics)],
+        host_names=[f"srv{s}/nic{i}" for s in range(n_servers) for i in range(nics)])
     params = dict(n_servers=n_servers, nics_per_server=nics, servers_per_leaf=spl,
                   n_spines=n_spines, uplinks_per_leaf=uplinks, link_gbps=link,
-                  fabric_gbps=fabric, switch_radix=switch_radix)
+                  fabric_gbps=fabric, switch_radix=switch_radix,
+                  oversubscription=full * host_gb / (uplinks * fabric), planes=planes,
+                  tiers=tiers)
+    name = f"rail_optimized({n_servers} servers x {nics} NICs"
+    if tiers == 3:
+        params.update(groups_per_pod=plan.leaves_per_pod // nics, n_pods=plan.n_pods,
+                      uplinks_per_spine=plan.uplinks_per_spine,
+                      n_super_spines=plan.n_super_spines)
+        name += f", 3 tiers, {plan.n_pods} pods"
+    if planes > 1:
+        name += f", {planes} planes"
     return _maybe_servers(_build(
-        name=f"rail_optimized({n_servers} servers x {nics} NICs)",
-        kind="rail_optimized", params=params, node_names=names,
+        name=name + ")", kind="rail_optimized", params=params, node_names=names,
         node_tier=tier, n_hosts=n_hosts, cab_u=cab_u, cab_v=cab_v,
         cab_gbps=gb, latency_us=lat, buffer_kb=buf, host_server=server),
         dict(gpus_per_server=gpus_per_server, nvlink_gbps=nvlink_gbps, pcie_gbps=pcie_gbps,
-                  nvlink_latency_us=nvlink_latency_us, pcie_latency_us=pcie_latency_us), nics)
+             nvlink_latency_us=nvlink_latency_us, pcie_latency_us=pcie_latency_us), nics)
 
 
 _EDGE_ATTRS = ("capacity_gbps", "latency_us", "buffer_kb")

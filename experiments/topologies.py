@@ -1,0 +1,295 @@
+"""Real topologies: 2-tier, oversubscribed 2:1, 2-plane and 3-tier Clos at one host count.
+
+Units: bytes, seconds, bytes/s in arrays and JSON; the table prints us and fractions.
+
+Scenario (issue 14, "Real topologies").  ``--leaves`` x ``--hosts-per-leaf`` hosts
+(default 4 x 8 = 32 NICs at ``--link-gbps`` = 400 Gb/s), four builds of
+:func:`fabric_jax.topology.leaf_spine` with the same hosts and NIC bandwidth:
+
+``2-tier``
+    ``leaf_spine(L, H, H)``: non-blocking leaf-spine, H spines.
+``2-tier 2:1``
+    ``leaf_spine(L, H/2, H, oversubscription=2, fabric_gbps=link)``: half the
+    spines, each leaf's uplink bandwidth half its downlink bandwidth.
+``2-plane``
+    ``leaf_spine(L, H, H, planes=2)``: every NIC split into two ports of link/2 in two
+    independent leaf-spine planes (Spectrum-X Multiplane, Alibaba HPN dual-plane).
+``3-tier``
+    ``leaf_spine(L, H, H, tiers=3, leaves_per_pod=--leaves-per-pod)``: pods of 2
+    leaves with their own H spines under a non-blocking super-spine layer (2 pods by
+    default).
+
+Workloads, all flows at ``t = 0``: a uniform all-to-all of ``--a2a-mb`` per rank
+(:func:`fabric_jax.workloads.all_to_all`) and a bandwidth-bound ring all-reduce of
+``--ar-mb`` (:func:`fabric_jax.fabrics.all_reduce_flows`: every rank streams
+``2 (n-1)/n S`` to its successor) over a ring that visits the leaves in turn (rank
+``i`` on leaf ``i mod L``), so every ring hop crosses the fabric.
+
+Engine: :func:`fabric_jax.fluid.simulate_fluid` with the preset's mechanisms as
+:func:`fabric_jax.study.run.simulate_case` (the ``compare`` study) applies them: the
+routing policy bound to every equal-cost path (:func:`fabric_jax.paths.shortest_paths`,
+all planes), congestion control with parameters at the NIC rate, flow control, buffers,
+link and device latencies -- at a fixed step ``--dt-us`` (default 1 us), for up to
+``--horizon`` x the line-rate time.  Every build and workload runs in one call on the
+disjoint union of the builds (no shared link, so no interaction; one compilation).
+Each flow's ``line_rate`` is the whole NIC (``--link-gbps``): the engine's default, the
+smallest capacity on the flow's candidate paths, would cap a multi-plane flow at one
+plane's port speed (``--default-line-rate`` shows that).
+
+Reported per build and workload: completion time of the collective (last flow), the
+line-rate ideal (``bytes per rank / NIC rate``), effective bandwidth = ideal /
+completion (:func:`fabric_jax.metrics.effective_bandwidth` of a rank's bytes over the
+completion time at the NIC rate), bisection bandwidth of the build, switches and
+links.
+
+Expected (mechanisms, not tuning): the all-to-all sends ``(L-1) H / (L H - 1)`` of its
+bytes across leaves (24/31 by default), so 2:1 oversubscription costs it up to 2x; the
+cross-leaf ring is one flow per host link and every ring hop leaves the leaf, so 2:1
+halves its bandwidth at best (``--cc none`` isolates congestion control's share); planes
+keep the bandwidth (same bisection) with half-speed ports; the 3-tier build adds two
+hops of latency but no bandwidth loss.
+
+Measured (default run, ``python experiments/topologies.py``: spectrum_x, 32 hosts, dt =
+1 us, 466 steps; 52 s CPU, 153 s wall on the shared 2-core machine)::
+
+         build         workload  switches  links  bisection  ideal_us  completion_us  eff_bw
+        2-tier       all_to_all        12    128       1.00      77.5           86.5   0.896
+        2-tier  ring_all_reduce        12    128       1.00     155.0          166.5   0.931
+    2-tier 2:1       all_to_all         8     96       0.50      77.5          128.5   0.603
+    2-tier 2:1  ring_all_reduce         8     96       0.50     155.0          394.5   0.393
+       2-plane       all_to_all        24    256       1.00      77.5           86.5   0.896
+       2-plane  ring_all_reduce        24    256       1.00     155.0          166.5   0.931
+        3-tier       all_to_all        36    192       1.00      77.5           91.1   0.851
+        3-tier  ring_all_reduce        36    192       1.00     155.0          168.1   0.922
+
+With ``--cc none`` (``--quick``, 16 hosts) the 2:1 ring reaches 0.476 (its bisection
+bound 0.5); HPCC's reaction to the oversubscribed uplinks costs the rest.  Under
+``--fabric roce`` (per-flow ECMP) a 2-plane build pins each flow to one plane's
+half-speed port, so planes *hurt* unless the NIC spreads a flow over the planes
+(Spectrum-X hardware plane load balancing; spraying/AR presets do).  Measured with
+``--fabric roce --horizon 10`` (1550 steps of 1 us; 125 s CPU), completion us / eff_bw:
+2-tier a2a 94.4 / 0.821, ring 555.4 / 0.279; 2:1 a2a 164.4 / 0.471, ring 819.4 / 0.189;
+2-plane a2a 124.4 / 0.623, ring 939.4 / 0.165; 3-tier a2a 97.6 / 0.794, ring 844.6 /
+0.184.
+
+Usage::
+
+    python experiments/topologies.py                   # spectrum_x, 32 hosts (~1 CPU-min)
+    python experiments/topologies.py --fabric roce --json out.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+import warnings
+
+import numpy as np
+
+try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
+    import _common as cm
+except ImportError:  # pragma: no cover
+    from experiments import _common as cm
+
+from fabric_jax import metrics as mx  # noqa: E402
+from fabric_jax.fabrics import all_reduce_flows, get_fabric  # noqa: E402
+from fabric_jax.paths import PathSet, shortest_paths  # noqa: E402
+from fabric_jax.cc import ibcc  # noqa: E402
+from fabric_jax.fluid import simulate_fluid  # noqa: E402
+from fabric_jax.incidence import Incidence  # noqa: E402
+from fabric_jax.routing import make_routing  # noqa: E402
+from fabric_jax.topology import Topology, leaf_spine  # noqa: E402
+from fabric_jax.units import MB, gbps  # noqa: E402
+from fabric_jax.workloads import all_to_all, concat  # noqa: E402
+
+BUILDS = ("2-tier", "2-tier 2:1", "2-plane", "3-tier")
+WORKLOADS = ("all_to_all", "ring_all_reduce")
+
+
+def build(kind: str, n_leaves: int, hpl: int, link_gbps: float, leaves_per_pod: int):
+    """One of :data:`BUILDS` with ``n_leaves * hpl`` hosts."""
+    if kind == "2-tier":
+        return leaf_spine(n_leaves, hpl, hpl, link_gbps=link_gbps)
+    if kind == "2-tier 2:1":
+        if hpl % 2:
+            raise ValueError("--hosts-per-leaf must be even for the 2:1 build")
+        return leaf_spine(n_leaves, hpl // 2, hpl, oversubscription=2.0,
+                          fabric_gbps=link_gbps, link_gbps=link_gbps)
+    if kind == "2-plane":
+        return leaf_spine(n_leaves, hpl, hpl, planes=2, link_gbps=link_gbps)
+    if kind == "3-tier":
+        return leaf_spine(n_leaves, hpl, hpl, tiers=3, leaves_per_pod=leaves_per_pod,
+                          link_gbps=link_gbps)
+    raise ValueError(f"build must be one of {BUILDS}; got {kind!r}")
+
+
+def workload(name: str, n_leaves: int, hpl: int, a2a_bytes: float, ar_bytes: float):
+    """``(Workload, bytes each rank sends)``."""
+    n = n_leaves * hpl
+    if name == "all_to_all":
+        return all_to_all(np.arange(n), a2a_bytes), a2a_bytes * (n - 1) / n
+    # rank i on leaf i % L: host (i % L) * hpl + i // L
+    ring = (np.arange(n) % n_leaves) * hpl + np.arange(n) // n_leaves
+    return all_reduce_flows(ring, ar_bytes), 2 * (n - 1) / n * ar_bytes
+
+
+def union(topos):
+    """Disjoint union of topologies as one graph (node ``i`` of part ``b`` is named
+    ``b{b}/<name>``), and the link / host offset of each part."""
+    node_off = np.cumsum([0] + [t.n_nodes for t in topos])
+    link_off = np.cumsum([0] + [t.n_links for t in topos])
+    host_off = np.cumsum([0] + [t.n_hosts for t in topos])
+    cat = lambda f, off=None: np.concatenate(  # noqa: E731
+        [np.asarray(getattr(t, f)) + (0 if off is None else off[i]) for i, t in enumerate(topos)])
+    rev = np.concatenate([np.where(t.link_reverse >= 0, t.link_reverse + link_off[i], -1)
+                          for i, t in enumerate(topos)])
+    topo = Topology(
+        node_names=tuple(f"b{i}/{n}" for i, t in enumerate(topos) for n in t.node_names),
+        node_is_host=cat("node_is_host"), node_tier=cat("node_tier"),
+        hosts=cat("hosts", node_off), link_src=cat("link_src", node_off),
+        link_dst=cat("link_dst", node_off), capacity=cat("capacity"), latency=cat("latency"),
+        buffer=cat("buffer"), link_up=cat("link_up"), link_reverse=rev,
+        host_server=cat("host_server", host_off), name="union", kind="graph")
+    return topo, link_off, host_off
+
+
+def pad_concat(pathsets, link_off, host_off) -> PathSet:
+    """Path sets of the parts, padded to one ``[paths, hops]`` shape and offset."""
+    P = max(p.max_paths for p in pathsets)
+    H = max(p.max_hops for p in pathsets)
+
+    def pad(a, fill):
+        w = [(0, 0), (0, P - a.shape[1])] + ([(0, H - a.shape[2])] if a.ndim == 3 else [])
+        return np.pad(a, w, constant_values=fill)
+    links = np.concatenate([pad(np.where(p.hop_mask, p.links + link_off[i], -1), -1)
+                            for i, p in enumerate(pathsets)])
+    return PathSet(src=np.concatenate([p.src + host_off[i] for i, p in enumerate(pathsets)]),
+                   dst=np.concatenate([p.dst + host_off[i] for i, p in enumerate(pathsets)]),
+                   links=links.astype(np.int32),
+                   path_mask=np.concatenate([pad(p.path_mask, False) for p in pathsets]),
+                   hop_mask=np.concatenate([pad(p.hop_mask, False) for p in pathsets]),
+                   n_paths=np.concatenate([p.n_paths for p in pathsets]).astype(np.int32))
+
+
+def run_all(parts, fabric, *, line_rate: float, dt: float, horizon: float, seed: int,
+            nic_line_rate: bool = True):
+    """One fluid run of every ``(topology, workload, bytes per rank)`` part at once.
+
+    The parts share no link (disjoint union), so they do not interact; one run keeps
+    the shapes static and compiles once.  Returns per part ``(finish [flows], wall)``.
+    """
+    topo, link_off, host_off = union([p[0] for p in parts])
+    psets, wls = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # every equal-cost path is kept: no cap
+        for t, wl, _ in parts:
+            psets.append(shortest_paths(t, wl.src, wl.dst))
+    paths = pad_concat(psets, link_off, host_off)
+    wl = concat(*[dataclasses.replace(w, src=w.src + host_off[i], dst=w.dst + host_off[i])
+                 for i, (_, w, _) in enumerate(parts)])
+    n_steps = int(math.ceil(horizon * max(p[2] for p in parts) / line_rate / dt))
+    # The preset's mechanisms as fabric_jax.study.run.simulate_case applies them, with
+    # one difference: each flow's NIC line rate is passed explicitly (the whole NIC,
+    # all planes).  simulate_fluid's default -- the smallest capacity on the flow's
+    # candidate paths -- would cap a multi-plane flow at one plane's port (link/P).
+    params = fabric.law_params(line_rate=line_rate)
+    if fabric.cc == "ibcc" and "switch_port" not in fabric.cc_options:
+        params = dataclasses.replace(params, switch_port=np.asarray(
+            ibcc.switch_port_mask(topo), np.asarray(params.threshold).dtype))
+    routing = make_routing(fabric.routing, paths, fabric.routing_params(), seed=seed)
+    inc = Incidence.from_paths(paths, np.asarray(routing.split), n_links=topo.n_links)
+    t0 = time.perf_counter()
+    res = simulate_fluid(inc, topo.capacity, wl.size, dt=dt, n_steps=n_steps,
+                         law=fabric.law(), params=params, deps=wl.deps, delay=wl.delay,
+                         line_rate=np.full(wl.n_flows, line_rate) if nic_line_rate else None,
+                         link_latency=fabric.link_latency(topo), nic_links=topo,
+                         flow_control=fabric.flow_control, buffer=topo.buffer,
+                         routing=routing)
+    finish = np.asarray(res.finish, float)
+    wall = time.perf_counter() - t0
+    bounds = np.cumsum([0] + [p[1].n_flows for p in parts])
+    return [finish[bounds[i]:bounds[i + 1]] for i in range(len(parts))], n_steps, wall
+
+
+def main(argv=None) -> dict:
+    ap = cm.parser(__doc__)
+    ap.add_argument("--fabric", default="spectrum_x",
+                    help="fabric preset (infiniband, roce, spectrum_x, uec); default spectrum_x")
+    ap.add_argument("--leaves", type=int, default=4, help="leaves (default 4)")
+    ap.add_argument("--hosts-per-leaf", type=int, default=8,
+                    help="hosts per leaf = spines of the 1:1 build (default 8)")
+    ap.add_argument("--leaves-per-pod", type=int, default=2,
+                    help="leaves per pod of the 3-tier build (default 2)")
+    ap.add_argument("--link-gbps", type=float, default=400.0, help="NIC rate, Gb/s")
+    ap.add_argument("--a2a-mb", type=float, default=4.0,
+                    help="all-to-all bytes per rank, MB (default 4)")
+    ap.add_argument("--ar-mb", type=float, default=4.0,
+                    help="all-reduce buffer per rank, MB (default 4)")
+    ap.add_argument("--dt-us", type=float, default=1.0, help="fluid step, us (default 1)")
+    ap.add_argument("--horizon", type=float, default=3.0,
+                    help="simulated time in line-rate completion times (default 3)")
+    ap.add_argument("--cc", default=None,
+                    help="override the preset's congestion-control law (e.g. none)")
+    ap.add_argument("--builds", nargs="+", default=list(BUILDS), choices=BUILDS)
+    ap.add_argument("--default-line-rate", action="store_true",
+                    help="leave each flow's line rate to the engine's default (smallest "
+                         "capacity on its paths: one plane's port with planes)")
+    args = ap.parse_args(argv)
+    cm.check_positive(ap, leaves=args.leaves, hosts_per_leaf=args.hosts_per_leaf,
+                      leaves_per_pod=args.leaves_per_pod, link_gbps=args.link_gbps,
+                      a2a_mb=args.a2a_mb, ar_mb=args.ar_mb, dt_us=args.dt_us,
+                      horizon=args.horizon)
+    if args.quick:
+        args.leaves, args.hosts_per_leaf, args.leaves_per_pod = 4, 4, 2
+        args.a2a_mb = args.ar_mb = 2.0
+    fabric = get_fabric(args.fabric, **({} if args.cc is None else dict(cc=args.cc)))
+    line = gbps(args.link_gbps)
+    rows, out = [], dict(fabric=fabric.name, dt_s=args.dt_us * 1e-6,
+                         n_hosts=args.leaves * args.hosts_per_leaf, line_rate=line,
+                         a2a_bytes=args.a2a_mb * MB, ar_bytes=args.ar_mb * MB, runs=[])
+    parts, meta = [], []
+    for kind in args.builds:
+        topo = build(kind, args.leaves, args.hosts_per_leaf, args.link_gbps,
+                     args.leaves_per_pod)
+        bis = topo.bisection_bandwidth()
+        for wname in WORKLOADS:
+            wl, per_rank = workload(wname, args.leaves, args.hosts_per_leaf,
+                                    args.a2a_mb * MB, args.ar_mb * MB)
+            parts.append((topo, wl, per_rank))
+            meta.append((kind, wname, bis))
+    finishes, n_steps, wall = run_all(parts, fabric, line_rate=line, dt=args.dt_us * 1e-6,
+                                      horizon=args.horizon, seed=args.seed,
+                                      nic_line_rate=not args.default_line_rate)
+    out.update(n_steps=n_steps, wall_s=wall, nic_line_rate=not args.default_line_rate)
+    for (topo, wl, per_rank), (kind, wname, bis), fin in zip(parts, meta, finishes):
+        done = bool(np.all(np.isfinite(fin)))
+        t = float(fin.max()) if done else math.inf
+        r = dict(build=kind, topology=topo.name, workload=wname, switches=topo.n_switches,
+                 links=topo.n_links, bisection=bis,
+                 bisection_fraction=bis / (topo.n_hosts // 2 * line),
+                 completion_s=t, ideal_s=per_rank / line,
+                 effective_bandwidth=float(mx.effective_bandwidth(per_rank, t, line))
+                 if done else 0.0,
+                 unfinished_flows=int(np.sum(~np.isfinite(fin))), n_flows=wl.n_flows)
+        out["runs"].append(r)
+        rows.append(dict(build=kind, workload=wname, switches=topo.n_switches,
+                         links=topo.n_links, bisection=f"{r['bisection_fraction']:.2f}",
+                         ideal_us=f"{r['ideal_s'] * 1e6:.1f}",
+                         completion_us=f"{t * 1e6:.1f}",
+                         eff_bw=f"{r['effective_bandwidth']:.3f}",
+                         unfinished=r["unfinished_flows"]))
+    if any(r["unfinished_flows"] for r in out["runs"]):
+        print(f"warning: flows unfinished after {n_steps} steps; raise --horizon",
+              file=sys.stderr)
+    title = (f"Topologies, fabric={fabric.name} (cc={fabric.cc}), {out['n_hosts']} hosts x "
+             f"{args.link_gbps:g} Gb/s, all-to-all {args.a2a_mb:g} MB/rank, ring all-reduce "
+             f"{args.ar_mb:g} MB, dt = {args.dt_us:g} us (bisection as a fraction of "
+             f"n/2 x NIC rate; eff_bw = ideal / completion)")
+    title += f"; one fluid run of {n_steps} steps, wall {wall:.1f} s"
+    return cm.finish(out, args, rows, columns=list(rows[0]), title=title)
+
+
+if __name__ == "__main__":
+    main()
