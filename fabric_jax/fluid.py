@@ -38,9 +38,14 @@ One step of length ``dt`` is a short sequence of stages (functions below):
    ``drop``/``trim``; ingress pool, i.e. PFC headroom overflow, for ``pfc``) drops the
    overflow from the step's arrivals; dropped bytes go back to the sender and are
    resent.  Credits never drop.
-6. **propagate** (``_propagate``): bytes served at a hop go on the wire to the next
-   hop (``transit``, arriving next step) or, at the last hop, to the flow's receiver
-   wire, which delivers them after the path's one-way latency.
+6. **receive and propagate** (``_receive``, ``_propagate``): bytes served at a hop go
+   on the wire to the next hop (``transit``, arriving next step) or, at the last hop,
+   to the flow's receiver wire, which delivers them after the path's one-way latency.
+   A receiver in go-back-N discard mode throws away a fraction of the last-hop bytes
+   (``discarded``, returned to the sender and resent): after out-of-order arrivals
+   when the NIC does not reorder (``reorder=False`` with a flow split over paths of
+   different delay, path latency + ``sum q_l / C_l``) and after losses under
+   ``loss_recovery="go_back_n"`` (model and sources: :mod:`fabric_jax.receiver`).
 7. **emit signals** (``_emit_signals``): from the standing queues at **switch** ports
    only: marking (the law's ``mark``), queueing delay ``q_l / C_l`` added to the base
    RTT, HPCC telemetry ``q_l/(C_l T) + tx_l/C_l``, losses, receiver credit share;
@@ -63,8 +68,8 @@ and is never dropped or trimmed; PFC may still pause the NIC (the PAUSE comes fr
 first switch).  Which links are NIC egress: ``nic_links=`` (a ``[links]`` mask or the
 :class:`fabric_jax.Topology`), else derived from the flows' first hops.
 
-Accounting (checked each step): ``sent = delivered + in_flight + queued + dropped``
-exactly up to float round-off (``FluidInfo.max_residual``).  A flow finishes when its
+Accounting (checked each step): ``sent = delivered + in_flight + queued + dropped +
+discarded`` exactly up to float round-off (``FluidInfo.max_residual``).  A flow finishes when its
 last byte has passed its last queue, at the time interpolated inside the step, plus
 ``L_f``; ``delivered`` counts what has arrived at the receiver (it lags by ``L_f``).
 

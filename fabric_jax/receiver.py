@@ -32,14 +32,18 @@ Losses (drops, trims, faults) are recovered by ``loss_recovery`` (:data:`LOSS_RE
 Fluid model (ours; the packet-level facts above are the sources):
 
 1. **Overtaking probability.**  The flow sends packets of ``mtu`` bytes at rate ``r``,
-   each on path ``q`` with probability ``w_q`` (its split), independently (the stream is
-   treated as Poisson, an assumption).  A packet sent on path ``p`` is overtaken by a
-   later packet on ``q`` if that packet leaves within ``D_p - D_q - tol`` after it, so
-   the expected number of overtakers is ``m_p = sum_q w_q r max(D_p - D_q - tol, 0) /
-   mtu`` and the packet arrives out of order with probability ``1 - exp(-m_p)``
-   (Poisson).  Per packet of the flow: ``P_ooo = sum_p w_p (1 - exp(-m_p))``
-   (:func:`out_of_order_probability`).  ``tol`` is the NIC's tolerance (0 for a plain
-   RoCE NIC).  A single path, or equal delays, gives 0.
+   so consecutive packets leave at least one serialisation time ``tau = mtu / r``
+   apart; each takes path ``q`` with probability ``w_q`` (its split), independently.
+   A packet sent on path ``p`` is overtaken by a later packet on ``q`` if that packet
+   leaves less than ``D_p - D_q - tol`` after it.  We count the later packets as a
+   Poisson stream of rate ``1 / tau`` that starts one ``tau`` after the tagged packet
+   (an assumption: exact spacing would give the staircase ``ceil(x) - 1``, which has
+   no gradient), so the expected number of overtakers is ``m_p = sum_q w_q
+   max(D_p - D_q - tol - tau, 0) / tau`` and the packet is out of order with
+   probability ``1 - exp(-m_p)``.  Per packet of the flow: ``P_ooo = sum_p w_p
+   (1 - exp(-m_p))`` (:func:`out_of_order_probability`).  ``tol`` is the NIC's
+   tolerance (0 for a plain RoCE NIC).  A single path, equal delays, or a spread below
+   one packet time (82 ns for 4 KB at 400 Gb/s) gives 0.
 2. **Discard mode.**  After a go-back event (an out-of-order arrival, or a loss under
    ``go_back_n``) the receiver discards everything of the flow until the resent bytes
    arrive, ``T`` later (``T`` = base RTT for a NAK, + ``rto`` for a loss).  The
@@ -101,7 +105,7 @@ def check_options(reorder, loss_recovery, mtu=DEFAULT_MTU, reorder_tolerance=0.0
 
 
 def out_of_order_probability(split, delay, rate, mtu, tolerance=0.0):
-    """Probability that a packet of the flow arrives after a later one (point 1 above).
+    """Probability that a packet of the flow is overtaken by a later one (point 1 above).
 
     Args:
       split: ``[flows, paths]`` fraction of the flow's packets on each path.
@@ -113,8 +117,11 @@ def out_of_order_probability(split, delay, rate, mtu, tolerance=0.0):
     Returns:
       ``[flows]`` ``P_ooo`` in ``[0, 1)``.
     """
-    gap = jnp.maximum(delay[:, :, None] - delay[:, None, :] - tolerance, 0.0)  # [f, p, q]
-    overtakers = jnp.sum(split[:, None, :] * gap, axis=2) * (rate / mtu)[:, None]
+    pos = (rate > 0)[:, None, None]
+    tau = (mtu / jnp.where(rate > 0, rate, 1.0))[:, None, None]   # packet spacing, s
+    gap = delay[:, :, None] - delay[:, None, :] - tolerance - tau  # [flows, p, q]
+    window = jnp.where(pos & (gap > 0), gap, 0.0) / tau            # later packets in it
+    overtakers = jnp.sum(split[:, None, :] * window, axis=2)
     return jnp.sum(split * -jnp.expm1(-overtakers), axis=1)
 
 
