@@ -471,7 +471,11 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                                  factor=jnp.asarray(sched.factor, fdt))
     base_rtt = jnp.asarray(base_rtt, fdt)
     shape = _Shape(ring_len=ring_len, wire_depth=wire_depth, routed=policy is not None)
-    rx_ooo = (not reorder) and policy is not None and hops.n_paths > 1
+    # out-of-order arrivals need a flow split over several paths at once; ECMP and
+    # flowlet switching keep each flow on one path (their split is one-hot, the model
+    # would give exactly 0), so they skip the [flows, paths, paths] kernel
+    rx_ooo = ((not reorder) and policy is not None and hops.n_paths > 1
+              and getattr(policy, "name", None) not in ("ecmp", "flowlet"))
     carry0 = None
     if init_state is not None:
         template = jax.eval_shape(

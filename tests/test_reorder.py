@@ -257,3 +257,34 @@ def test_presets_receiver_options_and_the_roce_spray_configuration():
         "routing": "spray", "reorder": False, "loss_recovery": "selective"}}})
     fab = get_fabric("roce", **scn.overrides["roce"])
     assert (fab.routing, fab.reorder, fab.loss_recovery) == ("spray", False, "selective")
+
+
+@pytest.mark.slow
+def test_reordering_experiment_quick(tmp_path):
+    # experiments/reordering.py --quick: roce(routing="spray") without reordering loses
+    # goodput once the spread exceeds one packet time (82 ns at 400 Gb/s) and follows
+    # the closed form; with reordering the spread costs nothing; go-back-N wastes bytes
+    # that selective resend does not.
+    import importlib.util
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "experiments" / "reordering.py"
+    spec = importlib.util.spec_from_file_location("_exp_reordering", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "r.json"
+    mod.main(["--quick", "--json", str(out), "--plots", str(tmp_path)])
+    data = json.loads(out.read_text())
+    rows = {(r["preset"], r["reorder"], r["spread_ns"]): r for r in data["spread"]}
+    assert rows[("roce", False, 0.0)]["goodput"] == pytest.approx(1.0, abs=0.01)
+    assert rows[("roce", False, 200.0)]["goodput"] < rows[("roce", False, 100.0)]["goodput"] \
+        < 0.9
+    assert rows[("roce", False, 200.0)]["goodput"] == pytest.approx(
+        rows[("roce", False, 200.0)]["theory"], rel=0.05)
+    assert rows[("roce", True, 200.0)]["goodput"] == pytest.approx(1.0, abs=0.01)
+    lossy = {(r["loss_recovery"], r["buffer_kb"]): r for r in data["lossy"]}
+    for kb in mod.BUFFERS_KB[:2]:
+        assert lossy[("selective", kb)]["discarded_frac"] == 0.0
+        assert lossy[("go_back_n", kb)]["discarded_frac"] > 0.0
+        assert lossy[("go_back_n", kb)]["last_fct_us"] > lossy[("selective", kb)]["last_fct_us"]
+    assert (tmp_path / "reordering.png").is_file()
