@@ -27,6 +27,11 @@ smallest buffer; ``loss_recovery="selective"`` vs
 if unfinished, - one-way latency) / line rate; ``dropped_frac`` and ``discarded_frac``
 are bytes dropped / discarded over bytes to send.
 
+Study 3 -- queueing (``--load``, not in the default run): equal-length paths, the
+spread comes from queues.  A flow sprayed over 4 spines shares spine 0 with ``k``
+pinned elephants (collided ECMP flows), RoCE's DCQCN + PFC, ``reorder`` on / off
+(:func:`load_study`).
+
 Usage::
 
     python experiments/reordering.py                    # default (~1-2 min on 2 cores)
@@ -50,7 +55,7 @@ from fabric_jax.fluid import simulate_fluid  # noqa: E402
 from fabric_jax.incidence import Incidence  # noqa: E402
 from fabric_jax.paths import shortest_paths  # noqa: E402
 from fabric_jax.plots import save_figure  # noqa: E402
-from fabric_jax.routing import make_routing  # noqa: E402
+from fabric_jax.routing import make_routing, weighted_ecmp_params  # noqa: E402
 from fabric_jax.topology import leaf_spine  # noqa: E402
 from fabric_jax.units import MB, US, gbps  # noqa: E402
 
@@ -161,6 +166,59 @@ def lossy_study(buffers_kb, *, link_gbps=400.0, size=1 * MB, n_steps=400, fan_in
     return rows
 
 
+def load_study(n_elephants=(0, 1, 2, 3), *, link_gbps=400.0, n_steps=300):
+    """Study 3 (``--load``): queueing, not cabling, makes the spread.  2 leaves x 4
+    spines x 4 hosts at 400 Gb/s (equal path lengths).  Host 0 sprays a long flow over
+    the 4 spines to host 4; ``k`` elephants (hosts 1..k -> 5..k+4, long flows) are
+    pinned to spine 0 (per-flow hashing that collided).  RoCE's stack (DCQCN, PFC) with
+    spraying, ``reorder`` on and off; goodput of the sprayed flow over the second half,
+    and the mean queueing-delay spread across its paths there."""
+    topo = leaf_spine(2, 4, 4, link_gbps=link_gbps, latency_us=1.0)
+    src = np.arange(4)
+    ps = shortest_paths(topo, src, src + 4)
+    blocks = len(n_elephants)
+    paths = cm.replicate([ps] * blocks, topo.n_links, topo.n_hosts)
+    cap = np.tile(topo.capacity, blocks)
+    nic = np.tile(_nic_mask(topo), blocks)
+    line = gbps(link_gbps)
+    # flow 0 sprays; flows 1..k are pinned to path 0 (spine 0); the others are idle
+    logits = np.full(paths.path_mask.shape, -1e4, np.float32)
+    size = np.zeros(paths.n_pairs)
+    for b, k in enumerate(n_elephants):
+        logits[4 * b, :] = 0.0
+        logits[4 * b + 1:4 * b + 4, 0] = 0.0
+        size[4 * b] = 1e9
+        size[4 * b + 1:4 * b + 1 + k] = 1e9
+    size = np.where(size > 0, size, 1.0)   # idle flows: one byte
+    rows = []
+    for reorder in (True, False):
+        fab = get_fabric("roce", routing="weighted_ecmp", reorder=reorder)
+        lat = np.tile(fab.link_latency(topo), blocks)
+        routing = make_routing("weighted_ecmp", paths, weighted_ecmp_params(logits))
+        inc = Incidence.from_paths(paths, np.asarray(routing.split), n_links=cap.size)
+        res = simulate_fluid(inc, cap, size, dt=DT, n_steps=n_steps, law=fab.law(),
+                             params=fab.law_params(line_rate=line),
+                             flow_control=fab.flow_control, buffer=np.tile(topo.buffer, blocks),
+                             link_latency=lat, nic_links=nic, routing=routing, save_every=10,
+                             **fab.receiver_options())
+        t = np.asarray(res.trajectory.t)
+        late = t > n_steps * DT / 2
+        thr = np.asarray(res.trajectory.throughput, float)[late]
+        qdel = np.asarray(res.trajectory.queue, float)[late] / cap        # [saves, links]
+        for b, k in enumerate(n_elephants):
+            f = 4 * b
+            hops = paths.links[f]                                          # [paths, hops]
+            per_path = np.where(paths.hop_mask[f][None], qdel[:, np.maximum(hops, 0)],
+                                0.0).sum(axis=2)                           # [saves, paths]
+            spread = (per_path.max(axis=1) - per_path.min(axis=1)).mean()
+            rows.append(dict(reorder=reorder, elephants=int(k),
+                             goodput=float(thr[:, f].mean() / line),
+                             queue_spread_ns=float(spread * 1e9),
+                             discarded_frac=float(res.discarded[f] / max(float(res.sent[f]),
+                                                                          1.0))))
+    return rows
+
+
 def plot(rows, out):
     import matplotlib
     matplotlib.use("Agg")
@@ -192,6 +250,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--presets", nargs="*", default=None,
                     help=f"presets for study 1 (default all: {list(PRESETS)}; --quick: roce "
                          "spectrum_x)")
+    ap.add_argument("--load", action="store_true",
+                    help="also run study 3 (queueing-driven spread, roce with spraying)")
     a = ap.parse_args(argv)
     presets = a.presets or (["roce", "spectrum_x"] if a.quick else list(PRESETS))
     bad = [p for p in presets if p not in PRESETS]
@@ -202,8 +262,13 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     rows = spread_study(presets, spreads)
     lossy = lossy_study(buffers)
-    results = dict(spread=rows, lossy=lossy, wall_s=time.perf_counter() - t0,
-                   mtu=rx.DEFAULT_MTU, dt=DT)
+    results = dict(spread=rows, lossy=lossy, mtu=rx.DEFAULT_MTU, dt=DT)
+    if a.load:
+        results["load"] = load_study()
+        print("Study 3: sprayed flow vs k elephants pinned to spine 0 (roce stack)")
+        print(cm.table(results["load"], ["reorder", "elephants", "goodput",
+                                         "queue_spread_ns", "discarded_frac"]))
+    results["wall_s"] = time.perf_counter() - t0
     cols = ["preset", "reorder", "spread_ns", "goodput", "theory", "discarded_frac"]
     print("Study 2: lossy RoCE 2-to-1 incast (tail drop, DCQCN), go-back-N vs selective")
     print(cm.table(lossy, ["loss_recovery", "buffer_kb", "goodput", "last_fct_us",
