@@ -179,14 +179,16 @@ def test_single_path_never_affected():
     assert float(res.discarded[0]) == 0.0
 
 
-def _incast(loss_recovery):
+def _incast(loss_recovery, rto_steps=0):
     """2-to-1 incast over a lossy 64 KB-buffer leaf-spine (tail drop, DCQCN)."""
+    from fabric_jax.flowcontrol import FlowControl
     topo = leaf_spine(2, 2, 2, link_gbps=100.0, latency_us=1.0)
     ps = shortest_paths(topo, np.array([0, 1]), np.array([2, 2]))
     r = make_routing("spray", ps)
     inc = Incidence.from_paths(ps, np.asarray(r.split), n_links=topo.n_links)
     return simulate_fluid(inc, topo.capacity, np.full(2, 5e5), dt=1 * US, n_steps=400,
-                          law="dcqcn", flow_control="drop", buffer=64e3,
+                          law="dcqcn", flow_control=FlowControl("drop", rto_steps=rto_steps),
+                          buffer=64e3,
                           link_latency=topo.latency, nic_links=topo, routing=r,
                           loss_recovery=loss_recovery, reorder=False)
 
@@ -199,6 +201,9 @@ def test_go_back_n_wastes_more_than_selective_under_the_same_loss():
     assert float(np.sum(gbn.sent)) > float(np.sum(sel.sent))
     assert np.all(np.isfinite(np.asarray(gbn.fct)))
     assert float(np.max(gbn.fct)) > 1.5 * float(np.max(sel.fct))
+    # a retransmission timeout (20 us) before the go-back lengthens each wasted window
+    slow = _incast("go_back_n", rto_steps=20)
+    assert float(np.sum(slow.discarded)) > float(np.sum(gbn.discarded))
 
 
 def test_conservation_with_discards_in_x64():
