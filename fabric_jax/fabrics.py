@@ -12,14 +12,22 @@ presets are starting points; override any field::
     fab = infiniband(sharp=False)
     fab = uec(cc_options={"rccc": True})        # NSCC + RCCC receiver credit
 
-========== ============ ======= ======== ===========================================
-preset     routing      cc      flow ctl features
-========== ============ ======= ======== ===========================================
-infiniband ``ib_ar``    ibcc    credit   SHARP all-reduce; VLs (not modelled)
-roce       ``ecmp``     dcqcn   pfc      --
-spectrum_x ``spectrum_x_ar`` hpcc pfc     NIC reordering (spraying is free)
-uec        ``spray``    nscc    trim     REPS-like steering optional, RCCC optional
-========== ============ ======= ======== ===========================================
+========== ============ ======= ======== ======= ========== ============================
+preset     routing      cc      flow ctl reorder loss rec.  features
+========== ============ ======= ======== ======= ========== ============================
+infiniband ``ib_ar``    ibcc    credit   yes     go_back_n  SHARP all-reduce
+roce       ``ecmp``     dcqcn   pfc      no      go_back_n  --
+spectrum_x ``spectrum_x_ar`` hpcc pfc    yes     selective  SuperNIC placement
+uec        ``spray``    nscc    trim     yes     selective  REPS / RCCC optional
+========== ============ ======= ======== ======= ========== ============================
+
+Receiver (issue 14, :mod:`fabric_jax.receiver`): ``reorder`` says whether the receiving
+NIC accepts out-of-order packets; without it, a flow sprayed over paths of different
+delay loses goodput to go-back-N resends.  ``loss_recovery`` (``"selective"`` |
+``"go_back_n"``) says what a loss costs.  RoCE with per-packet spraying and a plain
+(non-reordering) NIC is the named configuration ``roce(routing="spray")`` (in a
+scenario file: ``[fabrics.roce]`` with ``routing = "spray"``); ``roce(routing="spray",
+reorder=True)`` is the same with a reordering NIC.
 
 Congestion-control parameters follow the NIC line rate ``nic_gbps`` (default 400 Gb/s,
 the topology builders' default link speed): :meth:`Fabric.law_params` calls
@@ -82,6 +90,10 @@ class Fabric:
       switch_latency: switch port-to-port latency, s (added per switch hop by
         :meth:`link_latency`).
       nic_latency: latency of one NIC traversal (send or receive), s.
+      reorder: the receiving NIC accepts out-of-order packets (``False``: out-of-order
+        arrivals trigger go-back-N resends, :mod:`fabric_jax.receiver`).
+      loss_recovery: ``"selective"`` or ``"go_back_n"``
+        (:data:`fabric_jax.receiver.LOSS_RECOVERY`).
     """
 
     name: str
@@ -95,6 +107,8 @@ class Fabric:
     nic_gbps: float = 400.0
     switch_latency: float = 0.0
     nic_latency: float = 0.0
+    reorder: bool = True
+    loss_recovery: str = "selective"
 
     def __post_init__(self):
         get_policy(self.routing)
@@ -110,6 +124,13 @@ class Fabric:
         from .flowcontrol import MODES
         if self.flow_control not in MODES:
             raise ValueError(f"flow_control must be one of {MODES}; got {self.flow_control!r}")
+        from .receiver import check_options
+        check_options(self.reorder, self.loss_recovery)
+
+    def receiver_options(self) -> dict:
+        """``reorder`` and ``loss_recovery`` as keyword arguments of
+        :func:`fabric_jax.fluid.simulate_fluid`."""
+        return dict(reorder=self.reorder, loss_recovery=self.loss_recovery)
 
     def replace(self, **overrides) -> "Fabric":
         """A copy with fields replaced (``routing``, ``cc``, ``sharp`` ...)."""
@@ -191,7 +212,11 @@ def infiniband(**overrides) -> Fabric:
     1 us (ConnectX/Quantum AR, our assumption for the interval), SHARP all-reduce
     (each host sends and receives ``S`` once).  Leaves out: virtual lanes / service
     levels (one traffic class; QoS isolation is not modelled), subnet-manager routing
-    tables beyond min-hop up/down, AR reordering cost.
+    tables beyond min-hop up/down.  Receiver: ``reorder=True`` (HCAs that support
+    adaptive routing accept out-of-order packets: NVIDIA ConnectX AR documentation;
+    a bounded reorder buffer, assumed large enough), ``loss_recovery="go_back_n"`` (IB
+    RC transport, IBA vol. 1 sec. 9.7.5: a PSN sequence error NAK makes the requester
+    resend from that PSN; matters only on fault losses, credits never drop).
 
     Expected behaviour (evidence in ``tests/test_cc.py``, ``tests/test_fabrics.py``):
     credits and IB CC do not slow uncongested traffic (a lone flow and a SHARP
@@ -222,7 +247,8 @@ def infiniband(**overrides) -> Fabric:
     """
     base = Fabric("infiniband", routing="ib_ar", cc="ibcc", flow_control="credit", sharp=True,
                   description="credit lossless + IB CC + local adaptive routing + SHARP",
-                  switch_latency=IB_SWITCH_LATENCY, nic_latency=NIC_LATENCY)
+                  switch_latency=IB_SWITCH_LATENCY, nic_latency=NIC_LATENCY,
+                  reorder=True, loss_recovery="go_back_n")
     return base.replace(**overrides)
 
 
@@ -232,8 +258,15 @@ def roce(**overrides) -> Fabric:
     Models: PFC pause with XOFF/XON thresholds (:func:`fabric_jax.flowcontrol.pfc_thresholds`,
     [HPCC-NS3] switch MMU), RED/ECN marking and DCQCN (Zhu et al. SIGCOMM 2015, fluid
     model CoNEXT 2016; default gains of :func:`fabric_jax.cc.dcqcn_params`), per-flow
-    5-tuple ECMP with distinct per-tier seeds.  Leaves out: multiple priorities, PFC
-    deadlock, go-back-N retransmission (PFC keeps it lossless).
+    5-tuple ECMP with distinct per-tier seeds.  Receiver: a plain RoCE NIC,
+    ``reorder=False`` and ``loss_recovery="go_back_n"``: it discards out-of-order
+    packets and NAKs, the sender goes back N (Mittal et al., "Revisiting Network Support
+    for RDMA" (IRN), SIGCOMM 2018, sec. 2: ConnectX RoCE NICs use go-back-N; newer
+    ConnectX generations add selective repeat, not assumed here).  With ECMP every flow
+    has one path, so reordering costs nothing; ``roce(routing="spray")`` is RoCE with
+    per-packet spraying on such a NIC, and pays for it.  Losses happen only on PFC
+    headroom overflow, faults or ``flow_control="drop"`` (lossy RoCE), each then costs a
+    go-back-N window.  Leaves out: multiple priorities, PFC deadlock.
 
     Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s): DCQCN's
     ``"hpcc_ns3"`` set (HPCC authors' ns-3 "Mellanox" DCQCN: K_min/K_max, R_AI and
@@ -246,7 +279,8 @@ def roce(**overrides) -> Fabric:
     """
     base = Fabric("roce", routing="ecmp", cc="dcqcn", flow_control="pfc",
                   description="PFC + ECN/DCQCN + ECMP",
-                  switch_latency=ETHERNET_SWITCH_LATENCY, nic_latency=NIC_LATENCY)
+                  switch_latency=ETHERNET_SWITCH_LATENCY, nic_latency=NIC_LATENCY,
+                  reorder=False, loss_recovery="go_back_n")
     return base.replace(**overrides)
 
 
@@ -259,8 +293,12 @@ def spectrum_x(**overrides) -> Fabric:
     by HPCC's in-band-telemetry law (Li et al. SIGCOMM 2019) -- NVIDIA's algorithm is
     not public.  Per-tenant performance isolation is approximated by this CC plus AR
     (no per-tenant queues).  Source of the headline claim: NVIDIA Spectrum-X white
-    paper (about 95 % effective bandwidth vs about 60 % for ECMP).  Leaves out: the
-    real Spectrum-X CC algorithm, per-tenant queues, BlueField/SuperNIC offloads.
+    paper (about 95 % effective bandwidth vs about 60 % for ECMP).  Receiver:
+    ``reorder=True`` (SuperNIC direct data placement puts out-of-order packets in
+    place, Spectrum-X white paper), ``loss_recovery="selective"`` (our assumption: a
+    NIC that places out of order can resend only what is missing; losses are rare under
+    PFC).  Leaves out: the real Spectrum-X CC algorithm, per-tenant queues,
+    BlueField/SuperNIC offloads.
 
     Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s): HPCC's
     ``R_AI = C (1 - eta)/N`` (paper rule, ``N`` = 100 our assumption), ``eta`` 0.95.
@@ -270,7 +308,8 @@ def spectrum_x(**overrides) -> Fabric:
     """
     base = Fabric("spectrum_x", routing="spectrum_x_ar", cc="hpcc", flow_control="pfc",
                   description="PFC + telemetry CC (HPCC-like) + global per-packet AR",
-                  switch_latency=SPECTRUM_SWITCH_LATENCY, nic_latency=NIC_LATENCY)
+                  switch_latency=SPECTRUM_SWITCH_LATENCY, nic_latency=NIC_LATENCY,
+                  reorder=True, loss_recovery="selective")
     return base.replace(**overrides)
 
 
@@ -280,7 +319,10 @@ def uec(**overrides) -> Fabric:
     Models: even packet spraying over all candidate paths (``routing_options={"reps":
     True}`` for REPS-like steering), NSCC sender CC with the htsim parameter scaling
     (:func:`fabric_jax.cc.nscc_params`; ``cc_options={"rccc": True}`` adds receiver
-    credit), lossy links with packet trimming and NACK-driven resend.  Leaves out:
+    credit), lossy links with packet trimming and NACK-driven resend.  Receiver:
+    ``reorder=True`` and ``loss_recovery="selective"`` (UEC 1.0 specification, packet
+    delivery sublayer: unordered reliable delivery, selective ACK bitmaps, a trimmed
+    packet's NACK resends that packet only).  Leaves out:
     link-level retry, credit-based link flow control option, the speculative first
     burst.
 
@@ -292,7 +334,8 @@ def uec(**overrides) -> Fabric:
     """
     base = Fabric("uec", routing="spray", cc="nscc", flow_control="trim",
                   description="spraying + NSCC + lossy with trimming",
-                  switch_latency=ETHERNET_SWITCH_LATENCY, nic_latency=NIC_LATENCY)
+                  switch_latency=ETHERNET_SWITCH_LATENCY, nic_latency=NIC_LATENCY,
+                  reorder=True, loss_recovery="selective")
     return base.replace(**overrides)
 
 

@@ -38,9 +38,14 @@ One step of length ``dt`` is a short sequence of stages (functions below):
    ``drop``/``trim``; ingress pool, i.e. PFC headroom overflow, for ``pfc``) drops the
    overflow from the step's arrivals; dropped bytes go back to the sender and are
    resent.  Credits never drop.
-6. **propagate** (``_propagate``): bytes served at a hop go on the wire to the next
-   hop (``transit``, arriving next step) or, at the last hop, to the flow's receiver
-   wire, which delivers them after the path's one-way latency.
+6. **receive and propagate** (``_receive``, ``_propagate``): bytes served at a hop go
+   on the wire to the next hop (``transit``, arriving next step) or, at the last hop,
+   to the flow's receiver wire, which delivers them after the path's one-way latency.
+   A receiver in go-back-N discard mode throws away a fraction of the last-hop bytes
+   (``discarded``, returned to the sender and resent): after out-of-order arrivals
+   when the NIC does not reorder (``reorder=False`` with a flow split over paths of
+   different delay, path latency + ``sum q_l / C_l``) and after losses under
+   ``loss_recovery="go_back_n"`` (model and sources: :mod:`fabric_jax.receiver`).
 7. **emit signals** (``_emit_signals``): from the standing queues at **switch** ports
    only: marking (the law's ``mark``), queueing delay ``q_l / C_l`` added to the base
    RTT, HPCC telemetry ``q_l/(C_l T) + tx_l/C_l``, losses, receiver credit share;
@@ -63,8 +68,8 @@ and is never dropped or trimmed; PFC may still pause the NIC (the PAUSE comes fr
 first switch).  Which links are NIC egress: ``nic_links=`` (a ``[links]`` mask or the
 :class:`fabric_jax.Topology`), else derived from the flows' first hops.
 
-Accounting (checked each step): ``sent = delivered + in_flight + queued + dropped``
-exactly up to float round-off (``FluidInfo.max_residual``).  A flow finishes when its
+Accounting (checked each step): ``sent = delivered + in_flight + queued + dropped +
+discarded`` exactly up to float round-off (``FluidInfo.max_residual``).  A flow finishes when its
 last byte has passed its last queue, at the time interpolated inside the step, plus
 ``L_f``; ``delivered`` counts what has arrived at the receiver (it lags by ``L_f``).
 
@@ -137,6 +142,7 @@ from .cc import base as ccbase
 from .fairness import solve
 from .incidence import Incidence
 from . import links as lk
+from . import receiver as rx
 from .sim import _prepare, release_times
 
 __all__ = ["simulate_fluid", "FluidResult", "FluidTrajectory", "FluidInfo", "COMPLETION_RTOL"]
@@ -165,6 +171,9 @@ class FluidInfo:
         (every path it routes on crosses a failed link, ``faults=``); zeros without
         faults.
       stranded: ``[flows]`` bool, the flow was active and stranded in the last step.
+      discard_mode: ``[2, flows]`` fraction of each flow's arrivals that the receiver
+        discards at the end of the run, after out-of-order arrivals (row 0) and losses
+        under go-back-N (row 1) (:func:`fabric_jax.receiver.discard_step`).
     """
 
     max_residual: Any
@@ -173,6 +182,7 @@ class FluidInfo:
     max_queue: Any
     stranded_time: Any = None
     stranded: Any = None
+    discard_mode: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +197,8 @@ class FluidTrajectory:
       usable: ``[saves, links]`` usable capacity (pause / credits), bytes/s.
       mark: ``[saves, flows]`` path marking probability emitted.
       law_state: the law's state pytree with a leading ``saves`` axis.
-      sent, delivered, queued, dropped, in_flight: ``[saves]`` totals over flows, bytes.
+      sent, delivered, queued, dropped, in_flight, discarded: ``[saves]`` totals over
+        flows, bytes.
     """
 
     t: Any
@@ -202,6 +213,7 @@ class FluidTrajectory:
     queued: Any
     dropped: Any
     in_flight: Any = None
+    discarded: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +228,7 @@ class FluidResult:
       queued: ``[flows]`` bytes standing in queues at the end (the NIC send buffer
         included).
       in_flight: ``[flows]`` bytes on the wire at the end (``sent = delivered +
-        in_flight + queued + dropped``).
+        in_flight + queued + dropped + discarded``).
       link_queue: ``[links]`` egress queues at the end, bytes.
       law_state: final congestion-control state.
       trajectory: :class:`FluidTrajectory` or ``None``.
@@ -225,6 +237,9 @@ class FluidResult:
       state: the loop's complete carry after the last step (a dict pytree of arrays,
         with the step counter ``state["k"]``): pass it as ``init_state=`` to continue the
         run, or save it with :func:`fabric_jax.checkpoint.save_checkpoint`.
+      discarded: ``[flows]`` bytes that reached the receiver and were discarded
+        (out of order without ``reorder``, or inside a go-back-N window after a loss)
+        and resent (:mod:`fabric_jax.receiver`).
     """
 
     start: Any
@@ -241,6 +256,7 @@ class FluidResult:
     routing_state: Any = None
     state: Any = None
     in_flight: Any = None
+    discarded: Any = None
 
 
 for _cls in (FluidInfo, FluidTrajectory, FluidResult):
@@ -282,7 +298,9 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    base_rtt=None, flow_control="none", fc_params=None, buffer=None,
                    smooth=None, save_every: int | None = None,
                    solver_iterations: int | None = None, routing=None, faults=None,
-                   init_state=None, link_latency=None, nic_links=None) -> FluidResult:
+                   init_state=None, link_latency=None, nic_links=None, reorder: bool = True,
+                   loss_recovery: str = "selective", mtu: float = rx.DEFAULT_MTU,
+                   reorder_tolerance: float = 0.0) -> FluidResult:
     """Fluid simulation of flows under congestion control and link-level flow control.
 
     Args:
@@ -336,6 +354,16 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
       nic_links: host-NIC egress links (never marked, dropped or trimmed): a
         ``[links]`` bool mask or a :class:`fabric_jax.Topology`; ``None``: derived
         from the flows' first hops (:func:`fabric_jax.links.nic_links`).
+      reorder: the receiving NIC accepts out-of-order packets (default ``True``: spraying
+        costs nothing).  ``False``: a flow split over paths of different delay
+        (latency + queueing) loses the out-of-order arrivals and everything after them
+        until a go-back-N resend arrives (:mod:`fabric_jax.receiver`; a plain RoCE NIC).
+      loss_recovery: ``"selective"`` (default: only lost bytes are resent) or
+        ``"go_back_n"`` (a loss also wastes what the flow sends until it is detected,
+        one base RTT plus ``flow_control.rto_steps`` in ``drop`` mode).
+      mtu: packet size, bytes, for the reordering and go-back-N models (default 4096).
+      reorder_tolerance: path-delay difference a ``reorder=False`` NIC absorbs, s
+        (default 0).
 
     Returns:
       :class:`FluidResult`.
@@ -346,8 +374,10 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         ``routing`` whose paths miss incidence entries; a multipath incidence without
         ``routing``; ``faults``: a time not finite or negative, a link out of range, a
         factor outside ``[0, 1]``; ``init_state``: a structure, shape or dtype that does
-        not match this run).
+        not match this run; ``reorder`` not a bool, ``loss_recovery`` unknown, ``mtu``
+        not > 0, ``reorder_tolerance`` < 0).
     """
+    rx.check_options(reorder, loss_recovery, mtu, reorder_tolerance)
     law = ccbase.get(law)
     if isinstance(flow_control, str):
         flow_control = fcm.FlowControl(flow_control)
@@ -410,8 +440,9 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         lr = np.where(np.isfinite(lr) & (lr > 0), lr, np.max(np.asarray(capacity), initial=1.0))
         line_rate = lr
     line_rate = jnp.asarray(line_rate, fdt)
-    one_way = np.asarray(flows["latency"], float) + _path_latency(link_latency, link_tab,
-                                                                  int(seg), n_links)
+    path_lat = lk.path_latencies(link_latency, link_tab, int(seg), n_links)
+    one_way = np.asarray(flows["latency"], float) + _mean_over_paths(path_lat, link_tab,
+                                                                     int(seg), n_links)
     if base_rtt is None:
         base_rtt = np.maximum(2 * one_way, float(dt))
     fb_steps = np.maximum(np.rint(np.asarray(base_rtt, float) / float(dt)).astype(np.int32), 1)
@@ -443,6 +474,11 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                                  factor=jnp.asarray(sched.factor, fdt))
     base_rtt = jnp.asarray(base_rtt, fdt)
     shape = _Shape(ring_len=ring_len, wire_depth=wire_depth, routed=policy is not None)
+    # out-of-order arrivals need a flow split over several paths at once; ECMP and
+    # flowlet switching keep each flow on one path (their split is one-hot, the model
+    # would give exactly 0), so they skip the [flows, paths, paths] kernel
+    rx_ooo = ((not reorder) and policy is not None and hops.n_paths > 1
+              and getattr(policy, "name", None) not in ("ecmp", "flowlet"))
     carry0 = None
     if init_state is not None:
         template = jax.eval_shape(
@@ -452,25 +488,21 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
     net = _Net(hops=hops, switch=jnp.asarray(~nic, fdt), capacity=capacity,
                line_rate=line_rate, base_rtt=base_rtt, fb_steps=jnp.asarray(fb_steps),
                wire_n=jnp.asarray(wire_n), wire_phi=jnp.asarray(wire_phi, fdt),
-               one_way=jnp.asarray(one_way, fdt), deps=deps, flows=flows)
+               one_way=jnp.asarray(one_way, fdt), deps=deps, flows=flows,
+               path_lat=jnp.asarray(path_lat, fdt), mtu=jnp.asarray(mtu, fdt),
+               tolerance=jnp.asarray(reorder_tolerance, fdt))
     static = _Static(law=law, fc=flow_control, policy=policy, shape=shape,
-                     solver_iterations=solver_iterations)
+                     solver_iterations=solver_iterations, rx_ooo=bool(rx_ooo),
+                     go_back_n=loss_recovery == "go_back_n")
     return _run(static, n_outer, inner, keep_traj, net, params, fc_params, smooth,
                 jnp.asarray(dt, fdt), rparams, rstate0, sched, carry0)
 
 
 # ------------------------------------------------------------------ host checks
-def _path_latency(link_latency, link_tab, seg, n_links):
-    """``[flows]`` one-way latency of the links of each flow's path (mean over paths)."""
+def _mean_over_paths(per_path, link_tab, seg, n_links):
+    """``[flows]`` mean of ``[flows, paths]`` values over each flow's real paths."""
     n_flows = link_tab.shape[0]
-    if link_latency is None:
-        return np.zeros(n_flows)
-    lat = np.asarray(link_latency, float)
-    if lat.shape != (n_links,) or np.any(~np.isfinite(lat)) or np.any(lat < 0):
-        raise ValueError(f"link_latency must be [links] = [{n_links}] finite seconds >= 0 "
-                         f"(e.g. topology.latency); got shape {list(lat.shape)}")
     tab = link_tab.reshape(n_flows, link_tab.shape[1] // seg, seg)
-    per_path = np.append(lat, 0.0)[tab].sum(axis=2)
     live = (tab < n_links).any(axis=2)
     return np.where(live, per_path, 0.0).sum(axis=1) / np.maximum(live.sum(axis=1), 1)
 
@@ -553,6 +585,8 @@ class _Static:
     policy: Any
     shape: _Shape
     solver_iterations: Any
+    rx_ooo: bool = False      # out-of-order arrivals cost (reorder=False, several paths)
+    go_back_n: bool = False   # loss_recovery == "go_back_n"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -570,6 +604,9 @@ class _Net:
     one_way: Any      # [flows] one-way latency, s
     deps: Any
     flows: Any
+    path_lat: Any = None   # [flows, paths] latency of each candidate path, s
+    mtu: Any = None        # packet size, bytes (receiver model)
+    tolerance: Any = None  # reorder tolerance, s
 
 
 jax.tree_util.register_dataclass(_Net)
@@ -593,7 +630,8 @@ def _init_carry(law, fc, shape: _Shape, hops: lk.HopTable, size, line_rate, base
                  x=zh, transit=zh, wire=jnp.zeros((shape.wire_depth, n_flows), fdt),
                  start=jnp.full((n_flows,), inf), finish=jnp.full((n_flows,), inf),
                  done=jnp.zeros((n_flows,), bool), sent=zf, passed=zf, delivered=zf,
-                 dropped=zf, law=law.init(line_rate, params),
+                 dropped=zf, discarded=zf, rx_phi=jnp.zeros((2, n_flows), fdt),
+                 law=law.init(line_rate, params),
                  fc=fcm.init_state(fc, n_links, fdt), ring=ring0,
                  max_residual=jnp.asarray(0.0, fdt), max_queue=jnp.zeros((n_links,), fdt),
                  stranded_time=zf, stranded=jnp.zeros((n_flows,), bool))
@@ -733,15 +771,49 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
                 load_o=load_o, dropped=dropped)
 
 
-def _propagate(net, c, served, alloc, dt):
+def _propagate(net, c, served, alloc, discard, dt):
     """Bytes served at a hop go on the wire: to the next hop (``transit``, one step) or,
-    from the last hop and cut-through, to the receiver after the path latency."""
+    from the last hop and cut-through, to the receiver after the path latency; the
+    fraction ``discard`` ``[flows]`` of the latter the receiver throws away
+    (:func:`_receive`)."""
     hops = net.hops
     transit = hops.to_next_hop(jnp.where(hops.last, 0.0, served))
-    passed = alloc * dt + jnp.sum(jnp.where(hops.last, served, 0.0), axis=1)
+    arrived = alloc * dt + jnp.sum(jnp.where(hops.last, served, 0.0), axis=1)
+    discarded = arrived * discard
+    passed = arrived - discarded
     wire = lk.wire_push(c["wire"], c["k"], net.wire_n, net.wire_phi, passed)
     wire, delivered = lk.wire_pop(wire, c["k"])
-    return transit, wire, passed, delivered
+    return transit, wire, passed, delivered, discarded
+
+
+def _receive(static, net, c, x_new, cap_k, split, served, alloc, offered, dropped, dt):
+    """Receiver (:mod:`fabric_jax.receiver`): the fraction of the step's arrivals that a
+    receiver in go-back-N discard mode throws away, and the next discard state.
+
+    Events: out-of-order arrivals (``reorder=False``; path delays now, the flow's
+    sending rate) and losses (``go_back_n``; each dropped ``mtu`` is one event).
+    Recovery: one base RTT after an out-of-order NAK; base RTT + ``rto`` after a loss
+    (``drop`` mode's timer, as the loss signal in :func:`_offer`)."""
+    phi = c["rx_phi"]
+    if not (static.rx_ooo or static.go_back_n):
+        return jnp.zeros_like(offered), phi
+    hops = net.hops
+    arrived = alloc * dt + jnp.sum(jnp.where(hops.last, served, 0.0), axis=1)
+    zero = jnp.zeros_like(offered)
+    if static.rx_ooo:
+        delay = lk.path_delay(hops, hops.link_sum(x_new), cap_k, net.path_lat)
+        rate = jnp.maximum(offered, arrived / dt)
+        p_ooo = rx.out_of_order_probability(split, delay, rate, net.mtu, net.tolerance)
+        ooo_events = p_ooo * arrived / net.mtu
+    else:
+        ooo_events = zero
+    loss_events = dropped / net.mtu if static.go_back_n else zero
+    rto = static.fc.rto_steps * dt if static.fc.mode == "drop" else 0.0
+    recovery = jnp.stack([net.base_rtt, net.base_rtt + rto])
+    phi_step, phi_next = rx.discard_step(phi, jnp.stack([ooo_events, loss_events]), dt,
+                                         recovery)
+    discard = 1.0 - (1.0 - phi_step[0]) * (1.0 - phi_step[1])
+    return discard, phi_next
 
 
 def _emit_signals(static, net, c, x, cap_k, usable, served_l, inc_k, alloc, split, offered,
@@ -803,15 +875,18 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     usable = fcm.usable_capacity(static.fc, c["fc"], cap_k, hops.pool_sum(x + transit), fcp,
                                  dt, smooth)
     tr = _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt)
-    transit_new, wire, passed_now, deliv_now = _propagate(net, c, tr["served"], tr["alloc"], dt)
     x_new = tr["x"]
     dropped_now = tr["dropped"] + fault_drop
+    discard, rx_phi = _receive(static, net, c, x_new, cap_k, split, tr["served"], tr["alloc"],
+                               offered, dropped_now, dt)
+    transit_new, wire, passed_now, deliv_now, discarded_now = _propagate(
+        net, c, tr["served"], tr["alloc"], discard, dt)
     sent_now = offered * dt
-    # accounting: sent = delivered + in flight + queued + dropped, every step
+    # accounting: sent = delivered + in flight + queued + dropped + discarded, every step
     stock_old = jnp.sum(c["x"]) + jnp.sum(c["transit"]) + jnp.sum(c["wire"])
     stock_new = jnp.sum(x_new) + jnp.sum(transit_new) + jnp.sum(wire)
     residual = jnp.abs(jnp.sum(sent_now) - jnp.sum(deliv_now) - (stock_new - stock_old)
-                       - jnp.sum(dropped_now))
+                       - jnp.sum(dropped_now) - jnp.sum(discarded_now))
     passed, completes, finish = _complete(net, c, t, start, active, passed_now, dt)
     ring, mark_l, p_path = _emit_signals(static, net, c, x_new, cap_k, usable, tr["served_l"],
                                          inc_k, tr["alloc"], split, offered, dropped_now,
@@ -821,10 +896,12 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
                           hops.pool_sum(tr["served"]), cap_k, usable, fcp, dt, smooth)
     q_new = hops.link_sum(x_new)
     new = dict(c, k=c["k"] + 1,
-               remaining=jnp.maximum(c["remaining"] - sent_now + dropped_now, 0.0),
+               remaining=jnp.maximum(c["remaining"] - sent_now + dropped_now + discarded_now,
+                                     0.0),
                x=x_new, transit=transit_new, wire=wire, start=start, finish=finish,
                done=c["done"] | completes, sent=c["sent"] + sent_now, passed=passed,
                delivered=c["delivered"] + deliv_now, dropped=c["dropped"] + dropped_now,
+               discarded=c["discarded"] + discarded_now, rx_phi=rx_phi,
                law=law_state, fc=fc_state, ring=ring,
                max_residual=jnp.maximum(c["max_residual"], residual),
                max_queue=jnp.maximum(c["max_queue"], q_new),
@@ -857,7 +934,7 @@ def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparam
         snap = jax.tree_util.tree_map(lambda a: a[-1], snaps)
         totals = dict(sent=jnp.sum(c["sent"]), delivered=jnp.sum(c["delivered"]),
                       queued=jnp.sum(c["x"]), dropped=jnp.sum(c["dropped"]),
-                      in_flight=jnp.sum(_in_flight(c)))
+                      in_flight=jnp.sum(_in_flight(c)), discarded=jnp.sum(c["discarded"]))
         return c, dict(snap, **totals)
 
     c, traj = jax.lax.scan(chunk, carry, jnp.arange(n_outer, dtype=jnp.int32))
@@ -866,10 +943,12 @@ def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparam
     trajectory = FluidTrajectory(**traj) if keep_traj else None
     info = FluidInfo(max_residual=c["max_residual"], stalled=~jnp.all(c["done"]),
                      paused_time=c["fc"].paused_time, max_queue=c["max_queue"],
-                     stranded_time=c["stranded_time"], stranded=c["stranded"])
+                     stranded_time=c["stranded_time"], stranded=c["stranded"],
+                     discard_mode=c["rx_phi"])
     return FluidResult(start=start, finish=c["finish"], fct=c["finish"] - f["arrival"],
                        sent=c["sent"], delivered=c["delivered"], dropped=c["dropped"],
                        queued=jnp.sum(c["x"], axis=1),
                        link_queue=net.hops.link_sum(c["x"]),
                        law_state=c["law"], trajectory=trajectory, info=info,
-                       routing_state=c.get("route"), state=c, in_flight=_in_flight(c))
+                       routing_state=c.get("route"), state=c, in_flight=_in_flight(c),
+                       discarded=c["discarded"])

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["HopTable", "hop_table", "nic_links", "wire_taps", "serve", "place_excess",
-           "wire_push", "wire_pop"]
+           "wire_push", "wire_pop", "path_latencies", "path_delay"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +169,24 @@ def nic_links(link_tab: np.ndarray, seg: int, n_links: int, nic=None) -> np.ndar
     return (first_hit & ~banned)[:n_links]
 
 
+def path_latencies(link_latency, link_tab: np.ndarray, seg: int, n_links: int) -> np.ndarray:
+    """Host: ``[flows, paths]`` one-way latency of each candidate path, s (the sum of its
+    links' ``link_latency``; 0 on padded paths and without ``link_latency``).
+
+    Raises:
+      ValueError: ``link_latency`` not ``[links]`` finite seconds >= 0.
+    """
+    n_flows = link_tab.shape[0]
+    tab = np.asarray(link_tab).reshape(n_flows, link_tab.shape[1] // seg, seg)
+    if link_latency is None:
+        return np.zeros(tab.shape[:2])
+    lat = np.asarray(link_latency, float)
+    if lat.shape != (n_links,) or np.any(~np.isfinite(lat)) or np.any(lat < 0):
+        raise ValueError(f"link_latency must be [links] = [{n_links}] finite seconds >= 0 "
+                         f"(e.g. topology.latency); got shape {list(lat.shape)}")
+    return np.append(lat, 0.0)[tab].sum(axis=2)
+
+
 def wire_taps(delay_s, dt: float):
     """Host: integer steps ``n`` and fraction ``phi`` of a delay, and the ring depth."""
     d = np.maximum(np.asarray(delay_s, float), 0.0) / float(dt)
@@ -227,6 +245,22 @@ def wire_push(wire, k, taps_n, taps_phi, bytes_):
     ar = jnp.arange(n_flows)
     wire = wire.at[(k + taps_n) % depth, ar].add(bytes_ * (1.0 - taps_phi))
     return wire.at[(k + taps_n + 1) % depth, ar].add(bytes_ * taps_phi)
+
+
+def path_delay(hops: HopTable, queue_l, capacity, path_latency):
+    """``[flows, paths]`` one-way delay of each path now: its latency plus the queueing
+    delay ``sum q_l / C_l`` of its hops (FIFO egress queues drained at the capacity in
+    force; a link with no capacity adds none, its path carries nothing).
+
+    Args:
+      queue_l: ``[links]`` egress queues, bytes.
+      capacity: ``[links]`` capacity in force, bytes/s.
+      path_latency: ``[flows, paths]`` latency of each path, s (:func:`path_latencies`).
+    """
+    pos = capacity > 0
+    qdel = jnp.where(pos, queue_l / jnp.where(pos, capacity, 1.0), 0.0)
+    per_hop = hops.per_path(jnp.where(hops.valid, hops.gather(qdel), 0.0))
+    return path_latency + jnp.sum(per_hop, axis=2)
 
 
 def wire_pop(wire, k):

@@ -81,7 +81,8 @@ def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every
                           params=params, arrival=arrival, deps=w.deps,
                           delay=w.delay, link_latency=fabric.link_latency(case.topology),
                           nic_links=case.topology, flow_control=fabric.flow_control,
-                          buffer=case.topology.buffer, routing=routing, save_every=save_every)
+                          buffer=case.topology.buffer, routing=routing, save_every=save_every,
+                          **fabric.receiver_options())
 
 
 def crossbar_incidence(src, dst, n_hosts: int) -> Incidence:

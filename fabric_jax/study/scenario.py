@@ -30,7 +30,9 @@ Sections (TOML tables) and keys, with the accepted values:
     ``gpu_price_per_hour`` (>= 0), ``tokens_per_gpu_per_step`` (> 0).
 ``[fabrics]``
     ``presets = [...]`` and per-preset tables ``[fabrics.<name>]`` with ``routing``,
-    ``cc``, ``flow_control``, ``sharp``, ``routing_options``, ``cc_options``.
+    ``cc``, ``flow_control``, ``sharp``, ``routing_options``, ``cc_options``, ``reorder``
+    (true | false: the NIC accepts out-of-order packets), ``loss_recovery``
+    (``selective`` | ``go_back_n``) (:mod:`fabric_jax.receiver`).
 ``[model]`` (optional; or ``fabric-jax compare --model NAME``)
     ``name`` (a :data:`fabric_jax.workloads.model.MODELS` name) and any
     :class:`~fabric_jax.workloads.model.ModelConfig` field to override
@@ -98,7 +100,8 @@ SCHEMA = {
                   "tokens_per_gpu_per_step": (_FLOAT, 0, False)},
 }
 #: Keys of a ``[fabrics.<preset>]`` table.
-FABRIC_KEYS = ("routing", "cc", "flow_control", "sharp", "routing_options", "cc_options")
+FABRIC_KEYS = ("routing", "cc", "flow_control", "sharp", "routing_options", "cc_options",
+               "reorder", "loss_recovery")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,13 +251,14 @@ def check_preset_options(name: str, options: dict):
         if key in options and not isinstance(options[key], dict):
             raise ScenarioError(f"fabrics.{name}.{key}", f"must be a table of keyword "
                                 f"values; got {options[key]!r}")
-    if "sharp" in options and not isinstance(options["sharp"], bool):
-        raise ScenarioError(f"fabrics.{name}.sharp", f"must be true or false; got "
-                            f"{options['sharp']!r}")
+    for key in ("sharp", "reorder"):
+        if key in options and not isinstance(options[key], bool):
+            raise ScenarioError(f"fabrics.{name}.{key}", f"must be true or false; got "
+                                f"{options[key]!r}")
     try:
         fab = get_fabric(name, **options)
     except (ValueError, TypeError) as err:
-        key = next((k for k in ("routing", "cc", "flow_control") if k in options
+        key = next((k for k in ("routing", "cc", "flow_control", "loss_recovery") if k in options
                     and k in str(err)), None)
         raise ScenarioError(f"fabrics.{name}" + (f".{key}" if key else ""), str(err)) \
             from None
