@@ -10,6 +10,7 @@ Units everywhere: bytes, seconds, bytes per second (see :mod:`fabric_jax.units`)
 from . import (cc, fabrics, flowcontrol, metrics, optimize, routing, scaling, smooth, units,
                workloads)
 from . import checkpoint, compare, faults, study
+from . import collectives, economics, receiver, systems
 from .compare import Scenario, default_scenario, load_scenario, run_compare, simulate_case
 from .fabrics import PRESETS, Fabric, get_fabric, infiniband, roce, spectrum_x, uec
 from .fairness import MaxMinInfo, MaxMinResult, max_min_fair
@@ -20,7 +21,8 @@ from .ns3 import from_ns3_topology, hpcc_fat_tree, to_ns3_topology
 from .paths import PathSet, shortest_paths
 from .routing import POLICIES, Routing, make_routing
 from .smooth import Smoothing
-from .topology import Topology, fat_tree, from_edges, leaf_spine, rail_optimized
+from .topology import (Topology, fat_tree, from_edges, leaf_spine, rail_optimized,
+                       with_servers)
 from .sim import (FlowSimResult, simulate_flows, simulate_flows_batched,
                   simulate_flows_fixed_step)
 from . import distributed
@@ -35,6 +37,11 @@ __all__ = [
     "Routing",
     "Scenario",
     "checkpoint",
+    "collectives",
+    "economics",
+    "receiver",
+    "systems",
+    "with_servers",
     "compare",
     "faults",
     "study",
