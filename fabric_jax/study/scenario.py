@@ -138,7 +138,7 @@ def default_scenario() -> Scenario:
                       moe_mb=4.0, expert_skew=1.0, compute_us=1000.0, tenant_incast_mb=1.0,
                       tenant_fan_in=4, background_load=0.05, background_cdf="web_search",
                       background_us=200.0),
-        simulation=dict(dt_us=4.0, n_steps=250, max_paths=0, seed=0, isolation=True),
+        simulation=dict(dt_us=1.0, n_steps=1000, max_paths=0, seed=0, isolation=True),
         economics=dict(gpu_price_per_hour=2.5, tokens_per_gpu_per_step=8.0),
         presets=tuple(PRESETS), overrides={})
 
