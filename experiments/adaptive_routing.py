@@ -246,6 +246,7 @@ def main(argv=None) -> dict:
         pols = [p for p in pols if p in ("ecmp", "flowlet", "ib_ar", "spectrum_x_ar")]
         a.size_mb = min(a.size_mb, 1.0)
         a.move_us = min(a.move_us, 10.0)
+        a.no_dt_check = True
     cm.check_positive(ap, spines=a.spines, size_mb=a.size_mb, link_gbps=a.link_gbps,
                       dt_us=a.dt_us, bg_load=a.bg_load, move_us=a.move_us, slow_delay_us=a.slow_delay_us)
     if a.spines < 2:
