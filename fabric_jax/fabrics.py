@@ -271,7 +271,7 @@ def spectrum_x(**overrides) -> Fabric:
     could confirm), ``nic_latency`` 0.3 us (assumption, as :func:`infiniband`).
     """
     base = Fabric("spectrum_x", routing="spectrum_x_ar", cc="hpcc", flow_control="pfc",
-                  description="PFC + telemetry CC (HPCC-like) + global per-packet AR",
+                  description="PFC + telemetry CC (HPCC-like) + per-packet AR with telemetry",
                   switch_latency=SPECTRUM_SWITCH_LATENCY, nic_latency=NIC_LATENCY)
     return base.replace(**overrides)
 
