@@ -80,7 +80,7 @@ failed_link         0.20  0.24    0.41  0.41  0.45          0.41               0
 hot_spot            0.22  0.22    0.60  0.60  0.60          0.60               0.68
 =================== ===== ======= ===== ===== ============= ================== ========
 
-(best cases: 0.81, 0.5 and -- for the moving hot spot -- about 0.8.)  Reading: with
+(best cases: 0.81, 0.5 and 0.81.)  Reading: with
 congestion two hops away local-only AR is exactly spraying (it cannot tell the paths
 apart), telemetry doubles the foreground's bandwidth, and 40 us old telemetry is
 worth nothing because the 2 MB transfer is over before it arrives.  After the failure
@@ -89,7 +89,8 @@ the new hot spot cost as much as local-only's steady quarter share: only the
 zero-delay idealised router gains.  ``ib_ar_credit`` equals ``ib_ar`` within 2 %: the
 hot queue never fills the 1 MB credit pool, so no back-pressure reaches the leaf.
 ECMP and flowlets depend on where the hash puts the foreground (seed 0: no
-foreground flow on spine 0 in ``remote_congestion``, collisions elsewhere); flowlet
+foreground flow on spine 0 in ``remote_congestion``, but two pairs collide on spines
+1 and 2, hence 0.46); flowlet
 switching never moves a continuous RDMA flow (500 us timeout) and differs from ECMP
 only after the failure (it leaves a dead path for the least loaded one).  At dt / 4
 the two checked rows change by 8-9 % in completion time (ib_ar 172 -> 157 us,
