@@ -98,7 +98,8 @@ spectrum_x_ar 85 -> 78 us) and 5-9 % in ``t99`` (111 -> 101, 55 -> 52 us); the r
 holds.  Wall time ~1.5-2 min on 2 shared CPU cores.
 
 Outputs: a table, ``--json PATH``, and with ``--plots DIR`` ``adaptive_routing.png``
-(effective bandwidth per policy and scenario).
+(``effective_bw99`` per policy and scenario, and the foreground throughput over time in
+``remote_congestion``).
 
 Usage::
 
@@ -234,16 +235,20 @@ def run_one(policy, topo, paths, arrival, sizes, rate, faults, *, dt, n_steps, s
                bg_completion_s=float(finish[spines:].max()),
                unfinished=int(np.sum(~np.isfinite(finish))),
                max_residual=float(res.info.max_residual), wall_s=wall)
-    return out
+    thr = np.asarray(res.trajectory.throughput, float)[:, :spines].sum(axis=1)
+    return out, (t, thr / (spines * line))
 
 
-def plot(results, out) -> list[str]:
+def plot(results, traces, out) -> list[str]:
+    """Bars: ``effective_bw99`` per scenario and policy; lines: the foreground's
+    delivered throughput over time in ``remote_congestion``."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     scen = list(results)
     pols = list(results[scen[0]])
-    fig, ax = plt.subplots(figsize=(8.0, 3.8))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12.0, 4.0),
+                                  gridspec_kw={"width_ratios": [1.6, 1.0]})
     w = 0.8 / len(pols)
     for i, p in enumerate(pols):
         vals = [100 * results[s][p]["effective_bw99"] for s in scen]
@@ -254,6 +259,14 @@ def plot(results, out) -> list[str]:
     ax.set_ylim(0, 105)
     ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     ax.set_title("What adaptive routing knows and when (leaf-spine, 400 Gb/s)")
+    for i, p in enumerate(pols):
+        if p in traces:
+            t, frac = traces[p]
+            ax2.plot(t * 1e6, 100 * frac, color=f"C{i}", lw=1.2, label=p)
+    ax2.set_xlabel("time (us)")
+    ax2.set_ylabel("foreground throughput (% of line rate)")
+    ax2.set_ylim(0, 105)
+    ax2.set_title("remote_congestion over time")
     return [save_figure(fig, out / "adaptive_routing.png")]
 
 
@@ -298,7 +311,7 @@ def main(argv=None) -> dict:
     # background (worst case: 1/(S+1)... of the link) plus the hot spot's start, slack
     horizon = (a.spines + 2) * ideal + a.move_us * 1e-6 + 40e-6
     n_steps = int(math.ceil(horizon / dt))
-    results, rows = {}, []
+    results, rows, traces = {}, [], {}
     kw = dict(seed=a.seed, spines=a.spines, line=line, slow_delay_us=a.slow_delay_us)
     for sc in SCENARIOS:
         paths, arrival, sizes, rate, faults = scenario(
@@ -306,9 +319,12 @@ def main(argv=None) -> dict:
             fail_s=a.fail_us * 1e-6, move_s=a.move_us * 1e-6)
         results[sc] = {}
         for p in pols:
-            r = run_one(p, topo, paths, arrival, sizes, rate, faults, dt=dt, n_steps=n_steps, **kw)
+            r, trace = run_one(p, topo, paths, arrival, sizes, rate, faults, dt=dt,
+                               n_steps=n_steps, **kw)
+            if sc == "remote_congestion":
+                traces[p] = trace
             if not a.no_dt_check and (sc, p) in DT_CHECK:
-                r4 = run_one(p, topo, paths, arrival, sizes, rate, faults, dt=dt / 4,
+                r4, _ = run_one(p, topo, paths, arrival, sizes, rate, faults, dt=dt / 4,
                              n_steps=4 * n_steps, **kw)
                 r["completion_s_dt4"] = r4["completion_s"]
                 r["t99_s_dt4"] = r4["t99_s"]
@@ -326,7 +342,7 @@ def main(argv=None) -> dict:
                slow_delay_s=a.slow_delay_us * 1e-6, scenarios=results)
     pdir = cm.plots_dir(a)
     if pdir is not None:
-        out["plots"] = plot(results, pdir)
+        out["plots"] = plot(results, traces, pdir)
     cols = ["scenario", "policy", "completion_us", "t99_us", "eff_bw", "eff_bw99", "bg_us",
             "dt4_us", "t99_dt4_us", "unfinished"]
     title = (f"leaf-spine 3 leaves x {a.spines} spines, {a.link_gbps:g} Gb/s, {a.spines} "

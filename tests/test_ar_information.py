@@ -279,8 +279,8 @@ def test_fluid_remote_congestion_telemetry_beats_local_only():
         "remote_congestion", topo, base, 4, size=1 * MB, line=C, bg_load=0.75, fail_s=5e-6,
         move_s=10e-6)
     kw = dict(dt=1e-6, n_steps=200, seed=0, spines=4, line=C, slow_delay_us=40.0)
-    ib = exp.run_one("ib_ar", topo, paths, arrival, sizes, rate, faults, **kw)
-    sx = exp.run_one("spectrum_x_ar", topo, paths, arrival, sizes, rate, faults, **kw)
+    ib, _ = exp.run_one("ib_ar", topo, paths, arrival, sizes, rate, faults, **kw)
+    sx, _ = exp.run_one("spectrum_x_ar", topo, paths, arrival, sizes, rate, faults, **kw)
     ideal = 1 * MB / C
     assert ib["unfinished"] == 0 and sx["unfinished"] == 0
     assert sx["t99_s"] >= 1.2 * ideal                      # cannot beat the best case
