@@ -645,13 +645,14 @@ def adaptive_params(*, visibility: str = "global",
     """
     if visibility not in ("local", "global"):
         raise ValueError(f"visibility must be 'local' or 'global'; got {visibility!r}")
-    vals = (decision_interval_us, info_delay_us, gain, temperature, queue_tau_us)
-    if not all(np.isfinite(v) for v in vals) or not (
+    vals = dict(decision_interval_us=decision_interval_us, info_delay_us=info_delay_us,
+                gain=gain, temperature=temperature, queue_tau_us=queue_tau_us)
+    if not all(np.isfinite(v) for v in vals.values()) or not (
             decision_interval_us > 0 and info_delay_us >= 0 and 0 < gain <= 1
             and temperature > 0 and queue_tau_us > 0):
         raise ValueError("decision_interval_us > 0, info_delay_us >= 0, 0 < gain <= 1, "
                          "temperature > 0 and queue_tau_us > 0 (all finite) are required; "
-                         f"got {dict(zip(('decision_interval_us', 'info_delay_us', 'gain', 'temperature', 'queue_tau_us'), vals))}")
+                         f"got {vals}")
     return AdaptiveParams(decision_interval=jnp.asarray(decision_interval_us * 1e-6),
                           info_delay=jnp.asarray(info_delay_us * 1e-6),
                           remote_weight=jnp.asarray(1.0 if visibility == "global" else 0.0),
