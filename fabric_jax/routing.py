@@ -56,7 +56,10 @@ Policies (:data:`POLICIES`):
 
     * ``ib_ar`` (:func:`ib_ar_params`): each switch sees only its own egress queues
       at the hops where it chooses, with no delay; a congested spine downlink two hops
-      away costs nothing to the leaf's choice.
+      away costs nothing to the leaf's choice.  Departure, stated: with several
+      decision hops (fat-tree edge and aggregation uplinks) the per-switch choices
+      are folded into one softmin over the sum of their local costs, not chained
+      switch by switch.
     * ``spectrum_x_ar`` (:func:`spectrum_x_ar_params`): the same switch-local cost
       *plus* the remote hops' cost as reported by end-to-end telemetry to the NIC,
       ``info_delay`` old (about one RTT; :func:`delayed` is the delay line).
