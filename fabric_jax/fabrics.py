@@ -208,8 +208,9 @@ def infiniband(**overrides) -> Fabric:
 
     Models: credit flow control (IBA vol. 1 sec. 7.9), IB CC (annex A10, FECN/BECN/CCTI
     with the default table of :func:`fabric_jax.cc.ibcc_params`), switch adaptive
-    routing with *local* queue visibility at the diverging port, re-evaluated every
-    1 us (ConnectX/Quantum AR, our assumption for the interval), SHARP all-reduce
+    routing deciding per packet from each switch's *own* egress queues only, no
+    knowledge of congestion two hops away (:func:`fabric_jax.routing.ib_ar_params`,
+    NVIDIA AR documentation), SHARP all-reduce
     (each host sends and receives ``S`` once).  Leaves out: virtual lanes / service
     levels (one traffic class; QoS isolation is not modelled), subnet-manager routing
     tables beyond min-hop up/down.  Receiver: ``reorder=True`` (HCAs that support
@@ -287,9 +288,10 @@ def roce(**overrides) -> Fabric:
 def spectrum_x(**overrides) -> Fabric:
     """NVIDIA Spectrum-X: RoCE plus per-packet global adaptive routing and telemetry CC.
 
-    Models: PFC lossless RoCE; per-packet adaptive routing with fabric-wide congestion
-    telemetry (global visibility, 2 us control interval: our assumption), with SuperNIC
-    reordering so spraying costs nothing; telemetry-driven congestion control modelled
+    Models: PFC lossless RoCE; per-packet switch-local adaptive routing combined with
+    end-to-end congestion telemetry that reaches the NIC about one RTT late
+    (:func:`fabric_jax.routing.spectrum_x_ar_params`; the delay is our assumption),
+    with SuperNIC reordering so spraying costs nothing; telemetry-driven congestion control modelled
     by HPCC's in-band-telemetry law (Li et al. SIGCOMM 2019) -- NVIDIA's algorithm is
     not public.  Per-tenant performance isolation is approximated by this CC plus AR
     (no per-tenant queues).  Source of the headline claim: NVIDIA Spectrum-X white
@@ -307,7 +309,7 @@ def spectrum_x(**overrides) -> Fabric:
     could confirm), ``nic_latency`` 0.3 us (assumption, as :func:`infiniband`).
     """
     base = Fabric("spectrum_x", routing="spectrum_x_ar", cc="hpcc", flow_control="pfc",
-                  description="PFC + telemetry CC (HPCC-like) + global per-packet AR",
+                  description="PFC + telemetry CC (HPCC-like) + per-packet AR with telemetry",
                   switch_latency=SPECTRUM_SWITCH_LATENCY, nic_latency=NIC_LATENCY,
                   reorder=True, loss_recovery="selective")
     return base.replace(**overrides)

@@ -39,19 +39,35 @@ Policies (:data:`POLICIES`):
 ``flowlet``
     Flowlet switching (CONGA, Alizadeh et al. SIGCOMM 2014; LetFlow, Vanini et al.
     NSDI 2017): a flow stays on one path; after it has been idle (offered rate below
-    ``idle_fraction`` of its NIC link) for ``gap`` seconds, it moves to the least
-    loaded path (global utilisation view, as CONGA).  Fluid flows that never pause keep
-    their first (hashed) path: flowlet switching needs gaps.
-``adaptive`` (``ib_ar``, ``spectrum_x_ar``)
-    Per-packet adaptive routing as a fluid split: every ``control_interval`` seconds
-    the split moves a fraction ``gain`` towards ``softmax(-cost / temperature)``, with
-    the path cost ``sum_l (q_l / (C_l tau) + load_l / C_l)`` over the hops the deciding
-    switch can see.  ``visibility = 0`` (local, InfiniBand AR): only the output port
-    where the candidate paths diverge (the leaf uplink); congestion further on (the
-    spine downlink to a hot receiver) is invisible.  ``visibility = 1`` (global,
-    Spectrum-X): every hop of the path (fabric-wide telemetry).  Reordering: Spectrum-X
-    NICs reorder, so per-packet spraying costs nothing; IB AR's reordering cost is not
-    modelled either (documented departure).
+    ``idle_fraction`` of its NIC link) for the flowlet timeout ``gap`` (default 500
+    us, CONGA), it moves to the path with the least congestion metric (CONGA's
+    maximum link utilisation along the path) as known ``info_delay`` late (CONGA's
+    leaf-to-leaf feedback, about one RTT).  Fluid flows that never pause keep their
+    first (hashed) path: flowlet switching needs gaps, and RDMA collectives rarely
+    leave any.
+``adaptive``, ``ib_ar``, ``spectrum_x_ar``
+    Per-packet adaptive routing as a fluid split.  Every ``decision_interval`` (one
+    4 KiB packet at 400 Gb/s by default; a step of ``dt`` holds ``dt /
+    decision_interval`` decisions) the split moves a fraction ``gain`` per decision
+    towards ``softmax(-cost / temperature)`` over the live paths, with the path cost
+    built from ``q_l / (C_l tau) + load_l / C_l`` of its hops.  What the policies
+    differ in is *what they know and when* (:func:`decision_hops` splits each path's
+    hops into those where a switch chooses and the remote rest):
+
+    * ``ib_ar`` (:func:`ib_ar_params`): each switch sees only its own egress queues
+      at the hops where it chooses, with no delay; a congested spine downlink two hops
+      away costs nothing to the leaf's choice.  Departure, stated: with several
+      decision hops (fat-tree edge and aggregation uplinks) the per-switch choices
+      are folded into one softmin over the sum of their local costs, not chained
+      switch by switch.
+    * ``spectrum_x_ar`` (:func:`spectrum_x_ar_params`): the same switch-local cost
+      *plus* the remote hops' cost as reported by end-to-end telemetry to the NIC,
+      ``info_delay`` old (about one RTT; :func:`delayed` is the delay line).
+    * ``adaptive`` (:func:`adaptive_params`): an idealised router that sees every hop
+      at once (``info_delay = 0``), or only local hops with ``visibility="local"``.
+
+    Reordering: per-packet routing delivers out of order; its cost is not modelled
+    here (Spectrum-X SuperNICs and IB HCAs place out-of-order data directly).
 
 Link failures (``simulate_fluid(faults=)``, :mod:`fabric_jax.faults`): the view's
 ``capacity`` is the capacity *in force* (0 on a failed link).  A path is *live* when
@@ -74,8 +90,10 @@ A flow with no live path keeps its split; the fluid loop reports it as stranded.
 
 Departures, stated: switch decisions are per flow path (the candidate list), not per
 port on each switch; per-packet behaviour is a continuous split; costs use the link
-state at the start of the step (one step of feedback delay), and the routing view has
-no propagation delay beyond ``control_interval``.
+state at the start of the step (one step of feedback delay, on top of each policy's
+``info_delay``); the local-only policies know that a *remote* link is dead as soon as
+the fluid loop does (InfiniBand SHIELD / fault-routing notifications and Ethernet
+link-down events are taken as immediate), and the loop never sends on a dead path.
 """
 
 from __future__ import annotations
@@ -92,8 +110,10 @@ from .paths import PathSet, mix64
 __all__ = ["masked_softmax", "Policy", "RoutingState", "RoutingView", "Routing", "POLICIES", "ECMP",
            "WEIGHTED_ECMP", "SPRAY", "FLOWLET", "IB_AR", "SPECTRUM_X_AR", "get_policy",
            "make_routing", "ecmp_params", "weighted_ecmp_params", "spray_params",
-           "flowlet_params", "adaptive_params", "ecmp_choice", "path_link_cost",
-           "path_alive"]
+           "flowlet_params", "adaptive_params", "ib_ar_params", "spectrum_x_ar_params",
+           "ecmp_choice", "path_link_cost", "path_alive", "decision_hops", "delayed",
+           "TELEMETRY_SLOTS", "TELEMETRY_DELAY_US", "PACKET_DECISION_US", "PACKET_GAIN",
+           "FLOWLET_GAP_US", "FLOWLET_INFO_DELAY_US"]
 
 _BIG = np.iinfo(np.int64).max
 
@@ -416,20 +436,116 @@ def _spray_step(state, view, dt, params):
 SPRAY = Policy("spray", _spray_init, _spray_step, spray_params)
 
 
+# ------------------------------------------------------ delayed information
+#: Slots of the delay line that holds what a policy knows ``info_delay`` late (static:
+#: it sets the state's shape).  The observed value is sampled every
+#: ``info_delay / (TELEMETRY_SLOTS - 2)`` seconds (and at most once per step), so the
+#: value used at time ``t`` was observed between ``t - info_delay * (1 + 1 / 14)`` and
+#: ``t - info_delay``; with ``info_delay = 0`` it is the current view.
+TELEMETRY_SLOTS = 16
+_NEVER = -1e30  # time stamp of the empty slots: "nothing known yet" (value 0)
+
+
+def _delay_init(shape, dtype) -> dict:
+    return {"hist": jnp.zeros((TELEMETRY_SLOTS,) + tuple(shape), dtype),
+            "hist_t": jnp.full((TELEMETRY_SLOTS,), _NEVER, dtype),
+            "slot": jnp.asarray(0, jnp.int32)}
+
+
+def delayed(aux: dict, value, t, dt, delay):
+    """Pushes ``value`` observed at ``t`` into a delay line; returns what is known now.
+
+    The model of an information delay (end-to-end telemetry that returns after about
+    one RTT, CONGA's leaf-to-leaf feedback): the policy acts at ``t`` on the newest
+    observation made at or before ``t - delay``.  Before anything that old exists the
+    known value is 0 (no congestion known).
+
+    Args:
+      aux: dict holding ``hist [slots, ...]``, ``hist_t [slots]``, ``slot`` (int).
+      value: the current observation, shape of ``hist[0]``.
+      t: time of the observation, seconds.
+      dt: step, seconds (slack of the time comparisons).
+      delay: information delay, seconds (>= 0, traced).
+
+    Returns:
+      ``(aux', known)``: the updated delay line and the value known at ``t``.
+    """
+    hist, hist_t, slot = aux["hist"], aux["hist_t"], aux["slot"]
+    eps = 1e-3 * dt
+    period = delay / (TELEMETRY_SLOTS - 2)
+    write = t - hist_t[slot] >= period - eps
+    nxt = jnp.where(write, (slot + 1) % TELEMETRY_SLOTS, slot)
+    hist = hist.at[nxt].set(jnp.where(write, value, hist[nxt]))
+    hist_t = hist_t.at[nxt].set(jnp.where(write, t, hist_t[nxt]))
+    usable = hist_t <= t - delay + eps
+    pick = jnp.argmax(jnp.where(usable, hist_t, -jnp.inf))
+    known = jnp.where(jnp.any(usable), hist[pick], jnp.zeros_like(value))
+    return dict(aux, hist=hist, hist_t=hist_t, slot=nxt), known
+
+
+def decision_hops(paths: PathSet) -> np.ndarray:
+    """``[flows, paths, hops]`` True where a switch *chooses*: hop ``h`` of path ``p``
+    is a decision hop when another candidate shares the links before ``h`` and leaves
+    by a different link at ``h`` (the leaf uplink in a leaf-spine; the edge and
+    aggregation uplinks in a 3-tier fat-tree).  The other hops (spine / core
+    downlinks, the last hop) are fixed once the upstream choices are made: a switch
+    on the way cannot see their queues (host side, NumPy).
+    """
+    links = np.asarray(paths.links)
+    pmask = np.asarray(paths.path_mask, bool)
+    hmask = np.asarray(paths.hop_mask, bool)
+    out = np.zeros(links.shape, bool)
+    chunk = 256
+    for s in range(0, links.shape[0], chunk):
+        lk, pm, hm = links[s:s + chunk], pmask[s:s + chunk], hmask[s:s + chunk]
+        eq = lk[:, :, None, :] == lk[:, None, :, :]                  # [f, p, q, h]
+        same_prefix = np.concatenate([np.ones(eq.shape[:3] + (1,), bool),
+                                      np.cumprod(eq, axis=3)[..., :-1].astype(bool)], axis=3)
+        both = (pm[:, :, None] & pm[:, None, :])[..., None] & hm[:, :, None, :] & hm[:, None, :, :]
+        out[s:s + chunk] = np.any(same_prefix & ~eq & both, axis=2)
+    return out & hmask
+
+
 # -------------------------------------------------------------------- flowlet
 @dataclasses.dataclass(frozen=True)
 class FlowletParams:
-    """Attributes: gap (idle time that ends a flowlet, s), idle_fraction (rate below
-    this fraction of the NIC link counts as idle)."""
+    """Attributes: gap (flowlet timeout: idle time that ends a flowlet, s -- the
+    decision granularity), idle_fraction (rate below this fraction of the NIC link
+    counts as idle), info_delay (age of the path congestion metric, s)."""
 
     gap: Any
     idle_fraction: Any
+    info_delay: Any
 
 
-def flowlet_params(*, gap_us: float = 5.0, idle_fraction: float = 0.05) -> FlowletParams:
-    if gap_us <= 0 or not 0 <= idle_fraction < 1:
+#: CONGA's flowlet inactivity timeout, microseconds (Alizadeh et al., SIGCOMM 2014,
+#: testbed setting; the public ns-3 reimplementation of CONGA defaults to the same
+#: 500 us).  LetFlow (Vanini et al., NSDI 2017) studies timeouts of 50-500 us.
+FLOWLET_GAP_US = 500.0
+#: CONGA's congestion-to-leaf table is filled by feedback piggybacked on reverse
+#: traffic: about one fabric RTT old.  Same value as :data:`TELEMETRY_DELAY_US`.
+FLOWLET_INFO_DELAY_US = 4.0
+
+
+def flowlet_params(*, gap_us: float = FLOWLET_GAP_US, idle_fraction: float = 0.05,
+                   info_delay_us: float = FLOWLET_INFO_DELAY_US) -> FlowletParams:
+    """Flowlet-switching parameters (CONGA / LetFlow).
+
+    Args:
+      gap_us: flowlet timeout, microseconds (default :data:`FLOWLET_GAP_US`, CONGA).
+        A flow moves only after an idle gap at least this long.
+      idle_fraction: offered rate below this fraction of the NIC link counts as idle
+        (our assumption: a fluid flow is never exactly silent while it drains).
+      info_delay_us: age of the per-path congestion metric (CONGA's max link
+        utilisation along the path), microseconds (default one RTT,
+        :data:`FLOWLET_INFO_DELAY_US`).
+    """
+    if not (np.isfinite(gap_us) and gap_us > 0) or not 0 <= idle_fraction < 1:
         raise ValueError("gap_us must be > 0 and idle_fraction in [0, 1)")
-    return FlowletParams(gap=jnp.asarray(gap_us * 1e-6), idle_fraction=jnp.asarray(idle_fraction))
+    if not (np.isfinite(info_delay_us) and info_delay_us >= 0):
+        raise ValueError(f"info_delay_us must be a finite number >= 0; got {info_delay_us!r}")
+    return FlowletParams(gap=jnp.asarray(gap_us * 1e-6), idle_fraction=jnp.asarray(idle_fraction),
+                         info_delay=jnp.asarray(info_delay_us * 1e-6))
 
 
 def _flowlet_init(paths, params, seed=0):
@@ -437,7 +553,9 @@ def _flowlet_init(paths, params, seed=0):
     rng = np.random.default_rng(seed + 1)
     jitter = rng.uniform(0, 1e-6, size=paths.path_mask.shape)  # tie breaking
     return dataclasses.replace(st, aux=dict(st.aux, idle=jnp.zeros(paths.n_pairs),
-                                            jitter=jnp.asarray(jitter, st.split.dtype)))
+                                            jitter=jnp.asarray(jitter, st.split.dtype),
+                                            **_delay_init(paths.path_mask.shape,
+                                                          st.split.dtype)))
 
 
 def _one_hot(idx, n, dtype):
@@ -454,7 +572,9 @@ def _flowlet_step(state, view, dt, params):
     util = jnp.where(view.capacity > 0, view.load / safe, 0.0)
     ext = jnp.concatenate([util, jnp.zeros((1,), util.dtype)])
     idx = jnp.where(state.hop_mask, state.links, n_links)
-    cost = jnp.max(jnp.where(state.hop_mask, ext[idx], 0.0), axis=-1) + state.aux["jitter"]
+    metric = jnp.max(jnp.where(state.hop_mask, ext[idx], 0.0), axis=-1)  # CONGA: max util
+    aux, known = delayed(state.aux, metric, view.t, dt, params.info_delay)
+    cost = known + state.aux["jitter"]
     alive = path_alive(state, view.capacity)
     live = _live_mask(state, view.capacity)
     best = jnp.argmin(jnp.where(live, cost, jnp.inf), axis=1)
@@ -462,7 +582,7 @@ def _flowlet_step(state, view, dt, params):
     move = ((state.aux["idle"] >= params.gap) & view.active & ~idle_now) | on_dead
     split = jnp.where(move[:, None], _one_hot(best, state.split.shape[1], state.split.dtype),
                       state.split)
-    return dataclasses.replace(state, split=split, aux=dict(state.aux, idle=idle))
+    return dataclasses.replace(state, split=split, aux=dict(aux, idle=idle))
 
 
 FLOWLET = Policy("flowlet", _flowlet_init, _flowlet_step, flowlet_params)
@@ -471,87 +591,152 @@ FLOWLET = Policy("flowlet", _flowlet_init, _flowlet_step, flowlet_params)
 # ---------------------------------------------------------- adaptive routing
 @dataclasses.dataclass(frozen=True)
 class AdaptiveParams:
-    """Attributes: control_interval (s), gain (fraction moved per interval),
-    temperature (softmin scale, in cost units), queue_tau (s: a queue of ``C tau``
-    bytes costs as much as a fully loaded link), visibility (0 local, 1 global)."""
+    """Attributes (seconds where timed): decision_interval (time between the switches'
+    re-decisions: the decision granularity), info_delay (age of the end-to-end
+    telemetry of the remote hops), remote_weight (0: switch-local information only;
+    1: local queues plus remote-hop telemetry), gain (fraction of the split moved
+    towards the target per decision), temperature (softmin scale, in cost units),
+    queue_tau (a queue of ``C queue_tau`` bytes costs as much as a fully loaded
+    link)."""
 
-    control_interval: Any
+    decision_interval: Any
+    info_delay: Any
+    remote_weight: Any
     gain: Any
     temperature: Any
     queue_tau: Any
-    visibility: Any
 
 
-def adaptive_params(*, visibility: str = "global", control_interval_us: float = 1.0,
-                    gain: float = 0.5, temperature: float = 0.05,
-                    queue_tau_us: float = 2.0) -> AdaptiveParams:
-    """Adaptive-routing parameters.
+#: One 4096-byte packet (the InfiniBand and RoCE MTU) at 400 Gb/s, microseconds: the
+#: decision granularity of per-packet adaptive routing (NVIDIA: "Adaptive Routing
+#: enables the switch to select the output port based on the port's load", per
+#: packet, InfiniBand Cluster Bring-up Procedure, "Adaptive Routing"; Spectrum-4
+#: RoCE adaptive routing selects the least-congested port for each packet, NVIDIA
+#: Spectrum-X documentation).
+PACKET_DECISION_US = 4096 * 8 / 400e9 * 1e6
+#: Per-decision gain: chosen so that the fluid split moves half-way to its target per
+#: microsecond of per-packet decisions, ``1 - (1 - g)^(1 / PACKET_DECISION_US) = 0.5``
+#: (our assumption: the fluid step cannot resolve per-packet queue oscillations; the
+#: value reproduces the 0.5-per-us relaxation this module used before).
+PACKET_GAIN = float(1.0 - 0.5 ** PACKET_DECISION_US)
+#: Age of end-to-end telemetry, microseconds: about one base RTT of a 2-tier
+#: leaf-spine (our assumption: 3 cut-through switches at ~0.3 us, NIC 2 x 0.3 us,
+#: short cables, both directions; the NIC learns a path's congestion when the
+#: telemetry of a packet returns to it).
+TELEMETRY_DELAY_US = 4.0
+
+
+def adaptive_params(*, visibility: str = "global",
+                    decision_interval_us: float = PACKET_DECISION_US,
+                    info_delay_us: float = 0.0, gain: float = PACKET_GAIN,
+                    temperature: float = 0.05, queue_tau_us: float = 2.0) -> AdaptiveParams:
+    """Adaptive-routing parameters (the generic ``adaptive`` policy: an idealised
+    router that sees every hop of every path at once -- neither vendor's design; see
+    :func:`ib_ar_params` and :func:`spectrum_x_ar_params` for those).
 
     Args:
-      visibility: ``"local"`` (the diverging output port only, InfiniBand AR) or
-        ``"global"`` (every hop, Spectrum-X telemetry).
-      control_interval_us: how often the split is updated, microseconds.
-      gain: fraction of the way to the target split moved per update, ``(0, 1]``.
+      visibility: ``"local"`` (decision hops only: each switch its own egress queues)
+        or ``"global"`` (local queues plus the remote hops via telemetry delayed by
+        ``info_delay_us``).
+      decision_interval_us: time between decisions, microseconds (default one packet,
+        :data:`PACKET_DECISION_US`).  A step of ``dt`` holds ``dt /
+        decision_interval`` decisions when the interval is shorter than ``dt``.
+      info_delay_us: age of the remote-hop telemetry, microseconds (>= 0).
+      gain: fraction of the way to the target split moved per decision, ``(0, 1]``.
       temperature: softmin temperature over path costs (> 0).
       queue_tau_us: queue normalisation, microseconds.
     """
     if visibility not in ("local", "global"):
         raise ValueError(f"visibility must be 'local' or 'global'; got {visibility!r}")
-    if not (control_interval_us > 0 and 0 < gain <= 1 and temperature > 0 and queue_tau_us > 0):
-        raise ValueError("control_interval_us > 0, 0 < gain <= 1, temperature > 0 and "
-                         "queue_tau_us > 0 are required")
-    return AdaptiveParams(control_interval=jnp.asarray(control_interval_us * 1e-6),
+    vals = dict(decision_interval_us=decision_interval_us, info_delay_us=info_delay_us,
+                gain=gain, temperature=temperature, queue_tau_us=queue_tau_us)
+    if not all(np.isfinite(v) for v in vals.values()) or not (
+            decision_interval_us > 0 and info_delay_us >= 0 and 0 < gain <= 1
+            and temperature > 0 and queue_tau_us > 0):
+        raise ValueError("decision_interval_us > 0, info_delay_us >= 0, 0 < gain <= 1, "
+                         "temperature > 0 and queue_tau_us > 0 (all finite) are required; "
+                         f"got {vals}")
+    return AdaptiveParams(decision_interval=jnp.asarray(decision_interval_us * 1e-6),
+                          info_delay=jnp.asarray(info_delay_us * 1e-6),
+                          remote_weight=jnp.asarray(1.0 if visibility == "global" else 0.0),
                           gain=jnp.asarray(gain), temperature=jnp.asarray(temperature),
-                          queue_tau=jnp.asarray(queue_tau_us * 1e-6),
-                          visibility=jnp.asarray(1.0 if visibility == "global" else 0.0))
+                          queue_tau=jnp.asarray(queue_tau_us * 1e-6))
 
 
-def _local_hops(paths: PathSet) -> np.ndarray:
-    """``[flows, paths, hops]`` True at each path's first hop where candidates diverge."""
-    links = np.asarray(paths.links)
-    ref = links[:, :1, :]
-    differs = np.any((links != ref) & paths.path_mask[:, :, None] & paths.hop_mask, axis=1)
-    has = differs.any(axis=1)
-    first = np.where(has, np.argmax(differs, axis=1), 0)
-    h = np.arange(links.shape[2])
-    return (h[None, None, :] == first[:, None, None]) & paths.hop_mask
+def ib_ar_params(**overrides) -> AdaptiveParams:
+    """InfiniBand adaptive routing (NVIDIA Quantum switches, ConnectX HCAs).
+
+    Mechanism: every switch picks, per packet, the output port of the destination's AR
+    group with the least load ("Adaptive Routing (AR) enables the switch to select the
+    output port based on the port's load", NVIDIA InfiniBand Cluster Bring-up
+    Procedure, "Adaptive Routing"; groups set by the subnet manager, TREE algorithm for
+    fat-trees).  It knows only its *own* egress queues, at once (``info_delay = 0``):
+    congestion on a spine downlink two hops away is invisible to the leaf until it
+    backs up into the leaf's uplink queue (credit back-pressure, when modelled).
+    Defaults: ``visibility="local"``, per-packet decisions
+    (:data:`PACKET_DECISION_US`).  Link faults: SHIELD / fault-routing notifications
+    take a dead port out of the groups; the model removes dead paths at once.
+    """
+    return adaptive_params(**{"visibility": "local", "info_delay_us": 0.0, **overrides})
+
+
+def spectrum_x_ar_params(**overrides) -> AdaptiveParams:
+    """NVIDIA Spectrum-X RoCE adaptive routing (Spectrum-4 switch + SuperNIC).
+
+    Mechanism: the switch chooses per packet the least-congested egress port from its
+    local queue state (as InfiniBand), and the path choice is also steered with
+    end-to-end congestion telemetry that reaches the NIC about one RTT late
+    (``info_delay``, default :data:`TELEMETRY_DELAY_US`): the path cost is the local
+    queues *now* plus the remote hops as last reported.  As a split this is the
+    product of the switch's local choice and a NIC-side weight on each path:
+    ``softmax(-(c_local + c_remote)/T) ~ softmax(-c_local/T) * softmax(-c_remote/T)``.
+    Packets arrive out of order and the SuperNIC places them directly (reordering
+    costs nothing here).  Sources: NVIDIA Spectrum-X networking platform white paper
+    and "RoCE adaptive routing" documentation (Spectrum-4 per-packet AR, BlueField-3
+    SuperNIC out-of-order placement); NVIDIA does not publish the telemetry algorithm,
+    so the additive cost is our model of it and the delay our assumption.
+    """
+    return adaptive_params(**{"visibility": "global", "info_delay_us": TELEMETRY_DELAY_US,
+                              **overrides})
 
 
 def _adaptive_init(paths, params, seed=0):
     paths = _check_paths(paths)
     m = np.asarray(paths.path_mask, np.float32)
     st = _base_state(paths, m / m.sum(axis=1, keepdims=True))
-    return dataclasses.replace(st, aux={"clock": jnp.asarray(0.0),
-                                        "local": jnp.asarray(_local_hops(paths))})
+    return dataclasses.replace(st, aux={"clock": jnp.asarray(0.0, st.split.dtype),
+                                        "decide": jnp.asarray(decision_hops(paths)),
+                                        **_delay_init(m.shape, st.split.dtype)})
 
 
 def _adaptive_step(state, view, dt, params):
     safe = jnp.where(view.capacity > 0, view.capacity, 1.0)
     per_link = jnp.where(view.capacity > 0,
                          view.queue / (safe * params.queue_tau) + view.load / safe, 1e3)
-    local = path_link_cost(state, per_link, state.aux["local"])
-    full = path_link_cost(state, per_link)
-    cost = (1.0 - params.visibility) * local + params.visibility * full
+    decide = state.aux["decide"]
+    local = path_link_cost(state, per_link, decide)
+    remote_now = path_link_cost(state, per_link, state.hop_mask & ~decide)
+    aux, remote = delayed(state.aux, remote_now, view.t, dt, params.info_delay)
+    cost = local + params.remote_weight * remote
     live = _live_mask(state, view.capacity)
     target = masked_softmax(-cost / params.temperature, live)
-    clock = state.aux["clock"] + dt
-    fire = clock >= params.control_interval * (1.0 - 1e-6)
-    g = jnp.where(fire, params.gain, 0.0)
+    clock = aux["clock"] + dt
+    fire = clock >= params.decision_interval * (1.0 - 1e-6)
+    # clock / decision_interval decisions happened since the last update (>= 1)
+    n_dec = clock / params.decision_interval
+    keep = jnp.exp(n_dec * jnp.log1p(-jnp.minimum(params.gain, 1.0 - 1e-7)))
+    g = jnp.where(fire, 1.0 - keep, 0.0)
     split = (1.0 - g) * state.split + g * target
     split = jnp.where(state.path_mask, split, 0.0)
     split = split / jnp.maximum(jnp.sum(split, axis=1, keepdims=True), 1e-30)
     split = _drop_dead(split, live)
     clock = jnp.where(fire, 0.0, clock)
-    return dataclasses.replace(state, split=split, aux=dict(state.aux, clock=clock))
+    return dataclasses.replace(state, split=split, aux=dict(aux, clock=clock))
 
 
 ADAPTIVE = Policy("adaptive", _adaptive_init, _adaptive_step, adaptive_params)
-IB_AR = Policy("ib_ar", _adaptive_init, _adaptive_step,
-               lambda **kw: adaptive_params(**{"visibility": "local",
-                                               "control_interval_us": 1.0, **kw}))
-SPECTRUM_X_AR = Policy("spectrum_x_ar", _adaptive_init, _adaptive_step,
-                       lambda **kw: adaptive_params(**{"visibility": "global",
-                                                       "control_interval_us": 2.0, **kw}))
+IB_AR = Policy("ib_ar", _adaptive_init, _adaptive_step, ib_ar_params)
+SPECTRUM_X_AR = Policy("spectrum_x_ar", _adaptive_init, _adaptive_step, spectrum_x_ar_params)
 
 for _cls in (ECMPParams, WeightedECMPParams, SprayParams, FlowletParams, AdaptiveParams):
     jax.tree_util.register_dataclass(_cls)
