@@ -67,6 +67,20 @@ buffer sized to the open rows.  The comparison is made with a margin,
 mathematically but lies below it by round-off is re-solved rather than kept: the
 result equals the from-scratch solve to float round-off, not just approximately.
 
+*Cost per event.*  The link loads are carried from event to event: the residual
+capacity and the new loads are sums over the re-solved rows only
+(``solve_warm(..., load=...)``), a single completing flow's load and finish time are
+removed/recorded for that slot alone, the open rows are compacted with a prefix sum
+(:func:`fabric_jax.fairness.compact_indices`), and without dependencies every start
+time is known from the outset.  What remains proportional to the active flows is a
+handful of elementwise passes and reductions over the slot table; the rest follows the
+re-solved rows times the iterations of their bottleneck freezing.  On the SimGrid-style
+coupled instances that product dominates: a completing flow with a low rate leaves
+most of the table above ``theta`` (on average ~20% of the active flows are re-solved,
+though only ~5% change rate), and those solves take tens of iterations (the depth of
+the bottleneck structure), so the total grows about as ``N^2``
+(``experiments/bench_flowsim.py``).
+
 Event merging (``tolerance > 0``; off by default)
 -------------------------------------------------
 An event at time ``t`` then also processes every active flow ``f`` whose completion
