@@ -419,7 +419,8 @@ def _run_events(inc, capacity, deps, flows, max_events, max_active, record, batc
     if n == 0:  # nothing to simulate (the slot table would index an empty flow table)
         return _empty_result(capacity.shape[:-1], capacity.dtype, max_events, record)
     rows = flow_rows(inc)
-    has_deps = bool(np.any(np.asarray(deps) >= 0))  # deps is concrete (validated on host)
+    has_deps = (isinstance(deps, jax.core.Tracer)  # deps is validated on the host
+                or bool(np.any(np.asarray(deps) >= 0)))
     width = max(1, min(int(max_active), n))
     while True:
         run = functools.partial(_simulate_events, int(max_events), width, bool(record),
