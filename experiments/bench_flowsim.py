@@ -95,7 +95,10 @@ robustly met.  Profile
 (CPU time, 10k): ~80% of an event's cost is the residual solve of the flows above the
 keep threshold (on average ~20% of the active flows, 2.6e8 flow-iterations in all,
 though only ~5% of the flows change rate per event); the rest is the per-event
-elementwise passes over the slot table.  The 10x aim is not reached.
+elementwise passes over the slot table.  The 10x aim is not reached.  30k flows
+(``--coupled 30000 --old-max 0 --oracle-max 0 --batched-max 0 --simgrid``) was
+stopped after 40 min under load, with SimGrid still running after ~20 min (the
+exact engine's figure is printed only with SimGrid's row): not measured.
 CPU/GPU crossover: not measured, no GPU lent (``experiments/bench_gpu.sh`` is ready).
 """
 
