@@ -69,10 +69,36 @@ FCTs agree with SimGrid to 3e-15 / 6e-15 / 1e-14)::
     3k     1.96 s    0.747 s       2.6x   0.524 s
     10k    17.3 s    12.1 s        1.4x   6.23 s
 
-Target not met: the exact engine is 1.4x SimGrid at 10k (goal >= 2x) and its cost
-grows faster (1k -> 10k: x211, ~N^2.3, against SimGrid's x36, ~N^1.6): every event
-still does O(active flows) work (the open-row compaction, slot gathers and scatters),
-and ~20% of the active flows sit above the keep threshold on average.
+That was the engine of the first warm-start commit.  With the link loads carried
+between events, prefix-sum compaction and the single-completion fast path (see
+``fabric_jax.sim``, "Cost per event"), a run on the same machine (05:08 UTC, load
+average ~8: absolute times inflated, ratios in one run only; ``/tmp/simgrid-venv``
+python; ``--coupled 1000 3000 10000 --old-max 0 --oracle-max 1000 --batched-max 1000
+--simgrid``; FCTs agree with SimGrid to 1.1e-14 / 2.6e-14 / 6.4e-14 and with the
+oracle at 1k to 1.1e-14)::
+
+    flows  SimGrid   exact    ratio  merged (events, FCT err)   oracle
+    1k     0.321 s   0.163 s  2.0x   0.081 s (771, 5.7e-4)     18.5 s
+    3k     2.85 s    0.676 s  4.2x   0.741 s (1685, 1.0e-3)    -
+    10k    42.0 s    12.3 s   3.4x   9.10 s (3006, 1.7e-3)     -
+
+batched at 1k (4 seeds): 0.61 s per scenario warm, 0.69 s from scratch, against
+0.113 s per scenario for a loop of ``simulate_flows`` calls.  Growth 1k -> 10k in that
+run: exact x75 (~N^1.9), SimGrid x131 (~N^2.1); in the earlier, quieter run SimGrid
+grew x36 (~N^1.6).  Caution: SimGrid took 2.4x longer at 10k than in the earlier run
+while the exact engine took the same time, so the better ratio is mostly the load on
+SimGrid's process, not a faster engine: in process CPU time, A/B against the previous
+commit (``simulate_flows`` on the same instances), the changes gain ~10% at 3k
+(0.53-0.61 s vs 0.59-0.66 s) and nothing measurable at 10k (10.85 s vs 10.72 s).  The
+targets (>= 2x SimGrid at 10k, growth no faster than SimGrid's) are therefore not
+robustly met.  Profile
+(CPU time, 10k): ~80% of an event's cost is the residual solve of the flows above the
+keep threshold (on average ~20% of the active flows, 2.6e8 flow-iterations in all,
+though only ~5% of the flows change rate per event); the rest is the per-event
+elementwise passes over the slot table.  The 10x aim is not reached.  30k flows
+(``--coupled 30000 --old-max 0 --oracle-max 0 --batched-max 0 --simgrid``) was
+stopped after 40 min under load, with SimGrid still running after ~20 min (the
+exact engine's figure is printed only with SimGrid's row): not measured.
 CPU/GPU crossover: not measured, no GPU lent (``experiments/bench_gpu.sh`` is ready).
 """
 

@@ -482,8 +482,22 @@ def _warm_buckets(n_flows: int) -> list[int]:
     return sizes
 
 
+def compact_indices(mask, size: int):
+    """Indices of the first ``size`` true entries of the 1-D ``mask``, padded with 0.
+
+    Equal to ``jnp.nonzero(mask, size=size, fill_value=0)[0]`` (int32), computed with a
+    parallel prefix sum (``lax.associative_scan``) and one scatter: about 4x cheaper
+    than ``jnp.nonzero`` on CPU, where the solver's per-event compaction was a
+    measurable part of the event-driven simulator's cost.
+    """
+    n = mask.shape[0]
+    pos = jax.lax.associative_scan(jnp.add, mask.astype(jnp.int32)) - 1
+    return jnp.zeros((size,), jnp.int32).at[jnp.where(mask, pos, size)].set(
+        jnp.arange(n, dtype=jnp.int32), mode="drop")
+
+
 def solve_warm(inc: Incidence, capacity, demand, rate, frozen, *, max_iter=None,
-               residual=None) -> MaxMinResult:
+               residual=None, load=None) -> MaxMinResult:
     """Max-min rates when the flows in ``frozen`` are known to keep ``rate`` exactly.
 
     The residual problem -- the open flows on the capacity left by the frozen ones,
@@ -503,14 +517,27 @@ def solve_warm(inc: Incidence, capacity, demand, rate, frozen, *, max_iter=None,
     characterisation of the residual problem, whose max-min allocation is unique, so
     the residual solve returns exactly ``r*_U``.
 
+    Incremental link load (``load`` given).  With ``L_l = sum_f A[l, f] rate_f`` over
+    *all* flows (the open ones at their previous rates), the residual capacity is
+    ``c_l - L_l + sum_{f open} A[l, f] rate_f`` and the new load is
+    ``L_l + sum_{f open} A[l, f] (r*_f - rate_f)``: both are sums over the open rows
+    only, so nothing in the solve costs in proportion to the frozen flows except the
+    compaction's prefix sum.  When the buffer is the whole problem, both are
+    recomputed from scratch instead, which also bounds the round-off that the
+    incremental updates accumulate over many calls.
+
     Args:
       inc: flow-major incidence (``row_width`` set, ``nnz == n_flows * row_width``).
       capacity: ``[links]`` bytes/s; ``demand``: ``[flows]`` bytes/s (``+inf``: none).
-      rate: ``[flows]`` rates of the frozen flows (other entries ignored).
+      rate: ``[flows]`` rates of the frozen flows (with ``load``: the previous rates of
+        all flows, the ones ``load`` was summed from; otherwise open entries are
+        ignored).
       frozen: ``[flows]`` bool.
       max_iter: iteration cap of the residual solve (default ``n_flows + 1``).
       residual: optional precomputed ``[links]`` residual capacity (skips one
-        scatter over the frozen entries).
+        scatter over the frozen entries; ignored when ``load`` is given).
+      load: optional ``[links]`` link load ``sum_f A[l, f] rate_f`` of all flows at
+        ``rate`` (see above); the result's ``link_load`` is then updated from it.
 
     Returns:
       :class:`MaxMinResult`; ``info.iterations`` counts the residual solve only.
@@ -525,37 +552,61 @@ def solve_warm(inc: Incidence, capacity, demand, rate, frozen, *, max_iter=None,
     li = inc.link_idx.reshape(n_flows, width)
     w = inc.weight.astype(dtype).reshape(n_flows, width)
     act = w != 0
-    if residual is None:
-        residual = capacity - _link_sum(
-            jnp.where(act & frozen[:, None], w * jnp.where(frozen, rate, 0.0)[:, None],
-                      0.0).reshape(-1), li.reshape(-1), n_links, None)
+    rate = jnp.asarray(rate, dtype)
     open_ = ~frozen
     count = jnp.sum(open_)
     sizes = _warm_buckets(n_flows)
     which = jnp.sum(jnp.asarray(sizes) >= count) - 1
 
+    def row_load(mask, r):  # [links] load of the rows in ``mask`` at rates ``r``
+        on = act & mask[:, None]
+        return _link_sum(jnp.where(on, w * jnp.where(mask, r, 0.0)[:, None], 0.0).reshape(-1),
+                         li.reshape(-1), n_links, None)
+
     def branch(size):
-        def run(rate):
-            idx = jnp.nonzero(open_, size=size, fill_value=0)[0]
+        def run(_):
+            full = size == n_flows
+            idx = compact_indices(open_, size)
             keep = jnp.arange(size) < count
             w_s = jnp.where(keep[:, None], w[idx], 0.0)
+            li_s = li[idx]
             d_s = demand[idx]
             has = jnp.any(w_s != 0, axis=1)
-            sub = Incidence(li[idx].reshape(-1), jnp.repeat(jnp.arange(size), width),
+            on_s = w_s != 0
+            old_s = jnp.where(has, rate[idx], 0.0)
+
+            def buffer_load(r):
+                return _link_sum(jnp.where(on_s, w_s * r[:, None], 0.0).reshape(-1),
+                                 li_s.reshape(-1), n_links, None)
+
+            if load is not None and not full:
+                res_cap = capacity - load + buffer_load(old_s)
+            elif residual is not None and load is None:
+                res_cap = residual
+            else:
+                res_cap = capacity - row_load(frozen, rate)
+            sub = Incidence(li_s.reshape(-1), jnp.repeat(jnp.arange(size), width),
                             w_s.reshape(-1), n_links, size, width)
-            r, f, it = _solve_rows(sub, residual, d_s, jnp.where(has, 0.0, d_s).astype(dtype),
+            r, f, it = _solve_rows(sub, res_cap, d_s, jnp.where(has, 0.0, d_s).astype(dtype),
                                    ~has, max_iter, fine=False)
             target = jnp.where(keep, idx, n_flows)
-            return rate.at[target].set(r, mode="drop"), jnp.all(f | ~keep), it
+            new_rate = jnp.where(frozen, rate, 0.0).at[target].set(r, mode="drop")
+            if load is None:
+                new_load = jnp.zeros((n_links,), dtype)  # computed below, from scratch
+            elif full:
+                new_load = row_load(jnp.ones((n_flows,), bool), new_rate)
+            else:
+                new_load = load + buffer_load(jnp.where(has, r, 0.0) - old_s)
+            return new_rate, jnp.all(f | ~keep), it, new_load
         return run
 
-    rate = jnp.where(frozen, rate, 0.0).astype(dtype)
-    rate, converged, it = jax.lax.switch(which, [branch(s) for s in sizes], rate)
-    load = inc.link_load(jnp.where(jnp.isfinite(rate), rate, 0.0))
+    rate, converged, it, new_load = jax.lax.switch(which, [branch(s) for s in sizes], None)
+    if load is None:
+        new_load = inc.link_load(jnp.where(jnp.isfinite(rate), rate, 0.0))
     rtol = SATURATION_RTOL.get(np.dtype(dtype), 1e-5)
     carries = inc.link_sum(jnp.where(inc.active, 1.0, 0.0).astype(dtype))
-    saturated = (carries > 0) & (load >= capacity * (1 - rtol))
+    saturated = (carries > 0) & (new_load >= capacity * (1 - rtol))
     info = MaxMinInfo(iterations=it,
-                      max_violation=jnp.max(jnp.maximum(load - capacity, 0.0), initial=0.0),
+                      max_violation=jnp.max(jnp.maximum(new_load - capacity, 0.0), initial=0.0),
                       converged=converged)
-    return MaxMinResult(rates=rate, link_load=load, saturated=saturated, info=info)
+    return MaxMinResult(rates=rate, link_load=new_load, saturated=saturated, info=info)

@@ -67,6 +67,20 @@ buffer sized to the open rows.  The comparison is made with a margin,
 mathematically but lies below it by round-off is re-solved rather than kept: the
 result equals the from-scratch solve to float round-off, not just approximately.
 
+*Cost per event.*  The link loads are carried from event to event: the residual
+capacity and the new loads are sums over the re-solved rows only
+(``solve_warm(..., load=...)``), a single completing flow's load and finish time are
+removed/recorded for that slot alone, the open rows are compacted with a prefix sum
+(:func:`fabric_jax.fairness.compact_indices`), and without dependencies every start
+time is known from the outset.  What remains proportional to the active flows is a
+handful of elementwise passes and reductions over the slot table; the rest follows the
+re-solved rows times the iterations of their bottleneck freezing.  On the SimGrid-style
+coupled instances that product dominates: a completing flow with a low rate leaves
+most of the table above ``theta`` (on average ~20% of the active flows are re-solved,
+though only ~5% change rate), and those solves take tens of iterations (the depth of
+the bottleneck structure), so the total grows about as ``N^2``
+(``experiments/bench_flowsim.py``).
+
 Event merging (``tolerance > 0``; off by default)
 -------------------------------------------------
 An event at time ``t`` then also processes every active flow ``f`` whose completion
@@ -98,7 +112,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .fairness import solve, solve_warm
+from .fairness import _link_sum, solve, solve_warm
 from .incidence import Incidence, as_incidence, check_entries
 
 __all__ = [
@@ -405,10 +419,12 @@ def _run_events(inc, capacity, deps, flows, max_events, max_active, record, batc
     if n == 0:  # nothing to simulate (the slot table would index an empty flow table)
         return _empty_result(capacity.shape[:-1], capacity.dtype, max_events, record)
     rows = flow_rows(inc)
+    has_deps = (isinstance(deps, jax.core.Tracer)  # deps is validated on the host
+                or bool(np.any(np.asarray(deps) >= 0)))
     width = max(1, min(int(max_active), n))
     while True:
         run = functools.partial(_simulate_events, int(max_events), width, bool(record),
-                                warm=bool(warm), tolerance=tolerance)
+                                warm=bool(warm), tolerance=tolerance, has_deps=has_deps)
         if batched:
             res, overflow = jax.vmap(run, in_axes=(None, None, 0, None, 0))(
                 rows, inc.n_links, capacity, deps, flows)
@@ -442,9 +458,9 @@ def _empty_result(batch_shape, dtype, max_events, record):
                          rate_history=rates)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 4, 8))
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 4, 8, 10))
 def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: int, capacity,
-                     deps, flows, warm: bool = True, tolerance=0.0):
+                     deps, flows, warm: bool = True, tolerance=0.0, has_deps: bool = True):
     arrival, size, delay = flows["arrival"], flows["size"], flows["delay"]
     latency, demand = flows["latency"], flows["demand"]
     ell_links, ell_weight = rows
@@ -464,8 +480,9 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
     def body(c):
         t, start, finish = c["t"], c["start"], c["finish"]
         slot_flow, slotted, slot_rem = c["slot_flow"], c["slotted"], c["slot_rem"]
-        rel = release_times(deps, finish, arrival, delay)
-        start = jnp.where(jnp.isfinite(start), start, rel)
+        if has_deps:  # without dependencies every start is known from the outset
+            rel = release_times(deps, finish, arrival, delay)
+            start = jnp.where(jnp.isfinite(start), start, rel)
         # Flows starting now take the free slots, in flow order.
         new = (start <= t) & ~slotted  # a flow keeps ``slotted`` after it completes
 
@@ -497,7 +514,11 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
         if warm:
             keep = _kept_rates(sub, capacity, slot_demand, c["slot_rate"], c["theta"],
                                valid, arrived, keep_rtol)
-            rate = solve_warm(sub, capacity, slot_demand, c["slot_rate"], keep).rates
+            # Link loads are carried from event to event and updated over the re-solved
+            # rows only (solve_warm's ``load``).
+            solved = solve_warm(sub, capacity, slot_demand, c["slot_rate"], keep,
+                                load=c["load"])
+            rate, load = solved.rates, solved.link_load
         else:  # from scratch, COO layout (the engine before warm starts)
             rate = solve(dataclasses.replace(sub, row_width=None), capacity, slot_demand).rates
         rem = slot_rem  # remaining bytes of each slot's flow
@@ -519,16 +540,39 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
         rem = jnp.where(completes, 0.0,
                         jnp.maximum(rem - jnp.where(valid, rate * step, 0.0), 0.0))
         target = jnp.where(valid, sf, n_flows)
-        done_target = jnp.where(completes, sf, n_flows)
-        finish = finish.at[done_target].set(t_done + latency[sf], mode="drop")
-        n_done = c["n_done"] + jnp.sum(completes, dtype=jnp.int32)
+        n_completes = jnp.sum(completes, dtype=jnp.int32)
+        finish_at = t_done + latency[sf]
+        # Record the completions and drop their load: usually a single flow, so the
+        # common case touches one slot, not the whole table.
+        flow_load = jnp.where(slot_weight != 0, slot_weight * rate[:, None], 0.0)
+
+        def one(args):
+            finish, load = args
+            i = jnp.argmax(completes)
+            load = load.at[slot_links[i]].add(-flow_load[i]) if warm else load
+            return finish.at[sf[i]].set(finish_at[i]), load, rate[i]
+
+        def many(args):
+            finish, load = args
+            finish = finish.at[jnp.where(completes, sf, n_flows)].set(finish_at, mode="drop")
+            if warm:
+                load = load - _link_sum(jnp.where(completes[:, None], flow_load, 0.0).reshape(-1),
+                                        slot_links.reshape(-1), n_links, None)
+            return finish, load, jnp.min(jnp.where(completes, rate, inf), initial=inf)
+
+        load0 = load if warm else jnp.zeros((n_links,), dt_)
+        finish, load, theta = jax.lax.switch(
+            jnp.minimum(n_completes, 2),
+            [lambda a: (*a, inf), one, many], (finish, load0))
+        n_done = c["n_done"] + n_completes
         slot_flow = jnp.where(completes, -1, slot_flow)
         out = dict(c, t=t_new, slot_rem=rem, start=start, finish=finish, n_done=n_done,
                    slot_flow=slot_flow, slotted=slotted, overflow=overflow, k=c["k"] + 1,
                    all_done=(n_done >= n_flows) | stuck, stuck=stuck)
         if warm:
             out["slot_rate"] = jnp.where(completes | ~valid, 0.0, rate)
-            out["theta"] = jnp.min(jnp.where(completes, rate, inf), initial=inf)
+            out["theta"] = theta
+            out["load"] = load
         if record:
             out["times"] = c["times"].at[c["k"]].set(t)
             out["rates"] = c["rates"].at[c["k"]].set(
@@ -542,9 +586,12 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
                  slotted=jnp.zeros((n_flows,), bool), overflow=jnp.asarray(False),
                  k=jnp.asarray(0, jnp.int32), all_done=jnp.asarray(n_flows == 0),
                  stuck=jnp.asarray(False))
+    if not has_deps:
+        carry["start"] = arrival + delay
     if warm:
         carry["slot_rate"] = jnp.zeros((width,), dt_)
         carry["theta"] = inf
+        carry["load"] = jnp.zeros((n_links,), dt_)
     if record:
         carry["times"] = jnp.full((max_events,), inf, dt_)
         carry["rates"] = jnp.zeros((max_events, n_flows), dt_)
