@@ -12,9 +12,6 @@ where they are not SI, e.g. ``_us``).
   :func:`fabric_jax.fluid.simulate_fluid` call advances every seed at once (the
   copies are the batch axis; shapes stay static, so one compile serves all seeds).
 * :func:`finish` -- prints the table, writes JSON, returns the results dict.
-
-Importing this module (via :mod:`experiments._bench`) puts the repository root on
-``sys.path``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,10 @@ import argparse
 
 import numpy as np
 
-from _bench import device_info, time_jax, write_json
+try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
+    from _bench import device_info, time_jax, write_json
+except ImportError:  # pragma: no cover
+    from experiments._bench import device_info, time_jax, write_json
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -11,7 +11,7 @@ Scenarios (issue #13; issue #3 for the Poisson case):
   load with web-search sizes (DCTCP CDF), one random ECMP path per flow.
 
 For each scenario and size, in one run: the event-driven NumPy oracle
-(``tests/reference/flowsim_numpy.py``; only up to ``--oracle-max`` flows), the engine
+(``fabric_jax/reference/flowsim_numpy.py``; only up to ``--oracle-max`` flows), the engine
 solving every event from scratch (``warm_start=False``, the engine before issue #13;
 only up to ``--old-max``), the exact warm-started engine (default), the merged-event
 engine (``tolerance=--tolerance``) with its max relative FCT error against the exact
@@ -112,14 +112,17 @@ import time
 
 import numpy as np
 
-from _bench import device_info, table, time_host, write_json
+try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
+    from _bench import device_info, table, time_host, write_json
+except ImportError:  # pragma: no cover
+    from experiments._bench import device_info, table, time_host, write_json
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import fabric_jax as fj  # noqa: E402
 from fabric_jax.workloads import poisson_background  # noqa: E402
-from tests.reference.flowsim_numpy import simulate_flows_reference  # noqa: E402
+from fabric_jax.reference.flowsim_numpy import simulate_flows_reference  # noqa: E402
 
 
 def coupled_instance(n_flows: int, seed: int, n_links: int = 1000, hops: int = 4):

@@ -3,7 +3,7 @@
 Scenario (issue #2): ``fat_tree(16)`` (1,024 hosts, 6,144 links), 100,000 random host
 pairs, each on one equal-cost path drawn at random (ECMP).  Reports compile time,
 steady-state time per solve, bottleneck-structure iterations, the ratio against the
-textbook NumPy oracle (``tests/reference/maxmin_numpy.py``, one bottleneck level per
+textbook NumPy oracle (``fabric_jax/reference/maxmin_numpy.py``, one bottleneck level per
 iteration, scipy.sparse) timed in the same run, and a batch of 64 solves under
 ``vmap`` (random per-link degradations).  ``--large`` adds 1,000,000 flows on
 ``fat_tree(32)`` (meant for a GPU).
@@ -45,7 +45,10 @@ if _N_DEV > 1 and "xla_force_host_platform_device_count" not in os.environ.get("
 
 import numpy as np
 
-from _bench import ROOT, device_info, table, time_host, time_jax, write_json  # noqa: F401
+try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
+    from _bench import device_info, table, time_host, time_jax, write_json
+except ImportError:  # pragma: no cover
+    from experiments._bench import device_info, table, time_host, time_jax, write_json
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -53,7 +56,7 @@ import jax.numpy as jnp  # noqa: E402
 import fabric_jax as fj  # noqa: E402
 from fabric_jax.paths import shortest_paths  # noqa: E402
 from fabric_jax.topology import fat_tree  # noqa: E402
-from tests.reference.maxmin_numpy import progressive_filling  # noqa: E402
+from fabric_jax.reference.maxmin_numpy import progressive_filling  # noqa: E402
 
 
 def ecmp_instance(k: int, n_flows: int, seed: int):

@@ -38,10 +38,6 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
 from fabric_jax.cc import dcqcn  # noqa: E402
 from fabric_jax.fluid import simulate_fluid  # noqa: E402
 from fabric_jax.incidence import Incidence  # noqa: E402

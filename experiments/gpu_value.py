@@ -38,14 +38,16 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as cm  # noqa: E402
-from _econ import simulate_workload  # noqa: E402
+try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
+    import _common as cm
+    from _econ import simulate_workload
+except ImportError:  # pragma: no cover
+    from experiments import _common as cm
+    from experiments._econ import simulate_workload
 
 import fabric_jax as fj  # noqa: E402
 from fabric_jax import economics as econ  # noqa: E402

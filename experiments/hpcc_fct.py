@@ -43,24 +43,21 @@ Usage::
 from __future__ import annotations
 
 import math
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-for p in (str(ROOT), str(ROOT / "experiments")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
 import fabric_jax as fj  # noqa: E402
 from fabric_jax import metrics  # noqa: E402
 from fabric_jax.units import gbps  # noqa: E402
 from fabric_jax.workloads import FlowSizeCDF, poisson_background  # noqa: E402
 
-from _common import check_positive, finish, parser, plots_dir  # noqa: E402
-from _hpcc import ecmp_incidence, parse_laws, run_fluid  # noqa: E402
+try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
+    from _common import check_positive, finish, parser, plots_dir
+    from _hpcc import ecmp_incidence, parse_laws, run_fluid
+except ImportError:  # pragma: no cover
+    from experiments._common import check_positive, finish, parser, plots_dir
+    from experiments._hpcc import ecmp_incidence, parse_laws, run_fluid
 
 #: ``--workload`` name -> built-in FlowSizeCDF table (HPCC ``traffic_gen/`` files).
 WORKLOADS = {"web_search": "web_search", "fb_hadoop": "hadoop"}
@@ -397,7 +394,10 @@ def main(argv=None) -> dict:
                 "p99": r["overall"]["p99"], "pfc_pause_fraction": r["pfc_pause_fraction"],
                 "incast p99": r.get("incast", {}).get("p99"), "wall_s": r["wall_s"]}
                for law, r in results.items()]
-    from _bench import table
+    try:
+        from _bench import table
+    except ImportError:  # pragma: no cover
+        from experiments._bench import table
     print(table(summary, list(summary[0])))
     if args.check_window:
         crow = [{"law": law, **{f"{k} med/max": f"{v['median_rel_change']:.1%}/"

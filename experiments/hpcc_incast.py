@@ -26,23 +26,20 @@ Usage::
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-for p in (str(ROOT), str(ROOT / "experiments")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
 import fabric_jax as fj  # noqa: E402
 from fabric_jax import metrics  # noqa: E402
 from fabric_jax.units import gbps  # noqa: E402
 
-from _common import check_positive, finish, parser, plots_dir  # noqa: E402
-from _hpcc import parse_laws, run_fluid  # noqa: E402
+try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
+    from _common import check_positive, finish, parser, plots_dir
+    from _hpcc import parse_laws, run_fluid
+except ImportError:  # pragma: no cover
+    from experiments._common import check_positive, finish, parser, plots_dir
+    from experiments._hpcc import parse_laws, run_fluid
 
 #: Laws run by default (the paper's two and one delay-based extra).
 DEFAULT_CC = "hpcc,dcqcn,swift"

@@ -56,7 +56,10 @@ from pathlib import Path
 
 import numpy as np
 
-from _bench import ROOT, device_info, table, write_json
+try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
+    from _bench import ROOT, device_info, table, write_json
+except ImportError:  # pragma: no cover
+    from experiments._bench import ROOT, device_info, table, write_json
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 

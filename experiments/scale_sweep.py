@@ -75,14 +75,15 @@ Usage::
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as cm  # noqa: E402
+try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
+    import _common as cm
+except ImportError:  # pragma: no cover
+    from experiments import _common as cm
 
 from fabric_jax import compare, scaling  # noqa: E402
 from fabric_jax.fabrics import PRESETS  # noqa: E402

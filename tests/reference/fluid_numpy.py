@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .maxmin_numpy import progressive_filling
+from fabric_jax.reference.maxmin_numpy import progressive_filling
 
 
 def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="none",
