@@ -24,3 +24,15 @@ def x64():
     (:func:`tests.helpers.enable_x64`, the one x64 switch)."""
     with enable_x64(True):
         yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_jax_caches():
+    """Drops JAX's compiled-executable caches after each test module.  A full default
+    run compiles thousands of programs in one process; with the caches kept, XLA's CPU
+    compiler crashed once (SIGSEGV inside ``backend_compile_and_load``, in
+    ``tests/test_sim.py`` after ~900 earlier tests) although every module passes on its
+    own.  Modules share almost no programs, so this costs little."""
+    yield
+    import jax
+    jax.clear_caches()
