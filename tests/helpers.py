@@ -365,3 +365,64 @@ def enable_x64(enabled: bool = True):
         yield
     finally:
         jax.config.update("jax_enable_x64", previous)
+
+
+# ------------------------------------------------------------------ experiments, scenarios
+EXPERIMENTS = __import__("pathlib").Path(__file__).resolve().parents[1] / "experiments"
+
+
+def load_experiment(name: str):
+    """Import ``experiments/<name>.py`` as a module (the scripts are not a package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"_exp_{name}", EXPERIMENTS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# The smallest compare scenario: 4 servers x 2 rails at 100 Gb/s, a 2-server training
+# job beside a 2-server incast tenant, no background.  Tests override sections with
+# ``tiny_scenario(simulation={...})``.
+TINY_SCENARIO = {
+    "topology": {"kind": "rail_optimized", "n_servers": 4, "nics_per_server": 2,
+                 "servers_per_leaf": 2, "link_gbps": 100},
+    "workload": {"train_servers": 2, "tenant_servers": 2, "ep_servers": 2,
+                 "tenant_fan_in": 1, "background_load": 0.0},
+    "simulation": {"n_steps": 50, "isolation": False},
+    "fabrics": {"presets": ["roce"]},
+}
+
+
+def tiny_scenario(**sections) -> dict:
+    """A deep copy of :data:`TINY_SCENARIO` with each ``section={key: value}`` merged in."""
+    import copy
+    data = copy.deepcopy(TINY_SCENARIO)
+    for sec, body in sections.items():
+        data.setdefault(sec, {}).update(body)
+    return data
+
+
+def scenario_toml(data: dict) -> str:
+    """Write a scenario dict (sections of scalars, lists and one level of sub-tables) as TOML."""
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return '"' + v + '"'
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return repr(v)
+
+    lines = []
+    for sec, body in data.items():
+        subs = {k: v for k, v in body.items() if isinstance(v, dict)}
+        lines.append(f"[{sec}]")
+        lines += [f"{k} = {value(v)}" for k, v in body.items() if k not in subs]
+        for sub, sbody in subs.items():
+            tables = {k: v for k, v in sbody.items() if isinstance(v, dict)}
+            lines.append(f"[{sec}.{sub}]")
+            lines += [f"{k} = {value(v)}" for k, v in sbody.items() if k not in tables]
+            for t, tbody in tables.items():
+                lines.append(f"[{sec}.{sub}.{t}]")
+                lines += [f"{k} = {value(v)}" for k, v in tbody.items()]
+    return "\n".join(lines) + "\n"

@@ -14,6 +14,8 @@ from fabric_jax.routing import (PACKET_DECISION_US, RoutingView, TELEMETRY_SLOTS
                                 make_routing, spectrum_x_ar_params)
 from fabric_jax.topology import fat_tree, leaf_spine
 
+from .helpers import load_experiment
+
 C = 50e9  # 400 Gb/s in bytes/s
 
 
@@ -255,12 +257,7 @@ def test_bad_parameters_raise(fn, kw, needle):
 
 # ------------------------------------------------------------ fluid, end to end
 def _experiment():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "experiments" / "adaptive_routing.py"
-    spec = importlib.util.spec_from_file_location("_exp_adaptive_routing", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_experiment("adaptive_routing")
     return mod
 
 

@@ -4,7 +4,6 @@ any compilation or simulation; the CLI prints one line and exits with status 2."
 
 from __future__ import annotations
 
-import tomllib
 
 import numpy as np
 import pytest
@@ -14,35 +13,12 @@ from fabric_jax import cli, compare, metrics
 from fabric_jax import optimize as fo
 from fabric_jax.study.scenario import ScenarioError
 
-TINY = """
-[topology]
-kind = "rail_optimized"
-n_servers = 4
-nics_per_server = 2
-servers_per_leaf = 2
-link_gbps = 100
+from .helpers import tiny_scenario
 
-[workload]
-train_servers = 2
-tenant_servers = 2
-ep_servers = 2
-tenant_fan_in = 1
-background_load = 0.0
-
-[simulation]
-n_steps = 50
-isolation = false
-
-[fabrics]
-presets = ["roce"]
-"""
 
 
 def _scn(**sections):
-    data = tomllib.loads(TINY)
-    for sec, body in sections.items():
-        data.setdefault(sec, {}).update(body)
-    return data
+    return tiny_scenario(**sections)
 
 
 # ------------------------------------------------------------------ scenario keys

@@ -9,6 +9,8 @@ from fabric_jax import systems
 from fabric_jax.metrics import busbw_factor
 from fabric_jax.topology import rail_optimized
 
+from .helpers import load_experiment
+
 GB = 1e9
 
 
@@ -275,13 +277,8 @@ def test_dgx_a100_has_no_nvls():
 
 
 def test_nccl_tests_experiment_writes_rows(tmp_path):
-    import importlib.util
     import json
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "experiments" / "nccl_tests.py"
-    spec = importlib.util.spec_from_file_location("_exp_nccl_tests", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_experiment("nccl_tests")
     out = tmp_path / "nt.json"
     mod.main(["--op", "all_gather", "--min-bytes", "1M", "--max-bytes", "4M",
               "--json", str(out), "--plot", str(tmp_path / "nt.png")])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import json
 
 import numpy as np
@@ -11,34 +13,13 @@ import pytest
 from fabric_jax import cli
 from fabric_jax.compare import METRICS, scenario_from_dict
 
-TINY = """
-[topology]
-kind = "rail_optimized"
-n_servers = 4
-nics_per_server = 2
-servers_per_leaf = 2
-link_gbps = 100
+from .helpers import scenario_toml, tiny_scenario
 
-[workload]
-train_servers = 2
-tenant_servers = 2
-ep_servers = 2
-all_reduce_mb = 1.0
-moe_mb = 0.5
-compute_us = 100
-tenant_incast_mb = 0.2
-tenant_fan_in = 1
-background_load = 0.0
-
-[simulation]
-dt_us = 4.0
-n_steps = 100
-max_paths = 4
-isolation = false
-
-[fabrics]
-presets = ["roce", "uec"]
-"""
+TINY_DATA = tiny_scenario(
+    workload={"all_reduce_mb": 1.0, "moe_mb": 0.5, "compute_us": 100, "tenant_incast_mb": 0.2},
+    simulation={"dt_us": 4.0, "n_steps": 100, "max_paths": 4},
+    fabrics={"presets": ["roce", "uec"]})
+TINY = scenario_toml(TINY_DATA)
 
 
 def test_cli_end_to_end(tmp_path, capsys):
@@ -102,8 +83,7 @@ def test_scaling_study_and_public_simulate_case():
 
 
 def _tiny_dict():
-    import tomllib
-    return tomllib.loads(TINY)
+    return copy.deepcopy(TINY_DATA)
 
 
 def test_no_subcommand_prints_help(capsys):
@@ -139,8 +119,9 @@ def test_bad_preset_options_fail_before_any_preset_runs(tmp_path, capsys, monkey
     calls = []
     monkeypatch.setattr(run, "simulate_fluid", lambda *a, **k: calls.append(1))
     bad = tmp_path / "bad.toml"
-    bad.write_text(TINY.replace('presets = ["roce", "uec"]', 'presets = ["roce", "uec"]\n'
-                                '[fabrics.uec.cc_options]\nno_such_gain = 1.0'))
+    data = _tiny_dict()
+    data["fabrics"]["uec"] = {"cc_options": {"no_such_gain": 1.0}}
+    bad.write_text(scenario_toml(data))
     assert cli.main(["compare", "--scenario", str(bad), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "fabrics.uec.cc_options" in err and "Traceback" not in err

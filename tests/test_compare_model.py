@@ -24,6 +24,8 @@ from fabric_jax import cli, economics
 from fabric_jax.compare import METRICS, ScenarioError, build_case, scenario_from_dict
 from fabric_jax.study.scenario import HORIZON_FACTOR
 
+from .helpers import scenario_toml
+
 # 4 servers x 2 rails (2 GPUs per server), a 2-server training job and a 2-server
 # tenant; llama3_8b cut to 64 sequences of 1024 tokens (32 micro-batches with dp = 2).
 BASE = {
@@ -103,34 +105,10 @@ def test_default_scenario_keeps_its_constants():
 
 def test_cli_model_run_columns(tmp_path, capsys):
     scn_file = tmp_path / "m.toml"
-    scn_file.write_text("""
-[topology]
-kind = "rail_optimized"
-n_servers = 4
-nics_per_server = 2
-servers_per_leaf = 2
-link_gbps = 100
-
-[workload]
-train_servers = 2
-tenant_servers = 2
-tenant_incast_mb = 0.2
-tenant_fan_in = 1
-background_load = 0.0
-
-[simulation]
-n_steps = 100
-max_paths = 4
-isolation = false
-
-[model]
-name = "gpt3_175b"          # replaced by --model
-global_batch = 64
-seq_len = 1024
-
-[fabrics]
-presets = ["uec"]
-""")
+    data = copy.deepcopy(BASE)
+    data["simulation"].pop("dt_us")
+    data["model"]["name"] = "gpt3_175b"                # replaced by --model
+    scn_file.write_text(scenario_toml(data))
     out = tmp_path / "r.json"
     rc = cli.main(["compare", "--scenario", str(scn_file), "--model", "llama3_8b",
                    "--json", str(out), "--quiet"])

@@ -7,9 +7,7 @@ the GPU-only part.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
@@ -18,14 +16,9 @@ from fabric_jax import economics as econ
 from fabric_jax import metrics
 from fabric_jax.workloads.model import MODELS, ParallelPlan
 
-EXP = Path(__file__).resolve().parents[1] / "experiments"
+from .helpers import load_experiment
 
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(f"_exp_{name}", EXP / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+_load = load_experiment
 
 
 # ------------------------------------------------------------------------ BOM

@@ -8,21 +8,14 @@ that run all four presets are ``slow``; the default run keeps the ECMP study (~2
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
-EXP = Path(__file__).resolve().parents[1] / "experiments"
+from .helpers import load_experiment
 
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(f"_exp_{name}", EXP / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+_load = load_experiment
 
 
 def test_ecmp_collisions_quick_matches_balls_into_bins(tmp_path):

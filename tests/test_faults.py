@@ -18,7 +18,7 @@ from fabric_jax.paths import shortest_paths
 from fabric_jax.routing import POLICIES, RoutingView, make_routing, path_alive
 from fabric_jax.topology import leaf_spine
 
-from .helpers import enable_x64
+from .helpers import enable_x64, load_experiment
 
 US = 1e-6
 
@@ -252,13 +252,8 @@ def test_link_failure_experiment_quick(tmp_path):
     # adaptive routing deliver (spines - 1) / spines = 3/4 of the offered rate
     # while the cable is down; static routing strands flows, the others do not; every
     # flow completes; bytes are conserved to float32 round-off.
-    import importlib.util
     import json
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "experiments" / "link_failure.py"
-    spec = importlib.util.spec_from_file_location("_exp_link_failure", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_experiment("link_failure")
     out = tmp_path / "lf.json"
     mod.main(["--quick", "--json", str(out), "--plots", str(tmp_path)])
     data = json.loads(out.read_text())

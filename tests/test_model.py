@@ -18,6 +18,8 @@ from fabric_jax.workloads.model import (GPUS, MODELS, ModelConfig, ParallelPlan,
                                         kv_cache_bytes, step_flops, training_flops)
 from fabric_jax.workloads.training import model_training_step
 
+from .helpers import load_experiment
+
 
 # ------------------------------------------------------------------ parameters
 @pytest.mark.parametrize("name, published, active, tol", [
@@ -291,13 +293,8 @@ def test_inference_experiment_quick(tmp_path):
     # 12 requests; the KV transfer can only be slower than line rate; ECMP (roce) cannot
     # beat the even split of spraying (uec) at the tail: with max-min sharing the even
     # split spreads every transfer over all spines.
-    import importlib.util
     import json
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "experiments" / "inference.py"
-    spec = importlib.util.spec_from_file_location("_exp_inference", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_experiment("inference")
     out = tmp_path / "inf.json"
     mod.main(["--quick", "--n-requests", "12", "--rate", "40", "--fabrics", "roce", "uec",
               "--json", str(out)])

@@ -16,7 +16,7 @@ from fabric_jax.incidence import Incidence
 from fabric_jax.study.scenario import ScenarioError, scenario_from_dict
 from fabric_jax.units import US
 
-from .helpers import enable_x64
+from .helpers import enable_x64, load_experiment
 
 MTU = 4096.0
 C100 = 100e9 / 8          # 100 Gb/s in bytes/s
@@ -270,13 +270,8 @@ def test_reordering_experiment_quick(tmp_path):
     # goodput once the spread exceeds one packet time (82 ns at 400 Gb/s) and follows
     # the closed form; with reordering the spread costs nothing; go-back-N wastes bytes
     # that selective resend does not.
-    import importlib.util
     import json
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "experiments" / "reordering.py"
-    spec = importlib.util.spec_from_file_location("_exp_reordering", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_experiment("reordering")
     out = tmp_path / "r.json"
     mod.main(["--quick", "--json", str(out), "--plots", str(tmp_path)])
     data = json.loads(out.read_text())
