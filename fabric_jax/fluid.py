@@ -10,7 +10,8 @@ congestion-control law (:mod:`fabric_jax.cc`), finite queues, wires with latency
 State (an explicit dict pytree, ``FluidResult.state``).  Per flow and hop of its path
 (the padded hop table of :mod:`fabric_jax.links`): ``queue[f, h]``, bytes standing in
 the egress queue of the hop's link, and ``transit[f, h]``, bytes on the wire towards
-it.  Per flow: bytes on the wire to the receiver (``wire``, a ring of
+it at the end of a step (zero unless the route graph has cycles,
+:func:`fabric_jax.links.serve_through`).  Per flow: bytes on the wire to the receiver (``wire``, a ring of
 ``[depth, flows]``), the sender (``remaining``, the law's state), the feedback ring
 (signals emitted in the last ``ring_len`` steps), counters.  Per link: flow-control
 state.
@@ -23,8 +24,11 @@ One step of length ``dt`` is a short sequence of stages (functions below):
 2. **route** (``_route``): with ``routing=``, the policy sets each flow's split over
    its paths (:mod:`fabric_jax.routing`).
 3. **offer rates** (``_offer``): the signals emitted one base RTT ago (the feedback
-   ring, ``round(base_rtt / dt)`` steps deep per flow) reach the law, which updates
-   its state; the flow offers ``o_f = min(rate_f, line_rate_f, remaining_f / dt)``.
+   ring; a delay of ``n + phi`` steps reads steps ``k - n`` and ``k - n - 1`` weighted
+   ``1 - phi`` and ``phi``) reach the law, which updates
+   its state; the flow offers ``o_f = min(min(rate_f, line_rate_f) p_f,
+   remaining_f / dt)``, ``p_f`` the part of the step after its release (1 after its
+   first step).
 4. **allocate** (``_transmit``): flow control fixes each link's usable capacity
    ``u_l`` (``C_l``, 0 while paused, or the free downstream buffer per ``dt``).
    Queues are served first, standing bytes and bytes arriving from the wire together
@@ -38,9 +42,10 @@ One step of length ``dt`` is a short sequence of stages (functions below):
    ``drop``/``trim``; ingress pool, i.e. PFC headroom overflow, for ``pfc``) drops the
    overflow from the step's arrivals; dropped bytes go back to the sender and are
    resent.  Credits never drop.
-6. **receive and propagate** (``_receive``, ``_propagate``): bytes served at a hop go
-   on the wire to the next hop (``transit``, arriving next step) or, at the last hop,
-   to the flow's receiver wire, which delivers them after the path's one-way latency.
+6. **receive and propagate** (``_receive``, ``_propagate``): bytes served at a hop
+   reach the next hop in the same step (:func:`fabric_jax.links.serve_through`); at
+   the last hop they go on the flow's receiver wire, which delivers them after the
+   path's one-way latency.
    A receiver in go-back-N discard mode throws away a fraction of the last-hop bytes
    (``discarded``, returned to the sender and resent): after out-of-order arrivals
    when the NIC does not reorder (``reorder=False`` with a flow split over paths of
@@ -75,8 +80,8 @@ last byte has passed its last queue, at the time interpolated inside the step, p
 
 Approximations, stated (see also :mod:`fabric_jax.links`): the fabric is simulated in
 the frame of each flow's wave front (the path latency delays delivery and feedback,
-not the moment bytes of different flows meet at a hop); a byte that waited in a queue
-reaches the next hop one step later; the excess of a flow waits at one hop per path;
+not the moment bytes of different flows meet at a hop; bytes, fresh or leaving a
+queue, cross the hops below them in their step); the excess of a flow waits at one hop per path;
 signals return after the base RTT whichever hop emitted them (queueing delay enters the
 RTT *signal*, not the feedback delay); with ``routing=None`` each flow has one path.
 
@@ -300,7 +305,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    solver_iterations: int | None = None, routing=None, faults=None,
                    init_state=None, link_latency=None, nic_links=None, reorder: bool = True,
                    loss_recovery: str = "selective", mtu: float = rx.DEFAULT_MTU,
-                   reorder_tolerance: float = 0.0) -> FluidResult:
+                   reorder_tolerance: float = 0.0,
+                   stop_when_idle: bool = False) -> FluidResult:
     """Fluid simulation of flows under congestion control and link-level flow control.
 
     Args:
@@ -333,6 +339,16 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
       smooth: :class:`fabric_jax.smooth.Smoothing` (default exact).
       save_every: save a :class:`FluidTrajectory` snapshot every this many steps
         (must divide ``n_steps``); ``None``: no trajectory.
+      stop_when_idle: skip the rest of the run, one ``save_every`` chunk (or the whole
+        run without a trajectory: pass ``save_every``) at a time, once the fabric is
+        idle for good: every flow has finished or is released only after the horizon,
+        no byte stands in a queue or travels on a wire, no link is paused.  Every flow
+        result is then exactly what the full run gives; the law's state and feedback
+        ring stop where the last simulated chunk left them (the law would go on
+        adapting with no traffic), and the skipped snapshots repeat an idle fabric
+        (zero rates and queues, usable = capacity in force).  Not for reverse-mode
+        gradients through ``n_steps`` (it is a ``lax.cond``; the skipped chunks have no
+        gradient).  Default ``False``.
       solver_iterations: fixed iteration count of the per-step max-min solve (needed
         for reverse-mode gradients; default: exact while-loop, or ``flows + 1`` in the
         smooth mode).
@@ -445,8 +461,13 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                                                                      int(seg), n_links)
     if base_rtt is None:
         base_rtt = np.maximum(2 * one_way, float(dt))
-    fb_steps = np.maximum(np.rint(np.asarray(base_rtt, float) / float(dt)).astype(np.int32), 1)
-    ring_len = int(fb_steps.max(initial=1) + flow_control.rto_steps + 1)
+    # feedback delay base_rtt / dt = n + phi steps (at least one step): the law reads the
+    # signals of steps k - n and k - n - 1, weighted 1 - phi and phi
+    fb_d = np.asarray(base_rtt, float) / float(dt)
+    fb_steps = np.maximum(np.floor(fb_d + 1e-9), 1).astype(np.int32)
+    fb_phi = np.where(fb_d > fb_steps, np.clip(fb_d - fb_steps, 0.0, 1.0), 0.0)
+    fb_phi = np.where(fb_phi < 1e-9, 0.0, fb_phi)
+    ring_len = int(fb_steps.max(initial=1) + flow_control.rto_steps + 2)
     wire_n, wire_phi, wire_depth = lk.wire_taps(one_way, float(dt))
 
     if params is None:
@@ -487,13 +508,15 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         carry0 = ckm.restore(init_state, template, name="init_state")
     net = _Net(hops=hops, switch=jnp.asarray(~nic, fdt), capacity=capacity,
                line_rate=line_rate, base_rtt=base_rtt, fb_steps=jnp.asarray(fb_steps),
+               fb_phi=jnp.asarray(fb_phi, fdt),
                wire_n=jnp.asarray(wire_n), wire_phi=jnp.asarray(wire_phi, fdt),
                one_way=jnp.asarray(one_way, fdt), deps=deps, flows=flows,
                path_lat=jnp.asarray(path_lat, fdt), mtu=jnp.asarray(mtu, fdt),
                tolerance=jnp.asarray(reorder_tolerance, fdt))
     static = _Static(law=law, fc=flow_control, policy=policy, shape=shape,
                      solver_iterations=solver_iterations, rx_ooo=bool(rx_ooo),
-                     go_back_n=loss_recovery == "go_back_n")
+                     go_back_n=loss_recovery == "go_back_n",
+                     stop_when_idle=bool(stop_when_idle))
     return _run(static, n_outer, inner, keep_traj, net, params, fc_params, smooth,
                 jnp.asarray(dt, fdt), rparams, rstate0, sched, carry0)
 
@@ -587,6 +610,7 @@ class _Static:
     solver_iterations: Any
     rx_ooo: bool = False      # out-of-order arrivals cost (reorder=False, several paths)
     go_back_n: bool = False   # loss_recovery == "go_back_n"
+    stop_when_idle: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -598,7 +622,8 @@ class _Net:
     capacity: Any     # [links] nominal capacity
     line_rate: Any    # [flows]
     base_rtt: Any     # [flows]
-    fb_steps: Any     # [flows] feedback delay, steps
+    fb_steps: Any     # [flows] feedback delay, whole steps
+    fb_phi: Any       # [flows] and fraction of a step
     wire_n: Any       # [flows] receiver-wire delay, whole steps
     wire_phi: Any     # [flows] and fraction of a step
     one_way: Any      # [flows] one-way latency, s
@@ -700,18 +725,24 @@ def _hop_count(hops):
     return n
 
 
-def _offer(static, net, c, started, active, stranded, params, smooth, dt):
-    """Senders: delayed feedback -> law step -> offered rates ``[flows]``."""
+def _offer(static, net, c, t, start, started, active, stranded, params, smooth, dt):
+    """Senders: delayed feedback -> law step -> offered rates ``[flows]``.  A flow
+    released inside the step sends for the part of the step after its release."""
     law = static.law
     k, ring, ring_len = c["k"], c["ring"], static.shape.ring_len
     ar = jnp.arange(net.line_rate.shape[0])
-    idx = (k - net.fb_steps) % ring_len
+    phi = net.fb_phi
+
+    def delayed(name, lag):   # the signal emitted lag + phi steps ago (linear in phi)
+        r = ring[name]
+        return (1.0 - phi) * r[(k - lag) % ring_len, ar] + phi * r[(k - lag - 1) % ring_len, ar]
+
     loss_lag = net.fb_steps + (static.fc.rto_steps if static.fc.mode == "drop" else 0)
-    lidx = (k - loss_lag) % ring_len
     sig = ccbase.FlowSignals(
-        mark=ring["mark"][idx, ar], rtt=ring["rtt"][idx, ar], base_rtt=net.base_rtt,
-        util=ring["util"][idx, ar], rate=ring["rate"][idx, ar],
-        loss=ring["loss"][lidx, ar], rx_share=ring["rx_share"][idx, ar],
+        mark=delayed("mark", net.fb_steps), rtt=delayed("rtt", net.fb_steps),
+        base_rtt=net.base_rtt,
+        util=delayed("util", net.fb_steps), rate=delayed("rate", net.fb_steps),
+        loss=delayed("loss", loss_lag), rx_share=delayed("rx_share", net.fb_steps),
         line_rate=net.line_rate, hops=_hop_count(net.hops).astype(dt.dtype))
     law_state = law.step(c["law"], sig, dt, params, smooth)
     law0 = law.init(net.line_rate, params)
@@ -720,7 +751,9 @@ def _offer(static, net, c, started, active, stranded, params, smooth, dt):
         s = started.reshape(started.shape + (1,) * (jnp.ndim(a) - 1))
         return jnp.where(s, a, b)
     law_state = jax.tree_util.tree_map(pick, law_state, law0)
-    offered = jnp.minimum(jnp.minimum(law_state.rate, net.line_rate), c["remaining"] / dt)
+    part = jnp.clip((t + dt - start) / dt, 0.0, 1.0)    # < 1 only in the first step
+    offered = jnp.minimum(jnp.minimum(law_state.rate, net.line_rate) * part,
+                          c["remaining"] / dt)
     offered = jnp.where(active & ~stranded, jnp.maximum(offered, 0.0), 0.0)
     return law_state, offered
 
@@ -734,7 +767,8 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
     ``load_o`` ``[links]`` offered load, ``dropped`` ``[flows]`` buffer drops.
     """
     hops = net.hops
-    served, left, served_l = lk.serve(hops, x, transit, usable, dt)
+    served, left, served_l, inflow, carry = lk.serve_through(hops, x, transit, usable, dt,
+                                                             hops.seg)
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
     sol = solve(inc_k, fresh, offered, iterations=static.solver_iterations)
     alloc = jnp.minimum(sol.rates, offered)
@@ -742,9 +776,9 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
     place = lk.place_excess(hops, (offered - alloc) * dt, split,
                             load_o > fresh * (1.0 + 1e-6))
     # bytes that arrived at each queue this step and still stand there
-    tot = x + transit
+    tot = x + inflow
     t_pos = tot > 0
-    arrived_left = jnp.where(t_pos, transit * left / jnp.where(t_pos, tot, 1.0), 0.0) + place
+    arrived_left = jnp.where(t_pos, inflow * left / jnp.where(t_pos, tot, 1.0), 0.0) + place
     x_new = left + place
     mode = static.fc.mode
     if mode in ("pfc", "drop", "trim"):
@@ -768,22 +802,21 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
     else:
         dropped = jnp.zeros_like(offered)
     return dict(served=served, x=jnp.maximum(x_new, 0.0), alloc=alloc, served_l=served_l,
-                load_o=load_o, dropped=dropped)
+                load_o=load_o, dropped=dropped, transit=carry)
 
 
 def _propagate(net, c, served, alloc, discard, dt):
-    """Bytes served at a hop go on the wire: to the next hop (``transit``, one step) or,
-    from the last hop and cut-through, to the receiver after the path latency; the
-    fraction ``discard`` ``[flows]`` of the latter the receiver throws away
-    (:func:`_receive`)."""
+    """Bytes served at the last hop and the cut-through offers go on the receiver wire
+    and arrive after the path latency; the fraction ``discard`` ``[flows]`` of them the
+    receiver throws away (:func:`_receive`).  (Bytes served at other hops joined the
+    next hop in the same step, :func:`fabric_jax.links.serve_through`.)"""
     hops = net.hops
-    transit = hops.to_next_hop(jnp.where(hops.last, 0.0, served))
     arrived = alloc * dt + jnp.sum(jnp.where(hops.last, served, 0.0), axis=1)
     discarded = arrived * discard
     passed = arrived - discarded
     wire = lk.wire_push(c["wire"], c["k"], net.wire_n, net.wire_phi, passed)
     wire, delivered = lk.wire_pop(wire, c["k"])
-    return transit, wire, passed, delivered, discarded
+    return wire, passed, delivered, discarded
 
 
 def _receive(static, net, c, x_new, cap_k, split, served, alloc, offered, dropped, dt):
@@ -871,7 +904,8 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     cap_k, x, transit, fault_drop, path_ok = _apply_faults(net, sched, c)
     split, inc_k, stranded, rstate = _route(static, net, c, x, cap_k, active, t, path_ok,
                                             rparams, dt)
-    law_state, offered = _offer(static, net, c, started, active, stranded, params, smooth, dt)
+    law_state, offered = _offer(static, net, c, t, start, started, active, stranded, params,
+                                smooth, dt)
     usable = fcm.usable_capacity(static.fc, c["fc"], cap_k, hops.pool_sum(x + transit), fcp,
                                  dt, smooth)
     tr = _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt)
@@ -879,7 +913,8 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     dropped_now = tr["dropped"] + fault_drop
     discard, rx_phi = _receive(static, net, c, x_new, cap_k, split, tr["served"], tr["alloc"],
                                offered, dropped_now, dt)
-    transit_new, wire, passed_now, deliv_now, discarded_now = _propagate(
+    transit_new = tr["transit"]
+    wire, passed_now, deliv_now, discarded_now = _propagate(
         net, c, tr["served"], tr["alloc"], discard, dt)
     sent_now = offered * dt
     # accounting: sent = delivered + in flight + queued + dropped + discarded, every step
@@ -918,6 +953,29 @@ def _in_flight(c):
     return jnp.sum(c["transit"], axis=1) + jnp.sum(c["wire"], axis=0)
 
 
+def _idle_for_good(net, c, t_end):
+    """Nothing left to simulate before ``t_end``: every flow finished or released only
+    after it, no byte queued or on a wire, no pause in force or on its way."""
+    f = net.flows
+    rel = release_times(net.deps, c["finish"], f["arrival"], f["delay"])
+    flows_idle = jnp.all(c["done"] | (rel >= t_end))
+    empty = (jnp.all(c["x"] == 0) & jnp.all(c["transit"] == 0) & jnp.all(c["wire"] == 0))
+    fc = c["fc"]
+    calm = jnp.all(fc.pause == 0) & jnp.all(fc.history == 0)
+    return flows_idle & empty & calm
+
+
+def _idle_snapshot(net, sched, c, dt):
+    """The snapshot an idle chunk would end with (see ``stop_when_idle``)."""
+    n_flows, fdt = c["sent"].shape[0], c["sent"].dtype
+    cap = net.capacity if sched is None else net.capacity * fm.capacity_factor(sched,
+                                                                                c["k"] - 1)
+    zf = jnp.zeros((n_flows,), fdt)
+    return dict(t=c["k"].astype(fdt) * dt, rate=zf, throughput=zf,
+                queue=jnp.zeros_like(net.capacity), usable=cap.astype(fdt), mark=zf,
+                law_state=c["law"])
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
 def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparams, rstate0,
          sched, carry):
@@ -927,11 +985,26 @@ def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparam
                             net.line_rate, net.base_rtt, params, rstate0)
     step = functools.partial(_step, static, net, params, fcp, smooth, dt, rparams, sched)
 
-    def chunk(c, j):
+    def simulate(c):
         c, snaps = jax.lax.scan(lambda cc, _: step(cc), c, None, length=inner)
         if not keep_traj:
             return c, None
-        snap = jax.tree_util.tree_map(lambda a: a[-1], snaps)
+        return c, jax.tree_util.tree_map(lambda a: a[-1], snaps)
+
+    def skip(c):
+        c = dict(c, k=c["k"] + inner)
+        return c, (_idle_snapshot(net, sched, c, dt) if keep_traj else None)
+
+    # the horizon of this run (a resumed run continues from its state's step)
+    t_end = (carry["k"] + n_outer * inner).astype(dt.dtype) * dt
+
+    def chunk(c, j):
+        if static.stop_when_idle:
+            c, snap = jax.lax.cond(_idle_for_good(net, c, t_end), skip, simulate, c)
+        else:
+            c, snap = simulate(c)
+        if not keep_traj:
+            return c, None
         totals = dict(sent=jnp.sum(c["sent"]), delivered=jnp.sum(c["delivered"]),
                       queued=jnp.sum(c["x"]), dropped=jnp.sum(c["dropped"]),
                       in_flight=jnp.sum(_in_flight(c)), discarded=jnp.sum(c["discarded"]))

@@ -10,11 +10,11 @@ Per hop the loop keeps two byte counts:
 
 * ``queue[f, h]``: bytes of flow ``f`` **standing** in the egress queue of link
   ``link[f, h]``.  A link's queue is ``q_l = sum queue[f, h]`` over its entries.
-* ``transit[f, h]``: bytes that left the queue of hop ``h - 1`` in the previous step
-  and are **on the wire** towards hop ``h``: in flight, not queued.  They reach hop
-  ``h`` at the start of the step and are served there in the same step
-  (:func:`serve`), so bytes that pass through a link faster than they arrive never
-  stand in its queue and never raise a congestion signal.
+* bytes that leave the queue of hop ``h - 1`` reach hop ``h`` in the same step and are
+  served there with its standing bytes (:func:`serve_through`), so bytes that pass
+  through a link faster than they arrive never stand in its queue and never raise a
+  congestion signal.  ``transit[f, h]`` holds what a route graph with cycles leaves
+  for the next step (zero on every Clos route): in flight, not queued.
 
 A flow's path also has a one-way latency (propagation + serialisation of its links,
 plus host processing): the bytes that leave the last queue ride a per-flow **wire**
@@ -26,10 +26,10 @@ step).
 Approximations, stated: the network is simulated in the frame of the flow's wave
 front, i.e. the path latency delays delivery and feedback but not the instant at which
 bytes meet at a downstream hop (bytes that never queue cross the fabric cut-through in
-their step); a byte that waited in a queue reaches the next hop one step later (its
-transit is rounded up to ``dt``, so it pays at most ``(hops - 1) dt`` more than the
-path latency; the difference vanishes as ``dt -> 0``, see
-``experiments/convergence.py``).
+their step, and so do bytes leaving a queue, through the hops below it; until the
+session of 2026-12-03 such a byte reached the next hop one step later, which added up
+to ``(hops - 1) dt`` to every queued byte's path and made 20-40 us phases move by
+10-16 % when ``dt`` was quartered, see ``experiments/convergence.py``).
 
 Host-NIC egress links (``nic``): the first hop of a flow leaves its host.  A backlog
 there is the sender's send buffer, limited by the sender's rate or window; no switch
@@ -46,7 +46,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["HopTable", "hop_table", "nic_links", "wire_taps", "serve", "place_excess",
+__all__ = ["HopTable", "hop_table", "nic_links", "wire_taps", "serve", "serve_through",
+           "place_excess",
            "wire_push", "wire_pop", "path_latencies", "path_delay"]
 
 
@@ -215,6 +216,40 @@ def serve(hops: HopTable, queue, transit, usable, dt):
     frac = jnp.where(pos, sent_l / jnp.where(pos, load, 1.0), 0.0)
     sent_e = total * hops.gather(frac)
     return sent_e, total - sent_e, sent_l
+
+
+def serve_through(hops: HopTable, queue, transit, usable, dt, sweeps: int):
+    """One step of every egress queue, bytes leaving a queue crossing the hops below it
+    in the same step (cut-through, like the fresh offers).
+
+    A byte that leaves hop ``h``'s queue reaches hop ``h + 1`` a link latency later; in
+    the wave-front frame of the model (path latencies delay delivery and feedback, not
+    the meeting of bytes at a hop) it joins that hop's FIFO in the same step and is
+    served there with its standing bytes (:func:`serve`).  The step's arrivals at each
+    hop are the fixed point ``a = transit + next_hop(served(queue + a))``, found by
+    Jacobi sweeps: on a link graph without cycles (every up-down Clos route) sweep ``i``
+    settles every link ``i`` hops from the sources, so ``sweeps >= hops`` gives it
+    exactly.  What a truncated iteration leaves (a cyclic route set) waits on the wire
+    for the next step (``carry``), so bytes are conserved either way.
+
+    Args:
+      transit: ``[flows, hops]`` bytes arriving from the wire (carried from the
+        previous step; zero on acyclic routes).
+      sweeps: static number of sweeps (the hops per path).
+
+    Returns:
+      ``(sent_e, left_e, sent_l, arrived_e, carry_e)``: as :func:`serve`, plus the
+      step's arrivals at each hop and the bytes sent downstream that did not join this
+      step's arrivals (on the wire to the next step).
+    """
+    inflow = transit
+    sent_e = left = sent_l = None
+    for _ in range(max(int(sweeps), 1)):
+        used = inflow
+        sent_e, left, sent_l = serve(hops, queue, used, usable, dt)
+        inflow = transit + hops.to_next_hop(jnp.where(hops.last, 0.0, sent_e))
+    carry = jnp.maximum(inflow - used, 0.0)
+    return sent_e, left, sent_l, used, carry
 
 
 def place_excess(hops: HopTable, excess, split, overloaded):

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fabric_jax import cc
 from fabric_jax import smooth as sm
 from fabric_jax.cc import dcqcn_params
 from fabric_jax.fluid import simulate_fluid
@@ -269,7 +270,7 @@ def test_matches_numpy_oracle(mode):
         lat = np.array([1e-6, 0.3e-6, 0.3e-6, 0.3e-6, 2.2e-6, 0.5e-6])
         nic = np.array([False, True, True, True, False, False])
         one_way = np.array([sum(lat[p]) for p in paths])
-        arrival = np.array([0.0, 3e-6, 0.0, 10e-6])
+        arrival = np.array([0.0, 3.4e-6, 0.0, 10.7e-6])   # released inside steps
         dt, n_steps = 1e-6, 60
         kw = {}
         okw = dict(mode=mode)
@@ -355,3 +356,31 @@ def test_fct_converges_in_dt(law, fc):
         out.append((fct.max(), fct.mean()))
     (m0, a0), (m1, a1) = out
     assert abs(m0 / m1 - 1) <= 0.03 and abs(a0 / a1 - 1) <= 0.03
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_stop_when_idle_keeps_every_flow_result(late):
+    # Two 250 KB DCQCN flows share one bottleneck (40 Gb/s), done at ~110 us of 400 us;
+    # with stop_when_idle the chunks after that are skipped.  Every flow result is the
+    # full run's; the law's state stops where the last simulated chunk left it (DCQCN
+    # would go on recovering its rate with no traffic).  A flow arriving late keeps the
+    # fabric busy: nothing is skipped before it finishes.
+    inc = Incidence.from_coo(np.array([0, 2, 1, 2]), np.array([0, 0, 1, 1]), n_links=3,
+                             n_flows=2)
+    cap = np.array([C, C, C])
+    arrival = np.array([0.0, 300e-6 if late else 0.0])
+    kw = dict(dt=1 * US, n_steps=400, law="dcqcn", save_every=20, arrival=arrival,
+              link_latency=np.full(3, 1 * US), line_rate=np.full(2, C),
+              params=cc.params_for("dcqcn", C))
+    full = simulate_fluid(inc, cap, np.full(2, 2.5e5), **kw)
+    fast = simulate_fluid(inc, cap, np.full(2, 2.5e5), stop_when_idle=True, **kw)
+    assert np.all(np.isfinite(np.asarray(full.finish)))
+    for key in ("finish", "start", "sent", "delivered", "dropped", "in_flight"):
+        np.testing.assert_array_equal(np.asarray(getattr(fast, key)),
+                                      np.asarray(getattr(full, key)), err_msg=key)
+    assert int(fast.state["k"]) == int(full.state["k"]) == 400
+    np.testing.assert_array_equal(np.asarray(fast.trajectory.t), np.asarray(full.trajectory.t))
+    np.testing.assert_array_equal(np.asarray(fast.trajectory.delivered),
+                                  np.asarray(full.trajectory.delivered))
+    same_law = np.array_equal(np.asarray(fast.law_state.rate), np.asarray(full.law_state.rate))
+    assert same_law == late          # skipped (the law stopped adapting) only when idle early

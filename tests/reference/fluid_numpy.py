@@ -8,20 +8,22 @@ the per-step max-min share comes from the textbook progressive filling of
 
 Per step ``k`` (``t = k dt``):
 
-1. flow ``f`` is active when ``arrival_f < t + dt`` and it has not finished;
+1. flow ``f`` is active when ``arrival_f < t + dt`` and it has not finished; it offers
+   ``min(line_rate p, remaining / dt)``, ``p`` the part of the step after its arrival;
 2. usable capacity ``u_l``: ``C_l``, or ``0`` while paused (PFC, a decision taken at the
    end of the previous step);
-3. every link serves its standing queue plus the bytes arriving from the wire,
-   ``s_l = min(q_l + a_l, u_l dt)``, each entry in proportion to its share;
+3. every link serves its standing queue plus the bytes arriving from the hop before
+   in the same step, ``s_l = min(q_l + a_l, u_l dt)``, each entry in proportion to its
+   share; links are taken in topological order of the route graph (a link after every
+   link that precedes it on some path), so ``a_l`` is known when ``l`` is served;
 4. fresh offers share ``max(u_l - s_l/dt, 0)`` max-min; the rest of each offer waits at
    the first hop of its path where the offered load exceeds that capacity;
 5. buffers: PFC drops the ingress-pool overflow, ``drop`` the egress overflow at switch
    ports, both from the bytes that arrived in the step and still stand;
-6. bytes served at a non-last hop are on the wire to the next hop (served there next
-   step); bytes through the last hop and cut-through bytes ride the receiver wire for
+6. bytes through the last hop and cut-through bytes ride the receiver wire for
    the flow's one-way latency ``L = n dt + phi dt`` (``1 - phi`` delivered ``n`` steps
    later, ``phi`` one step after that);
-7. PFC: ingress pool (standing + on the wire into it) above ``xoff`` pauses the link,
+7. PFC: ingress pool (standing bytes) above ``xoff`` pauses the link,
    below ``xon`` resumes it;
 8. a flow finishes when its bytes through the last queue reach its size: finish time
    interpolated inside the step, plus ``L``.
@@ -63,7 +65,18 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
         for l in p:
             A[l, f] = 1.0
     x = [np.zeros(len(p)) for p in paths]        # standing bytes per hop
-    tr = [np.zeros(len(p)) for p in paths]       # bytes arriving at each hop next step
+    # topological order of the links: l after every link that precedes it on a path
+    preds = {l: set() for l in range(n_links)}
+    for p in paths:
+        for a, b in zip(p[:-1], p[1:]):
+            preds[b].add(a)
+    order, placed = [], set()
+    while len(order) < n_links:
+        ready = [l for l in range(n_links) if l not in placed and preds[l] <= placed]
+        if not ready:
+            raise ValueError("the oracle needs routes without cycles")
+        order += ready
+        placed |= set(ready)
     n_w = np.floor(np.asarray(one_way) / dt + 1e-9).astype(int)
     phi = np.asarray(one_way) / dt - n_w
     phi = np.where(phi < 1e-9, 0.0, phi)
@@ -80,23 +93,26 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
     for k in range(n_steps):
         t = k * dt
         active = (arrival < t + dt) & ~done
-        offered = np.where(active, np.minimum(line_rate, remaining / dt), 0.0)
+        part = np.clip((t + dt - arrival) / dt, 0.0, 1.0)   # released inside the step
+        offered = np.where(active, np.minimum(line_rate * part, remaining / dt), 0.0)
         usable = cap * (1.0 - pause) if mode == "pfc" else cap.copy()
-        load = np.zeros(n_links)
-        for f, p in enumerate(paths):
-            for h, l in enumerate(p):
-                load[l] += x[f][h] + tr[f][h]
-        s_l = np.minimum(load, usable * dt)
         served = [np.zeros(len(p)) for p in paths]
         left = [np.zeros(len(p)) for p in paths]
         arrived_left = [np.zeros(len(p)) for p in paths]
-        for f, p in enumerate(paths):
-            for h, l in enumerate(p):
-                tot = x[f][h] + tr[f][h]
-                frac = s_l[l] / load[l] if load[l] > 0 else 0.0
+        arr = [np.zeros(len(p)) for p in paths]  # bytes reaching each hop this step
+        s_l = np.zeros(n_links)
+        for l in order:
+            entries = [(f, h) for f, p in enumerate(paths) for h, m in enumerate(p) if m == l]
+            load = sum(x[f][h] + arr[f][h] for f, h in entries)
+            s_l[l] = min(load, usable[l] * dt)
+            frac = s_l[l] / load if load > 0 else 0.0
+            for f, h in entries:
+                tot = x[f][h] + arr[f][h]
                 served[f][h] = tot * frac
                 left[f][h] = tot - served[f][h]
-                arrived_left[f][h] = tr[f][h] * (1 - frac)
+                arrived_left[f][h] = arr[f][h] * (1 - frac)
+                if h + 1 < len(paths[f]):
+                    arr[f][h + 1] += served[f][h]
         fresh = np.maximum(usable - s_l / dt, 0.0)
         alloc = np.minimum(progressive_filling(A, fresh, offered)[0], offered)
         load_o = A @ offered
@@ -129,13 +145,8 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
                     x_new[f][h] -= d
                     drop_now[f] += d
         passed_now = alloc * dt
-        tr_new = [np.zeros(len(p)) for p in paths]
         for f, p in enumerate(paths):
-            for h in range(len(p)):
-                if h + 1 < len(p):
-                    tr_new[f][h + 1] = served[f][h]
-                else:
-                    passed_now[f] += served[f][h]
+            passed_now[f] += served[f][len(p) - 1]
         for f in range(n_flows):
             for step, part in ((k + n_w[f], 1 - phi[f]), (k + n_w[f] + 1, phi[f])):
                 pending[(step, f)] = pending.get((step, f), 0.0) + passed_now[f] * part
@@ -155,18 +166,18 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
             pool = np.zeros(n_links)
             for f, p in enumerate(paths):
                 for h in range(1, len(p)):
-                    pool[p[h - 1]] += x_new[f][h] + tr_new[f][h]
+                    pool[p[h - 1]] += x_new[f][h]
             on = pool > xoff
             off = pool < xon
             pause = np.where(on, 1.0, np.where(off, 0.0, pause))
-        x, tr = x_new, tr_new
+        x = x_new
         q = np.zeros(n_links)
         for f, p in enumerate(paths):
             for h, l in enumerate(p):
                 q[l] += x[f][h]
         q_hist.append(q)
         p_hist.append(pause.copy())
-    in_flight = np.array([tr[f].sum() for f in range(n_flows)])
+    in_flight = np.zeros(n_flows)
     for (step, f), b in pending.items():
         in_flight[f] += b
     return dict(queue=np.array(q_hist), delivered=delivered, dropped=dropped, sent=sent,
