@@ -1,9 +1,10 @@
 """Convergence in dt of the ``compare`` metrics: the same scenario at dt, dt/2 and dt/4.
 
 The fluid model (:func:`fabric_jax.fluid.simulate_fluid`) is a time-stepped
-discretisation: queues, wires and feedback rings advance by ``dt``; a byte that waited
-in a queue takes one step per downstream hop; the laws integrate their ODEs with
-explicit Euler.  A number is only a property of the fabric if it does not move when
+discretisation: queues, wires and feedback rings advance by ``dt`` (wire and feedback
+delays are fractional, bytes leaving a queue cross the hops below it in their step);
+the laws integrate their ODEs with explicit Euler and threshold marking switches at
+step boundaries.  A number is only a property of the fabric if it does not move when
 ``dt`` shrinks.  This script runs the ``compare`` metrics of a scenario
 (:func:`fabric_jax.compare.run_compare`, every preset) at ``dt``, ``dt/2`` and
 ``dt/4`` over the same simulated horizon and prints, per preset and metric, the
@@ -16,12 +17,10 @@ Default run: the built-in scenario *reduced* (8 servers x 4 rails, the same work
 mix; ``--full`` runs the built-in 256-GPU scenario, which takes 4 + 8 + 16 times one
 ``compare`` run), isolation runs off (``--isolation`` turns them on).
 
-Measured (reduced scenario, 1000 us horizon, 2 shared CPU cores): at ``--dt-us 4`` the
-worst headline change is 76 % (RoCE all-to-all; RoCE effective bandwidth 44 %); at
-``--dt-us 2``, 32 % (all-to-all), IB all-reduce 7.6 %; at ``--dt-us 1`` every headline
-metric moves <= 1.4 % except the all-to-all completion time (about 40 us, i.e. 40
-steps: 5-8 %).  So ``dt = 1 us`` meets the 3 % criterion for effective bandwidth,
-all-reduce and step time; a 40 us phase needs ``dt <= 0.5 us``.
+Measured (reduced scenario, 1000 us horizon, 2 shared CPU cores, 2026-12-03): at
+``--dt-us 1`` every headline metric moves <= 1.9 % when dt is quartered except the
+all-to-all completion time (about 25 us) of infiniband and spectrum_x, 19-20 %; see the
+README's "Fidelity" section for the table and what changed.
 
 Usage::
 

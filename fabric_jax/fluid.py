@@ -890,9 +890,10 @@ def _complete(net, c, t, start, active, passed_now, dt):
     need = jnp.maximum(size - c["passed"], 0.0)
     got = passed_now > 0
     tfrac = jnp.clip(jnp.where(got, need / jnp.where(got, passed_now, 1.0), 0.0), 0.0, 1.0)
-    # A flow never finishes before it starts (a zero-byte flow released inside the
-    # step completes at its release time).
-    finish = jnp.where(completes, jnp.maximum(t + dt * tfrac, start) + net.one_way,
+    # The step's bytes passed uniformly over the part of the step after the release
+    # (the whole step after the first); a zero-byte flow completes at its release.
+    t0 = jnp.maximum(t, start)
+    finish = jnp.where(completes, t0 + jnp.maximum(t + dt - t0, 0.0) * tfrac + net.one_way,
                        c["finish"])
     return passed, completes, finish
 

@@ -26,7 +26,7 @@ Per step ``k`` (``t = k dt``):
 7. PFC: ingress pool (standing bytes) above ``xoff`` pauses the link,
    below ``xon`` resumes it;
 8. a flow finishes when its bytes through the last queue reach its size: finish time
-   interpolated inside the step, plus ``L``.
+   interpolated inside the part of the step after its arrival, plus ``L``.
 """
 
 from __future__ import annotations
@@ -159,7 +159,8 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
             if active[f] and passed[f] + passed_now[f] >= size[f] * (1 - 1e-5):
                 need = max(size[f] - passed[f], 0.0)
                 frac = min(need / passed_now[f], 1.0) if passed_now[f] > 0 else 0.0
-                finish[f] = max(t + dt * frac, arrival[f]) + one_way[f]
+                t0 = max(t, arrival[f])          # bytes passed over [t0, t + dt]
+                finish[f] = t0 + (t + dt - t0) * frac + one_way[f]
                 done[f] = True
         passed += passed_now
         if mode == "pfc":
