@@ -161,10 +161,18 @@ def _timed(fn, *args, **kwargs):
     out = fn(*args, **kwargs)
     out.finish.block_until_ready()
     first = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    steady, _, out = _timed_once(fn, *args, **kwargs)
+    return first, steady, out
+
+
+def _timed_once(fn, *args, **kwargs):
+    """``(wall_s, cpu_s, result)`` of one call (already compiled).  ``cpu_s`` is this
+    process's CPU time (all threads): on a shared machine it is less inflated by other
+    jobs than the wall time."""
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn(*args, **kwargs)
     out.finish.block_until_ready()
-    return first, time.perf_counter() - t0, out
+    return time.perf_counter() - t0, time.process_time() - c0, out
 
 
 def _rel_err(finish, ref_finish, ref_fct):
@@ -179,11 +187,14 @@ def run(scenario: str, n: int, args) -> dict:
     dt = jnp.result_type(float)
     c, a, s = (jnp.asarray(x, dt) for x in (cap, arrival, size))
     row = dict(scenario=scenario, flows=n)
-    first, wall, exact = _timed(fj.simulate_flows, inc, c, a, s, max_active=n)
+    t0 = time.perf_counter()
+    fj.simulate_flows(inc, c, a, s, max_active=n).finish.block_until_ready()
+    first = time.perf_counter() - t0
+    wall, cpu, exact = _timed_once(fj.simulate_flows, inc, c, a, s, max_active=n)
     fin = np.asarray(exact.finish, float)
     fct = np.asarray(exact.fct, float)
     row.update(events=int(exact.n_events), exact_compile_s=max(first - wall, 0.0),
-               exact_s=wall, stalled=bool(exact.stalled))
+               exact_s=wall, exact_cpu_s=cpu, stalled=bool(exact.stalled))
     if n <= args.oracle_max:
         ref_s, ref = time_host(simulate_flows_reference, inc.to_scipy().tocsc(), cap,
                                arrival, size)
@@ -194,8 +205,9 @@ def run(scenario: str, n: int, args) -> dict:
                                warm_start=False)
         row.update(old_s=old_s, speedup_vs_old=old_s / wall,
                    old_vs_exact_err=_rel_err(old.finish, fin, fct))
-    _, merged_s, merged = _timed(fj.simulate_flows, inc, c, a, s, max_active=n,
-                                 tolerance=args.tolerance)
+    # ``tolerance`` is traced: the exact run's compiled loop is reused, one call suffices.
+    merged_s, _, merged = _timed_once(fj.simulate_flows, inc, c, a, s, max_active=n,
+                                      tolerance=args.tolerance)
     row.update(merged_s=merged_s, merged_events=int(merged.n_events),
                merged_max_fct_err=_rel_err(merged.finish, fin, fct))
     if n <= args.batched_max and args.batch > 1:
@@ -276,13 +288,31 @@ def _simgrid_child(links, capacity, size, fin_exact) -> dict:
 
     sg.Actor.create("launcher", src[0], launcher)
     setup = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     e.run()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     ok = np.isfinite(finish)
     err = float(np.max(np.abs(finish[ok] - fin_exact[ok]) / fin_exact[ok], initial=0.0)
                 if ok.all() else np.inf)
-    return dict(simgrid_s=wall, simgrid_setup_s=setup, simgrid_vs_exact_err=err)
+    return dict(simgrid_s=wall, simgrid_cpu_s=cpu, simgrid_setup_s=setup,
+                simgrid_vs_exact_err=err)
+
+
+def growth_exponents(rows) -> list[dict]:
+    """Cost growth between the smallest and largest coupled sizes: factor and exponent
+    ``log(t_max / t_min) / log(N_max / N_min)``, for every timing both ends have."""
+    coupled = sorted((r for r in rows if r["scenario"] == "coupled"), key=lambda r: r["flows"])
+    out = []
+    if len(coupled) < 2:
+        return out
+    lo, hi = coupled[0], coupled[-1]
+    for key in ("exact_s", "exact_cpu_s", "simgrid_s", "simgrid_cpu_s", "oracle_s"):
+        if key in lo and key in hi and lo[key] > 0:
+            factor = hi[key] / lo[key]
+            out.append(dict(what=key, **{"from": lo["flows"], "to": hi["flows"]},
+                            factor=factor,
+                            exponent=float(np.log(factor) / np.log(hi["flows"] / lo["flows"]))))
+    return out
 
 
 def main(argv=None):
@@ -305,13 +335,20 @@ def main(argv=None):
         for n in sizes:
             rows.append(run(scenario, n, args))
             print(rows[-1], flush=True)
-    cols = ["scenario", "flows", "events", "oracle_s", "old_s", "exact_s", "exact_compile_s",
+    cols = ["scenario", "flows", "events", "oracle_s", "old_s", "exact_s", "exact_cpu_s",
+            "exact_compile_s",
             "speedup_vs_old", "exact_vs_oracle_err", "merged_s", "merged_events",
             "merged_max_fct_err", "batched_per_scenario_s", "batched_warm_per_scenario_s",
-            "loop_per_scenario_s", "simgrid_s", "simgrid_vs_exact_err"]
+            "loop_per_scenario_s", "simgrid_s", "simgrid_cpu_s", "simgrid_vs_exact_err"]
     print(f"device: {device_info()}")
     print(table(rows, [c for c in cols if any(c in r for r in rows)]))
-    write_json(args.json, {"device": device_info(), "args": vars(args), "rows": rows})
+    growth = growth_exponents(rows)
+    for line in growth:
+        print(line["what"], f"{line['from']} -> {line['to']} flows: x{line['factor']:.3g}, "
+              f"~N^{line['exponent']:.2f}")
+    write_json(args.json, {"device": device_info(), "args": vars(args), "rows": rows,
+                           "growth": growth, "load_average": os.getloadavg(),
+                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
     return rows
 
 

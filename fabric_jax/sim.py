@@ -112,7 +112,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .fairness import _link_sum, solve, solve_warm
+from .fairness import _link_sum, compact_indices, solve, solve_warm
 from .incidence import Incidence, as_incidence, check_entries
 
 __all__ = [
@@ -471,93 +471,126 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
     keep_rtol = WARM_START_RTOL.get(np.dtype(dt_), 1e-4)
     inf = jnp.asarray(jnp.inf, dt_)
     tolerance = jnp.asarray(tolerance, dt_)
-    flow_ids = jnp.arange(n_flows, dtype=jnp.int32)
     slot_of_entry = jnp.repeat(jnp.arange(width, dtype=jnp.int32), n_hops)
+    if not has_deps:
+        # Every start is known from the outset: flows enter in start order, so an event
+        # finds its arrivals and the next start with a pointer into the sorted start
+        # times instead of passes over all flows.
+        start0 = arrival + delay
+        order = jnp.argsort(start0, stable=True).astype(jnp.int32)
+        sorted_start = start0[order]
+
+    def take(table, idx):  # rows of a per-flow table; ``idx`` is always in range
+        return jnp.take(table, idx, axis=0, mode="clip")
 
     def cond(c):
         return (~c["all_done"]) & (c["k"] < max_events) & ~c["overflow"]
 
     def body(c):
-        t, start, finish = c["t"], c["start"], c["finish"]
-        slot_flow, slotted, slot_rem = c["slot_flow"], c["slotted"], c["slot_rem"]
-        if has_deps:  # without dependencies every start is known from the outset
+        t, finish = c["t"], c["finish"]
+        # The slot table: the active flows' rows, gathered once when they arrive (an
+        # event then touches per-slot arrays only, not the per-flow tables).
+        table = {k: c[k] for k in ("slot_flow", "slot_links", "slot_weight", "slot_demand",
+                                   "slot_lat", "slot_start", "slot_rem")}
+        out = dict(c)
+        if has_deps:
             rel = release_times(deps, finish, arrival, delay)
-            start = jnp.where(jnp.isfinite(start), start, rel)
-        # Flows starting now take the free slots, in flow order.
-        new = (start <= t) & ~slotted  # a flow keeps ``slotted`` after it completes
+            start = jnp.where(jnp.isfinite(c["start"]), c["start"], rel)
+            new = (start <= t) & ~c["slotted"]  # a flow keeps ``slotted`` after it completes
+            n_new = jnp.sum(new, dtype=jnp.int32)
+            next_start = jnp.min(jnp.where(start > t, start, inf), initial=inf)
+            out["start"] = start
+        else:
+            start = start0
+            ptr = c["ptr"]
+            ptr_new = jnp.searchsorted(sorted_start, t, side="right").astype(jnp.int32)
+            n_new = ptr_new - ptr
+            next_start = jnp.where(ptr_new < n_flows,
+                                   sorted_start[jnp.minimum(ptr_new, n_flows - 1)], inf)
+            out["ptr"] = ptr_new
 
-        def insert(args):  # only on events with arrivals: O(flows) compaction
-            slot_flow, slotted, slot_rem = args
-            free_pos = jnp.nonzero(slot_flow < 0, size=width, fill_value=width)[0]
-            rank = jnp.cumsum(new) - 1
-            slot_new = jnp.where(new & (rank < width),
-                                 free_pos[jnp.clip(rank, 0, width - 1)], width)
-            arrived = jnp.zeros((width,), bool).at[slot_new].set(True, mode="drop")
-            slot_flow = slot_flow.at[slot_new].set(flow_ids, mode="drop")
-            slot_rem = jnp.where(arrived, size[jnp.maximum(slot_flow, 0)], slot_rem)
-            return (slot_flow, slotted | (new & (slot_new < width)), slot_rem,
-                    jnp.any(new & (slot_new >= width)), arrived)
+        def insert(table):  # only on events with arrivals: O(slots) compaction
+            free = table["slot_flow"] < 0
+            rank = jnp.cumsum(free, dtype=jnp.int32) - 1
+            if has_deps:  # the new flows, in flow order
+                cands, first = compact_indices(new, n_flows), 0
+            else:  # the next n_new flows in start order
+                cands, first = order, ptr
+            arrived = free & (rank < n_new)
+            fid = jnp.where(arrived, take(cands, first + rank), 0)
+            table = dict(table, slot_flow=jnp.where(arrived, fid, table["slot_flow"]))
+            for key, src in (("slot_links", ell_links), ("slot_weight", ell_weight)):
+                table[key] = jnp.where(arrived[:, None], take(src, fid), table[key])
+            for key, src in (("slot_demand", demand), ("slot_lat", latency),
+                             ("slot_start", start), ("slot_rem", size)):
+                table[key] = jnp.where(arrived, take(src, fid), table[key])
+            return table, n_new > jnp.sum(free, dtype=jnp.int32), arrived, fid
 
-        slot_flow, slotted, slot_rem, overflowed, arrived = jax.lax.cond(
-            jnp.any(new), insert,
-            lambda a: (*a, jnp.asarray(False), jnp.zeros((width,), bool)),
-            (slot_flow, slotted, slot_rem))
+        table, overflowed, arrived, fid = jax.lax.cond(
+            n_new > 0, insert,
+            lambda tb: (tb, jnp.asarray(False), jnp.zeros((width,), bool),
+                        jnp.zeros((width,), jnp.int32)), table)
+        if has_deps:
+            out["slotted"] = c["slotted"].at[jnp.where(arrived, fid, n_flows)].set(
+                True, mode="drop")
         overflow = c["overflow"] | overflowed
+        slot_flow, slot_links, slot_weight = (table["slot_flow"], table["slot_links"],
+                                              table["slot_weight"])
         valid = slot_flow >= 0
-        sf = jnp.maximum(slot_flow, 0)
-        # Max-min rates of the active flows only (the slot table's incidence).
-        slot_links = ell_links[sf]
-        slot_weight = jnp.where(valid[:, None], ell_weight[sf], 0.0)
+        # Max-min rates of the active flows only (the slot table's incidence).  Rows of
+        # empty slots keep their last flow's entries: they are frozen at rate 0.
         sub = Incidence(slot_links.reshape(-1), slot_of_entry, slot_weight.reshape(-1),
                         n_links, width, n_hops)
-        slot_demand = jnp.where(valid, demand[sf], 0.0)
         if warm:
-            keep = _kept_rates(sub, capacity, slot_demand, c["slot_rate"], c["theta"],
-                               valid, arrived, keep_rtol)
+            keep = _kept_rates(sub, capacity, table["slot_demand"], c["slot_rate"],
+                               c["theta"], valid, arrived, keep_rtol)
             # Link loads are carried from event to event and updated over the re-solved
             # rows only (solve_warm's ``load``).
-            solved = solve_warm(sub, capacity, slot_demand, c["slot_rate"], keep,
+            solved = solve_warm(sub, capacity, table["slot_demand"], c["slot_rate"], keep,
                                 load=c["load"])
             rate, load = solved.rates, solved.link_load
         else:  # from scratch, COO layout (the engine before warm starts)
-            rate = solve(dataclasses.replace(sub, row_width=None), capacity, slot_demand).rates
-        rem = slot_rem  # remaining bytes of each slot's flow
+            masked = Incidence(sub.link_idx, sub.flow_idx,
+                               jnp.where(valid[:, None], slot_weight, 0.0).reshape(-1),
+                               n_links, width, None)
+            rate = solve(masked, capacity, jnp.where(valid, table["slot_demand"], 0.0)).rates
+        rem = table["slot_rem"]  # remaining bytes of each slot's flow
         serving = valid & (rate > 0)
         tau = jnp.where(serving, rem / jnp.where(serving, rate, 1.0), inf)
         tau = jnp.where(valid & (rem <= 0), 0.0, tau)  # zero-byte flows complete now
-        next_start = jnp.min(jnp.where(start > t, start, inf), initial=inf)
         t_next = jnp.minimum(t + jnp.min(tau, initial=inf), next_start)
         stuck = ~jnp.isfinite(t_next)
         step = jnp.where(stuck, 0.0, t_next - t)
         t_new = jnp.where(stuck, t, t_next)
         # Completions: every active flow whose completion falls at t_next (within eps),
         # or, with a tolerance, within tolerance * (its age at t_next) after it.
-        age = jnp.maximum(t_new - start[sf], 0.0)
+        age = jnp.maximum(t_new - table["slot_start"], 0.0)
         window = eps * jnp.abs(t_new) + tolerance * age
         completes = valid & ~stuck & (tau <= step * (1 + eps) + window)
         # A merged completion keeps its own exact time under the current rates.
         t_done = jnp.where(tau > step, t + tau, t_new)
         rem = jnp.where(completes, 0.0,
                         jnp.maximum(rem - jnp.where(valid, rate * step, 0.0), 0.0))
-        target = jnp.where(valid, sf, n_flows)
         n_completes = jnp.sum(completes, dtype=jnp.int32)
-        finish_at = t_done + latency[sf]
+
         # Record the completions and drop their load: usually a single flow, so the
         # common case touches one slot, not the whole table.
-        flow_load = jnp.where(slot_weight != 0, slot_weight * rate[:, None], 0.0)
-
         def one(args):
             finish, load = args
             i = jnp.argmax(completes)
-            load = load.at[slot_links[i]].add(-flow_load[i]) if warm else load
-            return finish.at[sf[i]].set(finish_at[i]), load, rate[i]
+            if warm:
+                w_i = slot_weight[i]
+                load = load.at[slot_links[i]].add(-jnp.where(w_i != 0, w_i * rate[i], 0.0))
+            return finish.at[slot_flow[i]].set(t_done[i] + table["slot_lat"][i]), load, rate[i]
 
         def many(args):
             finish, load = args
-            finish = finish.at[jnp.where(completes, sf, n_flows)].set(finish_at, mode="drop")
+            finish = finish.at[jnp.where(completes, slot_flow, n_flows)].set(
+                t_done + table["slot_lat"], mode="drop")
             if warm:
-                load = load - _link_sum(jnp.where(completes[:, None], flow_load, 0.0).reshape(-1),
-                                        slot_links.reshape(-1), n_links, None)
+                on = completes[:, None] & (slot_weight != 0)
+                load = load - _link_sum(jnp.where(on, slot_weight * rate[:, None], 0.0)
+                                        .reshape(-1), slot_links.reshape(-1), n_links, None)
             return finish, load, jnp.min(jnp.where(completes, rate, inf), initial=inf)
 
         load0 = load if warm else jnp.zeros((n_links,), dt_)
@@ -565,10 +598,9 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
             jnp.minimum(n_completes, 2),
             [lambda a: (*a, inf), one, many], (finish, load0))
         n_done = c["n_done"] + n_completes
-        slot_flow = jnp.where(completes, -1, slot_flow)
-        out = dict(c, t=t_new, slot_rem=rem, start=start, finish=finish, n_done=n_done,
-                   slot_flow=slot_flow, slotted=slotted, overflow=overflow, k=c["k"] + 1,
-                   all_done=(n_done >= n_flows) | stuck, stuck=stuck)
+        out.update(table, t=t_new, slot_rem=rem, finish=finish, n_done=n_done,
+                   slot_flow=jnp.where(completes, -1, slot_flow), overflow=overflow,
+                   k=c["k"] + 1, all_done=(n_done >= n_flows) | stuck, stuck=stuck)
         if warm:
             out["slot_rate"] = jnp.where(completes | ~valid, 0.0, rate)
             out["theta"] = theta
@@ -576,18 +608,24 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
         if record:
             out["times"] = c["times"].at[c["k"]].set(t)
             out["rates"] = c["rates"].at[c["k"]].set(
-                jnp.zeros((n_flows,), dt_).at[target].set(rate, mode="drop"))
+                jnp.zeros((n_flows,), dt_).at[jnp.where(valid, slot_flow, n_flows)].set(
+                    rate, mode="drop"))
         return out
 
-    carry = dict(t=jnp.asarray(0.0, dt_), slot_rem=jnp.zeros((width,), dt_),
-                 start=jnp.full((n_flows,), inf, dt_), finish=jnp.full((n_flows,), inf, dt_),
+    carry = dict(t=jnp.asarray(0.0, dt_), finish=jnp.full((n_flows,), inf, dt_),
                  n_done=jnp.asarray(0, jnp.int32),
                  slot_flow=jnp.full((width,), -1, jnp.int32),
-                 slotted=jnp.zeros((n_flows,), bool), overflow=jnp.asarray(False),
-                 k=jnp.asarray(0, jnp.int32), all_done=jnp.asarray(n_flows == 0),
-                 stuck=jnp.asarray(False))
-    if not has_deps:
-        carry["start"] = arrival + delay
+                 slot_links=jnp.zeros((width, n_hops), ell_links.dtype),
+                 slot_weight=jnp.zeros((width, n_hops), dt_),
+                 slot_demand=jnp.zeros((width,), dt_), slot_lat=jnp.zeros((width,), dt_),
+                 slot_start=jnp.zeros((width,), dt_), slot_rem=jnp.zeros((width,), dt_),
+                 overflow=jnp.asarray(False), k=jnp.asarray(0, jnp.int32),
+                 all_done=jnp.asarray(n_flows == 0), stuck=jnp.asarray(False))
+    if has_deps:
+        carry["start"] = jnp.full((n_flows,), inf, dt_)
+        carry["slotted"] = jnp.zeros((n_flows,), bool)
+    else:
+        carry["ptr"] = jnp.asarray(0, jnp.int32)
     if warm:
         carry["slot_rate"] = jnp.zeros((width,), dt_)
         carry["theta"] = inf
@@ -597,8 +635,11 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
         carry["rates"] = jnp.zeros((max_events, n_flows), dt_)
     c = jax.lax.while_loop(cond, body, carry)
     stalled = c["stuck"] | (c["n_done"] < n_flows)
-    start = jnp.where(jnp.isfinite(c["start"]), c["start"],
-                      release_times(deps, c["finish"], arrival, delay))
+    if has_deps:
+        start = jnp.where(jnp.isfinite(c["start"]), c["start"],
+                          release_times(deps, c["finish"], arrival, delay))
+    else:
+        start = start0
     result = FlowSimResult(start=start, finish=c["finish"], fct=c["finish"] - arrival,
                            n_events=c["k"], stalled=stalled,
                            event_times=c.get("times"), rate_history=c.get("rates"))
@@ -616,10 +657,10 @@ def _kept_rates(sub: Incidence, capacity, demand, old_rate, theta_done, valid, a
     n_links = sub.n_links
     n_slots, width = sub.n_flows, sub.row_width
     li = sub.link_idx.reshape(n_slots, width)
-    w = sub.weight.reshape(n_slots, width)
 
     def arrival_bound(_):
-        total = jax.ops.segment_sum(sub.weight, sub.link_idx, num_segments=n_links)
+        w = jnp.where(valid[:, None], sub.weight.reshape(n_slots, width), 0.0)  # empty slots
+        total = jax.ops.segment_sum(w.reshape(-1), sub.link_idx, num_segments=n_links)
         share = jnp.where(total > 0, capacity / jnp.where(total > 0, total, 1.0), jnp.inf)
         per_flow = jnp.min(jnp.where(w > 0, jnp.take(share, li, mode="clip"), jnp.inf),
                            axis=1, initial=jnp.inf)
