@@ -27,8 +27,8 @@ are in :mod:`fabric_jax.scaling`:
 ``ideal.<preset>``
     the same keys on the ideal fabric, for the plan that preset ran.
 
-Default: 16 to 512 GPUs (``--quick``: 16 and 32), every preset.  Larger points
-(``--max-gpus 1024`` and up) cost minutes each on a 2-core CPU.
+Default: 16 to 128 GPUs (``--quick``: 16 and 32), every preset.  Larger points
+(``--max-gpus 512`` and up) cost minutes each per preset on a 2-core CPU.
 
 Usage::
 
@@ -95,7 +95,7 @@ def main(argv=None) -> dict:
     ap = cm.parser(__doc__)
     ap.add_argument("--min-gpus", type=int, default=16, help="smallest GPU count (default 16)")
     ap.add_argument("--max-gpus", type=int, default=None,
-                    help="largest GPU count; points double from --min-gpus (default 512, "
+                    help="largest GPU count; points double from --min-gpus (default 128, "
                          "--quick 32)")
     ap.add_argument("--all-reduce-mb", type=float, default=32.0,
                     help="all-reduce buffer per GPU, MB (default 32)")
@@ -119,7 +119,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--beyond-radix", default="tiers", choices=["tiers", "planes"],
                     help="what grows when a spine runs out of ports (default tiers)")
     a = ap.parse_args(argv)
-    max_gpus = a.max_gpus if a.max_gpus is not None else (32 if a.quick else 512)
+    max_gpus = a.max_gpus if a.max_gpus is not None else (32 if a.quick else 128)
     cm.check_positive(ap, max_gpus=max_gpus, min_gpus=a.min_gpus,
                       all_reduce_mb=a.all_reduce_mb, chunks=a.chunks, max_paths=a.max_paths,
                       dt_us=a.dt_us, servers_per_leaf=a.servers_per_leaf,

@@ -77,7 +77,8 @@ from .incidence import Incidence
 
 __all__ = ["compact_incidence", "ep_group_size", "SWEEP_ALGORITHMS", "DEFAULT_SWEEP_CHUNKS",
            "DEFAULT_SWEEP_PATHS", "sweep_topology", "choose_algorithm", "PlanFlows",
-           "plan_flows", "simulate_plan_fluid", "simulate_plan_ideal", "rank_completion",
+           "plan_flows", "simulate_plan_fluid", "simulate_plans_fluid", "simulate_plan_ideal",
+           "simulate_plans_ideal", "rank_completion", "CURVE_KEYS",
            "nic_ideal_time", "completion_stats", "scaling_point", "scaling_curves"]
 
 #: Candidate all-reduce algorithms of the sweep (NCCL's choice on multi-node NVSwitch
@@ -373,6 +374,79 @@ def plan_flows(plan, topology, fabric, *, max_paths: int | None = DEFAULT_SWEEP_
                      link_latency=link_lat, shielded=shielded, nic_rate=nic_rate)
 
 
+def _combined(items):
+    """One block-diagonal network of several ``(plan, topology, PlanFlows)``: links,
+    nodes, hosts and transfers of item ``i`` offset past those of items ``< i``."""
+    from types import SimpleNamespace
+
+    from .paths import PathSet
+    link_off = np.cumsum([0] + [t.n_links for _, t, _ in items])
+    node_off = np.cumsum([0] + [t.n_nodes for _, t, _ in items])
+    host_off = np.cumsum([0] + [t.n_hosts for _, t, _ in items])
+    flow_off = np.cumsum([0] + [p.n_flows for p, _, _ in items])
+    P = max(f.paths.max_paths for _, _, f in items)
+    H = max(f.paths.max_hops for _, _, f in items)
+    dw = max(np.asarray(p.deps).shape[1] for p, _, _ in items)
+
+    def pad3(a, fill):
+        return np.pad(a, ((0, 0), (0, P - a.shape[1]), (0, H - a.shape[2])),
+                      constant_values=fill)
+
+    links, hop, pmask, src, dst, deps = [], [], [], [], [], []
+    for i, (p, t, f) in enumerate(items):
+        lk = np.asarray(f.paths.links)
+        links.append(pad3(np.where(lk >= 0, lk + link_off[i], -1), -1))
+        hop.append(pad3(np.asarray(f.paths.hop_mask, bool), False))
+        pmask.append(np.pad(np.asarray(f.paths.path_mask, bool),
+                            ((0, 0), (0, P - lk.shape[1]))))
+        src.append(np.asarray(f.paths.src) + host_off[i])
+        dst.append(np.asarray(f.paths.dst) + host_off[i])
+        d = np.asarray(p.deps)
+        deps.append(np.pad(np.where(d >= 0, d + flow_off[i], -1),
+                           ((0, 0), (0, dw - d.shape[1])), constant_values=-1))
+    pm = np.concatenate(pmask)
+    paths = PathSet(src=np.concatenate(src).astype(np.int32),
+                    dst=np.concatenate(dst).astype(np.int32),
+                    links=np.concatenate(links).astype(np.int32), path_mask=pm,
+                    hop_mask=np.concatenate(hop), n_paths=pm.sum(1).astype(np.int32))
+    cat = lambda xs: np.concatenate([np.asarray(x) for x in xs])  # noqa: E731
+    net = SimpleNamespace(
+        n_links=int(link_off[-1]),
+        node_is_host=cat([t.node_is_host for _, t, _ in items]),
+        link_src=cat([np.asarray(t.link_src) + o for (_, t, _), o in zip(items, node_off)]),
+        link_dst=cat([np.asarray(t.link_dst) + o for (_, t, _), o in zip(items, node_off)]),
+        capacity=cat([f.capacity for _, _, f in items]),
+        latency=cat([t.latency for _, t, _ in items]),
+        buffer=cat([np.where(_classes(t) == 0, t.buffer, np.inf) for _, t, _ in items]))
+    return dict(net=net, paths=paths, deps=cat(deps), flow_off=flow_off,
+                size=cat([np.asarray(p.size, float) for p, _, _ in items]),
+                delay=cat([f.delay for _, _, f in items]),
+                link_latency=cat([f.link_latency for _, _, f in items]),
+                shielded=cat([f.shielded for _, _, f in items]),
+                nic_rate=max(f.nic_rate for _, _, f in items))
+
+
+def simulate_plans_fluid(items, fabric, *, dt: float, n_steps: int, seed: int = 0) -> list:
+    """Several plans under one preset's dynamics in one fluid run (module docstring,
+    "Engine"): ``items`` is a list of ``(plan, topology, PlanFlows)``; their networks are
+    laid side by side (disjoint links), so each runs as if alone and one compile serves
+    them all.
+
+    Returns:
+      ``[(start [flows], finish [flows])]`` per item, seconds.
+    """
+    from .study.run import simulate_paths
+    c = _combined(items)
+    res = simulate_paths(c["net"], c["paths"], fabric, c["size"], dt=dt, n_steps=int(n_steps),
+                         arrival=np.zeros(c["size"].size), deps=c["deps"], delay=c["delay"],
+                         seed=seed, capacity=c["net"].capacity,
+                         link_latency=c["link_latency"], nic_links=c["shielded"],
+                         nic_rate=c["nic_rate"], buffer=c["net"].buffer)
+    start, finish = np.asarray(res.start, float), np.asarray(res.finish, float)
+    off = c["flow_off"]
+    return [(start[off[i]:off[i + 1]], finish[off[i]:off[i + 1]]) for i in range(len(items))]
+
+
 def simulate_plan_fluid(plan, topology, fabric, *, dt: float, n_steps: int,
                         max_paths: int | None = DEFAULT_SWEEP_PATHS, seed: int = 0,
                         flows: PlanFlows | None = None):
@@ -388,21 +462,12 @@ def simulate_plan_fluid(plan, topology, fabric, *, dt: float, n_steps: int,
                           dt=dt, n_steps=int(n_steps), arrival=np.zeros(plan.n_flows),
                           deps=np.asarray(plan.deps), delay=pf.delay, seed=seed,
                           capacity=pf.capacity, link_latency=pf.link_latency,
-                          nic_links=pf.shielded, nic_rate=pf.nic_rate)
+                          nic_links=pf.shielded, nic_rate=pf.nic_rate,
+                          buffer=np.where(_classes(topology) == 0, topology.buffer, np.inf))
 
 
-def simulate_plan_ideal(plan, topology):
-    """The ideal-fabric baseline of a plan (module docstring, "Ideal fabric").
-
-    Each fabric link leaving a NIC maps to that NIC's crossbar up-link, each one entering
-    a NIC to its down-link (one per NIC at the rate of all its planes); other fabric
-    links (switch to switch) are dropped; the server's links stay.  Exact max-min
-    (:func:`fabric_jax.simulate_flows`) with the plan's deps, delays and latencies.
-
-    Returns:
-      :class:`fabric_jax.FlowSimResult`.
-    """
-    from .sim import simulate_flows
+def _crossbar_rows(plan, topology):
+    """``(links [flows, w], weights, capacity [links'])`` of a plan on the crossbar."""
     cls = _classes(topology)
     nic_nodes = _nic_nodes(topology)
     n_nic = nic_nodes.size
@@ -421,9 +486,40 @@ def simulate_plan_ideal(plan, topology):
     links = np.asarray(plan.links)
     w = np.where(links >= 0, np.asarray(plan.weight, float), 0.0)
     mapped = np.where(links >= 0, new_id[np.maximum(links, 0)], -1)
-    w = np.where(mapped >= 0, w, 0.0)
-    n, width = links.shape
-    flow = np.broadcast_to(np.arange(n)[:, None], links.shape)
+    return mapped, np.where(mapped >= 0, w, 0.0), xcap
+
+
+def simulate_plans_ideal(items) -> list:
+    """The ideal-fabric baseline (module docstring) of several ``(plan, topology)``
+    pairs in one event simulation (their links and transfers are disjoint, so the
+    block-diagonal problem gives each its own answer; one compile for all).
+
+    Each fabric link leaving a NIC maps to that NIC's crossbar up-link, each one entering
+    a NIC to its down-link (one per NIC at the rate of all its planes); other fabric
+    links (switch to switch) are dropped; the server's links stay.  Exact max-min
+    (:func:`fabric_jax.simulate_flows`) with the plans' deps, delays and latencies.
+
+    Returns:
+      ``[finish [flows]]`` per pair, seconds.
+    """
+    from .sim import simulate_flows
+    parts = [_crossbar_rows(p, t) for p, t in items]
+    link_off = np.cumsum([0] + [x[2].size for x in parts])
+    flow_off = np.cumsum([0] + [p.n_flows for p, _ in items])
+    width = max(x[0].shape[1] for x in parts)
+    mapped = np.concatenate([np.pad(np.where(m >= 0, m + o, -1),
+                                    ((0, 0), (0, width - m.shape[1])), constant_values=-1)
+                             for (m, _, _), o in zip(parts, link_off)])
+    w = np.concatenate([np.pad(x[1], ((0, 0), (0, width - x[1].shape[1]))) for x in parts])
+    xcap = np.concatenate([x[2] for x in parts])
+    dw = max(np.asarray(p.deps).shape[1] for p, _ in items)
+    deps = np.concatenate([np.pad(np.where(np.asarray(p.deps) >= 0, np.asarray(p.deps) + o,
+                                           -1), ((0, 0), (0, dw - np.asarray(p.deps).shape[1])),
+                                  constant_values=-1)
+                           for (p, _), o in zip(items, flow_off)])
+    cat = lambda f: np.concatenate([np.asarray(getattr(p, f), float) for p, _ in items])  # noqa
+    n = int(flow_off[-1])
+    flow = np.broadcast_to(np.arange(n)[:, None], mapped.shape)
     keep = w > 0
     key = flow[keep].astype(np.int64) * xcap.size + mapped[keep]
     uniq, inv = np.unique(key, return_inverse=True)
@@ -438,10 +534,15 @@ def simulate_plan_ideal(plan, topology):
     wt[fi, pos] = wsum
     inc = Incidence(jnp.asarray(lt.ravel()), jnp.asarray(np.repeat(np.arange(n, dtype=np.int32),
                     W)), jnp.asarray(wt.ravel(), jnp.result_type(float)), int(xcap.size), n, W)
-    return simulate_flows(inc, np.where(xcap > 0, xcap, 1.0), np.zeros(n),
-                          np.asarray(plan.size, float), deps=np.asarray(plan.deps),
-                          delay=np.asarray(plan.delay, float),
-                          latency=np.asarray(plan.latency, float))
+    res = simulate_flows(inc, np.where(xcap > 0, xcap, 1.0), np.zeros(n), cat("size"),
+                         deps=deps, delay=cat("delay"), latency=cat("latency"))
+    fin = np.asarray(res.finish, float)
+    return [fin[flow_off[i]:flow_off[i + 1]] for i in range(len(items))]
+
+
+def simulate_plan_ideal(plan, topology) -> np.ndarray:
+    """:func:`simulate_plans_ideal` of one plan: ``[flows]`` finish times, s."""
+    return simulate_plans_ideal([(plan, topology)])[0]
 
 
 # ------------------------------------------------------------------ metrics
@@ -494,7 +595,8 @@ def completion_stats(plan, topology, finish, ideal_time: float | None = None) ->
 
     Returns:
       ``{"p50_completion_time", "p99_completion_time", "completion_time"`` (s),
-      ``"effective_bandwidth"`` (fraction), ``"unfinished_transfers"}``.
+      ``"effective_bandwidth"`` (fraction), ``"unfinished_transfers"``, ``"ranks"``
+      (ranks in the percentiles: every rank that receives data)}``.
     """
     finish = np.asarray(finish, float)
     per_rank = rank_completion(plan, topology, finish)
@@ -506,7 +608,8 @@ def completion_stats(plan, topology, finish, ideal_time: float | None = None) ->
                 completion_time=t,
                 effective_bandwidth=float(mx.collective_effective_bandwidth(
                     np.array([t]), np.array([ideal]))),
-                unfinished_transfers=int(np.sum(~np.isfinite(finish))))
+                unfinished_transfers=int(np.sum(~np.isfinite(finish))),
+                ranks=int(per_rank.size))
 
 
 # ------------------------------------------------------------------ the sweep
@@ -516,19 +619,32 @@ def _plan(topology, fab, nbytes, algorithm, protocol, n_chunks, seed):
                           protocol=protocol, fabric=fab, n_chunks=n_chunks, seed=seed)
 
 
-def scaling_point(topology, presets, nbytes: float, *, dt: float = 1e-6,
-                  algorithms=None, protocol=None, n_chunks: int = DEFAULT_SWEEP_CHUNKS,
-                  max_paths: int | None = DEFAULT_SWEEP_PATHS, seed: int = 0,
-                  horizon: float = 3.0, overrides: dict | None = None,
-                  progress=None) -> dict:
-    """Every preset's all-reduce of ``nbytes`` per GPU on ``topology`` (one sweep point).
+#: Keys of each preset's lists in :func:`scaling_curves`.
+CURVE_KEYS = ("p50_completion_time", "p99_completion_time", "completion_time",
+              "effective_bandwidth", "unfinished_transfers", "ranks",
+              "ideal_p50_completion_time", "ideal_p99_completion_time",
+              "ideal_completion_time", "algorithm", "protocol", "transfers", "n_steps",
+              "wall_s")
 
-    The fluid horizon is ``horizon`` times the slowest ideal-fabric time of the plans
-    (one ``n_steps`` for every preset of the point); a run that leaves transfers
-    unfinished is repeated once with twice the horizon.
+
+def scaling_curves(topologies, presets, nbytes: float, *, dt: float = 1e-6,
+                   algorithms=None, protocol=None, n_chunks: int = DEFAULT_SWEEP_CHUNKS,
+                   max_paths: int | None = DEFAULT_SWEEP_PATHS, seed: int = 0,
+                   horizon: float = 3.0, overrides: dict | None = None,
+                   progress=None) -> dict:
+    """Every preset's all-reduce of ``nbytes`` per GPU on each topology (one per GPU
+    count).
+
+    Per topology and preset the algorithm is chosen (:func:`choose_algorithm`) and its
+    plan built; each distinct plan runs once on the ideal fabric
+    (:func:`simulate_plans_ideal`, every plan of the sweep in one event simulation).
+    Then each preset runs the plans of every topology side by side in one fluid run
+    (:func:`simulate_plans_fluid`: one compile per preset for the whole sweep).  The
+    horizon is ``horizon`` times the slowest ideal time (at least 20 steps more); a run
+    that leaves transfers unfinished is repeated once with twice the horizon.
 
     Args:
-      topology: GPUs with the server model (:func:`sweep_topology`).
+      topologies: GPUs with the server model (:func:`sweep_topology`).
       presets: preset names.
       nbytes: all-reduce buffer per GPU, bytes.
       dt: fluid step, s.
@@ -541,91 +657,83 @@ def scaling_point(topology, presets, nbytes: float, *, dt: float = 1e-6,
       progress: optional callable taking a label.
 
     Returns:
-      ``{"fabrics": {preset: stats}, "ideal": {algorithm: stats}, "n_steps": int}``,
-      each stats dict from :func:`completion_stats` plus ``algorithm``, ``protocol``,
-      ``transfers``, ``wall_s`` (and, per preset, ``ideal_p50_completion_time``,
-      ``ideal_p99_completion_time``, ``ideal_completion_time`` of its plan).
+      ``{"gpus": [...], "topologies": [name, ...], "fabrics": {preset: {key: [...]}},
+      "ideal": {preset: {key: [...]}}}``: per preset the lists of :data:`CURVE_KEYS`
+      (:func:`completion_stats`' keys plus the algorithm and protocol chosen, transfers,
+      fluid steps, the ideal-fabric times of its plan, ``wall_s`` = the preset's fluid
+      run, shared by its points) aligned with ``gpus``; under ``"ideal"`` the ideal
+      baseline of the plan each preset ran (:func:`completion_stats`' keys, algorithm,
+      protocol).  ``all_reduce_completion_time`` (= ``completion_time``) and
+      ``p99_collective_completion_time`` (= ``p99_completion_time``) are added for
+      :func:`fabric_jax.plots.scaling_figure`.
     """
     from .fabrics import get_fabric
     overrides = overrides or {}
     fabs = {n: get_fabric(n, **overrides.get(n, {})) for n in presets}
-    chosen, plans, ideal = {}, {}, {}
-    for name, fab in fabs.items():
-        algo, proto = (choose_algorithm(topology, fab, nbytes, algorithms=algorithms,
-                                        protocol=protocol, n_chunks=n_chunks))
-        chosen[name] = (algo, proto)
-        if (algo, proto) not in plans:
-            t0 = time.perf_counter()
-            plan = _plan(topology, fab, nbytes, algo, proto, n_chunks, seed)
-            plans[(algo, proto)] = plan
-            res = simulate_plan_ideal(plan, topology)
-            st = completion_stats(plan, topology, res.finish)
-            st.update(algorithm=algo, protocol=proto, transfers=plan.n_flows,
-                      wall_s=time.perf_counter() - t0)
-            ideal[(algo, proto)] = st
-    slowest = max(st["completion_time"] for st in ideal.values())
+    chosen, plans = [], []
+    for topo in topologies:
+        ch, pl = {}, {}
+        for name, fab in fabs.items():
+            key = choose_algorithm(topo, fab, nbytes, algorithms=algorithms,
+                                   protocol=protocol, n_chunks=n_chunks)
+            ch[name] = key
+            if key not in pl:
+                pl[key] = _plan(topo, fab, nbytes, key[0], key[1], n_chunks, seed)
+        chosen.append(ch)
+        plans.append(pl)
+    t0 = time.perf_counter()
+    items = [(plan, topo) for topo, pl in zip(topologies, plans) for plan in pl.values()]
+    fins = iter(simulate_plans_ideal(items))
+    ideal = [{key: completion_stats(plan, topo, next(fins)) for key, plan in pl.items()}
+             for topo, pl in zip(topologies, plans)]
+    if progress is not None:
+        progress(f"ideal fabric, {len(items)} plans ({time.perf_counter() - t0:.0f} s)")
+    slowest = max(st["completion_time"] for pt in ideal for st in pt.values())
     n_steps = int(np.ceil(horizon * slowest / dt)) + 20
-    out = {}
+    out = {"gpus": [int(t.n_hosts) for t in topologies],
+           "topologies": [t.name for t in topologies], "fabrics": {}, "ideal": {}}
     for name, fab in fabs.items():
         t0 = time.perf_counter()
-        key = chosen[name]
-        plan = plans[key]
-        pf = plan_flows(plan, topology, fab, max_paths=max_paths, seed=seed)
+        items = []
+        for topo, ch, pl in zip(topologies, chosen, plans):
+            plan = pl[ch[name]]
+            items.append((plan, topo, plan_flows(plan, topo, fab, max_paths=max_paths,
+                                                 seed=seed)))
         steps = n_steps
         for _ in range(2):
-            res = simulate_plan_fluid(plan, topology, fab, dt=dt, n_steps=steps,
-                                      max_paths=max_paths, seed=seed, flows=pf)
-            if np.all(np.isfinite(np.asarray(res.finish))):
+            runs = simulate_plans_fluid(items, fab, dt=dt, n_steps=steps, seed=seed)
+            if all(np.all(np.isfinite(f)) for _, f in runs):
                 break
             steps *= 2
-        st = completion_stats(plan, topology, res.finish)
-        st.update(algorithm=key[0], protocol=key[1], transfers=plan.n_flows,
-                  n_steps=steps, wall_s=time.perf_counter() - t0,
-                  **{f"ideal_{k}": ideal[key][k] for k in
-                     ("p50_completion_time", "p99_completion_time", "completion_time")})
-        out[name] = st
-        if progress is not None:
-            progress(f"{topology.n_hosts} GPUs {name} ({key[0]}/{key[1]}, "
-                     f"{plan.n_flows} transfers)")
-    return dict(fabrics=out, ideal={f"{a}/{p}": v for (a, p), v in ideal.items()},
-                n_steps=n_steps)
-
-
-#: Keys of each preset's lists in :func:`scaling_curves`.
-CURVE_KEYS = ("p50_completion_time", "p99_completion_time", "completion_time",
-              "effective_bandwidth", "unfinished_transfers", "ideal_p50_completion_time",
-              "ideal_p99_completion_time", "ideal_completion_time", "algorithm", "protocol",
-              "transfers", "n_steps", "wall_s")
-
-
-def scaling_curves(topologies, presets, nbytes: float, *, progress=None, **kw) -> dict:
-    """:func:`scaling_point` over a list of topologies (one per GPU count).
-
-    Returns:
-      ``{"gpus": [...], "fabrics": {preset: {key: [...]}}, "ideal": {preset: {key:
-      [...]}}, "topologies": [name, ...]}``: per preset the lists of :data:`CURVE_KEYS`
-      aligned with ``gpus``, and under ``"ideal"`` the ideal-fabric baseline of the plan
-      each preset ran (same keys as :func:`completion_stats`).  The metric names
-      ``all_reduce_completion_time`` (= ``completion_time``) and
-      ``p99_collective_completion_time`` (= ``p99_completion_time``) are added for the
-      scaling figure (:func:`fabric_jax.plots.scaling_figure`).
-    """
-    out = {"gpus": [], "fabrics": {}, "ideal": {}, "topologies": []}
-    for topo in topologies:
-        pt = scaling_point(topo, presets, nbytes, progress=progress, **kw)
-        out["gpus"].append(int(topo.n_hosts))
-        out["topologies"].append(topo.name)
-        for name, st in pt["fabrics"].items():
-            d = out["fabrics"].setdefault(name, {})
+        wall = time.perf_counter() - t0
+        d = out["fabrics"].setdefault(name, {})
+        base_d = out["ideal"].setdefault(name, {})
+        for (plan, topo, _), (_, fin), ch, base in zip(items, runs, chosen, ideal):
+            key = ch[name]
+            st = completion_stats(plan, topo, fin)
+            st.update(algorithm=key[0], protocol=key[1], transfers=plan.n_flows,
+                      n_steps=steps, wall_s=wall,
+                      **{f"ideal_{k}": base[key][k] for k in
+                         ("p50_completion_time", "p99_completion_time", "completion_time")})
             for k in CURVE_KEYS:
                 d.setdefault(k, []).append(st[k])
             d.setdefault("all_reduce_completion_time", []).append(st["completion_time"])
             d.setdefault("p99_collective_completion_time", []).append(
                 st["p99_completion_time"])
-            key = f"{st['algorithm']}/{st['protocol']}"
-            base = pt["ideal"][key]
-            i = out["ideal"].setdefault(name, {})
+            b = dict(base[key], algorithm=key[0], protocol=key[1])
             for k in ("p50_completion_time", "p99_completion_time", "completion_time",
                       "effective_bandwidth", "algorithm", "protocol"):
-                i.setdefault(k, []).append(base[k])
+                base_d.setdefault(k, []).append(b[k])
+        if progress is not None:
+            progress(f"{name}: {len(items)} points, {sum(p.n_flows for p, _, _ in items)} "
+                     f"transfers, {steps} steps ({wall:.0f} s)")
     return out
+
+
+def scaling_point(topology, presets, nbytes: float, **kw) -> dict:
+    """:func:`scaling_curves` at one topology, as ``{preset: stats}`` (each list's
+    single entry), plus ``"ideal"``: ``{preset: ideal stats}``."""
+    cur = scaling_curves([topology], presets, nbytes, **kw)
+    one = lambda d: {k: v[0] for k, v in d.items()}  # noqa: E731
+    return dict(fabrics={n: one(v) for n, v in cur["fabrics"].items()},
+                ideal={n: one(v) for n, v in cur["ideal"].items()})

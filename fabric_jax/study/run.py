@@ -79,7 +79,7 @@ def flow_line_rate(paths, split, capacity) -> np.ndarray:
 def simulate_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
                    arrival=None, deps=None, delay=None, latency=None, seed: int = 0,
                    capacity=None, link_latency=None, nic_links=None,
-                   nic_rate: float | None = None, save_every=None):
+                   nic_rate: float | None = None, buffer=None, save_every=None):
     """Fluid run of flows over candidate paths under a fabric preset's dynamics.
 
     The engine of :func:`simulate_case` and of the scaling study
@@ -105,6 +105,7 @@ def simulate_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
         links leaving a host, ``nic_links=topology``).
       nic_rate: NIC line rate for the law's parameters, bytes/s (default the largest
         host-link capacity).
+      buffer: ``[links]`` egress buffers, bytes (default ``topology.buffer``).
       save_every: trajectory snapshot period in steps.
 
     Returns:
@@ -130,7 +131,8 @@ def simulate_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
                           params=params, arrival=arrival, deps=deps, delay=delay,
                           latency=latency, line_rate=flow_line_rate(paths, split, cap),
                           link_latency=lat, nic_links=nic,
-                          flow_control=fabric.flow_control, buffer=topology.buffer,
+                          flow_control=fabric.flow_control,
+                          buffer=topology.buffer if buffer is None else buffer,
                           routing=routing, save_every=save_every,
                           **fabric.receiver_options())
 
