@@ -27,8 +27,9 @@ are in :mod:`fabric_jax.scaling`:
 ``ideal.<preset>``
     the same keys on the ideal fabric, for the plan that preset ran.
 
-Default: 16 to 128 GPUs (``--quick``: 16 and 32), every preset.  Larger points
-(``--max-gpus 512`` and up) cost minutes each per preset on a 2-core CPU.
+Default: 16 to 64 GPUs (``--quick``: 16 and 32), every preset.  Larger points
+(``--max-gpus 128``: 12 min on the shared 2-core CPU, 512 and up: much longer) run
+behind the flag.
 
 Usage::
 
@@ -74,12 +75,12 @@ def plot(results: dict, out: Path) -> str:
         ideal = results["ideal"][name]
         key = tuple(ideal["algorithm"])
         if key not in seen:
+            style = dict(ls=(":", "-.", "--")[len(seen) % 3], color=("0.3", "0.6")[len(seen) % 2],
+                         lw=2)
             seen.add(key)
             lab = "ideal fabric (" + "/".join(dict.fromkeys(ideal["algorithm"])) + ")"
-            ax.plot(g, [1e6 * t for t in ideal["p99_completion_time"]], ":", color="0.4",
-                    lw=2, label=lab)
-            bx.plot(g, [100 * e for e in ideal["effective_bandwidth"]], ":", color="0.4",
-                    lw=2, label=lab)
+            ax.plot(g, [1e6 * t for t in ideal["p99_completion_time"]], label=lab, **style)
+            bx.plot(g, [100 * e for e in ideal["effective_bandwidth"]], label=lab, **style)
     for a, lab in ((ax, "all-reduce completion (us)"), (bx, "effective bandwidth (% line rate)")):
         a.set_xscale("log", base=2)
         a.set_xlabel("GPUs")
@@ -95,7 +96,7 @@ def main(argv=None) -> dict:
     ap = cm.parser(__doc__)
     ap.add_argument("--min-gpus", type=int, default=16, help="smallest GPU count (default 16)")
     ap.add_argument("--max-gpus", type=int, default=None,
-                    help="largest GPU count; points double from --min-gpus (default 128, "
+                    help="largest GPU count; points double from --min-gpus (default 64, "
                          "--quick 32)")
     ap.add_argument("--all-reduce-mb", type=float, default=32.0,
                     help="all-reduce buffer per GPU, MB (default 32)")
@@ -119,7 +120,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--beyond-radix", default="tiers", choices=["tiers", "planes"],
                     help="what grows when a spine runs out of ports (default tiers)")
     a = ap.parse_args(argv)
-    max_gpus = a.max_gpus if a.max_gpus is not None else (32 if a.quick else 128)
+    max_gpus = a.max_gpus if a.max_gpus is not None else (32 if a.quick else 64)
     cm.check_positive(ap, max_gpus=max_gpus, min_gpus=a.min_gpus,
                       all_reduce_mb=a.all_reduce_mb, chunks=a.chunks, max_paths=a.max_paths,
                       dt_us=a.dt_us, servers_per_leaf=a.servers_per_leaf,

@@ -32,11 +32,16 @@ server's own links (NVLink, PCIe, as the plan counts them) are charged as the tr
 ``delay`` before it starts (the same critical path as the plan's ``latency`` after it; an
 assumption that keeps the feedback delay to the network's round trip).  The server's
 links are not part of the congestion-controlled fabric: they, and each NIC's egress port,
-are never marked, dropped or trimmed.  Capacities are scaled by the plan's link
-efficiency and protocol fraction (``plan.bw_scale``), as in
-:func:`fabric_jax.collectives.simulate_plan`.
+are never marked, dropped or trimmed, and the server's links have unbounded buffers
+(NVLink and PCIe have their own credit flow control, not the fabric's PFC or trimming;
+an assumption).  Under IB CC only switch ports of the fabric mark FECN.  Capacities are
+scaled by the plan's link efficiency and protocol fraction (``plan.bw_scale``), as in
+:func:`fabric_jax.collectives.simulate_plan`.  Several plans (the sweep's GPU counts) run
+side by side in one fluid call (:func:`simulate_plans_fluid`: disjoint links, so each
+runs as if alone; one compile per preset for the whole sweep).  Transfers are released
+at ``t = 0``; the first ones wait the protocol's launch latency.
 
-**Ideal fabric** (:func:`simulate_plan_ideal`): the compare study's baseline
+**Ideal fabric** (:func:`simulate_plans_ideal`): the compare study's baseline
 (:func:`fabric_jax.study.run.simulate_ideal`) for a plan: the same transfers, deps and
 latencies (the plan's own, from ``topology.latency``) with every NIC on one
 non-blocking crossbar at its full rate (all planes) and ideal congestion control (exact
