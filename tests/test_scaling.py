@@ -196,7 +196,7 @@ def test_scaling_point_p99_ideal_and_bandwidth(point):
 
 
 @pytest.mark.slow
-def test_scaling_curves_keys_and_sharp_moves_fewer_bytes():
+def test_scaling_curves_keys_and_ideal_bound():
     topos = [scaling.sweep_topology(g, servers_per_leaf=2) for g in (16, 32)]
     out = scaling.scaling_curves(topos, ["infiniband", "uec"], 8e6,
                                  algorithms=("nvls_tree", "sharp"))
