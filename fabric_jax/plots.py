@@ -94,7 +94,7 @@ def scaling_curve(scale: dict, path, *, ylabel="p99 collective completion (us)",
     return save_figure(fig, path)
 
 
-#: (metric of :func:`fabric_jax.scaling.collective_stats`, axis label, scale) panels
+#: (metric of :func:`fabric_jax.scaling.scaling_curves`, axis label, scale) panels
 SCALING_PANELS = (("all_reduce_completion_time", "all-reduce completion (us)", 1e6),
                   ("p99_collective_completion_time", "p99 collective completion (us)", 1e6),
                   ("effective_bandwidth", "effective bandwidth (% line rate)", 100.0))
@@ -141,5 +141,5 @@ def compare_figures(results: dict, details: dict, outdir, *,
         paths.append(queue_heatmaps(trajs, out / "queue_heatmap.png"))
     if scaling is not None:
         paths.append(scaling_figure(scaling, out / "scaling_curve.png",
-                                    title="training job alone vs GPU count (max-min, ideal CC)"))
+                                    title="all-reduce vs GPU count (collectives, fluid model per preset)"))
     return paths

@@ -1,71 +1,114 @@
-"""Scaling studies: collective completion time and effective bandwidth versus GPU count.
+"""Scaling study: all-reduce completion time and effective bandwidth versus GPU count.
 
 Units: bytes, seconds, bytes/s; efficiencies are fractions of line rate.
 
-Shared by ``experiments/scale_sweep.py`` and the scaling-curve figure of
-``fabric-jax compare --plots`` (:func:`fabric_jax.plots.compare_figures`).
+Shared by ``experiments/scale_sweep.py`` and the scaling curve of ``fabric-jax compare
+--plots`` (:func:`fabric_jax.compare.scaling_study`).
 
-Engine (:func:`run_maxmin`): the exact event-driven max-min flow simulation
-(:func:`fabric_jax.simulate_flows`), flows capped at line rate, with the preset's routing
-split at ``init`` (ECMP: hashed paths; adaptive routing and spraying: even split over the
-candidates) and SHARP for ``infiniband``.  This is ideal congestion control: presets
-differ only by routing and SHARP.  Three reductions make it cheap, none of which changes
-the result beyond float round-off:
+**What is simulated.**  ``G`` GPUs in servers of a named system (default ``hgx_h100``:
+8 GPUs, NVLink4, 8 x 400 Gb/s NICs, :mod:`fabric_jax.systems`) on a rail-optimised
+fabric (:func:`sweep_topology`) run one all-reduce of ``S`` bytes per GPU, built by
+:mod:`fabric_jax.collectives` as NCCL runs it: a DAG of chunked transfers with the
+protocol's per-step latency, the launch latency, the link efficiencies and, for SHARP,
+the switches' aggregation tree (:func:`fabric_jax.collectives.build_plan`).  The
+algorithm is chosen per preset the NCCL way (:func:`choose_algorithm`, the cost model of
+:func:`fabric_jax.collectives.select_algorithm`) among :data:`SWEEP_ALGORITHMS`:
+NVLS inside the servers and NCCL's double binary tree across them (``nvls_tree``, what
+NCCL picks on multi-node H100) or, on a fabric with SHARP (``infiniband``), the SHARP
+aggregation tree per rail (``sharp``, NCCL's NVLS + CollNet).  ``algorithms=`` overrides
+(e.g. ``("ring",)``; a flat ring of ``G`` ranks has ``8 G (G - 1)`` transfers, too many
+for the fluid model beyond a few hundred GPUs).
 
-1. **Compact incidence** (:func:`compact_incidence`): a flow's candidate paths share
-   their host links, so the ``paths x hops`` entries per flow collapse to the distinct
-   links it uses (the split weights of duplicates add up; zero-weight entries go).  The
-   max-min problem is the same matrix.
-2. **Independent components** (:func:`components`): flows that share no link and no
-   dependency never influence each other's max-min rate (the problem is block
-   diagonal), so each connected component of the flow-link-dependency graph runs as
-   its own event simulation.  On a rail-optimised fabric with per-rail collectives the
-   rails are link-disjoint, giving ``nics_per_server`` components of equal size.  An
-   event simulation of ``n`` flows costs about ``events x n`` (the slot table plus
-   ``O(n)`` bookkeeping per event), so ``k`` components cost about ``1/k`` of one run.
-3. **One compile per size**: components are padded to the same flow count and row
-   width (padding flows have zero bytes and cross no link; they complete at ``t = 0``)
-   and run with the slot table sized to the component (``max_active = flows``, so the
-   table never overflows and recompiles); every component and every preset of one GPU
-   count reuses one compiled event loop.  Presets whose max-min problems coincide (same
-   flows and same routing split, e.g. ``spectrum_x`` and ``uec`` whose adaptive routing
-   and spraying both start from the even split) are simulated once.
+**Engine** (:func:`simulate_plan_fluid`): each preset's real dynamics in the fluid model,
+through the compare study's engine :func:`fabric_jax.study.run.simulate_paths` (routing
+policy, congestion-control law at the NIC line rate, flow control, receiver options,
+``fabric.link_latency``, each transfer capped at the cut of its used paths).  Host-to-host
+transfers get their equal-cost candidate paths (:func:`fabric_jax.shortest_paths`, at
+most ``max_paths``); in-switch transfers (NVLS, SHARP) keep the links the plan names, as
+one path.  The plan's per-step costs map onto the fluid flow lifecycle: fabric links
+carry ``fabric.link_latency`` (the wire, which is also the congestion-control feedback
+delay); the protocol's per-step latency, the SHARP level latency and the latency of the
+server's own links (NVLink, PCIe, as the plan counts them) are charged as the transfer's
+``delay`` before it starts (the same critical path as the plan's ``latency`` after it; an
+assumption that keeps the feedback delay to the network's round trip).  The server's
+links are not part of the congestion-controlled fabric: they, and each NIC's egress port,
+are never marked, dropped or trimmed, and the server's links have unbounded buffers
+(NVLink and PCIe have their own credit flow control, not the fabric's PFC or trimming;
+an assumption).  Under IB CC only switch ports of the fabric mark FECN.  Capacities are
+scaled by the plan's link efficiency and protocol fraction (``plan.bw_scale``), as in
+:func:`fabric_jax.collectives.simulate_plan`.  Several plans (the sweep's GPU counts) run
+side by side in one fluid call (:func:`simulate_plans_fluid`: disjoint links, so each
+runs as if alone; one compile per preset for the whole sweep).  Transfers are released
+at ``t = 0``; the first ones wait the protocol's launch latency.
 
-``sample_components`` (opt-in, an approximation) simulates only the first ``k``
-components and reports statistics over their collectives: for statistically identical
-rails it estimates the p99; it is off by default.
+**Ideal fabric** (:func:`simulate_plans_ideal`): the compare study's baseline
+(:func:`fabric_jax.study.run.simulate_ideal`) for a plan: the same transfers, deps and
+latencies (the plan's own, from ``topology.latency``) with every NIC on one
+non-blocking crossbar at its full rate (all planes) and ideal congestion control (exact
+max-min, :func:`fabric_jax.simulate_flows`); the server's links are kept; switch-to-switch
+hops of a SHARP tree cost only their latency.  It is computed per algorithm, so each
+preset has the baseline of the plan it runs (``ideal_*`` keys; SHARP moves fewer bytes
+than a tree, so the two baselines differ).
 
-Why not ``vmap`` over components: :func:`fabric_jax.simulate_flows_batched` needs one
-incidence pattern for the batch, and ECMP's hashed paths differ per rail; a vmapped
-``while_loop`` also runs every member until the slowest finishes, which on a CPU costs
-the sum of the members anyway.  Shape reuse (3.) gives the compile saving without it.
+**Metrics** (:func:`completion_stats`).  The completion time of rank ``r`` is the arrival
+of the last transfer into GPU ``r`` (it then holds the reduced result); the collective's
+completion time is the largest (what ``nccl-tests`` times).  ``p50`` and ``p99`` are the
+50th and 99th percentiles **over the ranks** of one collective (NumPy's linear
+interpolation), so the p99 shows how far the slow ranks trail (servers deep in the tree,
+ranks behind a congested link).  Effective bandwidth is
+:func:`fabric_jax.metrics.collective_effective_bandwidth` of the collective: its
+line-rate time (:func:`fabric_jax.metrics.collective_ideal_time`: the most bytes one NIC
+sends or receives over the fabric in the plan, at the NIC line rate) over its completion
+time.
 
-Metrics (:func:`collective_stats`): over the training job's collectives (every rail's
-all-reduce and every expert-parallel group's all-to-all), the 99th percentile of their
-completion time (first start to last finish of their flows), the slowest all-reduce,
-and the effective bandwidth of :func:`fabric_jax.metrics.collective_effective_bandwidth`
-(ideal line-rate time over completion time of the step's two collectives, each over
-every rail: the same definition as ``compare``).
+Topologies beyond a switch's radix (:func:`sweep_topology`): the two-tier rail-optimised
+build is tried with ``switch_radix``; when a spine would need more ports, the sweep
+builds the three-tier one (``tiers=3``, pods of scalable units under a super-spine
+layer) or a multi-plane one (``planes=2, 4 ...`` with the radix multiplied at the
+per-plane port speed), never an impossible two-tier fabric.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
 
 from . import metrics as mx
 from .incidence import Incidence
-from .routing import make_routing
-from .sim import simulate_flows
-from .study.case import build_case, collective_phases
-from .study.scenario import scenario_from_dict
 
-__all__ = ["compact_incidence", "components", "collective_stats", "run_maxmin",
-           "decompose", "ep_group_size", "training_only", "scaled_scenarios", "scaling_curves"]
+__all__ = ["compact_incidence", "ep_group_size", "SWEEP_ALGORITHMS", "DEFAULT_SWEEP_CHUNKS",
+           "DEFAULT_SWEEP_PATHS", "sweep_topology", "choose_algorithm", "PlanFlows",
+           "plan_flows", "simulate_plan_fluid", "simulate_plans_fluid", "simulate_plan_ideal",
+           "simulate_plans_ideal", "rank_completion", "CURVE_KEYS",
+           "nic_ideal_time", "completion_stats", "scaling_point", "scaling_curves"]
+
+#: Candidate all-reduce algorithms of the sweep (NCCL's choice on multi-node NVSwitch
+#: servers: NVLS + tree, or NVLS + SHARP where the fabric has SHARP).  Servers without
+#: NVLS fall back to ``("tree", "sharp")`` (:func:`choose_algorithm`).
+SWEEP_ALGORITHMS = ("nvls_tree", "sharp")
+
+#: Pipeline chunks per plan (NCCL pipelines in 512 KiB chunks; 4 keeps the transfer
+#: count, and so the fluid model's cost, linear in the servers with small constants --
+#: a stated approximation for large messages, whose last chunk drains 1/4 of the
+#: message instead of one NCCL chunk).
+DEFAULT_SWEEP_CHUNKS = 4
+
+#: Candidate paths per host pair in the fluid runs (a seeded, evenly spread subset of
+#: the equal-cost paths, :func:`fabric_jax.shortest_paths`): the per-step cost of the
+#: fluid model grows with ``paths x hops`` per flow.
+DEFAULT_SWEEP_PATHS = 4
 
 
 def compact_incidence(paths, split, n_links: int, width: int | None = None) -> Incidence:
     """Flow-major incidence with one entry per distinct (flow, link), zero weights dropped.
+
+    A flow's candidate paths share their host links, so the ``paths x hops`` entries per
+    flow collapse to the distinct links it uses (the split weights of duplicates add
+    up).  The max-min problem is the same matrix.
 
     Args:
       paths: :class:`~fabric_jax.paths.PathSet` (one pair per flow).
@@ -103,175 +146,6 @@ def compact_incidence(paths, split, n_links: int, width: int | None = None) -> I
                      int(n_links), int(n_flows), width)
 
 
-def components(inc: Incidence, deps=None) -> np.ndarray:
-    """``[flows]`` component label: flows linked by a shared link or a dependency.
-
-    Label propagation (minimum flow index) to a fixed point, NumPy.  Flows with
-    different labels share no link (with non-zero weight) and no dependency.
-    """
-    n, L = inc.n_flows, inc.n_links
-    li = np.asarray(inc.link_idx)
-    fi = np.asarray(inc.flow_idx)
-    keep = np.asarray(inc.weight) != 0
-    li, fi = li[keep], fi[keep]
-    d = np.zeros((n, 0), int) if deps is None else np.asarray(deps)
-    dsrc = np.broadcast_to(np.arange(n)[:, None], d.shape)[d >= 0]
-    ddst = d[d >= 0]
-    lab = np.arange(n)
-    while True:
-        link_min = np.full(L, n)
-        np.minimum.at(link_min, li, lab[fi])
-        new = lab.copy()
-        np.minimum.at(new, fi, link_min[li])
-        np.minimum.at(new, dsrc, new[ddst])
-        np.minimum.at(new, ddst, new[dsrc])
-        new = new[new]  # pointer jumping
-        if np.array_equal(new, lab):
-            return lab
-        lab = new
-
-
-def collective_stats(case, start, finish, job: int = 0) -> dict:
-    """p99 / all-reduce completion time and effective bandwidth of a job's collectives.
-
-    Completion times are :func:`fabric_jax.metrics.collective_completion_time` (first
-    start to last finish) of each collective (every rail's all-reduce, every
-    expert-parallel group's all-to-all); the effective bandwidth is
-    :func:`fabric_jax.metrics.collective_effective_bandwidth` over the training step's
-    two collectives (each over every rail), the same definition ``compare`` reports.
-    Flows not simulated (NaN start, e.g. outside a sampled component) are left out.
-    """
-    w = case.workload
-    start, finish = np.asarray(start, float), np.asarray(finish, float)
-    simulated = ~np.isnan(start)
-    names = list(case.groups)
-    group = np.full(w.n_flows, -1)
-    for g, name in enumerate(names):
-        idx = case.groups[name]
-        group[idx[(case.job_of[idx] == job) & simulated[idx]]] = g
-    cct = np.asarray(mx.collective_completion_time(np.nan_to_num(start), finish, group,
-                                                   len(names)), float)
-    present = ~np.isnan(cct)
-    short = [n.rsplit("/", 1)[-1] for n in names]
-    ar = [t for t, n, p in zip(cct, short, present) if p and "allreduce" in n]
-    a2a = [t for t, n, p in zip(cct, short, present) if p and n.startswith("a2a")]
-    times = cct[present]
-    phase = np.where(simulated & (case.job_of == job), collective_phases(case), -1)
-    phase_cct = mx.collective_completion_time(np.nan_to_num(start), finish, phase, 2)
-    ideal = mx.collective_ideal_time(w.src, w.dst, w.size, phase, 2, case.topology.n_hosts,
-                                     case.line_rate)
-    return dict(p99_collective_completion_time=float(np.percentile(times, 99)),
-                all_reduce_completion_time=float(max(ar)) if ar else float("nan"),
-                all_to_all_p99_completion_time=(float(np.percentile(a2a, 99)) if a2a
-                                                else float("nan")),
-                effective_bandwidth=float(mx.collective_effective_bandwidth(phase_cct, ideal)),
-                n_collectives=int(times.size))
-
-
-def _sub_inputs(case, inc, idx, n_pad, links, n_links_pad):
-    """Arrays of the flows ``idx`` (renumbered), padded with ``n_pad`` empty flows, on
-    the component's ``links`` renumbered ``0..`` (padded to ``n_links_pad`` links)."""
-    w = case.workload
-    n = idx.size
-    new_of = np.full(w.n_flows, -1, np.int64)
-    new_of[idx] = np.arange(n)
-    d = np.asarray(w.deps)[idx] if w.deps is not None else np.full((n, 1), -1)
-    d = np.where(d >= 0, new_of[np.maximum(d, 0)], -1)
-    if w.deps is not None and np.any((np.asarray(w.deps)[idx] >= 0) & (d < 0)):
-        raise AssertionError("a dependency crosses components")
-    W = inc.row_width
-    lt = np.asarray(inc.link_idx).reshape(-1, W)[idx]
-    wt = np.asarray(inc.weight).reshape(-1, W)[idx]
-    local = np.zeros(inc.n_links, np.int32)
-    local[links] = np.arange(links.size)
-    lt = np.where(wt != 0, local[lt], 0)
-    pad = lambda a, v: np.concatenate([a, np.full((n_pad,) + a.shape[1:], v, a.dtype)])  # noqa
-    lt, wt, d = pad(lt, 0), pad(wt, 0), pad(d, -1)
-    m = n + n_pad
-    sub = Incidence(jnp.asarray(lt.ravel()), jnp.asarray(np.repeat(np.arange(m, dtype=np.int32),
-                    W)), jnp.asarray(wt.ravel()), int(n_links_pad), m, W)
-    cap = np.ones(n_links_pad)
-    cap[:links.size] = np.asarray(case.topology.capacity, float)[links]
-    arr = pad(np.asarray(case.sim_arrival, float)[idx], 0.0)
-    size = pad(np.asarray(w.size, float)[idx], 0.0)
-    delay = pad(np.asarray(w.delay, float)[idx], 0.0) if w.delay is not None else None
-    lat = pad(np.asarray(case.latency, float)[idx], 0.0)
-    return sub, cap, arr, size, d, delay, lat
-
-
-def decompose(case) -> dict:
-    """Component layout of a case, from the union of all candidate paths (so it is the
-    same under any routing split, and one compile serves every preset).
-
-    Returns ``{"label": [flows], "link_label": [links] (-1 unused), "flows": padded
-    flows per component, "links": padded links per component, "width": row width}``.
-    """
-    n_links = case.topology.n_links
-    pm = np.asarray(case.paths.path_mask, float)
-    even = pm / np.maximum(pm.sum(axis=1, keepdims=True), 1.0)
-    inc = compact_incidence(case.paths, even, n_links)
-    lab = components(inc, case.workload.deps)
-    li = np.asarray(inc.link_idx).reshape(-1, inc.row_width)
-    nz = np.asarray(inc.weight).reshape(-1, inc.row_width) != 0
-    link_lab = np.full(n_links, -1)
-    link_lab[li[nz]] = np.broadcast_to(lab[:, None], li.shape)[nz]
-    return dict(label=lab, link_label=link_lab, flows=int(np.bincount(lab).max()),
-                links=int(np.bincount(link_lab[link_lab >= 0]).max()), width=inc.row_width)
-
-
-def run_maxmin(case, fabric, *, seed: int = 0, layout: dict | None = None,
-               sample_components: int | None = None, full: bool = False) -> dict:
-    """Max-min (ideal CC) event simulation of one case under one preset's routing.
-
-    Args:
-      case: :class:`fabric_jax.compare.Case` (built with ``fabric.sharp``).
-      fabric: :class:`fabric_jax.Fabric` (its routing's initial split is used).
-      seed: routing hash seed.
-      layout: :func:`decompose` of the case (computed when ``None``).
-      sample_components: simulate only the first ``k`` components (approximation).
-      full: one event simulation of all flows (no decomposition; the reference).
-
-    Returns:
-      ``{"start", "finish"}`` ``[flows]`` arrays (NaN for flows not simulated),
-      ``"components"`` (independent components found), ``"stalled"``, ``"max_events"``.
-    """
-    layout = decompose(case) if layout is None else layout
-    routing = make_routing(fabric.routing, case.paths, fabric.routing_params(), seed=seed)
-    split = np.asarray(routing.split)
-    inc = compact_incidence(case.paths, split, case.topology.n_links, layout["width"])
-    w = case.workload
-    if full:
-        res = simulate_flows(inc, case.topology.capacity, case.sim_arrival, w.size,
-                             deps=w.deps, delay=w.delay, latency=case.latency,
-                             demand=np.full(w.n_flows, case.line_rate), max_active=w.n_flows)
-        return dict(start=np.asarray(res.start, float), finish=np.asarray(res.finish, float),
-                    components=1, stalled=bool(res.stalled), max_events=int(res.n_events))
-    lab, link_lab, m = layout["label"], layout["link_label"], layout["flows"]
-    roots = np.unique(lab)
-    start = np.full(w.n_flows, np.nan)
-    finish = np.full(w.n_flows, np.nan)
-    stalled, n_events = False, 0
-    todo = roots if sample_components is None else roots[:int(sample_components)]
-    for r in todo:
-        idx = np.flatnonzero(lab == r)
-        sub, ccap, arr, size, d, delay, lat = _sub_inputs(
-            case, inc, idx, m - idx.size, np.flatnonzero(link_lab == r), layout["links"])
-        res = simulate_flows(sub, ccap, arr, size, deps=d, delay=delay, latency=lat,
-                             demand=np.full(m, case.line_rate), max_active=m)
-        start[idx] = np.asarray(res.start, float)[:idx.size]
-        finish[idx] = np.asarray(res.finish, float)[:idx.size]
-        stalled |= bool(res.stalled)
-        n_events = max(n_events, int(res.n_events))
-    return dict(start=start, finish=finish, components=int(roots.size), stalled=stalled,
-                max_events=n_events)
-
-
-def _problem_key(case, fabric, seed):
-    split = np.asarray(make_routing(fabric.routing, case.paths, fabric.routing_params(),
-                                    seed=seed).split)
-    return (bool(fabric.sharp), hash(split.tobytes()))
-
-
 def ep_group_size(n_servers: int, wanted: int, minimum: int = 2) -> int:
     """The largest divisor of ``n_servers`` that is ``<= wanted`` and ``>= minimum``
     (``n_servers`` itself when none is): the expert-parallel group size a training job of
@@ -281,104 +155,590 @@ def ep_group_size(n_servers: int, wanted: int, minimum: int = 2) -> int:
     return max(fits) if fits else n
 
 
-def training_only(scn, train_servers: int | None = None):
-    """The scenario's training job alone (no tenant, no background) on
-    ``train_servers`` servers (default: the scenario's), nothing else on the fabric.
-
-    The returned scenario states every value it uses: ``ep_servers`` becomes
-    :func:`ep_group_size` of the new server count (the scenario's when it divides it),
-    and a ``leaf_spine``'s ``servers_per_leaf`` likewise (at most half the servers, so
-    there are >= 2 leaves), so that the job fills whole groups and whole leaves."""
-    t, w, sim = dict(scn.topology), dict(scn.workload), dict(scn.simulation)
-    n = int(train_servers if train_servers is not None else w["train_servers"])
-    if n < 2:
-        raise ValueError(f"train_servers must be >= 2; got {n}")
-    t["n_servers"] = n
-    if t["kind"] == "leaf_spine":  # whole leaves: as many servers per leaf as divide n
-        t["servers_per_leaf"] = ep_group_size(n, min(t["servers_per_leaf"], n // 2), minimum=1)
-    w.update(train_servers=n, tenant_servers=0, background_load=0.0,
-             ep_servers=ep_group_size(n, w["ep_servers"]))
-    sim["isolation"] = False
-    data = dict(topology=t, workload=w, simulation=sim, economics=dict(scn.economics),
-                fabrics={"presets": list(scn.presets)})
-    for name, ov in scn.overrides.items():
-        data["fabrics"][name] = dict(ov)
-    return scenario_from_dict(data)
+# ------------------------------------------------------------------ topology
+def _radix_error(err: ValueError) -> bool:
+    return "switch_radix" in str(err)
 
 
-def scaled_scenarios(scn, factors=(0.5, 1.0, 2.0, 4.0)) -> list:
-    """Training-only copies of ``scn`` with ``train_servers`` scaled by each factor
-    (rounded, >= 2, duplicates dropped)."""
-    base = int(scn.workload["train_servers"])
-    sizes = sorted({max(2, int(round(base * f))) for f in factors})
-    return [training_only(scn, n) for n in sizes]
+def sweep_topology(n_gpus: int, *, system="hgx_h100", servers_per_leaf: int = 16,
+                   switch_radix: int | None = 128, beyond_radix: str = "tiers",
+                   **overrides):
+    """``n_gpus`` GPUs of ``system`` on a rail-optimised fabric that respects the radix.
 
+    Servers form scalable units of ``min(servers_per_leaf, servers / 2)`` servers (at
+    least two units, so cross-server traffic crosses the spines).  The two-tier build
+    (:func:`fabric_jax.systems.build`, ``rail_optimized``) is tried with
+    ``switch_radix``; when a switch would need more ports (``ValueError`` from the
+    builder), ``beyond_radix`` says what grows:
 
-def scaling_curves(scenarios, presets=None, *, seed: int = 0,
-                   sample_components: int | None = None, sample_above_gpus: int = 0,
-                   full: bool = False, shared_shape: bool = False, progress=None) -> dict:
-    """Max-min engine (:func:`run_maxmin`) over a list of (training-only) scenarios.
+    * ``"tiers"``: ``tiers=3``, pods of ``groups_per_pod`` scalable units (the largest
+      that fits the radix) under a super-spine layer;
+    * ``"planes"``: ``planes=P`` for ``P = 2, 4, 8``, the radix multiplied by ``P`` at
+      the per-plane port speed (a 51.2 Tb/s switch: 128 x 400G, 256 x 200G ...).
 
     Args:
-      scenarios: :class:`fabric_jax.compare.Scenario` list (e.g. :func:`scaled_scenarios`).
-      presets: preset names (default: each scenario's).
-      seed: routing hash seed.
-      sample_components: above ``sample_above_gpus`` GPUs simulate only this many
-        independent components (rails) and take the statistics over their
-        collectives (an estimate; ``None``: all components, exact).
-      full: no decomposition (one event simulation of all flows; the reference).
-      shared_shape: pad every scenario's components to the largest one's flows, links
-        and row width, so one compile serves the whole sweep (worth it when the sizes
-        are small; the per-event cost follows the padded size).
-      progress: optional callable taking a label, called after each preset.
+      n_gpus: a multiple of ``2 x`` the system's GPUs per server.
+      system: a :data:`fabric_jax.systems.SYSTEMS` name.
+      servers_per_leaf: servers per scalable unit (rail-leaf down ports).
+      switch_radix: ports per switch at the NIC speed (default 128: 128 x 400G, a
+        51.2 Tb/s ASIC such as Quantum-X800 in 400G mode or Spectrum-4); ``None``:
+        unchecked.
+      beyond_radix: ``"tiers"`` or ``"planes"``.
+      overrides: more :func:`fabric_jax.systems.build` keywords (``latency_us`` ...).
+
+    Raises:
+      ValueError: bad sizes, an unknown ``beyond_radix``, or no build within the radix.
+    """
+    from .systems import build, get_system
+    sysm = get_system(system)
+    g = sysm.gpus_per_server
+    if isinstance(n_gpus, bool) or int(n_gpus) != n_gpus or n_gpus < 2 * g or n_gpus % g:
+        raise ValueError(f"n_gpus must be a multiple of {g} GPUs per server and >= "
+                         f"{2 * g} (two servers of {sysm.name}); got {n_gpus!r}")
+    if beyond_radix not in ("tiers", "planes"):
+        raise ValueError(f"beyond_radix must be 'tiers' or 'planes'; got {beyond_radix!r}")
+    n_srv = int(n_gpus) // g
+    spl = max(1, min(int(servers_per_leaf), n_srv // 2))
+    kw = dict(overrides, servers_per_leaf=spl)
+    try:
+        return build(sysm, n_srv, switch_radix=switch_radix, **kw)
+    except ValueError as err:
+        if switch_radix is None or not _radix_error(err):
+            raise
+        first = err
+    n_groups = -(-n_srv // spl)
+    if beyond_radix == "planes":
+        for planes in (2, 4, 8):
+            try:
+                return build(sysm, n_srv, switch_radix=switch_radix * planes,
+                             planes=planes, **kw)
+            except ValueError as err:
+                if not _radix_error(err):
+                    raise
+    else:
+        for per_pod in range(n_groups - 1, 0, -1):
+            try:
+                return build(sysm, n_srv, switch_radix=switch_radix, tiers=3,
+                             groups_per_pod=per_pod, **kw)
+            except ValueError as err:
+                if not _radix_error(err):
+                    raise
+    raise ValueError(f"no {beyond_radix} build of {n_gpus} GPUs fits switch_radix="
+                     f"{switch_radix}: {first}")
+
+
+# ------------------------------------------------------------------ plans
+def choose_algorithm(topology, fabric, nbytes: float, *, algorithms=None, protocol=None,
+                     n_chunks: int = DEFAULT_SWEEP_CHUNKS, hosts=None):
+    """NCCL-like (algorithm, protocol) of an all-reduce on ``fabric``.
+
+    :func:`fabric_jax.collectives.select_algorithm` (critical-path latency plus bytes on
+    the busiest link, NCCL's ``ncclTopoGetAlgoTime`` model) over the eligible members of
+    ``algorithms`` (default :data:`SWEEP_ALGORITHMS`, or ``("tree", "sharp")`` when the
+    servers have no NVLS: one GPU per server or ``params["nvls"]`` False).  SHARP is
+    eligible only where ``fabric.sharp``.
 
     Returns:
-      ``{"gpus": [...], "fabrics": {preset: {metric: [...]}}}`` with the metrics of
-      :func:`collective_stats` plus ``unfinished_flows``, ``components`` (found),
-      ``components_simulated`` and ``wall_s`` (seconds spent on that preset's point,
-      0 when it reused an identical problem).
+      ``(algorithm, protocol)``.
     """
-    import time
-
+    from . import collectives as col
     from .fabrics import get_fabric
-    out = {"gpus": [], "fabrics": {}}
-    prepared = []
-    for scn in scenarios:
-        names = list(presets or scn.presets)
-        fabs = {n: get_fabric(n, **scn.overrides.get(n, {})) for n in names}
-        cases, layouts = {}, {}
-        for fab in fabs.values():
-            if fab.sharp not in cases:
-                cases[fab.sharp] = build_case(scn, fab.sharp)
-                layouts[fab.sharp] = decompose(cases[fab.sharp])
-        prepared.append((fabs, cases, layouts))
-    if shared_shape:  # pad every size to one shape: a single compile for the sweep
-        every = [lay for _, _, ls in prepared for lay in ls.values()]
-        common = {k: max(lay[k] for lay in every) for k in ("flows", "links", "width")}
-        for lay in every:
-            lay.update(common)
-    for fabs, cases, layouts in prepared:
-        done = {}
-        gpus = int(next(iter(cases.values())).train_hosts.size)
-        k = sample_components if (sample_components and gpus > sample_above_gpus) else None
+    fab = get_fabric(fabric)
+    if algorithms is None:
+        nvls = bool(topology.params.get("nvls", True)) and int(
+            topology.params.get("gpus_per_server", 1)) > 1
+        algorithms = SWEEP_ALGORITHMS if nvls else ("tree", "sharp")
+    algorithms = tuple(a for a in algorithms if a != "sharp" or fab.sharp)
+    algo, proto, _ = col.select_algorithm(
+        topology, "all_reduce", nbytes, hosts=hosts, fabric=fab, algorithms=algorithms,
+        protocols=None if protocol is None else (protocol,), n_chunks=n_chunks)
+    return algo, proto
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanFlows:
+    """A :class:`~fabric_jax.collectives.CollectivePlan` as fluid-model flows.
+
+    Attributes:
+      paths: :class:`~fabric_jax.paths.PathSet` ``[flows, paths, hops]``: equal-cost
+        candidates of host-to-host transfers, the plan's own links (one path) for
+        in-switch ones.
+      routed: ``[flows]`` bool, host-to-host transfer.
+      delay: ``[flows]`` s before the start (launch, protocol step, SHARP level and
+        in-server link latency; module docstring).
+      capacity: ``[links]`` bytes/s, topology capacity times ``plan.bw_scale``.
+      link_latency: ``[links]`` s: ``fabric.link_latency`` on fabric links, 0 on the
+        server's links (their latency is in ``delay``).
+      shielded: ``[links]`` bool, links never marked, dropped or trimmed (the server's
+        links and the NICs' egress ports).
+      nic_rate: NIC line rate (all planes), bytes/s.
+    """
+
+    paths: object
+    routed: np.ndarray
+    delay: np.ndarray
+    capacity: np.ndarray
+    link_latency: np.ndarray
+    shielded: np.ndarray
+    nic_rate: float
+
+
+def _classes(topology):
+    from .collectives import link_classes
+    return link_classes(topology)
+
+
+def _nic_nodes(topology) -> np.ndarray:
+    """Node ids of the NICs: the fabric's hosts (server model: the PCIe ends)."""
+    if not topology.params.get("server_model"):
+        return np.asarray(topology.hosts)
+    cls = _classes(topology)
+    pcie_up = (cls == 2) & np.asarray(topology.node_is_host)[topology.link_src]
+    return np.unique(topology.link_dst[pcie_up])
+
+
+def plan_flows(plan, topology, fabric, *, max_paths: int | None = DEFAULT_SWEEP_PATHS,
+               seed: int = 0) -> PlanFlows:
+    """The fluid-model inputs of a plan (module docstring, "Engine").
+
+    A transfer is host-to-host when its links leave exactly one host and enter exactly
+    one (NVLS rows touch every GPU of a server, SHARP rows at most one end); its
+    candidate paths come from :func:`fabric_jax.shortest_paths` with ``max_paths`` and
+    ``seed``, and must cover the links the plan routed it over.
+    """
+    from .fabrics import get_fabric
+    from .paths import PathSet, PathsTruncatedWarning, shortest_paths
+    fab = get_fabric(fabric)
+    links = np.asarray(plan.links)
+    weight = np.where(links >= 0, np.asarray(plan.weight, float), 0.0)
+    real = links >= 0
+    lk = np.maximum(links, 0)
+    is_host = np.asarray(topology.node_is_host, bool)
+    leaves = real & is_host[topology.link_src[lk]]
+    enters = real & is_host[topology.link_dst[lk]]
+    routed = (leaves.sum(1) == 1) & (enters.sum(1) == 1)
+    host_of_node = np.full(topology.n_nodes, -1)
+    host_of_node[topology.hosts] = np.arange(topology.n_hosts)
+    src = host_of_node[topology.link_src[np.where(leaves, lk, 0)[np.arange(len(lk)),
+                                                                   leaves.argmax(1)]]]
+    dst = host_of_node[topology.link_dst[np.where(enters, lk, 0)[np.arange(len(lk)),
+                                                                   enters.argmax(1)]]]
+    n = plan.n_flows
+    idx = np.flatnonzero(routed)
+    key = src[idx] * topology.n_hosts + dst[idx]
+    uniq, inv = np.unique(key, return_inverse=True)
+    us, ud = np.divmod(uniq, topology.n_hosts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PathsTruncatedWarning)
+        ps = shortest_paths(topology, us, ud, max_paths=max_paths, seed=seed)
+    P = max(ps.max_paths, 1)
+    H = max(ps.max_hops, int(real.sum(1).max(initial=1)))
+    plinks = np.full((n, P, H), -1, np.int32)
+    hop = np.zeros((n, P, H), bool)
+    pmask = np.zeros((n, P), bool)
+    rl = np.asarray(ps.links)[inv]
+    plinks[idx, :rl.shape[1], :rl.shape[2]] = rl
+    hop[idx, :rl.shape[1], :rl.shape[2]] = np.asarray(ps.hop_mask)[inv]
+    pmask[idx, :rl.shape[1]] = np.asarray(ps.path_mask)[inv]
+    ex = np.flatnonzero(~routed)
+    order = np.argsort(~real[ex], axis=1, kind="stable")   # real links first, in order
+    ex_links = np.take_along_axis(links[ex], order, axis=1)
+    plinks[ex, 0, :ex_links.shape[1]] = ex_links[:, :H]
+    hop[ex, 0, :ex_links.shape[1]] = ex_links[:, :H] >= 0
+    pmask[ex, 0] = True
+    # every link the plan routed a host transfer over is on a candidate path
+    if max_paths is None and idx.size:
+        cand = np.zeros((idx.size, topology.n_links), bool)
+        rows = np.broadcast_to(np.arange(idx.size)[:, None, None], rl.shape)
+        ok = np.asarray(ps.hop_mask)[inv] & (rl >= 0)
+        cand[rows[ok], rl[ok]] = True
+        used = real[idx] & (weight[idx] > 0)
+        r, c = np.nonzero(used)
+        if not cand[r, links[idx][r, c]].all():
+            raise AssertionError("plan routed a transfer off its candidate paths")
+    s_ex = np.where(routed, src, np.maximum(src, 0))
+    d_ex = np.where(routed, dst, np.maximum(dst, 0))
+    paths = PathSet(src=s_ex.astype(np.int32), dst=d_ex.astype(np.int32), links=plinks,
+                    path_mask=pmask, hop_mask=hop,
+                    n_paths=pmask.sum(1).astype(np.int32))
+    cls = _classes(topology)
+    net = cls == 0
+    topo_lat = np.asarray(topology.latency, float)
+    net_lat = np.where(real & net[lk], weight * topo_lat[lk], 0.0).sum(1)
+    delay = np.asarray(plan.delay, float) + np.maximum(np.asarray(plan.latency) - net_lat, 0)
+    cap = np.where(topology.link_up, topology.capacity, 0.0) * np.asarray(plan.bw_scale)
+    link_lat = np.where(net, fab.link_latency(topology), 0.0)
+    nic_nodes = _nic_nodes(topology)
+    is_nic = np.zeros(topology.n_nodes, bool)
+    is_nic[nic_nodes] = True
+    shielded = (~net) | is_nic[topology.link_src] | is_host[topology.link_src]
+    nic_up = net & is_nic[topology.link_src]
+    first = nic_nodes[0]
+    nic_rate = float(np.asarray(topology.capacity)[nic_up & (topology.link_src == first)].sum())
+    return PlanFlows(paths=paths, routed=routed, delay=delay, capacity=cap,
+                     link_latency=link_lat, shielded=shielded, nic_rate=nic_rate)
+
+
+def _combined(items):
+    """One block-diagonal network of several ``(plan, topology, PlanFlows)``: links,
+    nodes, hosts and transfers of item ``i`` offset past those of items ``< i``."""
+    from types import SimpleNamespace
+
+    from .paths import PathSet
+    link_off = np.cumsum([0] + [t.n_links for _, t, _ in items])
+    node_off = np.cumsum([0] + [t.n_nodes for _, t, _ in items])
+    host_off = np.cumsum([0] + [t.n_hosts for _, t, _ in items])
+    flow_off = np.cumsum([0] + [p.n_flows for p, _, _ in items])
+    P = max(f.paths.max_paths for _, _, f in items)
+    H = max(f.paths.max_hops for _, _, f in items)
+    dw = max(np.asarray(p.deps).shape[1] for p, _, _ in items)
+
+    def pad3(a, fill):
+        return np.pad(a, ((0, 0), (0, P - a.shape[1]), (0, H - a.shape[2])),
+                      constant_values=fill)
+
+    links, hop, pmask, src, dst, deps = [], [], [], [], [], []
+    for i, (p, t, f) in enumerate(items):
+        lk = np.asarray(f.paths.links)
+        links.append(pad3(np.where(lk >= 0, lk + link_off[i], -1), -1))
+        hop.append(pad3(np.asarray(f.paths.hop_mask, bool), False))
+        pmask.append(np.pad(np.asarray(f.paths.path_mask, bool),
+                            ((0, 0), (0, P - lk.shape[1]))))
+        src.append(np.asarray(f.paths.src) + host_off[i])
+        dst.append(np.asarray(f.paths.dst) + host_off[i])
+        d = np.asarray(p.deps)
+        deps.append(np.pad(np.where(d >= 0, d + flow_off[i], -1),
+                           ((0, 0), (0, dw - d.shape[1])), constant_values=-1))
+    pm = np.concatenate(pmask)
+    paths = PathSet(src=np.concatenate(src).astype(np.int32),
+                    dst=np.concatenate(dst).astype(np.int32),
+                    links=np.concatenate(links).astype(np.int32), path_mask=pm,
+                    hop_mask=np.concatenate(hop), n_paths=pm.sum(1).astype(np.int32))
+    cat = lambda xs: np.concatenate([np.asarray(x) for x in xs])  # noqa: E731
+    net = SimpleNamespace(
+        n_links=int(link_off[-1]),
+        node_is_host=cat([t.node_is_host for _, t, _ in items]),
+        link_src=cat([np.asarray(t.link_src) + o for (_, t, _), o in zip(items, node_off)]),
+        link_dst=cat([np.asarray(t.link_dst) + o for (_, t, _), o in zip(items, node_off)]),
+        capacity=cat([f.capacity for _, _, f in items]),
+        latency=cat([t.latency for _, t, _ in items]),
+        buffer=cat([np.where(_classes(t) == 0, t.buffer, np.inf) for _, t, _ in items]))
+    return dict(net=net, paths=paths, deps=cat(deps), flow_off=flow_off,
+                size=cat([np.asarray(p.size, float) for p, _, _ in items]),
+                delay=cat([f.delay for _, _, f in items]),
+                link_latency=cat([f.link_latency for _, _, f in items]),
+                shielded=cat([f.shielded for _, _, f in items]),
+                nic_rate=max(f.nic_rate for _, _, f in items))
+
+
+def simulate_plans_fluid(items, fabric, *, dt: float, n_steps: int, seed: int = 0) -> list:
+    """Several plans under one preset's dynamics in one fluid run (module docstring,
+    "Engine"): ``items`` is a list of ``(plan, topology, PlanFlows)``; their networks are
+    laid side by side (disjoint links), so each runs as if alone and one compile serves
+    them all.
+
+    Returns:
+      ``[(start [flows], finish [flows])]`` per item, seconds.
+    """
+    from .study.run import simulate_paths
+    c = _combined(items)
+    res = simulate_paths(c["net"], c["paths"], fabric, c["size"], dt=dt, n_steps=int(n_steps),
+                         arrival=np.zeros(c["size"].size), deps=c["deps"], delay=c["delay"],
+                         seed=seed, capacity=c["net"].capacity,
+                         link_latency=c["link_latency"], nic_links=c["shielded"],
+                         nic_rate=c["nic_rate"], buffer=c["net"].buffer)
+    start, finish = np.asarray(res.start, float), np.asarray(res.finish, float)
+    off = c["flow_off"]
+    return [(start[off[i]:off[i + 1]], finish[off[i]:off[i + 1]]) for i in range(len(items))]
+
+
+def simulate_plan_fluid(plan, topology, fabric, *, dt: float, n_steps: int,
+                        max_paths: int | None = DEFAULT_SWEEP_PATHS, seed: int = 0,
+                        flows: PlanFlows | None = None):
+    """One plan under one preset's dynamics (module docstring, "Engine").
+
+    Returns:
+      :class:`fabric_jax.fluid.FluidResult` (``start`` / ``finish`` per transfer, s).
+    """
+    from .study.run import simulate_paths
+    pf = plan_flows(plan, topology, fabric, max_paths=max_paths, seed=seed) \
+        if flows is None else flows
+    return simulate_paths(topology, pf.paths, fabric, np.asarray(plan.size, float),
+                          dt=dt, n_steps=int(n_steps), arrival=np.zeros(plan.n_flows),
+                          deps=np.asarray(plan.deps), delay=pf.delay, seed=seed,
+                          capacity=pf.capacity, link_latency=pf.link_latency,
+                          nic_links=pf.shielded, nic_rate=pf.nic_rate,
+                          buffer=np.where(_classes(topology) == 0, topology.buffer, np.inf))
+
+
+def _crossbar_rows(plan, topology):
+    """``(links [flows, w], weights, capacity [links'])`` of a plan on the crossbar."""
+    cls = _classes(topology)
+    nic_nodes = _nic_nodes(topology)
+    n_nic = nic_nodes.size
+    nic_of = np.full(topology.n_nodes, -1)
+    nic_of[nic_nodes] = np.arange(n_nic)
+    L = topology.n_links
+    src_nic, dst_nic = nic_of[topology.link_src], nic_of[topology.link_dst]
+    net = cls == 0
+    new_id = np.where(~net, np.arange(L), -1)
+    new_id = np.where(net & (src_nic >= 0), L + src_nic, new_id)
+    new_id = np.where(net & (dst_nic >= 0), L + n_nic + dst_nic, new_id)
+    cap = np.where(topology.link_up, topology.capacity, 0.0) * np.asarray(plan.bw_scale)
+    xcap = np.concatenate([np.where(net, 0.0, cap), np.zeros(2 * n_nic)])
+    np.add.at(xcap, new_id[net & (src_nic >= 0)], cap[net & (src_nic >= 0)])
+    np.add.at(xcap, new_id[net & (dst_nic >= 0)], cap[net & (dst_nic >= 0)])
+    links = np.asarray(plan.links)
+    w = np.where(links >= 0, np.asarray(plan.weight, float), 0.0)
+    mapped = np.where(links >= 0, new_id[np.maximum(links, 0)], -1)
+    return mapped, np.where(mapped >= 0, w, 0.0), xcap
+
+
+def simulate_plans_ideal(items) -> list:
+    """The ideal-fabric baseline (module docstring) of several ``(plan, topology)``
+    pairs in one event simulation (their links and transfers are disjoint, so the
+    block-diagonal problem gives each its own answer; one compile for all).
+
+    Each fabric link leaving a NIC maps to that NIC's crossbar up-link, each one entering
+    a NIC to its down-link (one per NIC at the rate of all its planes); other fabric
+    links (switch to switch) are dropped; the server's links stay.  Exact max-min
+    (:func:`fabric_jax.simulate_flows`) with the plans' deps, delays and latencies.
+
+    Returns:
+      ``[finish [flows]]`` per pair, seconds.
+    """
+    from .sim import simulate_flows
+    parts = [_crossbar_rows(p, t) for p, t in items]
+    link_off = np.cumsum([0] + [x[2].size for x in parts])
+    flow_off = np.cumsum([0] + [p.n_flows for p, _ in items])
+    width = max(x[0].shape[1] for x in parts)
+    mapped = np.concatenate([np.pad(np.where(m >= 0, m + o, -1),
+                                    ((0, 0), (0, width - m.shape[1])), constant_values=-1)
+                             for (m, _, _), o in zip(parts, link_off)])
+    w = np.concatenate([np.pad(x[1], ((0, 0), (0, width - x[1].shape[1]))) for x in parts])
+    xcap = np.concatenate([x[2] for x in parts])
+    dw = max(np.asarray(p.deps).shape[1] for p, _ in items)
+    deps = np.concatenate([np.pad(np.where(np.asarray(p.deps) >= 0, np.asarray(p.deps) + o,
+                                           -1), ((0, 0), (0, dw - np.asarray(p.deps).shape[1])),
+                                  constant_values=-1)
+                           for (p, _), o in zip(items, flow_off)])
+    cat = lambda f: np.concatenate([np.asarray(getattr(p, f), float) for p, _ in items])  # noqa
+    n = int(flow_off[-1])
+    flow = np.broadcast_to(np.arange(n)[:, None], mapped.shape)
+    keep = w > 0
+    key = flow[keep].astype(np.int64) * xcap.size + mapped[keep]
+    uniq, inv = np.unique(key, return_inverse=True)
+    wsum = np.minimum(np.bincount(inv, weights=w[keep], minlength=uniq.size), 1.0)
+    fi, li = np.divmod(uniq, xcap.size)
+    counts = np.bincount(fi, minlength=n)
+    W = max(int(counts.max(initial=0)), 1)
+    pos = np.arange(fi.size) - (np.cumsum(counts) - counts)[fi]
+    lt = np.zeros((n, W), np.int32)
+    wt = np.zeros((n, W))
+    lt[fi, pos] = li
+    wt[fi, pos] = wsum
+    inc = Incidence(jnp.asarray(lt.ravel()), jnp.asarray(np.repeat(np.arange(n, dtype=np.int32),
+                    W)), jnp.asarray(wt.ravel(), jnp.result_type(float)), int(xcap.size), n, W)
+    res = simulate_flows(inc, np.where(xcap > 0, xcap, 1.0), np.zeros(n), cat("size"),
+                         deps=deps, delay=cat("delay"), latency=cat("latency"))
+    fin = np.asarray(res.finish, float)
+    return [fin[flow_off[i]:flow_off[i + 1]] for i in range(len(items))]
+
+
+def simulate_plan_ideal(plan, topology) -> np.ndarray:
+    """:func:`simulate_plans_ideal` of one plan: ``[flows]`` finish times, s."""
+    return simulate_plans_ideal([(plan, topology)])[0]
+
+
+# ------------------------------------------------------------------ metrics
+def rank_completion(plan, topology, finish, hosts=None) -> np.ndarray:
+    """``[ranks]`` completion time of each rank: the last arrival into its GPU, s.
+
+    Args:
+      plan: the plan that ran.
+      topology: its topology.
+      finish: ``[flows]`` finish times of its transfers, s.
+      hosts: ``[ranks]`` host of each rank (default every host).
+    """
+    hosts = np.arange(topology.n_hosts) if hosts is None else np.asarray(hosts)
+    links = np.asarray(plan.links)
+    real = links >= 0
+    node = topology.link_dst[np.maximum(links, 0)]
+    host_of_node = np.full(topology.n_nodes, -1)
+    host_of_node[topology.hosts] = np.arange(topology.n_hosts)
+    into = np.where(real, host_of_node[node], -1)
+    out = np.full(topology.n_hosts, -np.inf)
+    f = np.broadcast_to(np.asarray(finish, float)[:, None], links.shape)
+    np.maximum.at(out, into[into >= 0], f[into >= 0])
+    return out[hosts]
+
+
+def nic_ideal_time(plan, topology) -> float:
+    """Line-rate time of a plan: :func:`fabric_jax.metrics.collective_ideal_time` of the
+    bytes each NIC sends and receives over the fabric (``max(sent, received)`` per NIC,
+    at the NIC line rate of all its planes), seconds."""
+    from .collectives import link_bytes
+    cls = _classes(topology)
+    nic_nodes = _nic_nodes(topology)
+    nic_of = np.full(topology.n_nodes, -1)
+    nic_of[nic_nodes] = np.arange(nic_nodes.size)
+    lb = link_bytes(plan)
+    net = cls == 0
+    up, down = np.zeros(nic_nodes.size), np.zeros(nic_nodes.size)
+    s, d = nic_of[topology.link_src], nic_of[topology.link_dst]
+    np.add.at(up, s[net & (s >= 0)], lb[net & (s >= 0)])
+    np.add.at(down, d[net & (d >= 0)], lb[net & (d >= 0)])
+    rate = float(np.asarray(topology.capacity)[net & (topology.link_src == nic_nodes[0])].sum())
+    ids = np.arange(nic_nodes.size)
+    return float(mx.collective_ideal_time(ids, ids, np.maximum(up, down),
+                                          np.zeros(ids.size, np.int32), 1, ids.size,
+                                          rate)[0])
+
+
+def completion_stats(plan, topology, finish, ideal_time: float | None = None) -> dict:
+    """p50 / p99 over ranks, completion time and effective bandwidth of one run.
+
+    Returns:
+      ``{"p50_completion_time", "p99_completion_time", "completion_time"`` (s),
+      ``"effective_bandwidth"`` (fraction), ``"unfinished_transfers"``, ``"ranks"``
+      (ranks in the percentiles: every rank that receives data)}``.
+    """
+    finish = np.asarray(finish, float)
+    per_rank = rank_completion(plan, topology, finish)
+    per_rank = per_rank[per_rank > -np.inf]          # hosts outside the collective
+    t = float(np.max(per_rank))
+    ideal = nic_ideal_time(plan, topology) if ideal_time is None else ideal_time
+    pct = mx.percentiles(per_rank, (50, 99))
+    return dict(p50_completion_time=float(pct["p50"]), p99_completion_time=float(pct["p99"]),
+                completion_time=t,
+                effective_bandwidth=float(mx.collective_effective_bandwidth(
+                    np.array([t]), np.array([ideal]))),
+                unfinished_transfers=int(np.sum(~np.isfinite(finish))),
+                ranks=int(per_rank.size))
+
+
+# ------------------------------------------------------------------ the sweep
+def _plan(topology, fab, nbytes, algorithm, protocol, n_chunks, seed):
+    from . import collectives as col
+    return col.build_plan(topology, "all_reduce", nbytes, algorithm=algorithm,
+                          protocol=protocol, fabric=fab, n_chunks=n_chunks, seed=seed)
+
+
+#: Keys of each preset's lists in :func:`scaling_curves`.
+CURVE_KEYS = ("p50_completion_time", "p99_completion_time", "completion_time",
+              "effective_bandwidth", "unfinished_transfers", "ranks",
+              "ideal_p50_completion_time", "ideal_p99_completion_time",
+              "ideal_completion_time", "algorithm", "protocol", "transfers", "n_steps",
+              "wall_s")
+
+
+def scaling_curves(topologies, presets, nbytes: float, *, dt: float = 1e-6,
+                   algorithms=None, protocol=None, n_chunks: int = DEFAULT_SWEEP_CHUNKS,
+                   max_paths: int | None = DEFAULT_SWEEP_PATHS, seed: int = 0,
+                   horizon: float = 3.0, overrides: dict | None = None,
+                   progress=None) -> dict:
+    """Every preset's all-reduce of ``nbytes`` per GPU on each topology (one per GPU
+    count).
+
+    Per topology and preset the algorithm is chosen (:func:`choose_algorithm`) and its
+    plan built; each distinct plan runs once on the ideal fabric
+    (:func:`simulate_plans_ideal`, every plan of the sweep in one event simulation).
+    Then each preset runs the plans of every topology side by side in one fluid run
+    (:func:`simulate_plans_fluid`: one compile per preset for the whole sweep).  The
+    horizon is ``horizon`` times the slowest ideal time (at least 20 steps more); a run
+    that leaves transfers unfinished is repeated once with twice the horizon.
+
+    Args:
+      topologies: GPUs with the server model (:func:`sweep_topology`).
+      presets: preset names.
+      nbytes: all-reduce buffer per GPU, bytes.
+      dt: fluid step, s.
+      algorithms, protocol: restrict the NCCL-like choice (:func:`choose_algorithm`).
+      n_chunks: pipeline chunks.
+      max_paths: candidate paths per host pair.
+      seed: routing hash seed.
+      horizon: fluid horizon over the slowest ideal time.
+      overrides: ``{preset: {field: value}}`` Fabric overrides.
+      progress: optional callable taking a label.
+
+    Returns:
+      ``{"gpus": [...], "topologies": [name, ...], "fabrics": {preset: {key: [...]}},
+      "ideal": {preset: {key: [...]}}}``: per preset the lists of :data:`CURVE_KEYS`
+      (:func:`completion_stats`' keys plus the algorithm and protocol chosen, transfers,
+      fluid steps, the ideal-fabric times of its plan, ``wall_s`` = the preset's fluid
+      run, shared by its points) aligned with ``gpus``; under ``"ideal"`` the ideal
+      baseline of the plan each preset ran (:func:`completion_stats`' keys, algorithm,
+      protocol).  ``all_reduce_completion_time`` (= ``completion_time``) and
+      ``p99_collective_completion_time`` (= ``p99_completion_time``) are added for
+      :func:`fabric_jax.plots.scaling_figure`.
+    """
+    from .fabrics import get_fabric
+    overrides = overrides or {}
+    fabs = {n: get_fabric(n, **overrides.get(n, {})) for n in presets}
+    chosen, plans = [], []
+    for topo in topologies:
+        ch, pl = {}, {}
         for name, fab in fabs.items():
-            t0 = time.perf_counter()
-            case = cases[fab.sharp]
-            key = _problem_key(case, fab, seed)
-            if key not in done:
-                r = run_maxmin(case, fab, seed=seed, layout=layouts[fab.sharp],
-                               sample_components=k, full=full)
-                st = collective_stats(case, r["start"], r["finish"])
-                sim = ~np.isnan(r["start"]) & (case.job_of == 0)
-                st["unfinished_flows"] = int(np.sum(~np.isfinite(r["finish"][sim])))
-                st["components"] = r["components"]
-                st["components_simulated"] = (1 if full else
-                                              min(k or r["components"], r["components"]))
-                done[key] = st
-            st = dict(done[key], wall_s=time.perf_counter() - t0)
-            for m, v in st.items():
-                out["fabrics"].setdefault(name, {}).setdefault(m, []).append(v)
-            if progress is not None:
-                progress(f"{gpus} GPUs {name}")
-        out["gpus"].append(gpus)
+            key = choose_algorithm(topo, fab, nbytes, algorithms=algorithms,
+                                   protocol=protocol, n_chunks=n_chunks)
+            ch[name] = key
+            if key not in pl:
+                pl[key] = _plan(topo, fab, nbytes, key[0], key[1], n_chunks, seed)
+        chosen.append(ch)
+        plans.append(pl)
+    t0 = time.perf_counter()
+    items = [(plan, topo) for topo, pl in zip(topologies, plans) for plan in pl.values()]
+    fins = iter(simulate_plans_ideal(items))
+    ideal = [{key: completion_stats(plan, topo, next(fins)) for key, plan in pl.items()}
+             for topo, pl in zip(topologies, plans)]
+    if progress is not None:
+        progress(f"ideal fabric, {len(items)} plans ({time.perf_counter() - t0:.0f} s)")
+    slowest = max(st["completion_time"] for pt in ideal for st in pt.values())
+    n_steps = int(np.ceil(horizon * slowest / dt)) + 20
+    out = {"gpus": [int(t.n_hosts) for t in topologies],
+           "topologies": [t.name for t in topologies], "fabrics": {}, "ideal": {}}
+    for name, fab in fabs.items():
+        t0 = time.perf_counter()
+        items = []
+        for topo, ch, pl in zip(topologies, chosen, plans):
+            plan = pl[ch[name]]
+            items.append((plan, topo, plan_flows(plan, topo, fab, max_paths=max_paths,
+                                                 seed=seed)))
+        steps = n_steps
+        for _ in range(2):
+            runs = simulate_plans_fluid(items, fab, dt=dt, n_steps=steps, seed=seed)
+            if all(np.all(np.isfinite(f)) for _, f in runs):
+                break
+            steps *= 2
+        wall = time.perf_counter() - t0
+        d = out["fabrics"].setdefault(name, {})
+        base_d = out["ideal"].setdefault(name, {})
+        for (plan, topo, _), (_, fin), ch, base in zip(items, runs, chosen, ideal):
+            key = ch[name]
+            st = completion_stats(plan, topo, fin)
+            st.update(algorithm=key[0], protocol=key[1], transfers=plan.n_flows,
+                      n_steps=steps, wall_s=wall,
+                      **{f"ideal_{k}": base[key][k] for k in
+                         ("p50_completion_time", "p99_completion_time", "completion_time")})
+            for k in CURVE_KEYS:
+                d.setdefault(k, []).append(st[k])
+            d.setdefault("all_reduce_completion_time", []).append(st["completion_time"])
+            d.setdefault("p99_collective_completion_time", []).append(
+                st["p99_completion_time"])
+            b = dict(base[key], algorithm=key[0], protocol=key[1])
+            for k in ("p50_completion_time", "p99_completion_time", "completion_time",
+                      "effective_bandwidth", "algorithm", "protocol"):
+                base_d.setdefault(k, []).append(b[k])
+        if progress is not None:
+            progress(f"{name}: {len(items)} points, {sum(p.n_flows for p, _, _ in items)} "
+                     f"transfers, {steps} steps ({wall:.0f} s)")
     return out
+
+
+def scaling_point(topology, presets, nbytes: float, **kw) -> dict:
+    """:func:`scaling_curves` at one topology, as ``{preset: stats}`` (each list's
+    single entry), plus ``"ideal"``: ``{preset: ideal stats}``."""
+    cur = scaling_curves([topology], presets, nbytes, **kw)
+    one = lambda d: {k: v[0] for k, v in d.items()}  # noqa: E731
+    return dict(fabrics={n: one(v) for n, v in cur["fabrics"].items()},
+                ideal={n: one(v) for n, v in cur["ideal"].items()})

@@ -32,24 +32,124 @@ from .case import Case, alone_arrival, build_case, collective_phases
 from .progress import Progress
 from .scenario import Scenario, default_scenario, validate_scenario
 
-__all__ = ["simulate_case", "simulate_ideal", "crossbar_incidence", "case_metrics",
-           "fabric_cost_metrics", "full_step_times", "run_compare", "scaling_study", "IDEAL"]
+__all__ = ["simulate_case", "simulate_paths", "flow_line_rate", "simulate_ideal",
+           "crossbar_incidence", "case_metrics", "fabric_cost_metrics", "full_step_times",
+           "run_compare", "scaling_study", "scaling_topologies", "IDEAL"]
 
 #: Key of the ideal-fabric baseline in :func:`run_compare`'s results.
 IDEAL = "ideal"
 
 
+def flow_line_rate(paths, split, capacity) -> np.ndarray:
+    """``[flows]`` the most a flow can send: the capacity of the narrowest cut through the
+    candidate paths it uses (split > 0).
+
+    Every equal-cost path of a pair has the same hop count, so the links at hop ``h``
+    of the used paths form a cut between source and destination; the line rate is the
+    smallest, over ``h``, of the summed capacity of the *distinct* links at that hop.
+    On a single plane that is the NIC port (the paths share the first and last hop);
+    with ``planes=P`` (:func:`fabric_jax.topology.leaf_spine`) a flow spread over every
+    plane gets the whole NIC (``P`` ports of ``link_gbps / P``), while a flow pinned to
+    one path (ECMP) gets one plane's port.  (``simulate_fluid``'s own default, the
+    smallest capacity on any candidate link, caps a sprayed multi-plane flow at one
+    plane's share.)
+
+    Args:
+      paths: :class:`~fabric_jax.paths.PathSet` ``[flows, paths, hops]``.
+      split: ``[flows, paths]`` fraction of each flow on each path (the routing's
+        initial split; a dynamic policy may later use any path with split > 0).
+      capacity: ``[links]`` bytes/s.
+
+    Returns:
+      float64 ``[flows]`` bytes/s.
+    """
+    links = np.asarray(paths.links)
+    used = (np.asarray(paths.hop_mask, bool) & (links >= 0)
+            & (np.asarray(split, float) > 0)[:, :, None])
+    cap = np.asarray(capacity, float)
+    tab = np.sort(np.where(used, links, -1).transpose(0, 2, 1), axis=2)  # [f, hops, paths]
+    first = np.concatenate([np.ones(tab.shape[:2] + (1,), bool),
+                            tab[..., 1:] != tab[..., :-1]], axis=2) & (tab >= 0)
+    per_hop = np.where(first, cap[np.maximum(tab, 0)], 0.0).sum(axis=2)
+    per_hop = np.where((tab >= 0).any(axis=2), per_hop, np.inf)
+    rate = per_hop.min(axis=1)
+    return np.where(np.isfinite(rate) & (rate > 0), rate, np.max(cap, initial=1.0))
+
+
+def simulate_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
+                   arrival=None, deps=None, delay=None, latency=None, seed: int = 0,
+                   capacity=None, link_latency=None, nic_links=None,
+                   nic_rate: float | None = None, buffer=None, save_every=None):
+    """Fluid run of flows over candidate paths under a fabric preset's dynamics.
+
+    The engine of :func:`simulate_case` and of the scaling study
+    (:func:`fabric_jax.scaling.simulate_plan_fluid`): the preset's routing policy bound to
+    ``paths`` with ``seed``, its congestion-control law with parameters at the NIC line
+    rate (``fabric.law_params(line_rate=nic_rate)``; under IB CC only switch ports mark
+    FECN, :func:`fabric_jax.cc.ibcc.switch_port_mask`, restricted to non-NIC links), its
+    flow control over the topology's buffers, its receiver options, per-link latency
+    ``fabric.link_latency(topology)``, and each flow capped at
+    :func:`flow_line_rate` of its used paths.
+
+    Args:
+      topology: the :class:`~fabric_jax.Topology` the paths are on.
+      paths: :class:`~fabric_jax.paths.PathSet`, one pair per flow.
+      fabric: a :class:`fabric_jax.Fabric` or preset name.
+      size: ``[flows]`` bytes.
+      dt, n_steps: the fluid step (s) and horizon (steps).
+      arrival, deps, delay, latency: flow lifecycle (:func:`fabric_jax.fluid.simulate_fluid`).
+      seed: routing hash seed.
+      capacity: ``[links]`` bytes/s (default ``topology.capacity``).
+      link_latency: ``[links]`` s (default ``fabric.link_latency(topology)``).
+      nic_links: ``[links]`` bool, links never marked, dropped or trimmed (default the
+        links leaving a host, ``nic_links=topology``).
+      nic_rate: NIC line rate for the law's parameters, bytes/s (default the largest
+        host-link capacity).
+      buffer: ``[links]`` egress buffers, bytes (default ``topology.buffer``).
+      save_every: trajectory snapshot period in steps; with it the run stops
+        simulating once the fabric is idle for good (``stop_when_idle``: the same flow
+        results, less time).
+
+    Returns:
+      :class:`fabric_jax.fluid.FluidResult`.
+    """
+    fabric = get_fabric(fabric)
+    cap = np.asarray(topology.capacity if capacity is None else capacity, float)
+    is_host = np.asarray(topology.node_is_host, bool)[np.asarray(topology.link_src)]
+    nic = is_host if nic_links is None else np.asarray(nic_links, bool)
+    if nic_rate is None:
+        nic_rate = float(np.max(cap[is_host], initial=0.0)) or float(np.max(cap))
+    params = fabric.law_params(line_rate=nic_rate)
+    if fabric.cc == "ibcc" and "switch_port" not in fabric.cc_options:
+        # FECN is a switch function: the HCA's own uplink (the NIC backlog) never marks
+        mask = ibcc.switch_port_mask(topology) * (~nic)
+        params = dataclasses.replace(params, switch_port=np.asarray(
+            mask, np.asarray(params.threshold).dtype))
+    routing = make_routing(fabric.routing, paths, fabric.routing_params(), seed=seed)
+    split = np.asarray(routing.split)
+    inc = Incidence.from_paths(paths, split, n_links=topology.n_links)
+    lat = fabric.link_latency(topology) if link_latency is None else link_latency
+    return simulate_fluid(inc, cap, size, dt=dt, n_steps=int(n_steps), law=fabric.law(),
+                          params=params, arrival=arrival, deps=deps, delay=delay,
+                          latency=latency, line_rate=flow_line_rate(paths, split, cap),
+                          link_latency=lat, nic_links=nic,
+                          flow_control=fabric.flow_control,
+                          buffer=topology.buffer if buffer is None else buffer,
+                          routing=routing, save_every=save_every,
+                          stop_when_idle=save_every is not None, **fabric.receiver_options())
+
+
 def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every=None):
     """Fluid run of a case under a fabric preset (the engine behind :func:`run_compare`).
 
-    Runs :func:`fabric_jax.fluid.simulate_fluid` with the preset's routing policy
-    (bound to the case's candidate paths with the scenario's seed), congestion-control
-    law and parameters scaled to the case's NIC line rate (:func:`fabric_jax.cc.params_for`),
-    per-link latency with the preset's switch and NIC latencies
-    (:meth:`fabric_jax.Fabric.link_latency`; transit is a delay line, not a queue),
-    host NICs shielded from marking and drops (``nic_links``), flow-control mode, the topology's buffers, and the scenario's
-    ``dt_us`` / ``n_steps``; with ``save_every`` the run stops simulating once the
-    fabric is idle for good (``stop_when_idle``: same flow results, less time).  Under IB CC only switch ports mark FECN
+    Runs :func:`simulate_paths` (:func:`fabric_jax.fluid.simulate_fluid` with the
+    preset's routing policy bound to the case's candidate paths with the scenario's
+    seed, congestion-control law and parameters scaled to the case's NIC line rate
+    (:func:`fabric_jax.cc.params_for`), per-link latency with the preset's switch and
+    NIC latencies (:meth:`fabric_jax.Fabric.link_latency`; transit is a delay line, not
+    a queue), host NICs shielded from marking and drops (``nic_links``), flow-control
+    mode, the topology's buffers, each flow capped at :func:`flow_line_rate`) with the
+    scenario's ``dt_us`` / ``n_steps``.  Under IB CC only switch ports mark FECN
     (:func:`fabric_jax.cc.ibcc.switch_port_mask`, unless ``cc_options`` sets
     ``switch_port``).
 
@@ -64,26 +164,13 @@ def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every
     Returns:
       :class:`fabric_jax.fluid.FluidResult`.
     """
-    fabric = get_fabric(fabric)
     arrival = case.sim_arrival if arrival is None else arrival
     sim = scn.simulation
-    params = fabric.law_params(line_rate=case.line_rate)
-    if fabric.cc == "ibcc" and "switch_port" not in fabric.cc_options:
-        # FECN is a switch function: the HCA's own uplink (the NIC backlog) never marks
-        params = dataclasses.replace(params, switch_port=np.asarray(
-            ibcc.switch_port_mask(case.topology), np.asarray(params.threshold).dtype))
-    routing = make_routing(fabric.routing, case.paths, fabric.routing_params(),
-                           seed=sim["seed"])
-    inc = Incidence.from_paths(case.paths, np.asarray(routing.split),
-                               n_links=case.topology.n_links)
     w = case.workload
-    return simulate_fluid(inc, case.topology.capacity, w.size, dt=sim["dt_us"] * 1e-6,
-                          n_steps=int(sim["n_steps"]), law=fabric.law(),
-                          params=params, arrival=arrival, deps=w.deps,
-                          delay=w.delay, link_latency=fabric.link_latency(case.topology),
-                          nic_links=case.topology, flow_control=fabric.flow_control,
-                          buffer=case.topology.buffer, routing=routing, save_every=save_every,
-                          stop_when_idle=save_every is not None, **fabric.receiver_options())
+    return simulate_paths(case.topology, case.paths, fabric, w.size,
+                          dt=sim["dt_us"] * 1e-6, n_steps=int(sim["n_steps"]),
+                          arrival=arrival, deps=w.deps, delay=w.delay, seed=sim["seed"],
+                          nic_rate=case.line_rate, save_every=save_every)
 
 
 def crossbar_incidence(src, dst, n_hosts: int) -> Incidence:
@@ -318,24 +405,52 @@ def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=Fals
     return (results, details) if keep else results
 
 
+def scaling_topologies(scn: Scenario, factors=(0.5, 1.0, 2.0, 4.0)) -> list:
+    """The scenario's fabric at ``train_servers`` scaled by each factor (rounded, >= 2,
+    duplicates dropped), with the server model: one GPU per NIC
+    (``gpus_per_server = nics_per_server``, NVLink4 and PCIe Gen5 defaults of
+    :func:`fabric_jax.topology.with_servers`) on ``rail_optimized``; one GPU per server on
+    ``leaf_spine`` (the case builder's one NIC per server).  Scalable units / leaves hold
+    at most half the servers (>= 2 units, whole leaves for ``leaf_spine``)."""
+    from ..topology import leaf_spine, rail_optimized
+    t = scn.topology
+    base = int(scn.workload["train_servers"])
+    sizes = sorted({max(2, int(round(base * f))) for f in factors})
+    out = []
+    for n in sizes:
+        kw = dict(link_gbps=t["link_gbps"], latency_us=t["latency_us"],
+                  buffer_kb=t["buffer_kb"])
+        if t["kind"] == "rail_optimized":
+            nics = t["nics_per_server"]
+            out.append(rail_optimized(n, nics, servers_per_leaf=max(1, min(
+                t["servers_per_leaf"], n // 2)), gpus_per_server=nics, **kw))
+        else:
+            per = scaling.ep_group_size(n, min(t["servers_per_leaf"], n // 2), minimum=1)
+            out.append(leaf_spine(n // per, t["n_spines"] or per, per, gpus_per_server=1,
+                                  nics_per_server=1, **kw))
+    return out
+
+
 def scaling_study(scn: Scenario | None = None, *, factors=(0.5, 1.0, 2.0, 4.0),
                   progress: bool = False) -> dict:
-    """The scaling curve of ``fabric-jax compare --plots``: the scenario's training job
-    alone at ``train_servers`` scaled by each factor, on every preset.
+    """The scaling curve of ``fabric-jax compare --plots``: one all-reduce of the
+    scenario's ``all_reduce_mb`` per GPU on the scenario's fabric at ``train_servers``
+    scaled by each factor (:func:`scaling_topologies`), every preset.
 
-    Engine: :func:`fabric_jax.scaling.scaling_curves` (exact event-driven max-min, ideal
-    congestion control, rails as independent components, every size padded to one
-    shape so one compile serves the study).  The topology keeps the scenario's
-    parameters with ``n_servers = train_servers``.  The job is the workload keys'
-    constant one even when the scenario has a training model
-    (:func:`fabric_jax.scaling.training_only` keeps no model: a plan fits one size).
+    Engine: :func:`fabric_jax.scaling.scaling_curves` -- the all-reduce as
+    :mod:`fabric_jax.collectives` builds it (chunked transfers, per-step latency, the
+    NCCL-like algorithm per preset) through each preset's dynamics in the fluid model
+    (:func:`simulate_paths`, the engine of :func:`run_compare`) at the scenario's
+    ``dt_us``, next to the ideal fabric.  The rest of the workload (all-to-all,
+    tenant, background) is not in the curve.
 
     Returns:
-      ``{"gpus": [...], "fabrics": {preset: {metric: [...]}}}`` (metrics of
-      :func:`fabric_jax.scaling.collective_stats`).
+      :func:`fabric_jax.scaling.scaling_curves`' dict (``gpus``, ``fabrics``, ``ideal``).
     """
     scn = default_scenario() if scn is None else validate_scenario(scn)
-    scns = scaling.scaled_scenarios(scn, factors)
-    bar = Progress(len(scns) * len(scn.presets), enabled=progress)
-    return scaling.scaling_curves(scns, scn.presets, seed=scn.simulation["seed"],
-                                  shared_shape=True, progress=bar.update)
+    topos = scaling_topologies(scn, factors)
+    bar = Progress(len(topos) * len(scn.presets), enabled=progress)
+    return scaling.scaling_curves(
+        topos, scn.presets, scn.workload["all_reduce_mb"] * 1e6,
+        dt=scn.simulation["dt_us"] * 1e-6, seed=scn.simulation["seed"],
+        overrides=scn.overrides, progress=bar.update)
