@@ -941,8 +941,9 @@ def _transmit_classes(static, net, x, transit, ceiling, cap_k, inc_k, split, off
     sol2 = solve(inc2, jnp.concatenate([spare, room]), rest,
                  iterations=static.solver_iterations)
     alloc = alloc + jnp.minimum(sol2.rates, rest)
-    avail = fresh + jnp.minimum(room, per_unit(spare))
-    place = lk.place_excess(uh, (offered - alloc) * dt, split, load_u > avail * (1.0 + 1e-6))
+    # the excess waits where its class's offers exceed the class's own grant (with one
+    # active class exactly the single-class rule: offers above the capacity left)
+    place = lk.place_excess(uh, (offered - alloc) * dt, split, load_u > fresh * (1.0 + 1e-6))
     tot = x + transit
     t_pos = tot > 0
     arrived_left = jnp.where(t_pos, transit * left / jnp.where(t_pos, tot, 1.0), 0.0) + place

@@ -124,6 +124,31 @@ def test_all_flows_in_one_of_two_classes_match_the_single_class_model():
     assert np.all(np.asarray(b.info.paused_time)[:, 1] == 0.0)
 
 
+@pytest.mark.parametrize("law,fc", [("dcqcn", "pfc"), ("hpcc", "drop")])
+def test_one_active_class_matches_the_single_class_model_on_a_routed_fabric(law, fc):
+    # leaf_spine(2, 2, 4) at 100 Gb/s, ECMP, a 4-to-1 incast plus two flows from the
+    # incast senders (multi-hop paths, excess parked at the first overloaded hop):
+    # two classes with every flow in class 1 (class 0 idle) reproduce the single-class
+    # run when each class gets the thresholds of the single-class port.
+    from fabric_jax import leaf_spine, make_routing, shortest_paths
+    topo = leaf_spine(2, 2, 4, link_gbps=100.0, latency_us=1.0)
+    ps = shortest_paths(topo, np.array([0, 1, 2, 3, 0, 1]), np.array([4, 4, 4, 4, 5, 6]))
+    r = make_routing("ecmp", ps, seed=0)
+    inc = Incidence.from_paths(ps, np.asarray(r.split), n_links=topo.n_links)
+    fcp = (flow_control_params(topo.n_links, buffer=300e3, xoff=200e3, xon=197e3)
+           if fc == "pfc" else flow_control_params(topo.n_links, buffer=300e3))
+    kw = dict(dt=1e-6, n_steps=600, law=law, flow_control=fc, fc_params=fcp,
+              link_latency=topo.latency, nic_links=topo, routing=r)
+    a = simulate_fluid(inc, topo.capacity, np.full(6, 1e6), **kw)
+    b = simulate_fluid(inc, topo.capacity, np.full(6, 1e6), traffic_class=np.ones(6, int),
+                       classes=qos.traffic_classes(2), **kw)
+    fa, fb = np.asarray(a.finish), np.asarray(b.finish)
+    assert np.all(np.isfinite(fa))
+    np.testing.assert_allclose(fb, fa, rtol=1e-3)
+    np.testing.assert_allclose(np.asarray(b.dropped), np.asarray(a.dropped), rtol=1e-3,
+                               atol=1.0)
+
+
 # ------------------------------------------------------------------ arbitration in the loop
 def test_strict_priority_high_class_takes_the_link_low_class_starves():
     inc, cap = two_senders()

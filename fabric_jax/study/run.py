@@ -28,7 +28,7 @@ from ..fluid import simulate_fluid
 from ..incidence import Incidence
 from ..routing import make_routing
 from ..sim import simulate_flows
-from .case import Case, alone_arrival, build_case, collective_phases
+from .case import JOBS, Case, alone_arrival, build_case, collective_phases
 from .progress import Progress
 from .scenario import Scenario, default_scenario, validate_scenario
 
@@ -82,7 +82,8 @@ def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every
                           delay=w.delay, link_latency=fabric.link_latency(case.topology),
                           nic_links=case.topology, flow_control=fabric.flow_control,
                           buffer=case.topology.buffer, routing=routing, save_every=save_every,
-                          **fabric.receiver_options())
+                          **fabric.receiver_options(),
+                          **fabric.class_options(case.job_of, JOBS, case.topology))
 
 
 def crossbar_incidence(src, dst, n_hosts: int) -> Incidence:
