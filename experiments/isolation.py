@@ -51,7 +51,7 @@ guarantees the victim its class's share of every shared link, but not of its own
 Usage::
 
     python experiments/isolation.py --gpus 128 --json iso.json --plots figs/
-    python experiments/isolation.py --quick --variants "one class" classes
+    python experiments/isolation.py --quick          # 64 GPUs, one class vs classes
 """
 
 from __future__ import annotations
@@ -149,9 +149,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--fan-in", type=int, default=None,
                     help="incast senders per rail (default: all other tenant servers)")
     ap.add_argument("--fabrics", nargs="+", default=list(PRESETS), choices=list(PRESETS))
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
-                    help="class / buffer variants to run (default all; module docstring)")
+    ap.add_argument("--variants", nargs="+", default=None, choices=list(VARIANTS),
+                    help="class / buffer variants to run (default all; --quick: one class "
+                         "and classes; module docstring)")
     a = ap.parse_args(argv)
+    if a.variants is None:
+        a.variants = list(VARIANTS)[:2] if a.quick else list(VARIANTS)
     gpus = a.gpus if a.gpus is not None else (64 if a.quick else 128)
     cm.check_positive(ap, gpus=gpus, all_reduce_mb=a.all_reduce_mb, moe_mb=a.moe_mb,
                       incast_mb=a.incast_mb, fan_in=a.fan_in)

@@ -112,6 +112,31 @@ A failed link (``factor = 0``):
 * **stranded flows**: a flow whose every path with weight is dead offers nothing
   until a path recovers (``FluidInfo.stranded_time``, ``FluidInfo.stranded``).
 
+Traffic classes (``traffic_class=``, ``classes=``, :mod:`fabric_jax.qos`).  Each flow
+has a class (an IB service level mapped to a VL, an Ethernet priority); every port has
+one queue per class.  The loop then works on ``links x classes`` units (unit ``l *
+n_classes + c``; the hop table :func:`fabric_jax.qos.class_hops`): per unit queues,
+ingress pools, flow-control state (per-priority PFC, per-VL credits:
+:mod:`fabric_jax.flowcontrol`) and marking (ECN / telemetry per class queue).  The
+allocate stage (:func:`_transmit_classes`) first shares each link among its classes
+(:func:`fabric_jax.qos.arbitrate`: strict levels, weighted max-min inside a level; a
+class wants its backlog per step plus its fresh offers, up to its own pause / credit
+ceiling), then serves each class's queue and shares the rest of the class's grant
+among its fresh offers by max-min; what the grants leave unused goes to the other
+classes' queues and offers in a second, redistribution pass (work conservation).  The
+excess of a flow waits at the first hop where its class offers more than the class's
+grant.  Static per-port buffers are split evenly over the classes.  With one class
+(the default) none of this runs: results are those of the single-class model.  With
+every flow in one of several classes, the results equal the single-class run up to
+round-off when each class gets the single-class thresholds
+(``tests/test_traffic_classes.py``).  ``FluidInfo.paused_time`` is then ``[links,
+classes]``.
+
+Shared buffer (``shared_buffer=``, :class:`fabric_jax.flowcontrol.SharedBuffer`): a
+switch's memory is shared by its queues with dynamic thresholds ``alpha (B - Q)``
+(Choudhury and Hahne 1998): egress queues for ``drop`` / ``trim``, ingress pools (XOFF,
+credits) for ``pfc`` / ``credit``.
+
 Checkpoint and resume (``init_state=``, :mod:`fabric_jax.checkpoint`).
 ``FluidResult.state`` is the complete carry of the loop after its last step.  Passing
 it back as ``init_state`` continues the run at step ``k`` (simulated time ``k dt``, so
@@ -166,7 +191,8 @@ class FluidInfo:
         resumed run).
       stalled: some flow did not finish within ``n_steps``.
       paused_time: ``[links]`` seconds each link was paused (PFC) or credit-starved
-        (time-integral of ``1 - usable/C``).
+        (time-integral of ``1 - usable/C``); ``[links, classes]`` per class with
+        traffic classes.
       max_queue: ``[links]`` largest egress queue seen, bytes.
       stranded_time: ``[flows]`` seconds each flow was active but had no live path
         (every path it routes on crosses a failed link, ``faults=``); zeros without

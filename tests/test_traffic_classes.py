@@ -342,3 +342,41 @@ def test_bad_shared_buffer_raises():
     sb = shared_buffer(egress_switch=[-1, 0], size=1e6)
     with pytest.raises(ValueError, match="egress_switch"):
         simulate_fluid(inc, cap, np.full(2, 1e6), dt=1e-6, n_steps=10, shared_buffer=sb)
+
+
+# ------------------------------------------------------------------ presets and topology maps
+@pytest.mark.parametrize("name", ["infiniband", "roce", "spectrum_x", "uec"])
+def test_presets_are_single_class_by_default_and_map_tenants_to_classes(name):
+    from fabric_jax.fabrics import TENANT_CLASSES, get_fabric
+    from fabric_jax.topology import leaf_spine
+    jobs = {0: "train", 1: "tenant", 2: "background"}
+    job_of = np.array([0, 1, 2, 0, 1])
+    fab = get_fabric(name)
+    assert fab.class_map == {} and fab.shared_buffer_alpha is None
+    assert fab.class_options(job_of, jobs) == {}        # today's single-class model
+    tc = fab.traffic_classes()
+    assert tc.n_classes == 2 and len(tc.names) == 2
+    opts = get_fabric(name, class_map=TENANT_CLASSES, shared_buffer_alpha=1.0).class_options(
+        job_of, jobs, leaf_spine(2, 2, 2))
+    np.testing.assert_array_equal(opts["traffic_class"], [1, 0, 0, 1, 0])
+    assert opts["classes"].n_classes == 2 and opts["shared_buffer"].n_switches == 4
+    with pytest.raises(ValueError, match="class_map"):
+        get_fabric(name, class_map={"train": 2})
+    with pytest.raises(ValueError, match="shared_buffer_alpha"):
+        get_fabric(name, shared_buffer_alpha=0.0)
+    with pytest.raises(ValueError, match="weights"):
+        get_fabric(name, class_weights=(1.0, -1.0))
+
+
+def test_shared_buffer_from_topology_pools_each_switch_s_port_buffers():
+    from fabric_jax.topology import leaf_spine
+    topo = leaf_spine(2, 2, 2, buffer_kb=100.0)
+    sb = shared_buffer(topo, alpha=2.0)
+    src, dst = np.asarray(topo.link_src), np.asarray(topo.link_dst)
+    host = np.asarray(topo.node_is_host)
+    eg, ig = np.asarray(sb.egress_switch), np.asarray(sb.ingress_switch)
+    assert np.all((eg == sb.n_switches) == host[src])
+    assert np.all((ig == sb.n_switches) == host[dst])
+    # each switch's memory: the buffers of the ports it sends on
+    for s in range(sb.n_switches):
+        np.testing.assert_allclose(float(sb.size[s]), np.asarray(topo.buffer)[eg == s].sum())
