@@ -214,6 +214,28 @@ def test_class_limited_downstream_keeps_its_share_upstream():
     np.testing.assert_allclose(np.diff(q[-5:, 3]) / 10e-6, 0.3 * C, rtol=1e-3)
 
 
+def test_gradient_with_respect_to_ets_weights_matches_closed_form():
+    # Two saturated classes on link 2: class 0 delivers T C w0 / (w0 + w1), so
+    # d/dw0 = T C w1 / (w0 + w1)^2 (weights are traced leaves; fixed solver iterations
+    # make the loop reverse-mode differentiable).
+    import jax
+    inc, cap = two_senders()
+    n_steps, dt = 50, 1e-6
+
+    def delivered0(w0):
+        res = simulate_fluid(inc, cap, np.full(2, BIG), dt=dt, n_steps=n_steps,
+                             traffic_class=[0, 1],
+                             classes=qos.traffic_classes(2, weights=jnp.stack([w0, 1.0])),
+                             solver_iterations=4)
+        return res.delivered[0] / 1e6
+
+    w0 = 3.0
+    t = n_steps * dt
+    np.testing.assert_allclose(float(delivered0(jnp.asarray(w0))), t * C * 0.75 / 1e6, rtol=1e-4)
+    g = float(jax.grad(delivered0)(jnp.asarray(w0)))
+    np.testing.assert_allclose(g, t * C * 1.0 / (w0 + 1.0) ** 2 / 1e6, rtol=1e-3)
+
+
 # ------------------------------------------------------------------ per-priority PFC
 @pytest.mark.parametrize("mode", ["pfc", "credit"])
 def test_per_priority_pause_spares_the_other_class(mode):
