@@ -10,12 +10,27 @@ one step's communication: MoE all-to-all (``--moe-mb`` per GPU) then a ring all-
 (``--all-reduce-mb`` per GPU; SHARP on ``infiniband``), one per rail.  The neighbour
 tenant holds the other half and runs cross-rail incasts: on every rail, ``--fan-in``
 servers each send ``--incast-mb`` to one NIC of another server, all at ``t = 0``.
-Each preset runs twice in the fluid model with its routing, congestion control and flow
-control (:func:`fabric_jax.compare.simulate_case`): with the neighbour, and alone
-(:func:`fabric_jax.compare.alone_arrival`: neighbour flows never arrive; same arrays, so
-one compilation serves both runs).
+Each preset runs in the fluid model with its routing, congestion control and flow
+control (:func:`fabric_jax.compare.simulate_case`), in three **variants** (``--variants``):
 
-Reported per fabric (JSON ``fabrics.<preset>``):
+``one class``               today's presets: every flow in one traffic class, static
+                            per-port buffers
+``classes``                 class separation (:data:`fabric_jax.fabrics.TENANT_CLASSES`):
+                            the training job alone in class 1, the neighbour in class 0,
+                            the preset's arbitration (IB: two VLs in the low VL-arbitration
+                            table, equal weights, per-VL credits; Ethernet presets: ETS
+                            50/50, per-priority PFC or per-class trimming); each class owns
+                            half of a port's static buffer
+``classes + shared buffer`` the same with shared switch memory and dynamic thresholds
+                            (alpha 1; :class:`fabric_jax.flowcontrol.SharedBuffer`)
+
+and each variant twice: with the neighbour, and alone
+(:func:`fabric_jax.compare.alone_arrival`: neighbour flows never arrive; same arrays, so
+one compilation serves both runs).  The slowdown of a variant is against its own
+"alone" run.
+
+Reported per fabric (JSON ``fabrics.<preset>``: the ``one class`` variant at the top
+level, every variant under ``variants.<variant>``):
 
 ``training_slowdown``         training communication span (first start to last finish
                               of its flows) with the neighbour / alone
@@ -28,12 +43,15 @@ Reported per fabric (JSON ``fabrics.<preset>``):
 
 Expectation (not asserted here): lossless fabrics with per-flow ECMP (``roce``) suffer
 most (PFC pauses spread from the incast port to victim flows); adaptive routing and
-telemetry CC (``spectrum_x``) and spraying with trimming (``uec``) isolate better.
+telemetry CC (``spectrum_x``) and spraying with trimming (``uec``) isolate better.  Class
+separation removes head-of-line blocking by another tenant's pauses or credits and
+guarantees the victim its class's share of every shared link, but not of its own NICs
+(the incast senders' and receivers' NICs are the neighbour's own).
 
 Usage::
 
     python experiments/isolation.py --gpus 128 --json iso.json --plots figs/
-    python experiments/isolation.py --quick
+    python experiments/isolation.py --quick          # 64 GPUs, one class vs classes
 """
 
 from __future__ import annotations
@@ -49,7 +67,12 @@ except ImportError:  # pragma: no cover
 
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax import compare  # noqa: E402
-from fabric_jax.fabrics import PRESETS, get_fabric  # noqa: E402
+from fabric_jax.fabrics import PRESETS, TENANT_CLASSES, get_fabric  # noqa: E402
+
+#: Fabric overrides of each variant (module docstring).
+VARIANTS = {"one class": {},
+            "classes": {"class_map": TENANT_CLASSES},
+            "classes + shared buffer": {"class_map": TENANT_CLASSES, "shared_buffer_alpha": 1.0}}
 
 
 def _span(start, finish, idx) -> float:
@@ -58,31 +81,39 @@ def _span(start, finish, idx) -> float:
     return float(np.max(finish[idx]) - np.min(start[idx]))
 
 
-def run(scn, presets) -> dict:
-    """Runs each preset with and without the neighbour; per-preset metrics."""
+def _metrics(case, scn, fab) -> dict:
+    """One preset variant with and without the neighbour."""
+    arr = case.sim_arrival
+    train = np.flatnonzero(case.job_of == 0)
+    tenant = np.flatnonzero(case.job_of == 1)
+    res = compare.simulate_case(case, fab, scn, arr)
+    alone = compare.simulate_case(case, fab, scn, compare.alone_arrival(case, 0))
+    fin, fin_alone = np.asarray(res.finish, float), np.asarray(alone.finish, float)
+    t_with = _span(arr, fin, train)
+    t_alone = _span(arr, fin_alone, train)
+    compute = case.compute
+    return dict(
+        training_slowdown=t_with / t_alone if t_alone > 0 else float("nan"),
+        training_step_slowdown=(compute + t_with) / (compute + t_alone),
+        training_comm_time=t_with, training_comm_time_alone=t_alone,
+        tenant_comm_time=_span(arr, fin, tenant),
+        pfc_pause_time=float(np.sum(np.asarray(res.info.paused_time))),
+        unfinished_flows=int(np.sum(~np.isfinite(fin[train]))
+                             + np.sum(~np.isfinite(fin_alone[train]))))
+
+
+def run(scn, presets, variants=("one class",)) -> dict:
+    """Runs each preset variant with and without the neighbour; per-preset metrics
+    (the first variant's at the top level, all under ``variants``)."""
     out, cases = {}, {}
     for name in presets:
-        fab = get_fabric(name)
-        if fab.sharp not in cases:
-            cases[fab.sharp] = compare.build_case(scn, fab.sharp)
-        case = cases[fab.sharp]
-        arr = case.sim_arrival
-        train = np.flatnonzero(case.job_of == 0)
-        tenant = np.flatnonzero(case.job_of == 1)
-        res = compare.simulate_case(case, fab, scn, arr)
-        alone = compare.simulate_case(case, fab, scn, compare.alone_arrival(case, 0))
-        fin, fin_alone = np.asarray(res.finish, float), np.asarray(alone.finish, float)
-        t_with = _span(arr, fin, train)
-        t_alone = _span(arr, fin_alone, train)
-        compute = case.compute
-        out[name] = dict(
-            training_slowdown=t_with / t_alone if t_alone > 0 else float("nan"),
-            training_step_slowdown=(compute + t_with) / (compute + t_alone),
-            training_comm_time=t_with, training_comm_time_alone=t_alone,
-            tenant_comm_time=_span(arr, fin, tenant),
-            pfc_pause_time=float(np.sum(np.asarray(res.info.paused_time))),
-            unfinished_flows=int(np.sum(~np.isfinite(fin[train]))
-                                 + np.sum(~np.isfinite(fin_alone[train]))))
+        per = {}
+        for var in variants:
+            fab = get_fabric(name, **VARIANTS[var])
+            if fab.sharp not in cases:
+                cases[fab.sharp] = compare.build_case(scn, fab.sharp)
+            per[var] = _metrics(cases[fab.sharp], scn, fab)
+        out[name] = dict(per[variants[0]], variants=per)
     return out
 
 
@@ -91,12 +122,19 @@ def plot(fabrics: dict, out: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     names = list(fabrics)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.bar(names, [fabrics[n]["training_slowdown"] for n in names],
-           color=[f"C{i}" for i in range(len(names))])
+    variants = list(fabrics[names[0]]["variants"])
+    width = 0.8 / len(variants)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = np.arange(len(names))
+    for i, var in enumerate(variants):
+        ax.bar(x + (i - (len(variants) - 1) / 2) * width,
+               [fabrics[n]["variants"][var]["training_slowdown"] for n in names],
+               width, label=var, color=f"C{i}")
+    ax.set_xticks(x, names)
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_ylabel("training communication slowdown (x alone)")
     ax.set_title("Training job beside an incast-heavy neighbour")
+    ax.legend(title="traffic classes")
     return [save_figure(fig, out / "isolation.png")]
 
 
@@ -111,7 +149,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--fan-in", type=int, default=None,
                     help="incast senders per rail (default: all other tenant servers)")
     ap.add_argument("--fabrics", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    ap.add_argument("--variants", nargs="+", default=None, choices=list(VARIANTS),
+                    help="class / buffer variants to run (default all; --quick: one class "
+                         "and classes; module docstring)")
     a = ap.parse_args(argv)
+    if a.variants is None:
+        a.variants = list(VARIANTS)[:2] if a.quick else list(VARIANTS)
     gpus = a.gpus if a.gpus is not None else (64 if a.quick else 128)
     cm.check_positive(ap, gpus=gpus, all_reduce_mb=a.all_reduce_mb, moe_mb=a.moe_mb,
                       incast_mb=a.incast_mb, fan_in=a.fan_in)
@@ -124,7 +167,7 @@ def main(argv=None) -> dict:
                                   tenant_servers=tenant, tenant_fan_in=fan_in,
                                   tenant_incast_mb=a.incast_mb, seed=a.seed,
                                   presets=a.fabrics)
-    fabrics = run(scn, a.fabrics)
+    fabrics = run(scn, a.fabrics, tuple(a.variants))
     results = dict(inputs=dict(gpus=gpus, training_servers=n_servers - tenant,
                                tenant_servers=tenant, fan_in=fan_in,
                                incast_bytes=a.incast_mb * 1e6,
@@ -133,13 +176,14 @@ def main(argv=None) -> dict:
                    fabrics=fabrics,
                    scenario=dict(topology=scn.topology, workload=scn.workload,
                                  simulation=scn.simulation))
-    rows = [dict(fabric=n, slowdown=v["training_slowdown"],
+    rows = [dict(fabric=n, variant=var, slowdown=v["training_slowdown"],
                  step_slowdown=v["training_step_slowdown"],
                  comm_us=v["training_comm_time"] * 1e6,
                  alone_us=v["training_comm_time_alone"] * 1e6,
                  tenant_us=v["tenant_comm_time"] * 1e6,
                  pause_link_us=v["pfc_pause_time"] * 1e6,
-                 unfinished=v["unfinished_flows"]) for n, v in fabrics.items()]
+                 unfinished=v["unfinished_flows"])
+            for n, f in fabrics.items() for var, v in f["variants"].items()]
     title = (f"{gpus} GPUs: training on {n_servers - tenant} servers, incast tenant on "
              f"{tenant} (fan-in {fan_in} x {a.incast_mb:g} MB per rail)")
     out = cm.plots_dir(a)

@@ -40,6 +40,19 @@ preset; :meth:`Fabric.link_latency` adds them to a topology's per-link propagati
 delay (a link leaving a switch carries that switch's latency, a link leaving or
 entering a host one NIC latency).
 
+Traffic classes and isolation (issue 14, :mod:`fabric_jax.qos`): each preset documents
+its port classes (IB: SL-to-VL mapping and VL arbitration with per-VL credits; RoCE and
+Spectrum-X: 802.1p priorities under ETS with per-priority PFC; UEC: ETS classes) in
+``class_names`` / ``class_weights`` / ``class_levels``.  ``class_map`` assigns tenants
+or traffic types (the job names of the compare study: ``"train"``, ``"tenant"``,
+``"background"``) to classes; it is empty by default, so every flow is in one class and
+the presets run today's single-class model.  :data:`TENANT_CLASSES` puts the training
+job in its own class.  ``shared_buffer_alpha`` (default ``None``: static per-port pools)
+turns the switches' memory into one shared pool per switch with dynamic thresholds
+(:class:`fabric_jax.flowcontrol.SharedBuffer`).  Assumption: every class of a fabric
+uses the fabric's flow-control mode (a lossless RDMA priority beside a lossy TCP one is
+not expressed).
+
 SHARP (Graham et al., "Scalable Hierarchical Aggregation Protocol", COMHPC 2016):
 switches reduce, so each host sends its ``S`` bytes once and receives the result once,
 versus ``2 (n-1)/n S`` each way in a ring: :func:`all_reduce_flows` emits one flow of
@@ -63,7 +76,11 @@ from .workloads.flows import Workload
 
 __all__ = ["Fabric", "infiniband", "roce", "spectrum_x", "uec", "PRESETS", "get_fabric",
            "all_reduce_flows", "IB_SWITCH_LATENCY", "SPECTRUM_SWITCH_LATENCY",
-           "ETHERNET_SWITCH_LATENCY", "NIC_LATENCY"]
+           "ETHERNET_SWITCH_LATENCY", "NIC_LATENCY", "TENANT_CLASSES"]
+
+#: A ``class_map`` that isolates the training job: it alone in class 1, every other
+#: tenant and the background traffic in class 0.
+TENANT_CLASSES = {"train": 1, "tenant": 0, "background": 0}
 
 #: Device latencies, seconds (sources in the preset docstrings).
 IB_SWITCH_LATENCY = 130 * NS        # NVIDIA Quantum (HDR, QM8700) data sheet, cut-through
@@ -94,6 +111,16 @@ class Fabric:
         arrivals trigger go-back-N resends, :mod:`fabric_jax.receiver`).
       loss_recovery: ``"selective"`` or ``"go_back_n"``
         (:data:`fabric_jax.receiver.LOSS_RECOVERY`).
+      class_map: tenant / traffic-type name -> traffic class id (e.g.
+        :data:`TENANT_CLASSES`); names not listed go to class 0; empty (default): one
+        class.
+      class_weights: per class arbitration weight (ETS bandwidth share, IB VL-arbitration
+        table weight); its length is the number of classes.
+      class_levels: per class priority level (higher served first; default all 0).
+      class_names: per class label (the port's priority / VL).
+      shared_buffer_alpha: dynamic-threshold factor of a shared switch buffer
+        (:func:`fabric_jax.flowcontrol.shared_buffer`), or ``None`` (default): static
+        per-port pools.
     """
 
     name: str
@@ -109,6 +136,11 @@ class Fabric:
     nic_latency: float = 0.0
     reorder: bool = True
     loss_recovery: str = "selective"
+    class_map: dict = dataclasses.field(default_factory=dict)
+    class_weights: tuple = (1.0, 1.0)
+    class_levels: tuple = ()
+    class_names: tuple = ()
+    shared_buffer_alpha: float | None = None
 
     def __post_init__(self):
         get_policy(self.routing)
@@ -126,6 +158,49 @@ class Fabric:
             raise ValueError(f"flow_control must be one of {MODES}; got {self.flow_control!r}")
         from .receiver import check_options
         check_options(self.reorder, self.loss_recovery)
+        self.traffic_classes()  # validates class_weights / class_levels / class_names
+        n = len(self.class_weights)
+        if not isinstance(self.class_map, dict) or any(
+                not isinstance(k, str) or not isinstance(v, (int, np.integer))
+                or isinstance(v, bool) or not 0 <= v < n for k, v in self.class_map.items()):
+            raise ValueError(f"class_map must map job names to class ids in [0, {n}) "
+                             f"(len(class_weights) classes); got {self.class_map!r}")
+        a = self.shared_buffer_alpha
+        if a is not None and not (isinstance(a, (int, float, np.floating, np.integer))
+                                  and not isinstance(a, bool) and np.isfinite(a) and a > 0):
+            raise ValueError(f"shared_buffer_alpha must be None or a finite number > 0; "
+                             f"got {a!r}")
+
+    def traffic_classes(self):
+        """The port classes as a :class:`fabric_jax.qos.TrafficClasses`."""
+        from . import qos
+        n = len(self.class_weights)
+        return qos.traffic_classes(n, weights=self.class_weights,
+                                   levels=self.class_levels or None,
+                                   names=self.class_names or None)
+
+    def class_options(self, job_of, job_names, topology=None) -> dict:
+        """Keyword arguments of :func:`fabric_jax.fluid.simulate_fluid` for traffic
+        classes and shared buffers: ``{}`` for a single-class fabric with static pools.
+
+        Args:
+          job_of: ``[flows]`` job id of each flow.
+          job_names: job id -> name (a dict or sequence), matched against ``class_map``.
+          topology: the :class:`fabric_jax.Topology` (for ``shared_buffer_alpha``).
+        """
+        out = {}
+        if self.class_map:
+            names = job_names if isinstance(job_names, dict) else dict(enumerate(job_names))
+            ids = np.asarray(job_of)
+            lut = {j: int(self.class_map.get(names.get(int(j), ""), 0)) for j in np.unique(ids)}
+            out.update(traffic_class=np.array([lut[int(j)] for j in ids], np.int32),
+                       classes=self.traffic_classes())
+        if self.shared_buffer_alpha is not None:
+            if topology is None:
+                raise ValueError("shared_buffer_alpha needs the topology (switch memory map)")
+            from .flowcontrol import shared_buffer
+            out["shared_buffer"] = shared_buffer(topology, alpha=self.shared_buffer_alpha)
+        return out
 
     def receiver_options(self) -> dict:
         """``reorder`` and ``loss_recovery`` as keyword arguments of
@@ -211,9 +286,17 @@ def infiniband(**overrides) -> Fabric:
     routing deciding per packet from each switch's *own* egress queues only, no
     knowledge of congestion two hops away (:func:`fabric_jax.routing.ib_ar_params`,
     NVIDIA AR documentation), SHARP all-reduce
-    (each host sends and receives ``S`` once).  Leaves out: virtual lanes / service
-    levels (one traffic class; QoS isolation is not modelled), subnet-manager routing
-    tables beyond min-hop up/down.  Receiver: ``reorder=True`` (HCAs that support
+    (each host sends and receives ``S`` once).  Leaves out: subnet-manager routing
+    tables beyond min-hop up/down.
+
+    Traffic classes (used when ``class_map`` is set): two data VLs, ``VL0`` and
+    ``VL1``; the SL-to-VL table maps SL0 -> VL0 and SL1 -> VL1 (IBA vol. 1 sec. 7.6.6;
+    OpenSM ``qos_sl2vl``), a tenant picks its SL.  VL arbitration (IBA sec. 7.6.9,
+    OpenSM ``QoS_management_in_OpenSM.txt`` sec. 7): both VLs in the low-priority table
+    with equal weights (64 each, in 64-byte units: ``class_weights=(64, 64)``), high
+    table empty (assumption: an operator's even split; OpenSM ships no QoS tables by
+    default).  Credits are per VL (sec. 7.9), each VL owns an equal part of the port's
+    buffer (assumption).  Receiver: ``reorder=True`` (HCAs that support
     adaptive routing accept out-of-order packets: NVIDIA ConnectX AR documentation;
     a bounded reorder buffer, assumed large enough), ``loss_recovery="go_back_n"`` (IB
     RC transport, IBA vol. 1 sec. 9.7.5: a PSN sequence error NAK makes the requester
@@ -249,7 +332,8 @@ def infiniband(**overrides) -> Fabric:
     base = Fabric("infiniband", routing="ib_ar", cc="ibcc", flow_control="credit", sharp=True,
                   description="credit lossless + IB CC + local adaptive routing + SHARP",
                   switch_latency=IB_SWITCH_LATENCY, nic_latency=NIC_LATENCY,
-                  reorder=True, loss_recovery="go_back_n")
+                  reorder=True, loss_recovery="go_back_n", class_weights=(64.0, 64.0),
+                  class_names=("VL0", "VL1"))
     return base.replace(**overrides)
 
 
@@ -267,7 +351,14 @@ def roce(**overrides) -> Fabric:
     has one path, so reordering costs nothing; ``roce(routing="spray")`` is RoCE with
     per-packet spraying on such a NIC, and pays for it.  Losses happen only on PFC
     headroom overflow, faults or ``flow_control="drop"`` (lossy RoCE), each then costs a
-    go-back-N window.  Leaves out: multiple priorities, PFC deadlock.
+    go-back-N window.  Leaves out: PFC deadlock.
+
+    Traffic classes (used when ``class_map`` is set): two traffic classes, ``TC0``
+    (priority 0, default traffic) and ``TC3`` (priority 3, the lossless RoCE priority of
+    NVIDIA's RoCE configuration guides, with CNPs on priority 6, not modelled), under
+    ETS (IEEE 802.1Qaz) with 50 % / 50 % (assumption), PFC per priority (IEEE
+    802.1Qbb).  Switch buffer: ``shared_buffer_alpha`` (e.g. 1, SONiC's default
+    ``dynamic_th = 0``) for the shared-buffer MMU of commodity switches.
 
     Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s): DCQCN's
     ``"hpcc_ns3"`` set (HPCC authors' ns-3 "Mellanox" DCQCN: K_min/K_max, R_AI and
@@ -281,7 +372,8 @@ def roce(**overrides) -> Fabric:
     base = Fabric("roce", routing="ecmp", cc="dcqcn", flow_control="pfc",
                   description="PFC + ECN/DCQCN + ECMP",
                   switch_latency=ETHERNET_SWITCH_LATENCY, nic_latency=NIC_LATENCY,
-                  reorder=False, loss_recovery="go_back_n")
+                  reorder=False, loss_recovery="go_back_n", class_weights=(50.0, 50.0),
+                  class_names=("TC0", "TC3"))
     return base.replace(**overrides)
 
 
@@ -293,14 +385,20 @@ def spectrum_x(**overrides) -> Fabric:
     (:func:`fabric_jax.routing.spectrum_x_ar_params`; the delay is our assumption),
     with SuperNIC reordering so spraying costs nothing; telemetry-driven congestion control modelled
     by HPCC's in-band-telemetry law (Li et al. SIGCOMM 2019) -- NVIDIA's algorithm is
-    not public.  Per-tenant performance isolation is approximated by this CC plus AR
-    (no per-tenant queues).  Source of the headline claim: NVIDIA Spectrum-X white
+    not public.  Per-tenant performance isolation comes from this CC plus AR, and
+    with ``class_map`` from per-tenant queues (below).  Source of the headline claim: NVIDIA Spectrum-X white
     paper (about 95 % effective bandwidth vs about 60 % for ECMP).  Receiver:
     ``reorder=True`` (SuperNIC direct data placement puts out-of-order packets in
     place, Spectrum-X white paper), ``loss_recovery="selective"`` (our assumption: a
     NIC that places out of order can resend only what is missing; losses are rare under
-    PFC).  Leaves out: the real Spectrum-X CC algorithm, per-tenant queues,
+    PFC).  Leaves out: the real Spectrum-X CC algorithm,
     BlueField/SuperNIC offloads.
+
+    Traffic classes (used when ``class_map`` is set, e.g. :data:`TENANT_CLASSES` for
+    per-tenant queues): as :func:`roce`, ``TC0`` and the lossless RoCE priority
+    ``TC3`` under ETS 50 % / 50 % (assumption) with per-priority PFC; Spectrum switches
+    have a shared buffer with a per-queue alpha (``shared_buffer_alpha``; NVIDIA
+    Spectrum shared-buffer documentation, SONiC ``dynamic_th``).
 
     Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s): HPCC's
     ``R_AI = C (1 - eta)/N`` (paper rule, ``N`` = 100 our assumption), ``eta`` 0.95.
@@ -311,7 +409,8 @@ def spectrum_x(**overrides) -> Fabric:
     base = Fabric("spectrum_x", routing="spectrum_x_ar", cc="hpcc", flow_control="pfc",
                   description="PFC + telemetry CC (HPCC-like) + per-packet AR with telemetry",
                   switch_latency=SPECTRUM_SWITCH_LATENCY, nic_latency=NIC_LATENCY,
-                  reorder=True, loss_recovery="selective")
+                  reorder=True, loss_recovery="selective", class_weights=(50.0, 50.0),
+                  class_names=("TC0", "TC3"))
     return base.replace(**overrides)
 
 
@@ -328,6 +427,11 @@ def uec(**overrides) -> Fabric:
     link-level retry, credit-based link flow control option, the speculative first
     burst.
 
+    Traffic classes (used when ``class_map`` is set): UEC 1.0 carries its traffic
+    classes on Ethernet priorities (DSCP / 802.1p) with the switch's ETS scheduler;
+    two classes ``TC0`` / ``TC1`` at 50 % / 50 % (assumption); trimming per class
+    queue.
+
     Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s): NSCC's gains
     follow each flow's BDP (:func:`fabric_jax.cc.nscc.derived_gains`), no parameter
     scales.  Latency: ``switch_latency`` 600 ns (UEC runs on commodity Ethernet
@@ -337,7 +441,8 @@ def uec(**overrides) -> Fabric:
     base = Fabric("uec", routing="spray", cc="nscc", flow_control="trim",
                   description="spraying + NSCC + lossy with trimming",
                   switch_latency=ETHERNET_SWITCH_LATENCY, nic_latency=NIC_LATENCY,
-                  reorder=True, loss_recovery="selective")
+                  reorder=True, loss_recovery="selective", class_weights=(50.0, 50.0),
+                  class_names=("TC0", "TC1"))
     return base.replace(**overrides)
 
 

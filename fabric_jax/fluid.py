@@ -117,6 +117,31 @@ A failed link (``factor = 0``):
 * **stranded flows**: a flow whose every path with weight is dead offers nothing
   until a path recovers (``FluidInfo.stranded_time``, ``FluidInfo.stranded``).
 
+Traffic classes (``traffic_class=``, ``classes=``, :mod:`fabric_jax.qos`).  Each flow
+has a class (an IB service level mapped to a VL, an Ethernet priority); every port has
+one queue per class.  The loop then works on ``links x classes`` units (unit ``l *
+n_classes + c``; the hop table :func:`fabric_jax.qos.class_hops`): per unit queues,
+ingress pools, flow-control state (per-priority PFC, per-VL credits:
+:mod:`fabric_jax.flowcontrol`) and marking (ECN / telemetry per class queue).  The
+allocate stage (:func:`_transmit_classes`) first shares each link among its classes
+(:func:`fabric_jax.qos.arbitrate`: strict levels, weighted max-min inside a level; a
+class wants its backlog per step plus its fresh offers, up to its own pause / credit
+ceiling), then serves each class's queue and shares the rest of the class's grant
+among its fresh offers by max-min; what the grants leave unused goes to the other
+classes' queues and offers in a second, redistribution pass (work conservation).  The
+excess of a flow waits at the first hop where its class offers more than the class's
+grant.  Static per-port buffers are split evenly over the classes.  With one class
+(the default) none of this runs: results are those of the single-class model.  With
+every flow in one of several classes, the results equal the single-class run up to
+round-off when each class gets the single-class thresholds
+(``tests/test_traffic_classes.py``).  ``FluidInfo.paused_time`` is then ``[links,
+classes]``.
+
+Shared buffer (``shared_buffer=``, :class:`fabric_jax.flowcontrol.SharedBuffer`): a
+switch's memory is shared by its queues with dynamic thresholds ``alpha (B - Q)``
+(Choudhury and Hahne 1998): egress queues for ``drop`` / ``trim``, ingress pools (XOFF,
+credits) for ``pfc`` / ``credit``.
+
 Checkpoint and resume (``init_state=``, :mod:`fabric_jax.checkpoint`).
 ``FluidResult.state`` is the complete carry of the loop after its last step.  Passing
 it back as ``init_state`` continues the run at step ``k`` (simulated time ``k dt``, so
@@ -147,6 +172,7 @@ from .cc import base as ccbase
 from .fairness import solve
 from .incidence import Incidence
 from . import links as lk
+from . import qos
 from . import receiver as rx
 from .sim import _prepare, release_times
 
@@ -170,7 +196,8 @@ class FluidInfo:
         resumed run).
       stalled: some flow did not finish within ``n_steps``.
       paused_time: ``[links]`` seconds each link was paused (PFC) or credit-starved
-        (time-integral of ``1 - usable/C``).
+        (time-integral of ``1 - usable/C``); ``[links, classes]`` per class with
+        traffic classes.
       max_queue: ``[links]`` largest egress queue seen, bytes.
       stranded_time: ``[flows]`` seconds each flow was active but had no live path
         (every path it routes on crosses a failed link, ``faults=``); zeros without
@@ -305,8 +332,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    solver_iterations: int | None = None, routing=None, faults=None,
                    init_state=None, link_latency=None, nic_links=None, reorder: bool = True,
                    loss_recovery: str = "selective", mtu: float = rx.DEFAULT_MTU,
-                   reorder_tolerance: float = 0.0,
-                   stop_when_idle: bool = False) -> FluidResult:
+                   reorder_tolerance: float = 0.0, traffic_class=None, classes=None,
+                   shared_buffer=None, stop_when_idle: bool = False) -> FluidResult:
     """Fluid simulation of flows under congestion control and link-level flow control.
 
     Args:
@@ -380,6 +407,17 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
       mtu: packet size, bytes, for the reordering and go-back-N models (default 4096).
       reorder_tolerance: path-delay difference a ``reorder=False`` NIC absorbs, s
         (default 0).
+      traffic_class: ``[flows]`` int class of each flow (default all 0); see "Traffic
+        classes" above.
+      classes: :class:`fabric_jax.qos.TrafficClasses` (:func:`fabric_jax.qos.traffic_classes`:
+        number of classes, ``"ets"`` / ``"strict"`` arbitration, weights); default:
+        ``max(traffic_class) + 1`` classes under ETS with equal weights.  One class
+        runs today's single-class model unchanged.
+      shared_buffer: :class:`fabric_jax.flowcontrol.SharedBuffer`
+        (:func:`fabric_jax.flowcontrol.shared_buffer`), or a
+        :class:`fabric_jax.Topology` for its defaults: switch memory shared by its
+        queues with dynamic thresholds (drop / trim / PFC XOFF / credits).  ``None``
+        (default): static per-port pools of ``buffer``.
 
     Returns:
       :class:`FluidResult`.
@@ -391,7 +429,9 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         ``routing``; ``faults``: a time not finite or negative, a link out of range, a
         factor outside ``[0, 1]``; ``init_state``: a structure, shape or dtype that does
         not match this run; ``reorder`` not a bool, ``loss_recovery`` unknown, ``mtu``
-        not > 0, ``reorder_tolerance`` < 0).
+        not > 0, ``reorder_tolerance`` < 0; ``traffic_class`` not ``[flows]`` integers
+        in ``[0, n_classes)``; ``classes`` not a ``TrafficClasses``; ``shared_buffer``
+        whose maps or ``alpha`` do not fit the links / classes).
     """
     rx.check_options(reorder, loss_recovery, mtu, reorder_tolerance)
     law = ccbase.get(law)
@@ -473,8 +513,14 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
     if params is None:
         params = law.default_params()
     _check_law_params(law, params)
+    tc_cfg, tc_arr = _prepare_classes(traffic_class, classes, n_flows)
+    n_classes = 1 if tc_cfg is None else tc_cfg.n_classes
+    sb = _prepare_shared(shared_buffer, n_links, n_classes)
     if fc_params is None:
         buf = np.inf if buffer is None else buffer
+        if n_classes > 1 and not isinstance(buf, jax.core.Tracer):
+            # static per-port pools: the port's memory split evenly over its classes
+            buf = np.asarray(buf, float) / n_classes
         if flow_control.mode == "pfc" and not isinstance(buf, jax.core.Tracer):
             xoff, xon = fcm.pfc_thresholds(np.asarray(capacity), buf,
                                            reaction_s=flow_control.pause_delay * float(dt))
@@ -482,6 +528,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         else:
             fc_params = fcm.flow_control_params(n_links, buffer=buf)
     _check_fc_params(flow_control, fc_params, n_links)
+    if n_classes > 1:
+        fc_params = fcm.class_params(fc_params, n_links, n_classes)
     if save_every is None:
         n_outer, inner, keep_traj = 1, int(n_steps), False
     else:
@@ -494,7 +542,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         sched = fm.FaultSchedule(step=jnp.asarray(sched.step, jnp.int32),
                                  factor=jnp.asarray(sched.factor, fdt))
     base_rtt = jnp.asarray(base_rtt, fdt)
-    shape = _Shape(ring_len=ring_len, wire_depth=wire_depth, routed=policy is not None)
+    shape = _Shape(ring_len=ring_len, wire_depth=wire_depth, routed=policy is not None,
+                   n_classes=n_classes)
     # out-of-order arrivals need a flow split over several paths at once; ECMP and
     # flowlet switching keep each flow on one path (their split is one-hot, the model
     # would give exactly 0), so they skip the [flows, paths, paths] kernel
@@ -513,9 +562,11 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                one_way=jnp.asarray(one_way, fdt), deps=deps, flows=flows,
                path_lat=jnp.asarray(path_lat, fdt), mtu=jnp.asarray(mtu, fdt),
                tolerance=jnp.asarray(reorder_tolerance, fdt))
+    net = _class_net(net, tc_cfg, tc_arr, sb, flow_control, capacity, float(dt), fdt)
     static = _Static(law=law, fc=flow_control, policy=policy, shape=shape,
                      solver_iterations=solver_iterations, rx_ooo=bool(rx_ooo),
-                     go_back_n=loss_recovery == "go_back_n",
+                     go_back_n=loss_recovery == "go_back_n", n_classes=n_classes,
+                     levels=() if tc_cfg is None else tc_cfg.levels, shared=sb is not None,
                      stop_when_idle=bool(stop_when_idle))
     return _run(static, n_outer, inner, keep_traj, net, params, fc_params, smooth,
                 jnp.asarray(dt, fdt), rparams, rstate0, sched, carry0)
@@ -591,12 +642,71 @@ def _check_fc_params(fc, fcp, n_links):
                          "flow_control_params(n_links, buffer=...) without xoff/xon")
 
 
+def _prepare_classes(traffic_class, classes, n_flows):
+    """Host: ``(TrafficClasses or None, [flows] int32 classes)``; ``None`` with one class."""
+    if classes is not None and not isinstance(classes, qos.TrafficClasses):
+        raise ValueError("classes must be a fabric_jax.qos.TrafficClasses "
+                         f"(qos.traffic_classes(n, ...)); got {type(classes).__name__}")
+    if classes is None:
+        tc = qos.check_traffic_class(traffic_class, n_flows, qos.MAX_CLASSES)
+        n = int(tc.max(initial=0)) + 1
+        classes = qos.traffic_classes(n) if n > 1 else None
+    else:
+        tc = qos.check_traffic_class(traffic_class, n_flows, classes.n_classes)
+    if classes is not None and classes.n_classes == 1:
+        classes = None
+    return classes, tc
+
+
+def _prepare_shared(shared_buffer, n_links, n_classes):
+    """Host: a validated :class:`~fabric_jax.flowcontrol.SharedBuffer` or ``None``."""
+    if shared_buffer is None:
+        return None
+    if not isinstance(shared_buffer, fcm.SharedBuffer):
+        if hasattr(shared_buffer, "node_is_host"):
+            shared_buffer = fcm.shared_buffer(shared_buffer)
+        else:
+            raise ValueError("shared_buffer must be a fabric_jax.flowcontrol.SharedBuffer "
+                             "(flowcontrol.shared_buffer(topology, alpha=...)) or a Topology; "
+                             f"got {type(shared_buffer).__name__}")
+    for name in ("egress_switch", "ingress_switch"):
+        if np.shape(getattr(shared_buffer, name)) != (n_links,):
+            raise ValueError(f"shared_buffer.{name} must be [links] = [{n_links}]; got shape "
+                             f"{list(np.shape(getattr(shared_buffer, name)))}")
+    if np.ndim(shared_buffer.alpha) == 1 and np.shape(shared_buffer.alpha)[0] != n_classes:
+        raise ValueError(f"shared_buffer.alpha must be a scalar or [classes] = [{n_classes}]; "
+                         f"got shape {list(np.shape(shared_buffer.alpha))}")
+    return shared_buffer
+
+
+def _class_net(net, tc_cfg, tc_arr, sb, fc, capacity, dt, fdt):
+    """Adds the ``links x classes`` unit layout and shared-buffer maps to ``net``."""
+    n_links = net.hops.n_links
+    n_classes = 1 if tc_cfg is None else tc_cfg.n_classes
+    if tc_cfg is None:
+        uhops, uswitch, weight = net.hops, net.switch, None
+    else:
+        uhops = qos.class_hops(net.hops, tc_arr, n_classes)
+        uswitch = jnp.repeat(net.switch, n_classes)
+        weight = jnp.asarray(tc_cfg.weights, fdt)
+    extra = dict(uhops=uhops, uswitch=uswitch, class_weight=weight)
+    if sb is not None:
+        alpha = jnp.broadcast_to(jnp.asarray(sb.alpha, fdt), (n_classes,))
+        rep = lambda m: jnp.repeat(jnp.asarray(m, jnp.int32), n_classes)  # noqa: E731
+        headroom = fcm.pfc_headroom(np.asarray(capacity), reaction_s=fc.pause_delay * dt)
+        extra.update(sb_size=jnp.asarray(sb.size, fdt), sb_alpha=jnp.tile(alpha, n_links),
+                     sb_egress=rep(sb.egress_switch), sb_ingress=rep(sb.ingress_switch),
+                     sb_headroom=jnp.repeat(jnp.asarray(headroom, fdt), n_classes))
+    return dataclasses.replace(net, **extra)
+
+
 # ---------------------------------------------------------------- device side
 @dataclasses.dataclass(frozen=True)
 class _Shape:
     ring_len: int
     wire_depth: int
     routed: bool
+    n_classes: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -610,6 +720,9 @@ class _Static:
     solver_iterations: Any
     rx_ooo: bool = False      # out-of-order arrivals cost (reorder=False, several paths)
     go_back_n: bool = False   # loss_recovery == "go_back_n"
+    n_classes: int = 1        # traffic classes (1: the single-class model)
+    levels: tuple = ()        # priority level of each class (qos.TrafficClasses.levels)
+    shared: bool = False      # shared switch buffer with dynamic thresholds
     stop_when_idle: bool = False
 
 
@@ -632,6 +745,17 @@ class _Net:
     path_lat: Any = None   # [flows, paths] latency of each candidate path, s
     mtu: Any = None        # packet size, bytes (receiver model)
     tolerance: Any = None  # reorder tolerance, s
+    # traffic classes: "units" are links x classes (unit l * n_classes + c); with one
+    # class uhops is hops and uswitch is switch
+    uhops: Any = None          # HopTable over units
+    uswitch: Any = None        # [units] 1.0 at switch ports
+    class_weight: Any = None   # [classes] arbitration weights
+    # shared buffer (flowcontrol.SharedBuffer), per unit
+    sb_size: Any = None        # [switches] bytes
+    sb_alpha: Any = None       # [units]
+    sb_egress: Any = None      # [units] switch of the egress queue
+    sb_ingress: Any = None     # [units] switch of the ingress pool
+    sb_headroom: Any = None    # [units] PFC headroom, bytes
 
 
 jax.tree_util.register_dataclass(_Net)
@@ -657,7 +781,7 @@ def _init_carry(law, fc, shape: _Shape, hops: lk.HopTable, size, line_rate, base
                  done=jnp.zeros((n_flows,), bool), sent=zf, passed=zf, delivered=zf,
                  dropped=zf, discarded=zf, rx_phi=jnp.zeros((2, n_flows), fdt),
                  law=law.init(line_rate, params),
-                 fc=fcm.init_state(fc, n_links, fdt), ring=ring0,
+                 fc=fcm.init_state(fc, n_links * shape.n_classes, fdt), ring=ring0,
                  max_residual=jnp.asarray(0.0, fdt), max_queue=jnp.zeros((n_links,), fdt),
                  stranded_time=zf, stranded=jnp.zeros((n_flows,), bool))
     if shape.routed:
@@ -780,18 +904,36 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
     t_pos = tot > 0
     arrived_left = jnp.where(t_pos, inflow * left / jnp.where(t_pos, tot, 1.0), 0.0) + place
     x_new = left + place
+    x_new, dropped = _buffers(static, net, hops, net.switch, x_new, arrived_left, fcp, offered)
+    return dict(served=served, x=x_new, alloc=alloc, served_l=served_l,
+                load_o=load_o, dropped=dropped, transit=carry)
+
+
+def _buffers(static, net, bh, switch, x_new, arrived_left, fcp, offered):
+    """Buffer limits on the step's arrivals: ``(x, dropped [flows])``.
+
+    ``bh`` is the hop table of the queues (links, or links x classes with traffic
+    classes) and ``switch`` its switch-port flags.  PFC: ingress pool overflow (headroom
+    exhausted); drop / trim: egress queues at switch ports above their limit, the
+    static ``buffer`` or, with a shared buffer, the dynamic threshold
+    (:func:`fabric_jax.flowcontrol.dynamic_limit`)."""
     mode = static.fc.mode
     if mode in ("pfc", "drop", "trim"):
         if mode == "pfc":   # ingress pool overflow (headroom exhausted)
-            level = hops.pool_sum(x_new)
-            arr_l = hops.pool_sum(arrived_left)
+            level = bh.pool_sum(x_new)
+            arr_l = bh.pool_sum(arrived_left)
             room = fcp.buffer
-            to_link = hops.prev
+            to_link = bh.prev
         else:               # egress tail drop / trim at switch ports only
-            level = hops.link_sum(x_new)
-            arr_l = hops.link_sum(arrived_left)
-            room = jnp.where(net.switch > 0, fcp.buffer, jnp.inf)
-            to_link = hops.link
+            level = bh.link_sum(x_new)
+            arr_l = bh.link_sum(arrived_left)
+            if static.shared:
+                room = fcm.dynamic_limit(level, jnp.maximum(level - arr_l, 0.0), net.sb_egress,
+                                         net.sb_alpha, net.sb_size)
+                room = jnp.where(switch > 0, room, jnp.inf)
+            else:
+                room = jnp.where(switch > 0, fcp.buffer, jnp.inf)
+            to_link = bh.link
         over = jnp.maximum(level - room, 0.0)
         a_pos = arr_l > 0
         ratio = jnp.where(a_pos, jnp.minimum(over / jnp.where(a_pos, arr_l, 1.0), 1.0), 0.0)
@@ -801,8 +943,86 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
         dropped = jnp.sum(drop_e, axis=1)
     else:
         dropped = jnp.zeros_like(offered)
-    return dict(served=served, x=jnp.maximum(x_new, 0.0), alloc=alloc, served_l=served_l,
-                load_o=load_o, dropped=dropped, transit=carry)
+    return jnp.maximum(x_new, 0.0), dropped
+
+
+def _safe_div(a, b):
+    pos = b > 0
+    return jnp.where(pos, a / jnp.where(pos, b, 1.0), 0.0)
+
+
+def _transmit_classes(static, net, x, transit, ceiling, cap_k, inc_k, split, offered, fcp, dt):
+    """:func:`_transmit` with traffic classes (:mod:`fabric_jax.qos`).
+
+    Units are ``links x classes``.  Each class wants ``d = min(backlog / dt + fresh
+    offers, ceiling)`` at each link (``ceiling``: its per-class pause / credits); the
+    link is shared among the classes by :func:`fabric_jax.qos.arbitrate`, then inside
+    each class as before (its queue first, then max-min among its fresh offers on what
+    is left of its grant).  What the grants leave unused (a class whose flows are
+    limited elsewhere) goes, in a second pass, first to standing queues then to fresh
+    offers of any class, within each class's ceiling (work conservation).
+
+    Returns the dict of :func:`_transmit` with ``served_l`` per unit and, in addition,
+    ``vinc`` (the unit incidence) and ``usable_l`` ``[links]``.
+    """
+    hops, uh = net.hops, net.uhops
+    n_cls, n_links = static.n_classes, hops.n_links
+    n_units = uh.n_links
+    vinc = Incidence(uh.link.ravel(), inc_k.flow_idx, inc_k.weight, n_units, inc_k.n_flows)
+    per_link = lambda u: jnp.sum(u.reshape(n_links, n_cls), axis=1)  # noqa: E731
+    per_unit = lambda l: jnp.repeat(l, n_cls)  # noqa: E731
+    backlog = uh.link_sum(x + transit)
+    load_u = vinc.link_load(offered)
+    want = jnp.minimum(backlog / dt + load_u, ceiling)
+    grant = qos.arbitrate(cap_k, want.reshape(n_links, n_cls), net.class_weight,
+                          static.levels).reshape(n_units)
+    served, left, served_u, inflow, carry = lk.serve_through(uh, x, transit, grant, dt,
+                                                             uh.seg)
+    fresh = jnp.maximum(grant - served_u / dt, 0.0)
+    sol = solve(vinc, fresh, offered, iterations=static.solver_iterations)
+    alloc = jnp.minimum(sol.rates, offered)
+    # pass 2: capacity left unused by the grants, within each class's ceiling
+    used_u = served_u / dt + vinc.link_load(alloc)
+    spare = jnp.maximum(cap_k - per_link(used_u), 0.0)
+    room = jnp.maximum(ceiling - used_u, 0.0)
+    left_u = uh.link_sum(left)
+    frac = jnp.minimum(jnp.minimum(per_unit(_safe_div(spare * dt, per_link(left_u))),
+                                   _safe_div(room * dt, left_u)), 1.0)
+    more = left * uh.gather(frac)
+    more_u = left_u * frac
+    served, left, served_u = served + more, left - more, served_u + more_u
+    # bytes served by this second pass reach the next hop at the next step
+    carry = carry + uh.to_next_hop(jnp.where(uh.last, 0.0, more))
+    spare = jnp.maximum(spare - per_link(more_u) / dt, 0.0)
+    room = jnp.maximum(room - more_u / dt, 0.0)
+    rest = jnp.maximum(offered - alloc, 0.0)
+    inc2 = Incidence(jnp.concatenate([inc_k.link_idx, n_links + vinc.link_idx]),
+                     jnp.concatenate([inc_k.flow_idx, inc_k.flow_idx]),
+                     jnp.concatenate([inc_k.weight, inc_k.weight]), n_links + n_units,
+                     inc_k.n_flows)
+    sol2 = solve(inc2, jnp.concatenate([spare, room]), rest,
+                 iterations=static.solver_iterations)
+    alloc = alloc + jnp.minimum(sol2.rates, rest)
+    # the excess waits where its class's offers exceed the class's own grant (with one
+    # active class exactly the single-class rule: offers above the capacity left)
+    place = lk.place_excess(uh, (offered - alloc) * dt, split, load_u > fresh * (1.0 + 1e-6))
+    tot = x + inflow
+    t_pos = tot > 0
+    arrived_left = jnp.where(t_pos, inflow * left / jnp.where(t_pos, tot, 1.0), 0.0) + place
+    x_new, dropped = _buffers(static, net, uh, net.uswitch, left + place, arrived_left, fcp,
+                              offered)
+    return dict(served=served, x=x_new, alloc=alloc, served_l=served_u, load_o=per_link(load_u),
+                dropped=dropped, transit=carry, vinc=vinc,
+                usable_l=jnp.minimum(cap_k, per_link(ceiling)))
+
+
+def _shared_params(static, net, fcp, pool):
+    """Flow-control thresholds in force: ``fcp``, or with a shared buffer under
+    ``pfc``/``credit`` the dynamic ones from the ingress pools ``pool`` ``[units]``."""
+    if not static.shared or static.fc.mode not in ("pfc", "credit"):
+        return fcp
+    free = fcm.free_buffer(pool, net.sb_ingress, net.sb_size)
+    return fcm.dynamic_params(static.fc, free, net.sb_ingress, net.sb_alpha, net.sb_headroom)
 
 
 def _propagate(net, c, served, alloc, discard, dt):
@@ -907,9 +1127,20 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
                                             rparams, dt)
     law_state, offered = _offer(static, net, c, t, start, started, active, stranded, params,
                                 smooth, dt)
-    usable = fcm.usable_capacity(static.fc, c["fc"], cap_k, hops.pool_sum(x + transit), fcp,
-                                 dt, smooth)
-    tr = _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt)
+    uh, n_cls = net.uhops, static.n_classes
+    cap_u = cap_k if n_cls == 1 else jnp.repeat(cap_k, n_cls)
+    pool = uh.pool_sum(x + transit)
+    fcp_k = _shared_params(static, net, fcp, pool)
+    usable = fcm.usable_capacity(static.fc, c["fc"], cap_u, pool, fcp_k, dt, smooth)
+    if n_cls == 1:
+        tr = _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp_k, dt)
+        sig_net, sig_inc, sig_params, usable_l = net, inc_k, params, usable
+    else:
+        tr = _transmit_classes(static, net, x, transit, usable, cap_k, inc_k, split, offered,
+                               fcp_k, dt)
+        sig_net = dataclasses.replace(net, hops=uh, switch=net.uswitch)
+        sig_inc, usable_l = tr["vinc"], tr["usable_l"]
+        sig_params = _per_unit_params(params, hops.n_links, n_cls)
     x_new = tr["x"]
     dropped_now = tr["dropped"] + fault_drop
     discard, rx_phi = _receive(static, net, c, x_new, cap_k, split, tr["served"], tr["alloc"],
@@ -924,12 +1155,16 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     residual = jnp.abs(jnp.sum(sent_now) - jnp.sum(deliv_now) - (stock_new - stock_old)
                        - jnp.sum(dropped_now) - jnp.sum(discarded_now))
     passed, completes, finish = _complete(net, c, t, start, active, passed_now, dt)
-    ring, mark_l, p_path = _emit_signals(static, net, c, x_new, cap_k, usable, tr["served_l"],
-                                         inc_k, tr["alloc"], split, offered, dropped_now,
-                                         active & ~completes, params, fcp, smooth, dt)
+    ring, mark_l, p_path = _emit_signals(static, sig_net, c, x_new, cap_u, usable,
+                                         tr["served_l"], sig_inc, tr["alloc"], split, offered,
+                                         dropped_now, active & ~completes, sig_params, fcp_k,
+                                         smooth, dt)
+    if n_cls > 1:  # routing sees a link's worst class
+        mark_l = jnp.max(mark_l.reshape(hops.n_links, n_cls), axis=1)
     # react: flow control sees the new ingress pools
-    fc_state = fcm.update(static.fc, c["fc"], hops.pool_sum(x_new + transit_new),
-                          hops.pool_sum(tr["served"]), cap_k, usable, fcp, dt, smooth)
+    pool_new = uh.pool_sum(x_new + transit_new)
+    fc_state = fcm.update(static.fc, c["fc"], pool_new, uh.pool_sum(tr["served"]), cap_u,
+                          usable, _shared_params(static, net, fcp, pool_new), dt, smooth)
     q_new = hops.link_sum(x_new)
     new = dict(c, k=c["k"] + 1,
                remaining=jnp.maximum(c["remaining"] - sent_now + dropped_now + discarded_now,
@@ -946,8 +1181,18 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     if static.policy is not None:
         new.update(route=rstate, load=tr["load_o"], mark_l=mark_l, rate=offered)
     snap = dict(t=t + dt, rate=offered, throughput=deliv_now / dt, queue=q_new,
-                usable=usable, mark=p_path, law_state=law_state)
+                usable=usable_l, mark=p_path, law_state=law_state)
     return new, snap
+
+
+def _per_unit_params(params, n_links, n_classes):
+    """The law's per-link parameter leaves (e.g. IB CC's ``switch_port`` mask) repeated
+    for each class of the link, so that marking runs per class queue."""
+    def rep(a):
+        if jnp.ndim(a) == 1 and jnp.shape(a)[0] == n_links:
+            return jnp.repeat(a, n_classes)
+        return a
+    return jax.tree_util.tree_map(rep, params)
 
 
 def _in_flight(c):
@@ -1015,8 +1260,11 @@ def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparam
     start = jnp.where(jnp.isfinite(c["start"]), c["start"],
                       release_times(net.deps, c["finish"], f["arrival"], f["delay"]))
     trajectory = FluidTrajectory(**traj) if keep_traj else None
+    paused = c["fc"].paused_time
+    if static.n_classes > 1:
+        paused = paused.reshape(net.hops.n_links, static.n_classes)
     info = FluidInfo(max_residual=c["max_residual"], stalled=~jnp.all(c["done"]),
-                     paused_time=c["fc"].paused_time, max_queue=c["max_queue"],
+                     paused_time=paused, max_queue=c["max_queue"],
                      stranded_time=c["stranded_time"], stranded=c["stranded"],
                      discard_mode=c["rx_phi"])
     return FluidResult(start=start, finish=c["finish"], fct=c["finish"] - f["arrival"],

@@ -28,7 +28,7 @@ from ..fluid import simulate_fluid
 from ..incidence import Incidence
 from ..routing import make_routing
 from ..sim import simulate_flows
-from .case import Case, alone_arrival, build_case, collective_phases
+from .case import JOBS, Case, alone_arrival, build_case, collective_phases
 from .progress import Progress
 from .scenario import Scenario, default_scenario, validate_scenario
 
@@ -79,7 +79,8 @@ def flow_line_rate(paths, split, capacity) -> np.ndarray:
 def simulate_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
                    arrival=None, deps=None, delay=None, latency=None, seed: int = 0,
                    capacity=None, link_latency=None, nic_links=None,
-                   nic_rate: float | None = None, buffer=None, save_every=None):
+                   nic_rate: float | None = None, buffer=None, save_every=None,
+                   fluid_options: dict | None = None):
     """Fluid run of flows over candidate paths under a fabric preset's dynamics.
 
     The engine of :func:`simulate_case` and of the scaling study
@@ -106,6 +107,8 @@ def simulate_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
       nic_rate: NIC line rate for the law's parameters, bytes/s (default the largest
         host-link capacity).
       buffer: ``[links]`` egress buffers, bytes (default ``topology.buffer``).
+      fluid_options: more keyword arguments of :func:`~fabric_jax.fluid.simulate_fluid`
+        (e.g. the traffic classes of :meth:`fabric_jax.Fabric.class_options`).
       save_every: trajectory snapshot period in steps; with it the run stops
         simulating once the fabric is idle for good (``stop_when_idle``: the same flow
         results, less time).
@@ -136,7 +139,8 @@ def simulate_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
                           flow_control=fabric.flow_control,
                           buffer=topology.buffer if buffer is None else buffer,
                           routing=routing, save_every=save_every,
-                          stop_when_idle=save_every is not None, **fabric.receiver_options())
+                          stop_when_idle=save_every is not None, **fabric.receiver_options(),
+                          **(fluid_options or {}))
 
 
 def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every=None):
@@ -167,10 +171,13 @@ def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every
     arrival = case.sim_arrival if arrival is None else arrival
     sim = scn.simulation
     w = case.workload
+    fabric = get_fabric(fabric)
     return simulate_paths(case.topology, case.paths, fabric, w.size,
                           dt=sim["dt_us"] * 1e-6, n_steps=int(sim["n_steps"]),
                           arrival=arrival, deps=w.deps, delay=w.delay, seed=sim["seed"],
-                          nic_rate=case.line_rate, save_every=save_every)
+                          nic_rate=case.line_rate, save_every=save_every,
+                          fluid_options=fabric.class_options(case.job_of, JOBS,
+                                                             case.topology))
 
 
 def crossbar_incidence(src, dst, n_hosts: int) -> Incidence:

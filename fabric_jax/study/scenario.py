@@ -32,7 +32,10 @@ Sections (TOML tables) and keys, with the accepted values:
     ``presets = [...]`` and per-preset tables ``[fabrics.<name>]`` with ``routing``,
     ``cc``, ``flow_control``, ``sharp``, ``routing_options``, ``cc_options``, ``reorder``
     (true | false: the NIC accepts out-of-order packets), ``loss_recovery``
-    (``selective`` | ``go_back_n``) (:mod:`fabric_jax.receiver`).
+    (``selective`` | ``go_back_n``) (:mod:`fabric_jax.receiver`), ``class_map`` (a
+    table job name -> traffic class, e.g. ``{train = 1}``: the training job in its own
+    class), ``class_weights``, ``class_levels``, ``shared_buffer_alpha``
+    (:mod:`fabric_jax.qos`, :class:`fabric_jax.Fabric`).
 ``[model]`` (optional; or ``fabric-jax compare --model NAME``)
     ``name`` (a :data:`fabric_jax.workloads.model.MODELS` name) and any
     :class:`~fabric_jax.workloads.model.ModelConfig` field to override
@@ -101,7 +104,8 @@ SCHEMA = {
 }
 #: Keys of a ``[fabrics.<preset>]`` table.
 FABRIC_KEYS = ("routing", "cc", "flow_control", "sharp", "routing_options", "cc_options",
-               "reorder", "loss_recovery")
+               "reorder", "loss_recovery", "class_map", "class_weights", "class_levels",
+               "shared_buffer_alpha")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,7 +262,9 @@ def check_preset_options(name: str, options: dict):
     try:
         fab = get_fabric(name, **options)
     except (ValueError, TypeError) as err:
-        key = next((k for k in ("routing", "cc", "flow_control", "loss_recovery") if k in options
+        key = next((k for k in ("routing", "cc", "flow_control", "loss_recovery", "class_map",
+                                "class_weights", "class_levels", "shared_buffer_alpha")
+                    if k in options
                     and k in str(err)), None)
         raise ScenarioError(f"fabrics.{name}" + (f".{key}" if key else ""), str(err)) \
             from None
