@@ -33,8 +33,9 @@ One step of length ``dt`` is a short sequence of stages (functions below):
    (:func:`fabric_jax.fairness.solve`) and cross the fabric cut-through.
 5. **transmit and queue** (``_transmit``): the excess ``(o_f - a_f) dt`` waits at the
    flow's first hop (in path order) whose link is overloaded by the offers
-   (:func:`fabric_jax.links.place_excess`); when that is the flow's first hop, in the
-   sender's NIC.  Buffers: a switch pool above its limit (egress queue for
+   (:func:`fabric_jax.links.place_excess`); when that hop is the sender's NIC, the
+   bytes are not sent at all and stay with the sender (``_hold_at_sender``: the NIC
+   arbitrates among its flows, it keeps no shared backlog).  Buffers: a switch pool above its limit (egress queue for
    ``drop``/``trim``; ingress pool, i.e. PFC headroom overflow, for ``pfc``) drops the
    overflow from the step's arrivals; dropped bytes go back to the sender and are
    resent.  Credits never drop.
@@ -62,10 +63,13 @@ defaults to ``max(2 L_f, dt)`` and is the feedback delay; the RTT signal adds th
 queueing delay on the path.  Without ``link_latency`` ``L_f = latency`` (default 0).
 
 Host NICs (``nic_links``, :func:`fabric_jax.links.nic_links`).  The first hop of a
-flow leaves its host's NIC; a backlog there is the sender's send buffer, bounded by
-the sender's rate.  It is never marked, never counts as queueing delay or telemetry,
-and is never dropped or trimmed; PFC may still pause the NIC (the PAUSE comes from the
-first switch).  Which links are NIC egress: ``nic_links=`` (a ``[links]`` mask or the
+flow leaves its host's NIC.  A NIC serves its flows (queue pairs) round-robin and builds
+a packet only when it picks a flow, so it holds no shared FIFO backlog: in each step
+the NIC's capacity is shared max-min among its flows' offers, and what a flow could
+not put through stays unsent in its own send queue (``_hold_at_sender``; ``sent``
+counts only bytes that left the NIC).  Nothing is marked, counted as queueing delay or
+telemetry, dropped or trimmed at a NIC; PFC may still pause the NIC (the PAUSE comes
+from the first switch), and the paused flows then send nothing.  Which links are NIC egress: ``nic_links=`` (a ``[links]`` mask or the
 :class:`fabric_jax.Topology`), else derived from the flows' first hops.
 
 Accounting (checked each step): ``sent = delivered + in_flight + queued + dropped +
@@ -225,8 +229,8 @@ class FluidResult:
       sent: ``[flows]`` bytes put on the wire (including resent bytes).
       delivered: ``[flows]`` bytes that reached the receiver (goodput).
       dropped: ``[flows]`` bytes dropped or trimmed.
-      queued: ``[flows]`` bytes standing in queues at the end (the NIC send buffer
-        included).
+      queued: ``[flows]`` bytes standing in switch queues at the end (bytes a NIC
+        could not send stay unsent, in ``size - sent``).
       in_flight: ``[flows]`` bytes on the wire at the end (``sent = delivered +
         in_flight + queued + dropped + discarded``).
       link_queue: ``[links]`` egress queues at the end, bytes.
@@ -771,6 +775,27 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
                 load_o=load_o, dropped=dropped)
 
 
+def _hold_at_sender(net, x):
+    """Host NICs hold no shared backlog: the bytes a flow could not put through its
+    NIC in the step stay in its own send queue, unsent (``(x, held)``: ``x`` without
+    them, ``held`` ``[flows]`` bytes returned to the sender).
+
+    A NIC serves its flows per queue pair, round-robin among the QPs that have bytes
+    left and whose pacing (rate) or window allows a packet, and builds each packet
+    only when it picks that QP ([HPCC-NS3] ``qbb-net-device.cc``
+    ``RdmaEgressQueue::GetNextQindex`` / ``DequeueAndTransmit``; NVIDIA ConnectX send
+    queues are arbitrated the same way).  So a flow starting on a busy NIC gets its
+    share of the NIC at once instead of waiting behind the bytes the other flows
+    could not send: the step's max-min share of the NIC among the offers
+    (:func:`_transmit`) is that arbitration, and what exceeds it was never sent.
+    Bytes that wait downstream (a switch egress queue) were sent and stay queued.
+    """
+    hops = net.hops
+    at_nic = hops.valid & (hops.gather(net.switch, 1.0) == 0)
+    held = jnp.sum(jnp.where(at_nic, x, 0.0), axis=1)
+    return jnp.where(at_nic, 0.0, x), held
+
+
 def _propagate(net, c, served, alloc, discard, dt):
     """Bytes served at a hop go on the wire: to the next hop (``transit``, one step) or,
     from the last hop and cut-through, to the receiver after the path latency; the
@@ -875,13 +900,13 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     usable = fcm.usable_capacity(static.fc, c["fc"], cap_k, hops.pool_sum(x + transit), fcp,
                                  dt, smooth)
     tr = _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt)
-    x_new = tr["x"]
+    x_new, held = _hold_at_sender(net, tr["x"])
     dropped_now = tr["dropped"] + fault_drop
     discard, rx_phi = _receive(static, net, c, x_new, cap_k, split, tr["served"], tr["alloc"],
                                offered, dropped_now, dt)
     transit_new, wire, passed_now, deliv_now, discarded_now = _propagate(
         net, c, tr["served"], tr["alloc"], discard, dt)
-    sent_now = offered * dt
+    sent_now = offered * dt - held
     # accounting: sent = delivered + in flight + queued + dropped + discarded, every step
     stock_old = jnp.sum(c["x"]) + jnp.sum(c["transit"]) + jnp.sum(c["wire"])
     stock_new = jnp.sum(x_new) + jnp.sum(transit_new) + jnp.sum(wire)
@@ -889,7 +914,7 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
                        - jnp.sum(dropped_now) - jnp.sum(discarded_now))
     passed, completes, finish = _complete(net, c, t, start, active, passed_now, dt)
     ring, mark_l, p_path = _emit_signals(static, net, c, x_new, cap_k, usable, tr["served_l"],
-                                         inc_k, tr["alloc"], split, offered, dropped_now,
+                                         inc_k, tr["alloc"], split, sent_now / dt, dropped_now,
                                          active & ~completes, params, fcp, smooth, dt)
     # react: flow control sees the new ingress pools
     fc_state = fcm.update(static.fc, c["fc"], hops.pool_sum(x_new + transit_new),

@@ -14,7 +14,9 @@ Per step ``k`` (``t = k dt``):
 3. every link serves its standing queue plus the bytes arriving from the wire,
    ``s_l = min(q_l + a_l, u_l dt)``, each entry in proportion to its share;
 4. fresh offers share ``max(u_l - s_l/dt, 0)`` max-min; the rest of each offer waits at
-   the first hop of its path where the offered load exceeds that capacity;
+   the first hop of its path where the offered load exceeds that capacity, unless that
+   hop is a host NIC (``nic``): then it is not sent (the NIC arbitrates among its flows
+   and keeps no backlog; ``sent`` counts only what left the NIC);
 5. buffers: PFC drops the ingress-pool overflow, ``drop`` the egress overflow at switch
    ports, both from the bytes that arrived in the step and still stand;
 6. bytes served at a non-last hop are on the wire to the next hop (served there next
@@ -100,12 +102,16 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
         fresh = np.maximum(usable - s_l / dt, 0.0)
         alloc = np.minimum(progressive_filling(A, fresh, offered)[0], offered)
         load_o = A @ offered
+        held = np.zeros(n_flows)
         for f, p in enumerate(paths):
             ex = (offered[f] - alloc[f]) * dt
             for h, l in enumerate(p):
                 if load_o[l] > fresh[l] * (1 + 1e-6):
-                    left[f][h] += ex
-                    arrived_left[f][h] += ex
+                    if nic[l]:
+                        held[f] += ex
+                    else:
+                        left[f][h] += ex
+                        arrived_left[f][h] += ex
                     break
         x_new = [lf.copy() for lf in left]
         drop_now = np.zeros(n_flows)
@@ -140,8 +146,8 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
             for step, part in ((k + n_w[f], 1 - phi[f]), (k + n_w[f] + 1, phi[f])):
                 pending[(step, f)] = pending.get((step, f), 0.0) + passed_now[f] * part
         deliv_now = np.array([pending.pop((k, f), 0.0) for f in range(n_flows)])
-        sent += offered * dt
-        remaining = np.maximum(remaining - offered * dt + drop_now, 0.0)
+        sent += offered * dt - held
+        remaining = np.maximum(remaining - (offered * dt - held) + drop_now, 0.0)
         dropped += drop_now
         delivered += deliv_now
         for f in range(n_flows):
