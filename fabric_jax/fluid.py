@@ -74,8 +74,12 @@ from the first switch), and the paused flows then send nothing.  Which links are
 
 Accounting (checked each step): ``sent = delivered + in_flight + queued + dropped +
 discarded`` exactly up to float round-off (``FluidInfo.max_residual``).  A flow finishes when its
-last byte has passed its last queue, at the time interpolated inside the step, plus
-``L_f``; ``delivered`` counts what has arrived at the receiver (it lags by ``L_f``).
+last byte has passed its last queue, plus ``L_f``; inside the step, queued bytes leave
+first (while the last port drains what it serves) and cut-through bytes at the flow's
+pacing rate where the path has room (``_finish_in_step``), so a flow shorter than
+``dt`` is not stretched to a whole step.  A flow released inside a step offers only for
+the part of the step after its release.  ``delivered`` counts what has arrived at the
+receiver (it lags by ``L_f``).
 
 Approximations, stated (see also :mod:`fabric_jax.links`): the fabric is simulated in
 the frame of each flow's wave front (the path latency delays delivery and feedback,
@@ -704,8 +708,11 @@ def _hop_count(hops):
     return n
 
 
-def _offer(static, net, c, started, active, stranded, params, smooth, dt):
-    """Senders: delayed feedback -> law step -> offered rates ``[flows]``."""
+def _offer(static, net, c, t, start, started, active, stranded, params, smooth, dt):
+    """Senders: delayed feedback -> law step -> offered rates ``[flows]``.
+
+    A flow released inside the step sends only after its release: its offer is scaled
+    by the part of the step it is active, ``(t + dt - start) / dt``."""
     law = static.law
     k, ring, ring_len = c["k"], c["ring"], static.shape.ring_len
     ar = jnp.arange(net.line_rate.shape[0])
@@ -724,7 +731,9 @@ def _offer(static, net, c, started, active, stranded, params, smooth, dt):
         s = started.reshape(started.shape + (1,) * (jnp.ndim(a) - 1))
         return jnp.where(s, a, b)
     law_state = jax.tree_util.tree_map(pick, law_state, law0)
-    offered = jnp.minimum(jnp.minimum(law_state.rate, net.line_rate), c["remaining"] / dt)
+    live = jnp.clip((t + dt - jnp.where(started, start, t)) / dt, 0.0, 1.0)
+    offered = jnp.minimum(jnp.minimum(law_state.rate, net.line_rate) * live,
+                          c["remaining"] / dt)
     offered = jnp.where(active & ~stranded, jnp.maximum(offered, 0.0), 0.0)
     return law_state, offered
 
@@ -873,20 +882,57 @@ def _emit_signals(static, net, c, x, cap_k, usable, served_l, inc_k, alloc, spli
     return ring, mark_l, p_path
 
 
-def _complete(net, c, t, start, active, passed_now, dt):
-    """Flows whose last byte passed its last queue this step: finish time (interpolated
-    inside the step, plus the one-way latency)."""
+def _complete(net, c, t, start, active, passed_now, last, dt):
+    """Flows whose last byte passed its last queue this step, and their finish time:
+    the instant inside the step (:func:`_finish_in_step`) plus the one-way latency."""
     size = net.flows["size"]
     passed = c["passed"] + passed_now
     completes = active & (passed >= size * (1.0 - COMPLETION_RTOL.get(np.dtype(size.dtype), 3e-5)))
     need = jnp.maximum(size - c["passed"], 0.0)
-    got = passed_now > 0
-    tfrac = jnp.clip(jnp.where(got, need / jnp.where(got, passed_now, 1.0), 0.0), 0.0, 1.0)
+    t_in = _finish_in_step(t, start, need, passed_now, dt, **last)
     # A flow never finishes before it starts (a zero-byte flow released inside the
     # step completes at its release time).
-    finish = jnp.where(completes, jnp.maximum(t + dt * tfrac, start) + net.one_way,
-                       c["finish"])
+    finish = jnp.where(completes, jnp.maximum(t_in, start) + net.one_way, c["finish"])
     return passed, completes, finish
+
+
+def _finish_in_step(t, start, need, passed_now, dt, *, queued, drain, cut, cut_rate):
+    """When inside the step ``[t, t + dt]`` a flow's last ``need`` bytes pass.
+
+    The step moves two kinds of bytes past a flow's last queue (``passed_now`` of them
+    after receiver discards): ``queued`` ``[flows]`` bytes served by its last hop,
+    which a FIFO port sends first, during the ``drain`` ``[flows]`` seconds it takes to
+    serve what it serves this step (``s_l / u_l``), interleaved in proportion; and
+    ``cut`` bytes crossing cut-through, sent from ``max(start, t)`` at ``cut_rate``:
+    the flow's allocation raised by the capacity still free on every hop of its path,
+    up to its pacing rate (a flow whose last step is short is not slowed to spread its
+    bytes over the whole step).  Both bounds are exact for a lone flow; with ``dt -> 0``
+    they reduce to the uniform interpolation they replace.
+    """
+    got = passed_now > 0
+    keep = jnp.where(got, passed_now / jnp.where(got, queued + cut, 1.0), 1.0)
+    need_a = need / jnp.where(keep > 0, keep, 1.0)          # in bytes before discards
+    q_pos = queued > 0
+    t_q = t + drain * jnp.clip(need_a / jnp.where(q_pos, queued, 1.0), 0.0, 1.0)
+    r_pos = cut_rate > 0
+    s0 = jnp.clip(start, t, t + dt)
+    t_c = s0 + jnp.maximum(need_a - queued, 0.0) / jnp.where(r_pos, cut_rate, jnp.inf)
+    t_in = jnp.where(need_a <= queued, t_q, jnp.maximum(t + jnp.where(q_pos, drain, 0.0), t_c))
+    return jnp.clip(t_in, t, t + dt)
+
+
+def _last_bytes(net, served, served_l, usable, inc_k, alloc, pace, dt):
+    """The per-flow inputs of :func:`_finish_in_step` from the step's transmit stage."""
+    hops = net.hops
+    u_pos = usable > 0
+    drain_l = jnp.where(u_pos, jnp.minimum(served_l / jnp.where(u_pos, usable, 1.0), dt), dt)
+    last_served = jnp.where(hops.last, served, 0.0)
+    drain = jnp.max(jnp.where(last_served > 0, hops.gather(drain_l), 0.0), axis=1)
+    spare_l = jnp.maximum(usable - served_l / dt - inc_k.link_load(alloc), 0.0)
+    spare = jnp.min(jnp.where(hops.valid, hops.gather(spare_l), jnp.inf), axis=1)
+    cut_rate = jnp.clip(alloc + spare, alloc, jnp.maximum(pace, alloc))
+    return dict(queued=jnp.sum(last_served, axis=1), drain=drain, cut=alloc * dt,
+                cut_rate=cut_rate)
 
 
 def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
@@ -896,7 +942,8 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     cap_k, x, transit, fault_drop, path_ok = _apply_faults(net, sched, c)
     split, inc_k, stranded, rstate = _route(static, net, c, x, cap_k, active, t, path_ok,
                                             rparams, dt)
-    law_state, offered = _offer(static, net, c, started, active, stranded, params, smooth, dt)
+    law_state, offered = _offer(static, net, c, t, start, started, active, stranded, params,
+                                smooth, dt)
     usable = fcm.usable_capacity(static.fc, c["fc"], cap_k, hops.pool_sum(x + transit), fcp,
                                  dt, smooth)
     tr = _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt)
@@ -912,7 +959,9 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     stock_new = jnp.sum(x_new) + jnp.sum(transit_new) + jnp.sum(wire)
     residual = jnp.abs(jnp.sum(sent_now) - jnp.sum(deliv_now) - (stock_new - stock_old)
                        - jnp.sum(dropped_now) - jnp.sum(discarded_now))
-    passed, completes, finish = _complete(net, c, t, start, active, passed_now, dt)
+    last = _last_bytes(net, tr["served"], tr["served_l"], usable, inc_k, tr["alloc"],
+                       jnp.minimum(law_state.rate, net.line_rate), dt)
+    passed, completes, finish = _complete(net, c, t, start, active, passed_now, last, dt)
     ring, mark_l, p_path = _emit_signals(static, net, c, x_new, cap_k, usable, tr["served_l"],
                                          inc_k, tr["alloc"], split, sent_now / dt, dropped_now,
                                          active & ~completes, params, fcp, smooth, dt)

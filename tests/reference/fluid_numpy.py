@@ -8,7 +8,9 @@ the per-step max-min share comes from the textbook progressive filling of
 
 Per step ``k`` (``t = k dt``):
 
-1. flow ``f`` is active when ``arrival_f < t + dt`` and it has not finished;
+1. flow ``f`` is active when ``arrival_f < t + dt`` and it has not finished; it offers
+   ``min(line_rate a_f, remaining / dt)``, ``a_f = (t + dt - arrival_f) / dt`` clipped
+   to [0, 1] (it sends only after its arrival);
 2. usable capacity ``u_l``: ``C_l``, or ``0`` while paused (PFC, a decision taken at the
    end of the previous step);
 3. every link serves its standing queue plus the bytes arriving from the wire,
@@ -25,8 +27,11 @@ Per step ``k`` (``t = k dt``):
    later, ``phi`` one step after that);
 7. PFC: ingress pool (standing + on the wire into it) above ``xoff`` pauses the link,
    below ``xon`` resumes it;
-8. a flow finishes when its bytes through the last queue reach its size: finish time
-   interpolated inside the step, plus ``L``.
+8. a flow finishes when its bytes through the last queue reach its size, plus ``L``.
+   Inside the step its bytes served by the last hop leave first, spread over the time
+   that port needs for what it serves (``s_l / u_l``); its cut-through bytes leave from
+   ``max(arrival, t)`` at its allocation raised by the smallest capacity left free on
+   its path (``u_l - s_l/dt - sum of allocations``), at most its line rate.
 """
 
 from __future__ import annotations
@@ -82,7 +87,8 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
     for k in range(n_steps):
         t = k * dt
         active = (arrival < t + dt) & ~done
-        offered = np.where(active, np.minimum(line_rate, remaining / dt), 0.0)
+        live = np.clip((t + dt - arrival) / dt, 0.0, 1.0)
+        offered = np.where(active, np.minimum(line_rate * live, remaining / dt), 0.0)
         usable = cap * (1.0 - pause) if mode == "pfc" else cap.copy()
         load = np.zeros(n_links)
         for f, p in enumerate(paths):
@@ -150,11 +156,22 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
         remaining = np.maximum(remaining - (offered * dt - held) + drop_now, 0.0)
         dropped += drop_now
         delivered += deliv_now
-        for f in range(n_flows):
+        spare = np.maximum(usable - s_l / dt - A @ alloc, 0.0)
+        for f, p in enumerate(paths):
             if active[f] and passed[f] + passed_now[f] >= size[f] * (1 - 1e-5):
                 need = max(size[f] - passed[f], 0.0)
-                frac = min(need / passed_now[f], 1.0) if passed_now[f] > 0 else 0.0
-                finish[f] = max(t + dt * frac, arrival[f]) + one_way[f]
+                q_f, last = served[f][-1], p[-1]
+                drain = min(s_l[last] / usable[last], dt) if usable[last] > 0 else dt
+                if q_f > 0 and need <= q_f:
+                    t_in = t + drain * need / q_f
+                else:
+                    rate = min(max(alloc[f] + min(spare[l] for l in p), alloc[f]),
+                               max(line_rate[f], alloc[f]))
+                    s0 = min(max(arrival[f], t), t + dt)
+                    t_c = s0 + (need - q_f) / rate if rate > 0 else s0
+                    t_in = max(t + (drain if q_f > 0 else 0.0), t_c)
+                t_in = min(max(t_in, t), t + dt)
+                finish[f] = max(t_in, arrival[f]) + one_way[f]
                 done[f] = True
         passed += passed_now
         if mode == "pfc":
