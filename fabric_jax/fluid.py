@@ -901,8 +901,8 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
     ``load_o`` ``[links]`` offered load, ``dropped`` ``[flows]`` buffer drops.
     """
     hops = net.hops
-    served, left, served_l, inflow, carry = lk.serve_through(hops, x, transit, usable, dt,
-                                                             hops.seg)
+    served, left, served_l, inflow, carry, _ = lk.serve_through(hops, x, transit, usable, dt,
+                                                                hops.seg)
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
     sol = solve(inc_k, fresh, offered, iterations=static.solver_iterations)
     alloc = jnp.minimum(sol.rates, offered)
@@ -981,13 +981,15 @@ def _transmit_classes(static, net, x, transit, ceiling, cap_k, inc_k, split, off
     vinc = Incidence(uh.link.ravel(), inc_k.flow_idx, inc_k.weight, n_units, inc_k.n_flows)
     per_link = lambda u: jnp.sum(u.reshape(n_links, n_cls), axis=1)  # noqa: E731
     per_unit = lambda l: jnp.repeat(l, n_cls)  # noqa: E731
-    backlog = uh.link_sum(x + transit)
     load_u = vinc.link_load(offered)
-    want = jnp.minimum(backlog / dt + load_u, ceiling)
-    grant = qos.arbitrate(cap_k, want.reshape(n_links, n_cls), net.class_weight,
-                          static.levels).reshape(n_units)
-    served, left, served_u, inflow, carry = lk.serve_through(uh, x, transit, grant, dt,
-                                                             uh.seg)
+
+    def grant_of(backlog):   # backlog: [units] bytes standing + arriving in the step
+        want = jnp.minimum(backlog / dt + load_u, ceiling)
+        return qos.arbitrate(cap_k, want.reshape(n_links, n_cls), net.class_weight,
+                             static.levels).reshape(n_units)
+
+    served, left, served_u, inflow, carry, grant = lk.serve_through(uh, x, transit, grant_of,
+                                                                    dt, uh.seg)
     fresh = jnp.maximum(grant - served_u / dt, 0.0)
     sol = solve(vinc, fresh, offered, iterations=static.solver_iterations)
     alloc = jnp.minimum(sol.rates, offered)
@@ -1221,9 +1223,8 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     stock_new = jnp.sum(x_new) + jnp.sum(transit_new) + jnp.sum(wire)
     residual = jnp.abs(jnp.sum(sent_now) - jnp.sum(deliv_now) - (stock_new - stock_old)
                        - jnp.sum(dropped_now) - jnp.sum(discarded_now))
-    served_link = (tr["served_l"] if n_cls == 1
-                   else jnp.sum(tr["served_l"].reshape(hops.n_links, n_cls), axis=1))
-    last = _last_bytes(net, tr["served"], served_link, usable_l, inc_k, tr["alloc"],
+    # per queue (link, or link x class): a flow drains through its own class's queue
+    last = _last_bytes(sig_net, tr["served"], tr["served_l"], usable, sig_inc, tr["alloc"],
                        jnp.minimum(law_state.rate, net.line_rate), dt)
     passed, completes, finish = _complete(net, c, t, start, active, passed_now, last, dt)
     ring, mark_l, p_path = _emit_signals(static, sig_net, c, x_new, cap_u, usable,

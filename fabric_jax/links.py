@@ -236,21 +236,26 @@ def serve_through(hops: HopTable, queue, transit, usable, dt, sweeps: int):
     Args:
       transit: ``[flows, hops]`` bytes arriving from the wire (carried from the
         previous step; zero on acyclic routes).
+      usable: ``[links]`` capacity, bytes/s, or a function of the ``[links]`` bytes
+        standing and arriving in the step that returns it (a capacity that depends on
+        the backlog, e.g. the grants of traffic classes, :func:`fabric_jax.qos.arbitrate`).
       sweeps: static number of sweeps (the hops per path).
 
     Returns:
-      ``(sent_e, left_e, sent_l, arrived_e, carry_e)``: as :func:`serve`, plus the
-      step's arrivals at each hop and the bytes sent downstream that did not join this
-      step's arrivals (on the wire to the next step).
+      ``(sent_e, left_e, sent_l, arrived_e, carry_e, usable_l)``: as :func:`serve`,
+      plus the step's arrivals at each hop, the bytes sent downstream that did not join
+      this step's arrivals (on the wire to the next step), and the capacity used.
     """
+    cap_of = usable if callable(usable) else (lambda load: usable)
     inflow = transit
-    sent_e = left = sent_l = None
+    sent_e = left = sent_l = cap = None
     for _ in range(max(int(sweeps), 1)):
         used = inflow
-        sent_e, left, sent_l = serve(hops, queue, used, usable, dt)
+        cap = cap_of(hops.link_sum(queue + used))
+        sent_e, left, sent_l = serve(hops, queue, used, cap, dt)
         inflow = transit + hops.to_next_hop(jnp.where(hops.last, 0.0, sent_e))
     carry = jnp.maximum(inflow - used, 0.0)
-    return sent_e, left, sent_l, used, carry
+    return sent_e, left, sent_l, used, carry, cap
 
 
 def place_excess(hops: HopTable, excess, split, overloaded):
