@@ -27,9 +27,10 @@ are in :mod:`fabric_jax.scaling`:
 ``ideal.<preset>``
     the same keys on the ideal fabric, for the plan that preset ran.
 
-Default: 16 to 64 GPUs (``--quick``: 16 and 32), every preset.  Larger points
-(``--max-gpus 128``: 12 min on the shared 2-core CPU, 512 and up: much longer) run
-behind the flag.
+Default: 16 to 64 GPUs (``--quick``: 16 and 32), every preset: 153 s of CPU (8 min wall
+on the shared 2-core machine at a load average of 12).  Larger points run behind the
+flag (``--max-gpus 128``: 288 s of CPU; the fluid model's cost per step grows with the
+transfers, about 23 per GPU with NVLS + tree at 4 chunks).
 
 Usage::
 

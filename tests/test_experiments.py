@@ -84,6 +84,7 @@ def test_scale_sweep_quick(tmp_path):
     for name, v in data["fabrics"].items():
         assert v["ranks"] == data["gpus"]
         assert all(u == 0 for u in v["unfinished_transfers"])
+        assert all(math.isfinite(t) for t in v["p99_completion_time"])
         assert all(a >= b for a, b in zip(v["p99_completion_time"], v["p50_completion_time"]))
         assert all(0 < e < 1 for e in v["effective_bandwidth"])
         ideal = data["ideal"][name]
