@@ -267,8 +267,10 @@ def test_fluid_remote_congestion_telemetry_beats_local_only():
     # foreground flow on that path (the routing-level test above shows the split stays
     # even), so those bytes queue behind the background; telemetry moves the
     # foreground to spines 1-3 one RTT later.  Best possible: 4 MB over 3.25 links =
-    # 1.23 x ideal.  Measured (dt = 1 us): 99 % of the foreground delivered at 3.25 x
-    # ideal with ib_ar and 1.9 x ideal with spectrum_x_ar.  Bytes are conserved.
+    # 1.23 x ideal.  Measured (dt = 1 us, 2026-12-03: bytes leaving a queue cross the
+    # hops below in their step, NICs keep no shared backlog): 99 % of the foreground
+    # delivered at 2.8 x ideal with ib_ar and 2.0 x ideal with spectrum_x_ar (3.25 x and
+    # 1.9 x before those changes).  Bytes are conserved.
     exp = _experiment()
     from fabric_jax.units import MB
     topo, base = exp.build(4, 0, 400.0)
@@ -282,7 +284,7 @@ def test_fluid_remote_congestion_telemetry_beats_local_only():
     assert ib["unfinished"] == 0 and sx["unfinished"] == 0
     assert sx["t99_s"] >= 1.2 * ideal                      # cannot beat the best case
     assert ib["t99_s"] >= 2.0 * ideal
-    assert sx["t99_s"] <= 0.7 * ib["t99_s"]
+    assert sx["t99_s"] <= 0.8 * ib["t99_s"]
     assert max(ib["max_residual"], sx["max_residual"]) < 1e-3 * float(np.sum(sizes))
 
 
