@@ -253,14 +253,20 @@ SIMGRID_CONFIG = ["network/model:CM02", "network/latency-factor:1",
 
 
 def simgrid_run(inc, capacity, size, fin_exact) -> dict:
-    """Same coupled instance in SimGrid: one host pair per flow, routed over the flow's
-    4 links (zero latency), all communications started at t = 0.  Runs in a fresh
-    (spawned) process: SimGrid's engine is a per-process singleton."""
+    """Same coupled instance in SimGrid: one ordered host pair per flow, routed over the
+    flow's 4 links (zero latency), all communications started at t = 0.  Runs in a
+    fresh (spawned) process: SimGrid's engine is a per-process singleton.  If that
+    process dies (e.g. out of memory), the row reports ``simgrid_error`` instead."""
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
     links = np.asarray(inc.link_idx).reshape(inc.n_flows, inc.row_width)
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_simgrid_child, (links, np.asarray(capacity), np.asarray(size),
-                                           np.asarray(fin_exact)))
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+            return ex.submit(_simgrid_child, links, np.asarray(capacity), np.asarray(size),
+                             np.asarray(fin_exact)).result()
+    except BrokenProcessPool as exc:
+        return dict(simgrid_error=f"SimGrid process died: {exc}")
 
 
 def _simgrid_child(links, capacity, size, fin_exact) -> dict:
@@ -272,8 +278,15 @@ def _simgrid_child(links, capacity, size, fin_exact) -> dict:
     zone = e.netzone_root.add_netzone_full("world")
     sg_links = [zone.add_link(f"l{i}", float(c)).set_latency(0).seal()
                 for i, c in enumerate(capacity)]
-    src = [zone.add_host(f"s{f}", 1e9).seal() for f in range(n_flows)]
-    dst = [zone.add_host(f"d{f}", 1e9).seal() for f in range(n_flows)]
+    # A Full zone's routing table has hosts^2 entries: 2 hosts per flow ran out of
+    # memory at 30k flows (3.6e9 entries), so flows share hosts, one ordered pair
+    # (i, j), i != j, per flow.  Hosts hold no network resource here (only links do).
+    n_hosts = int(np.ceil((1 + np.sqrt(1 + 4 * n_flows)) / 2)) + 1
+    hosts = [zone.add_host(f"h{i}", 1e9).seal() for i in range(n_hosts)]
+    first, second = np.divmod(np.arange(n_flows), n_hosts - 1)
+    second = second + (second >= first)
+    src = [hosts[i] for i in first]
+    dst = [hosts[j] for j in second]
     for f in range(n_flows):
         zone.add_route(src[f], dst[f], [sg.LinkInRoute(sg_links[int(i)]) for i in links[f]],
                        False)
@@ -286,7 +299,7 @@ def _simgrid_child(links, capacity, size, fin_exact) -> dict:
             cm.wait()
         finish[:] = [cm.finish_time for cm in comms]
 
-    sg.Actor.create("launcher", src[0], launcher)
+    sg.Actor.create("launcher", hosts[0], launcher)
     setup = time.perf_counter() - t0
     t0, c0 = time.perf_counter(), time.process_time()
     e.run()
