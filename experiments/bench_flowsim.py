@@ -188,6 +188,7 @@ def run(scenario: str, n: int, args) -> dict:
                 fj.simulate_flows(inc, c, a, bs[i], max_active=n).finish.block_until_ready()
             row["loop_per_scenario_s"] = (time.perf_counter() - t0) / b
     if args.simgrid and scenario == "coupled":
+        print("before SimGrid:", row, flush=True)  # kept even if SimGrid never returns
         row.update(simgrid_run(inc, cap, size, fin))
     return row
 
