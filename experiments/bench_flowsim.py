@@ -34,72 +34,38 @@ Usage::
     python experiments/bench_flowsim.py                       # small: coupled 1k, 3k
     python experiments/bench_flowsim.py --coupled 1000 3000 10000 30000 --poisson 10000 \\
         --json results/bench_flowsim.json [--simgrid]
+    # with SimGrid installed in a separate venv (e.g. /tmp/simgrid-venv), run the script
+    # with that venv's python; it sees the project through PYTHONPATH
 
-Measured (2026-12-03, 2-core CPU shared with ~7 other jobs, load average ~15, so
-absolute times are inflated several-fold and only same-run ratios mean much; x64;
-``--coupled 1000 3000 10000 --poisson 10000 --old-max 10000 --oracle-max 1000
---batched-max 3000``; ``tolerance=1e-3``; batched: 4 seeds)::
+Each row reports wall and process CPU time (``exact_cpu_s``, ``simgrid_cpu_s``): on
+the shared 2-core machine the wall time of a process waiting for a core is inflated
+many-fold, its CPU time much less.  ``growth`` in the JSON is the cost factor and
+exponent between the smallest and the largest coupled size of the run.  SimGrid's
+flows share hosts (one ordered host pair per flow): a Full zone's routing table has
+hosts^2 entries, and two hosts per flow ran out of memory at 30k flows.
 
-    flows  events  oracle  old     exact   speedup  merged (events, FCT err)  batch/scen  loop/scen
-    1k     1000    90.9 s  1.54 s  0.415 s  3.7x    0.25 s (771, 5.7e-4)      0.48 s      0.34 s
-    3k     3000    -       9.77 s  3.03 s   3.2x    0.58 s (1685, 1.0e-3)     8.7 s       1.44 s
-    10k    10000   -       180 s   21.7 s   8.3x    9.5 s (3006, 1.7e-3)      -           -
+Measured (2026-12-03 08:25-09:00 UTC, load average 10-15 on 2 cores, x64;
+``--coupled 1000 3000 10000 30000 --old-max 3000 --oracle-max 1000 --batched-max 1000
+--simgrid``; the 30k SimGrid process of that run ran out of memory (2 hosts per flow)
+and the 30k row was redone at 09:02-09:23 UTC with shared hosts,
+``--coupled 1000 30000 --old-max 0 --oracle-max 0 --batched-max 0 --simgrid``: exact
+179 s wall / 119 s CPU vs SimGrid 760 / 452 s (4.3x / 3.8x), FCTs equal to 3.9e-13,
+merged 4,291 events, error 2.2e-3; growth 1k -> 30k in CPU time x1,900 (~N^2.22) for
+both)::
 
-poisson 10k (20,000 events): old 258.5 s, exact 22.3 s (11.6x), from-scratch agreement
-8.9e-13.  Merged events, window relative to each flow's age (a second run,
-``--coupled 3000 10000 --poisson 10000 --old-max 0 --oracle-max 0 --batched-max 0``):
-coupled 3k / 10k unchanged (1685 / 3006 events, errors 1.0e-3 / 1.7e-3); poisson 10k
-18,131 events, max relative FCT error 0.41 (short flows next to long ones; see
-``fabric_jax.sim``, "Event merging").
+    flows  exact wall / CPU   SimGrid wall / CPU   ratio wall / CPU   merged (events, err)
+    1k     0.100 / 0.049 s    3.61 / 0.35 s        36x / 7.1x         771, 5.7e-4
+    3k     2.35 / 0.63 s      7.47 / 2.23 s        3.2x / 3.5x        1685, 1.0e-3
+    10k    16.1 / 7.7 s       67.1 / 26.0 s        4.2x / 3.4x        3006, 1.7e-3
 
-(old: every event solved from scratch, ``warm_start=False``; exact: warm-started;
-batch/scen: ``simulate_flows_batched`` with the warm start, per scenario; from scratch
-it took 2.1 s and 17.5 s.)
-
-Exact runs agree with the oracle to 2.8e-15 and with the from-scratch engine to
-1e-14 (max relative FCT).  (That run's sizes were not yet rounded to whole bytes.)
-
-Side by side with SimGrid 4.1 (pure max-min LMM, as configured above; each SimGrid run
-in a fresh process), a later, less loaded run of the same machine (01:20 UTC;
-``--coupled 1000 3000 10000 --old-max 0 --oracle-max 0 --batched-max 0 --simgrid``;
-FCTs agree with SimGrid to 3e-15 / 6e-15 / 1e-14)::
-
-    flows  SimGrid   exact (warm)  ratio  merged (tol 1e-3)
-    1k     0.478 s   0.057 s       8.3x   0.059 s
-    3k     1.96 s    0.747 s       2.6x   0.524 s
-    10k    17.3 s    12.1 s        1.4x   6.23 s
-
-That was the engine of the first warm-start commit.  With the link loads carried
-between events, prefix-sum compaction and the single-completion fast path (see
-``fabric_jax.sim``, "Cost per event"), a run on the same machine (05:08 UTC, load
-average ~8: absolute times inflated, ratios in one run only; ``/tmp/simgrid-venv``
-python; ``--coupled 1000 3000 10000 --old-max 0 --oracle-max 1000 --batched-max 1000
---simgrid``; FCTs agree with SimGrid to 1.1e-14 / 2.6e-14 / 6.4e-14 and with the
-oracle at 1k to 1.1e-14)::
-
-    flows  SimGrid   exact    ratio  merged (events, FCT err)   oracle
-    1k     0.321 s   0.163 s  2.0x   0.081 s (771, 5.7e-4)     18.5 s
-    3k     2.85 s    0.676 s  4.2x   0.741 s (1685, 1.0e-3)    -
-    10k    42.0 s    12.3 s   3.4x   9.10 s (3006, 1.7e-3)     -
-
-batched at 1k (4 seeds): 0.61 s per scenario warm, 0.69 s from scratch, against
-0.113 s per scenario for a loop of ``simulate_flows`` calls.  Growth 1k -> 10k in that
-run: exact x75 (~N^1.9), SimGrid x131 (~N^2.1); in the earlier, quieter run SimGrid
-grew x36 (~N^1.6).  Caution: SimGrid took 2.4x longer at 10k than in the earlier run
-while the exact engine took the same time, so the better ratio is mostly the load on
-SimGrid's process, not a faster engine: in process CPU time, A/B against the previous
-commit (``simulate_flows`` on the same instances), the changes gain ~10% at 3k
-(0.53-0.61 s vs 0.59-0.66 s) and nothing measurable at 10k (10.85 s vs 10.72 s).  The
-targets (>= 2x SimGrid at 10k, growth no faster than SimGrid's) are therefore not
-robustly met.  Profile
-(CPU time, 10k): ~80% of an event's cost is the residual solve of the flows above the
-keep threshold (on average ~20% of the active flows, 2.6e8 flow-iterations in all,
-though only ~5% of the flows change rate per event); the rest is the per-event
-elementwise passes over the slot table.  The 10x aim is not reached.  30k flows
-(``--coupled 30000 --old-max 0 --oracle-max 0 --batched-max 0 --simgrid``) was
-stopped after 40 min under load, with SimGrid still running after ~20 min (the
-exact engine's figure is printed only with SimGrid's row): not measured.
-CPU/GPU crossover: not measured, no GPU lent (``experiments/bench_gpu.sh`` is ready).
+FCTs equal SimGrid's to 6.4e-14 and the oracle's (140 s at 1k) to 1.1e-14; from
+scratch (``warm_start=False``) 3.78 / 20.8 s at 1k / 3k; batched (4 seeds, 1k) 1.09 s
+per scenario warm, 3.08 s from scratch, 0.24 s in a loop.  Growth 1k -> 10k in CPU
+time: exact x158 (~N^2.2), SimGrid x75 (~N^1.9).  Where the time goes:
+``fabric_jax.sim``, "Cost per event".  Earlier runs (before the slot table carried its
+rows), for comparison: 07:27 UTC, quieter: exact 0.085 / 0.79 / 8.7 s vs SimGrid
+0.41 / 1.38 / 22.9 s wall at 1k / 3k / 10k.  CPU/GPU crossover: not measured, no GPU
+lent (``experiments/bench_gpu.sh`` is ready).
 """
 
 from __future__ import annotations
@@ -226,6 +192,7 @@ def run(scenario: str, n: int, args) -> dict:
                 fj.simulate_flows(inc, c, a, bs[i], max_active=n).finish.block_until_ready()
             row["loop_per_scenario_s"] = (time.perf_counter() - t0) / b
     if args.simgrid and scenario == "coupled":
+        print("before SimGrid:", row, flush=True)  # kept even if SimGrid never returns
         row.update(simgrid_run(inc, cap, size, fin))
     return row
 
@@ -253,14 +220,20 @@ SIMGRID_CONFIG = ["network/model:CM02", "network/latency-factor:1",
 
 
 def simgrid_run(inc, capacity, size, fin_exact) -> dict:
-    """Same coupled instance in SimGrid: one host pair per flow, routed over the flow's
-    4 links (zero latency), all communications started at t = 0.  Runs in a fresh
-    (spawned) process: SimGrid's engine is a per-process singleton."""
+    """Same coupled instance in SimGrid: one ordered host pair per flow, routed over the
+    flow's 4 links (zero latency), all communications started at t = 0.  Runs in a
+    fresh (spawned) process: SimGrid's engine is a per-process singleton.  If that
+    process dies (e.g. out of memory), the row reports ``simgrid_error`` instead."""
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
     links = np.asarray(inc.link_idx).reshape(inc.n_flows, inc.row_width)
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_simgrid_child, (links, np.asarray(capacity), np.asarray(size),
-                                           np.asarray(fin_exact)))
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+            return ex.submit(_simgrid_child, links, np.asarray(capacity), np.asarray(size),
+                             np.asarray(fin_exact)).result()
+    except BrokenProcessPool as exc:
+        return dict(simgrid_error=f"SimGrid process died: {exc}")
 
 
 def _simgrid_child(links, capacity, size, fin_exact) -> dict:
@@ -272,8 +245,15 @@ def _simgrid_child(links, capacity, size, fin_exact) -> dict:
     zone = e.netzone_root.add_netzone_full("world")
     sg_links = [zone.add_link(f"l{i}", float(c)).set_latency(0).seal()
                 for i, c in enumerate(capacity)]
-    src = [zone.add_host(f"s{f}", 1e9).seal() for f in range(n_flows)]
-    dst = [zone.add_host(f"d{f}", 1e9).seal() for f in range(n_flows)]
+    # A Full zone's routing table has hosts^2 entries: 2 hosts per flow ran out of
+    # memory at 30k flows (3.6e9 entries), so flows share hosts, one ordered pair
+    # (i, j), i != j, per flow.  Hosts hold no network resource here (only links do).
+    n_hosts = int(np.ceil((1 + np.sqrt(1 + 4 * n_flows)) / 2)) + 1
+    hosts = [zone.add_host(f"h{i}", 1e9).seal() for i in range(n_hosts)]
+    first, second = np.divmod(np.arange(n_flows), n_hosts - 1)
+    second = second + (second >= first)
+    src = [hosts[i] for i in first]
+    dst = [hosts[j] for j in second]
     for f in range(n_flows):
         zone.add_route(src[f], dst[f], [sg.LinkInRoute(sg_links[int(i)]) for i in links[f]],
                        False)
@@ -286,7 +266,7 @@ def _simgrid_child(links, capacity, size, fin_exact) -> dict:
             cm.wait()
         finish[:] = [cm.finish_time for cm in comms]
 
-    sg.Actor.create("launcher", src[0], launcher)
+    sg.Actor.create("launcher", hosts[0], launcher)
     setup = time.perf_counter() - t0
     t0, c0 = time.perf_counter(), time.process_time()
     e.run()

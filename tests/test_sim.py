@@ -642,3 +642,50 @@ def test_batched_warm_start_equals_loop(x64):
         single = _jax_simulate(A, caps[b], arrs[b], sizes[b], warm_start=False)
         np.testing.assert_allclose(np.asarray(batched.finish)[b], single["finish"],
                                    rtol=1e-9)
+
+
+# --------------------------------------------------------------------------------------
+# The two arrival paths of the event loop (fabric_jax.sim, "Cost per event"): without
+# dependencies flows enter through a pointer into the sorted start times; with them,
+# through the release times.  Same instance both ways: a zero-byte, linkless flow 0 that
+# every other flow depends on finishes at t = 0, so the starts are unchanged.
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("max_active", [None, 2])
+def test_start_order_path_equals_dependency_path(x64, seed, max_active):
+    rng = np.random.default_rng(100 + seed)
+    A, cap, arr, size, kw = random_instance(rng)
+    kw.pop("deps")
+    # Adversarial starts: ties (several flows at one instant, some at t = 0), a start
+    # exactly at another flow's completion, and a zero-capacity link.
+    arr[1:4] = arr[0]
+    arr[4] = 0.0
+    cap[rng.integers(len(cap))] = 0.0
+    n = len(size)
+    A1 = np.concatenate([np.zeros((A.shape[0], 1)), A], axis=1)
+    ext = {k: np.concatenate([[0.0], v]) for k, v in kw.items()}
+    ext["demand"][0] = np.inf
+    deps = np.concatenate([[-1], np.zeros(n, int)])[:, None]
+    plain = _jax_simulate(A1, cap, np.concatenate([[0.0], arr]), np.concatenate([[0.0], size]),
+                          max_active=max_active, **ext)
+    with_deps = _jax_simulate(A1, cap, np.concatenate([[0.0], arr]),
+                              np.concatenate([[0.0], size]), deps=deps,
+                              max_active=max_active, **ext)
+    ref = simulate_flows_reference(A1, cap, np.concatenate([[0.0], arr]),
+                                   np.concatenate([[0.0], size]), **ext)
+    for key in ("start", "finish"):
+        np.testing.assert_allclose(plain[key], with_deps[key], rtol=1e-12, atol=ATOL)
+        np.testing.assert_allclose(plain[key], ref[key], rtol=RTOL, atol=ATOL)
+    assert plain["stalled"] == with_deps["stalled"] == bool(np.isinf(ref["finish"]).any())
+
+
+def test_start_order_with_start_at_a_completion(x64):
+    """Flow 1 starts exactly when flow 0 completes (1 s): one event does both, and flow 1
+    then has the link alone.  Closed form: flow 0 sends 10 B at 10 B/s, alone, [0, 1];
+    flow 1 sends 10 B at 10 B/s from 1 s, finishing at 2 s; flow 2 (t = 0.5 s, other
+    link) 5 B at 5 B/s, finishing at 1.5 s."""
+    A = np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    res = _jax_simulate(A, np.array([10.0, 5.0]), np.array([0.0, 1.0, 0.5]),
+                        np.array([10.0, 10.0, 5.0]), max_active=1)
+    np.testing.assert_allclose(res["finish"], [1.0, 2.0, 1.5], rtol=1e-12)
+    np.testing.assert_allclose(res["start"], [0.0, 1.0, 0.5], rtol=1e-12)
