@@ -18,6 +18,7 @@ from .helpers import load_experiment
 _load = load_experiment
 
 
+@pytest.mark.slow  # heavy; the slow suite runs it
 def test_ecmp_collisions_quick_matches_balls_into_bins(tmp_path):
     # n = 8 hosts per leaf, 8 spines, 48 seeds x 2 directions: ECMP uses on average
     # 1 - (7/8)^8 = 65.6 % of the spines (balls into bins), so its throughput-averaged
@@ -96,6 +97,7 @@ def test_scale_sweep_quick(tmp_path):
     assert (tmp_path / "scale_sweep.png").is_file()
 
 
+@pytest.mark.slow  # heavy; the slow suite runs it
 def test_bench_scale_quick_writes_table_and_plot(tmp_path):
     out = tmp_path / "scale.json"
     _load("bench_scale").main(["--quick", "--json", str(out), "--plots", str(tmp_path)])

@@ -115,6 +115,7 @@ def test_incast_events_hit_their_load():
         assert len(set(src[ev].tolist())) == 60 and len(set(dst[ev].tolist())) == 1
 
 
+@pytest.mark.slow  # heavy; the slow suite runs it
 def test_hpcc_fct_smoke(tmp_path):
     out = tmp_path / "fct.json"
     _load("hpcc_fct").main(["--quick", "--cc", "hpcc", "--workload", "fb_hadoop",

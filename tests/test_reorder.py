@@ -290,6 +290,7 @@ def test_reordering_experiment_quick(tmp_path):
     assert (tmp_path / "reordering.png").is_file()
 
 
+@pytest.mark.slow  # heavy; the slow suite runs it
 def test_reverse_mode_gradient_through_the_receiver_is_finite():
     # jit + grad through the whole loop with out-of-order discards active
     topo, inc, r, lat = _two_path(400e-9)

@@ -99,6 +99,7 @@ def test_ecmp_same_seed_polarises_in_fat_tree():
     assert cores["distinct"] >= 14
 
 
+@pytest.mark.slow  # heavy; the slow suite runs it
 def test_adaptive_and_spray_reach_line_rate_on_permutation_ecmp_does_not():
     # 8 hosts per leaf, 8 spines, 1 MB permutation both ways, no CC: ideal FCT is
     # 1 MB / 50 GB/s = 20 us.  Spraying and adaptive routing must reach >= 90 % of line

@@ -214,6 +214,7 @@ def test_class_limited_downstream_keeps_its_share_upstream():
     np.testing.assert_allclose(np.diff(q[-5:, 3]) / 10e-6, 0.3 * C, rtol=1e-3)
 
 
+@pytest.mark.slow  # heavy; the slow suite runs it
 def test_gradient_with_respect_to_ets_weights_matches_closed_form():
     # Two saturated classes on link 2: class 0 delivers T C w0 / (w0 + w1), so
     # d/dw0 = T C w1 / (w0 + w1)^2 (weights are traced leaves; fixed solver iterations
