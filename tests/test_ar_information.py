@@ -267,10 +267,9 @@ def test_fluid_remote_congestion_telemetry_beats_local_only():
     # foreground flow on that path (the routing-level test above shows the split stays
     # even), so those bytes queue behind the background; telemetry moves the
     # foreground to spines 1-3 one RTT later.  Best possible: 4 MB over 3.25 links =
-    # 1.23 x ideal.  Measured (dt = 1 us, 2026-12-03: bytes leaving a queue cross the
-    # hops below in their step, NICs keep no shared backlog): 99 % of the foreground
-    # delivered at 2.8 x ideal with ib_ar and 2.0 x ideal with spectrum_x_ar (3.25 x and
-    # 1.9 x before those changes).  Bytes are conserved.
+    # 1.23 x ideal.  Measured (dt = 1 us): 99 % of the foreground delivered at 3.25 x
+    # ideal with ib_ar and 1.9 x ideal with spectrum_x_ar (2.8 x and 2.0 x with a NIC
+    # that keeps no shared backlog, branch h-hpcc).  Bytes are conserved.
     exp = _experiment()
     from fabric_jax.units import MB
     topo, base = exp.build(4, 0, 400.0)
