@@ -1,5 +1,5 @@
 """Command line: ``fabric-jax compare [--scenario FILE] [--model NAME] [--json PATH]
-[--plots DIR]``.
+[--plots DIR] [--classes]``.
 
 A thin argparse layer over :mod:`fabric_jax.compare` (and :mod:`fabric_jax.plots`).
 A bad scenario value prints one line naming the key and its accepted values and exits
@@ -37,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "mixtral_8x7b); replaces the scenario's model.name; the plan "
                            "comes from the scenario's [parallelism] table (default: "
                            "tensor-parallel inside a server, data-parallel across)")
+    cmp_.add_argument("--classes", action="store_true",
+                      help="put the training job in its own traffic class on every preset "
+                           "(class_map = fabric_jax.fabrics.TENANT_CLASSES, unless the "
+                           "scenario sets one) and report isolation per class")
     cmp_.add_argument("--quiet", action="store_true", help="no progress bar")
     cmp_.add_argument("--no-ideal", action="store_true",
                       help="skip the ideal-fabric baseline column (non-blocking crossbar, "
@@ -60,6 +64,8 @@ def main(argv=None) -> int:
             scn = compare.scenario_from_dict(compare.with_model_name({}, args.model))
         else:
             scn = compare.default_scenario()
+        if args.classes:
+            scn = compare.with_classes(scn)
     except ValueError as err:
         print(f"fabric-jax compare: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -20,11 +20,13 @@ from .study import (FABRIC_KEYS, IDEAL, JOBS, METRICS, MODEL_SECTIONS, NEVER, SC
                     crossbar_incidence, default_scenario, fabric_cost_metrics,
                     format_table, load_scenario, model_notes, read_scenario_file,
                     run_compare, scaling_study, scenario_from_dict, simulate_case,
-                    simulate_ideal, validate_scenario, with_model_name, write_json)
+                    simulate_ideal, validate_scenario, with_classes, with_model_name,
+                    write_json, class_isolation)
 
 __all__ = ["Scenario", "ScenarioError", "Case", "default_scenario", "load_scenario",
            "scenario_from_dict", "validate_scenario", "build_case", "simulate_case",
            "simulate_ideal", "crossbar_incidence", "case_metrics", "alone_arrival",
            "run_compare", "scaling_study", "format_table", "write_json", "METRICS", "NEVER",
            "JOBS", "IDEAL", "SCHEMA", "FABRIC_KEYS", "MODEL_SECTIONS", "model_notes",
-           "fabric_cost_metrics", "read_scenario_file", "with_model_name"]
+           "fabric_cost_metrics", "read_scenario_file", "with_model_name", "with_classes",
+           "class_isolation"]

@@ -77,6 +77,7 @@ __all__ = [
     "effective_bandwidth",
     "link_utilization",
     "isolation",
+    "isolation_per_class",
     "jain_index",
     "gpu_utilization",
     "cost_per_token",
@@ -525,6 +526,42 @@ def isolation(fct_with_neighbours, fct_alone):
     _check_nonnegative("fct_alone", fct_alone)
     fct_with_neighbours, fct_alone = _floats(fct_with_neighbours, fct_alone)
     return _ratio(fct_with_neighbours, fct_alone)
+
+
+def isolation_per_class(job_isolation: dict, job_class: dict, n_classes: int) -> list:
+    """Per traffic class, the worst :func:`isolation` of the jobs mapped into it.
+
+    A class protects its jobs only as well as its most-disturbed member, so the class's
+    figure is the maximum over its jobs (the same rule as compare's worst-job
+    ``isolation``, restricted to one class).  Jobs without a measured isolation (no
+    alone run, or a NaN) do not count.
+
+    Args:
+      job_isolation: job -> isolation ratio (:func:`isolation`).
+      job_class: job -> class id in ``[0, n_classes)``; a job missing here is in class 0
+        (the default class of :meth:`fabric_jax.Fabric.class_options`).
+      n_classes: number of classes of the port.
+
+    Returns:
+      ``[n_classes]`` list of floats; NaN for a class holding no measured job.
+
+    Raises:
+      ValueError: ``n_classes`` < 1 or a class id outside ``[0, n_classes)``.
+    """
+    if not isinstance(n_classes, (int, np.integer)) or isinstance(n_classes, bool) \
+            or n_classes < 1:
+        raise ValueError(f"n_classes must be an integer >= 1; got {n_classes!r}")
+    out = [float("nan")] * int(n_classes)
+    for job, iso in job_isolation.items():
+        c = job_class.get(job, 0)
+        if not isinstance(c, (int, np.integer)) or not 0 <= c < n_classes:
+            raise ValueError(f"job_class[{job!r}] must be a class id in [0, {n_classes}); "
+                             f"got {c!r}")
+        iso = float(iso)
+        if np.isnan(iso):
+            continue
+        out[c] = iso if np.isnan(out[c]) else max(out[c], iso)
+    return out
 
 
 def jain_index(x, axis: int = -1):

@@ -205,3 +205,40 @@ def test_study_layers_import_one_way_and_compare_is_the_public_face():
         assert hasattr(compare, attr)
     assert fabric_jax.faults.__name__ == "fabric_jax.faults"
     assert fabric_jax.checkpoint.__name__ == "fabric_jax.checkpoint"
+
+
+def test_isolation_per_class_is_the_worst_job_of_each_class():
+    from fabric_jax.metrics import isolation_per_class
+    got = isolation_per_class({0: 1.2, 1: 3.0, 2: float("nan")}, {0: 1, 1: 0, 2: 0}, 3)
+    assert got[:2] == [3.0, 1.2] and np.isnan(got[2])          # class 2 holds no job
+    assert isolation_per_class({0: 1.2, 1: 3.0}, {}, 1) == [3.0]  # unmapped: class 0
+    with pytest.raises(ValueError, match="job_class"):
+        isolation_per_class({0: 1.0}, {0: 2}, 2)
+    with pytest.raises(ValueError, match="n_classes"):
+        isolation_per_class({0: 1.0}, {}, 0)
+
+
+def test_compare_classes_reports_isolation_per_class(tmp_path, capsys):
+    """``--classes`` puts the training job alone in class 1 of every preset: class 1's
+    isolation is the training job's, class 0's the tenant's (the background has no alone
+    run), and the ideal crossbar keeps one class holding every job."""
+    scn = tmp_path / "tiny.toml"
+    data = tiny_scenario(workload=TINY_DATA["workload"],
+                         simulation={**TINY_DATA["simulation"], "isolation": True},
+                         fabrics={"presets": ["roce"]})
+    scn.write_text(scenario_toml(data))
+    out_json = tmp_path / "r.json"
+    assert cli.main(["compare", "--scenario", str(scn), "--json", str(out_json), "--quiet",
+                     "--classes"]) == 0
+    text = capsys.readouterr().out
+    assert "Isolation, class 1" in text and "roce 0=TC0 (tenant), 1=TC3 (train)" in text
+    res = json.loads(out_json.read_text())
+    roce = res["roce"]["isolation_per_class"]
+    assert [c["jobs"] for c in roce] == [["tenant"], ["train"]]
+    assert all(c["isolation"] >= 1.0 - 1e-6 for c in roce)
+    assert roce[1]["isolation"] == pytest.approx(res["roce"]["isolation_train"])
+    assert roce[0]["isolation"] == pytest.approx(res["roce"]["isolation_tenant"])
+    assert max(c["isolation"] for c in roce) == pytest.approx(res["roce"]["isolation"])
+    ideal = res["ideal"]["isolation_per_class"]
+    assert len(ideal) == 1 and ideal[0]["class"] == "all"
+    assert ideal[0]["isolation"] == pytest.approx(res["ideal"]["isolation"])

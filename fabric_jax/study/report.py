@@ -39,6 +39,13 @@ ms, Gb/s, %) and says so in each row.  JSON keys of a result (one entry per pres
 ``compute_time``               the training step's compute per GPU, s
 ``tokens_per_step``            tokens of one training step
 ``tokens_per_second``          tokens per step / step time
+``isolation_per_class``        per traffic class of the port, in class-id order:
+                               ``{"class": name, "jobs": [...], "isolation"}``, the
+                               worst isolation of the jobs in the class
+                               (:func:`fabric_jax.study.run.class_isolation`; a
+                               preset without ``class_map`` has one class, ``all``);
+                               table rows "Isolation, class k" appear when a preset
+                               has several (``compare --classes``)
 ``mfu``                        model FLOPs utilisation: the model's step FLOPs /
                                (GPUs x peak FLOP/s x step time); null without a
                                model (``--model`` / ``[model]``)
@@ -104,6 +111,13 @@ def format_table(results: dict, notes=()) -> str:
     rows = [(f"{label} ({unit})", [_fmt(results[n].get(key), scale) for n in names])
             for key, label, unit, scale in METRICS
             if key not in OPTIONAL or not all(_missing(results[n].get(key)) for n in names)]
+    classes = [results[n].get("isolation_per_class") or [] for n in names]
+    n_cls = max((len(c) for c in classes), default=0)
+    if n_cls > 1:
+        for k in range(n_cls):
+            rows.append((f"Isolation, class {k} (x alone)",
+                         [_fmt(c[k]["isolation"], 1.0) if k < len(c) else "n/a"
+                          for c in classes]))
     unfinished = [results[n].get("unfinished_flows", 0) for n in names]
     if any(unfinished):
         rows.append(("Unfinished flows (count)", [str(u) for u in unfinished]))
@@ -117,6 +131,11 @@ def format_table(results: dict, notes=()) -> str:
     if dropped:
         lines.append(f"note: the max_paths cap dropped {dropped} equal-cost paths (summed over "
                      f"flows); set simulation.max_paths = 0 to keep them all")
+    if n_cls > 1:
+        lines.append("classes: " + "; ".join(
+            f"{n} " + ", ".join(f"{k}={c['class']} ({'+'.join(c['jobs']) or '-'})"
+                                for k, c in enumerate(cl))
+            for n, cl in zip(names, classes) if cl))
     lines.extend(notes)
     return "\n".join(lines)
 
@@ -160,6 +179,10 @@ def model_notes(scn) -> list[str]:
 def write_json(results: dict, path) -> None:
     """Writes ``{preset: {metric: value}, "ideal": {...}}`` (non-finite values as null)."""
     def clean(v):
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
         return None if isinstance(v, float) and not math.isfinite(v) else v
     out = {n: {k: clean(v) for k, v in m.items()} for n, m in results.items()}
     Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ from .progress import Progress
 from .scenario import Scenario, default_scenario, validate_scenario
 
 __all__ = ["simulate_case", "simulate_paths", "flow_line_rate", "simulate_ideal",
-           "crossbar_incidence", "case_metrics", "fabric_cost_metrics", "full_step_times",
+           "crossbar_incidence", "case_metrics", "class_isolation", "fabric_cost_metrics", "full_step_times",
            "run_compare", "scaling_study", "scaling_topologies", "IDEAL"]
 
 #: Key of the ideal-fabric baseline in :func:`run_compare`'s results.
@@ -358,6 +358,36 @@ def fabric_cost_metrics(case: Case, scn: Scenario, preset: str, metrics: dict) -
                 fabric_cost_share=rep["fabric_cost_share"])
 
 
+def class_isolation(case: Case, fabric, metrics: dict) -> list:
+    """Isolation per traffic class of one preset's run
+    (:func:`fabric_jax.metrics.isolation_per_class` over the per-job figures
+    ``isolation_train`` / ``isolation_tenant`` of :func:`case_metrics`).
+
+    The jobs of the case (:data:`~fabric_jax.study.case.JOBS`) go into classes by the
+    fabric's ``class_map`` (:meth:`fabric_jax.Fabric.class_options`: a job it does not
+    name is in class 0).  A fabric without a ``class_map`` -- or the ideal baseline
+    (``fabric=None``) -- has one class holding every job, whose figure is the
+    worst-job ``isolation``.
+
+    Returns:
+      ``[{"class": name, "jobs": [job names present in the case], "isolation": ratio
+      or NaN}]``, one entry per class, in class-id order.  Background flows have no
+      alone run, so a class holding only them reports NaN.
+    """
+    per_job = {0: metrics.get("isolation_train", float("nan")),
+               1: metrics.get("isolation_tenant", float("nan"))}
+    present = [int(j) for j in np.unique(case.job_of)]
+    if fabric is None or not fabric.class_map:
+        n, of, names = 1, {}, ("all",)
+    else:
+        tc = fabric.traffic_classes()
+        n, names = tc.n_classes, tuple(tc.names)
+        of = {j: int(fabric.class_map.get(JOBS[j], 0)) for j in JOBS}
+    iso = mx.isolation_per_class({j: v for j, v in per_job.items() if j in present}, of, n)
+    return [dict({"class": names[c], "isolation": iso[c]},
+                 jobs=[JOBS[j] for j in present if of.get(j, 0) == c]) for c in range(n)]
+
+
 def _save_every(n_steps: int) -> int:
     return next((d for d in (20, 10, 8, 5, 4, 2, 1) if n_steps % d == 0), 1)
 
@@ -398,6 +428,7 @@ def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=Fals
                                      paused_time=float(np.sum(np.asarray(
                                          res.info.paused_time))), alone_finish=alone)
         results[name].update(fabric_cost_metrics(case, scn, name, results[name]))
+        results[name]["isolation_per_class"] = class_isolation(case, fab, results[name])
         details[name] = dict(case=case, result=res)
     if ideal:
         case = cases.get(False) or build_case(scn, False)
@@ -408,6 +439,7 @@ def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=Fals
                      for job in (0, 1) if np.any(case.job_of == job)}
         results[IDEAL] = case_metrics(case, scn, res.start, res.finish, alone_finish=alone)
         results[IDEAL].update(fabric_cost_metrics(case, scn, IDEAL, results[IDEAL]))
+        results[IDEAL]["isolation_per_class"] = class_isolation(case, None, results[IDEAL])
         bar.update("ideal fabric")
     return (results, details) if keep else results
 

@@ -70,7 +70,8 @@ from ..workloads import FlowSizeCDF
 __all__ = ["Scenario", "ScenarioError", "default_scenario", "scenario_from_dict",
            "load_scenario", "read_scenario_file", "validate_scenario", "SCHEMA",
            "FABRIC_KEYS", "MODEL_SECTIONS", "MODEL_REPLACES", "HORIZON_FACTOR",
-           "model_setup", "check_model", "with_model_name", "model_comm_time", "model_slices"]
+           "model_setup", "check_model", "with_model_name", "model_comm_time", "model_slices",
+           "with_classes"]
 
 
 class ScenarioError(ValueError):
@@ -388,6 +389,22 @@ def with_model_name(data: dict, name: str | None) -> dict:
     if not isinstance(body, dict):
         raise ScenarioError("model", "must be a table ([model])")
     return {**data, "model": {**body, "name": name}}
+
+
+def with_classes(scn: Scenario, class_map: dict | None = None) -> Scenario:
+    """``scn`` with every preset's jobs in separate traffic classes (``fabric-jax compare
+    --classes``): ``class_map`` (default :data:`fabric_jax.fabrics.TENANT_CLASSES`: the
+    training job alone in class 1, the tenant and the background in class 0) is set in
+    each preset's options unless the scenario already sets one for that preset under
+    ``[fabrics.<preset>]``.  The classes' arbitration (weights, levels, names) is the
+    preset's own."""
+    from ..fabrics import TENANT_CLASSES
+    cmap = dict(TENANT_CLASSES if class_map is None else class_map)
+    over = {name: dict(scn.overrides.get(name, {})) for name in scn.presets}
+    for name, ov in over.items():
+        ov.setdefault("class_map", cmap)
+    over.update({k: v for k, v in scn.overrides.items() if k not in over})
+    return validate_scenario(dataclasses.replace(scn, overrides=over))
 
 
 def _job_gpus(topology: dict, workload: dict) -> tuple[int, int]:
