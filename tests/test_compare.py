@@ -22,12 +22,14 @@ TINY_DATA = tiny_scenario(
 TINY = scenario_toml(TINY_DATA)
 
 
-def test_cli_end_to_end(tmp_path, capsys):
+@pytest.mark.parametrize("plots", [pytest.param(True, marks=pytest.mark.slow), False])
+def test_cli_end_to_end(tmp_path, capsys, plots):
+    # with --plots (slow suite) the command also runs the scaling study and draws figures
     scn = tmp_path / "tiny.toml"
     scn.write_text(TINY)
     out_json = tmp_path / "r.json"
-    rc = cli.main(["compare", "--scenario", str(scn), "--json", str(out_json), "--quiet",
-                   "--plots", str(tmp_path / "plots")])
+    rc = cli.main(["compare", "--scenario", str(scn), "--json", str(out_json), "--quiet"]
+                  + (["--plots", str(tmp_path / "plots")] if plots else []))
     assert rc == 0
     text = capsys.readouterr().out
     assert "roce" in text and "uec" in text and "Effective bandwidth" in text
@@ -53,6 +55,8 @@ def test_cli_end_to_end(tmp_path, capsys):
         assert data[name]["mfu"] is None                  # no model: no MFU
         if name != "ideal":
             assert 0 < data[name]["fabric_cost_share"] < 1
+    if not plots:
+        return
     assert (tmp_path / "plots" / "fabric_bars.png").stat().st_size > 0
     # the scaling curve: the training job alone at 0.5x..4x its servers (2 -> 2, 4, 8)
     assert (tmp_path / "plots" / "scaling_curve.png").stat().st_size > 0
