@@ -37,8 +37,9 @@ One step of length ``dt`` is a short sequence of stages (functions below):
    (:func:`fabric_jax.fairness.solve`) and cross the fabric cut-through.
 5. **transmit and queue** (``_transmit``): the excess ``(o_f - a_f) dt`` waits at the
    flow's first hop (in path order) whose link is overloaded by the offers
-   (:func:`fabric_jax.links.place_excess`); when that is the flow's first hop, in the
-   sender's NIC.  Buffers: a switch pool above its limit (egress queue for
+   (:func:`fabric_jax.links.place_excess`); when that hop is the sender's NIC, the
+   bytes are not sent at all and stay with the sender (``_hold_at_sender``: the NIC
+   arbitrates among its flows, it keeps no shared backlog).  Buffers: a switch pool above its limit (egress queue for
    ``drop``/``trim``; ingress pool, i.e. PFC headroom overflow, for ``pfc``) drops the
    overflow from the step's arrivals; dropped bytes go back to the sender and are
    resent.  Credits never drop.
@@ -67,16 +68,23 @@ defaults to ``max(2 L_f, dt)`` and is the feedback delay; the RTT signal adds th
 queueing delay on the path.  Without ``link_latency`` ``L_f = latency`` (default 0).
 
 Host NICs (``nic_links``, :func:`fabric_jax.links.nic_links`).  The first hop of a
-flow leaves its host's NIC; a backlog there is the sender's send buffer, bounded by
-the sender's rate.  It is never marked, never counts as queueing delay or telemetry,
-and is never dropped or trimmed; PFC may still pause the NIC (the PAUSE comes from the
-first switch).  Which links are NIC egress: ``nic_links=`` (a ``[links]`` mask or the
+flow leaves its host's NIC.  A NIC serves its flows (queue pairs) round-robin and builds
+a packet only when it picks a flow, so it holds no shared FIFO backlog: in each step
+the NIC's capacity is shared max-min among its flows' offers, and what a flow could
+not put through stays unsent in its own send queue (``_hold_at_sender``; ``sent``
+counts only bytes that left the NIC).  Nothing is marked, counted as queueing delay or
+telemetry, dropped or trimmed at a NIC; PFC may still pause the NIC (the PAUSE comes
+from the first switch), and the paused flows then send nothing.  Which links are NIC egress: ``nic_links=`` (a ``[links]`` mask or the
 :class:`fabric_jax.Topology`), else derived from the flows' first hops.
 
 Accounting (checked each step): ``sent = delivered + in_flight + queued + dropped +
 discarded`` exactly up to float round-off (``FluidInfo.max_residual``).  A flow finishes when its
-last byte has passed its last queue, at the time interpolated inside the step, plus
-``L_f``; ``delivered`` counts what has arrived at the receiver (it lags by ``L_f``).
+last byte has passed its last queue, plus ``L_f``; inside the step, queued bytes leave
+first (while the last port drains what it serves) and cut-through bytes at the flow's
+pacing rate where the path has room (``_finish_in_step``), so a flow shorter than
+``dt`` is not stretched to a whole step.  A flow released inside a step offers only for
+the part of the step after its release.  ``delivered`` counts what has arrived at the
+receiver (it lags by ``L_f``).
 
 Approximations, stated (see also :mod:`fabric_jax.links`): the fabric is simulated in
 the frame of each flow's wave front (the path latency delays delivery and feedback,
@@ -257,8 +265,8 @@ class FluidResult:
       sent: ``[flows]`` bytes put on the wire (including resent bytes).
       delivered: ``[flows]`` bytes that reached the receiver (goodput).
       dropped: ``[flows]`` bytes dropped or trimmed.
-      queued: ``[flows]`` bytes standing in queues at the end (the NIC send buffer
-        included).
+      queued: ``[flows]`` bytes standing in switch queues at the end (bytes a NIC
+        could not send stay unsent, in ``size - sent``).
       in_flight: ``[flows]`` bytes on the wire at the end (``sent = delivered +
         in_flight + queued + dropped + discarded``).
       link_queue: ``[links]`` egress queues at the end, bytes.
@@ -850,8 +858,10 @@ def _hop_count(hops):
 
 
 def _offer(static, net, c, t, start, started, active, stranded, params, smooth, dt):
-    """Senders: delayed feedback -> law step -> offered rates ``[flows]``.  A flow
-    released inside the step sends for the part of the step after its release."""
+    """Senders: delayed feedback -> law step -> offered rates ``[flows]``.
+
+    A flow released inside the step sends only after its release: its offer is scaled
+    by the part of the step it is active, ``(t + dt - start) / dt``."""
     law = static.law
     k, ring, ring_len = c["k"], c["ring"], static.shape.ring_len
     ar = jnp.arange(net.line_rate.shape[0])
@@ -875,8 +885,8 @@ def _offer(static, net, c, t, start, started, active, stranded, params, smooth, 
         s = started.reshape(started.shape + (1,) * (jnp.ndim(a) - 1))
         return jnp.where(s, a, b)
     law_state = jax.tree_util.tree_map(pick, law_state, law0)
-    part = jnp.clip((t + dt - start) / dt, 0.0, 1.0)    # < 1 only in the first step
-    offered = jnp.minimum(jnp.minimum(law_state.rate, net.line_rate) * part,
+    live = jnp.clip((t + dt - jnp.where(started, start, t)) / dt, 0.0, 1.0)
+    offered = jnp.minimum(jnp.minimum(law_state.rate, net.line_rate) * live,
                           c["remaining"] / dt)
     offered = jnp.where(active & ~stranded, jnp.maximum(offered, 0.0), 0.0)
     return law_state, offered
@@ -1027,6 +1037,27 @@ def _shared_params(static, net, fcp, pool):
     return fcm.dynamic_params(static.fc, free, net.sb_ingress, net.sb_alpha, net.sb_headroom)
 
 
+def _hold_at_sender(net, x):
+    """Host NICs hold no shared backlog: the bytes a flow could not put through its
+    NIC in the step stay in its own send queue, unsent (``(x, held)``: ``x`` without
+    them, ``held`` ``[flows]`` bytes returned to the sender).
+
+    A NIC serves its flows per queue pair, round-robin among the QPs that have bytes
+    left and whose pacing (rate) or window allows a packet, and builds each packet
+    only when it picks that QP ([HPCC-NS3] ``qbb-net-device.cc``
+    ``RdmaEgressQueue::GetNextQindex`` / ``DequeueAndTransmit``; NVIDIA ConnectX send
+    queues are arbitrated the same way).  So a flow starting on a busy NIC gets its
+    share of the NIC at once instead of waiting behind the bytes the other flows
+    could not send: the step's max-min share of the NIC among the offers
+    (:func:`_transmit`) is that arbitration, and what exceeds it was never sent.
+    Bytes that wait downstream (a switch egress queue) were sent and stay queued.
+    """
+    hops = net.hops
+    at_nic = hops.valid & (hops.gather(net.switch, 1.0) == 0)
+    held = jnp.sum(jnp.where(at_nic, x, 0.0), axis=1)
+    return jnp.where(at_nic, 0.0, x), held
+
+
 def _propagate(net, c, served, alloc, discard, dt):
     """Bytes served at the last hop and the cut-through offers go on the receiver wire
     and arrive after the path latency; the fraction ``discard`` ``[flows]`` of them the
@@ -1103,21 +1134,57 @@ def _emit_signals(static, net, c, x, cap_k, usable, served_l, inc_k, alloc, spli
     return ring, mark_l, p_path
 
 
-def _complete(net, c, t, start, active, passed_now, dt):
-    """Flows whose last byte passed its last queue this step: finish time (interpolated
-    inside the step, plus the one-way latency)."""
+def _complete(net, c, t, start, active, passed_now, last, dt):
+    """Flows whose last byte passed its last queue this step, and their finish time:
+    the instant inside the step (:func:`_finish_in_step`) plus the one-way latency."""
     size = net.flows["size"]
     passed = c["passed"] + passed_now
     completes = active & (passed >= size * (1.0 - COMPLETION_RTOL.get(np.dtype(size.dtype), 3e-5)))
     need = jnp.maximum(size - c["passed"], 0.0)
-    got = passed_now > 0
-    tfrac = jnp.clip(jnp.where(got, need / jnp.where(got, passed_now, 1.0), 0.0), 0.0, 1.0)
-    # The step's bytes passed uniformly over the part of the step after the release
-    # (the whole step after the first); a zero-byte flow completes at its release.
-    t0 = jnp.maximum(t, start)
-    finish = jnp.where(completes, t0 + jnp.maximum(t + dt - t0, 0.0) * tfrac + net.one_way,
-                       c["finish"])
+    t_in = _finish_in_step(t, start, need, passed_now, dt, **last)
+    # A flow never finishes before it starts (a zero-byte flow released inside the
+    # step completes at its release time).
+    finish = jnp.where(completes, jnp.maximum(t_in, start) + net.one_way, c["finish"])
     return passed, completes, finish
+
+
+def _finish_in_step(t, start, need, passed_now, dt, *, queued, drain, cut, cut_rate):
+    """When inside the step ``[t, t + dt]`` a flow's last ``need`` bytes pass.
+
+    The step moves two kinds of bytes past a flow's last queue (``passed_now`` of them
+    after receiver discards): ``queued`` ``[flows]`` bytes served by its last hop,
+    which a FIFO port sends first, during the ``drain`` ``[flows]`` seconds it takes to
+    serve what it serves this step (``s_l / u_l``), interleaved in proportion; and
+    ``cut`` bytes crossing cut-through, sent from ``max(start, t)`` at ``cut_rate``:
+    the flow's allocation raised by the capacity still free on every hop of its path,
+    up to its pacing rate (a flow whose last step is short is not slowed to spread its
+    bytes over the whole step).  Both bounds are exact for a lone flow; with ``dt -> 0``
+    they reduce to the uniform interpolation they replace.
+    """
+    got = passed_now > 0
+    keep = jnp.where(got, passed_now / jnp.where(got, queued + cut, 1.0), 1.0)
+    need_a = need / jnp.where(keep > 0, keep, 1.0)          # in bytes before discards
+    q_pos = queued > 0
+    t_q = t + drain * jnp.clip(need_a / jnp.where(q_pos, queued, 1.0), 0.0, 1.0)
+    r_pos = cut_rate > 0
+    s0 = jnp.clip(start, t, t + dt)
+    t_c = s0 + jnp.maximum(need_a - queued, 0.0) / jnp.where(r_pos, cut_rate, jnp.inf)
+    t_in = jnp.where(need_a <= queued, t_q, jnp.maximum(t + jnp.where(q_pos, drain, 0.0), t_c))
+    return jnp.clip(t_in, t, t + dt)
+
+
+def _last_bytes(net, served, served_l, usable, inc_k, alloc, pace, dt):
+    """The per-flow inputs of :func:`_finish_in_step` from the step's transmit stage."""
+    hops = net.hops
+    u_pos = usable > 0
+    drain_l = jnp.where(u_pos, jnp.minimum(served_l / jnp.where(u_pos, usable, 1.0), dt), dt)
+    last_served = jnp.where(hops.last, served, 0.0)
+    drain = jnp.max(jnp.where(last_served > 0, hops.gather(drain_l), 0.0), axis=1)
+    spare_l = jnp.maximum(usable - served_l / dt - inc_k.link_load(alloc), 0.0)
+    spare = jnp.min(jnp.where(hops.valid, hops.gather(spare_l), jnp.inf), axis=1)
+    cut_rate = jnp.clip(alloc + spare, alloc, jnp.maximum(pace, alloc))
+    return dict(queued=jnp.sum(last_served, axis=1), drain=drain, cut=alloc * dt,
+                cut_rate=cut_rate)
 
 
 def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
@@ -1143,24 +1210,27 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
         sig_net = dataclasses.replace(net, hops=uh, switch=net.uswitch)
         sig_inc, usable_l = tr["vinc"], tr["usable_l"]
         sig_params = _per_unit_params(params, hops.n_links, n_cls)
-    x_new = tr["x"]
+    x_new, held = _hold_at_sender(net, tr["x"])
     dropped_now = tr["dropped"] + fault_drop
     discard, rx_phi = _receive(static, net, c, x_new, cap_k, split, tr["served"], tr["alloc"],
                                offered, dropped_now, dt)
     transit_new = tr["transit"]
     wire, passed_now, deliv_now, discarded_now = _propagate(
         net, c, tr["served"], tr["alloc"], discard, dt)
-    sent_now = offered * dt
+    sent_now = offered * dt - held
     # accounting: sent = delivered + in flight + queued + dropped + discarded, every step
     stock_old = jnp.sum(c["x"]) + jnp.sum(c["transit"]) + jnp.sum(c["wire"])
     stock_new = jnp.sum(x_new) + jnp.sum(transit_new) + jnp.sum(wire)
     residual = jnp.abs(jnp.sum(sent_now) - jnp.sum(deliv_now) - (stock_new - stock_old)
                        - jnp.sum(dropped_now) - jnp.sum(discarded_now))
-    passed, completes, finish = _complete(net, c, t, start, active, passed_now, dt)
+    # per queue (link, or link x class): a flow drains through its own class's queue
+    last = _last_bytes(sig_net, tr["served"], tr["served_l"], usable, sig_inc, tr["alloc"],
+                       jnp.minimum(law_state.rate, net.line_rate), dt)
+    passed, completes, finish = _complete(net, c, t, start, active, passed_now, last, dt)
     ring, mark_l, p_path = _emit_signals(static, sig_net, c, x_new, cap_u, usable,
-                                         tr["served_l"], sig_inc, tr["alloc"], split, offered,
-                                         dropped_now, active & ~completes, sig_params, fcp_k,
-                                         smooth, dt)
+                                         tr["served_l"], sig_inc, tr["alloc"], split,
+                                         sent_now / dt, dropped_now, active & ~completes,
+                                         sig_params, fcp_k, smooth, dt)
     if n_cls > 1:  # routing sees a link's worst class
         mark_l = jnp.max(mark_l.reshape(hops.n_links, n_cls), axis=1)
     # react: flow control sees the new ingress pools

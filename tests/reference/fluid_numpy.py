@@ -9,7 +9,8 @@ the per-step max-min share comes from the textbook progressive filling of
 Per step ``k`` (``t = k dt``):
 
 1. flow ``f`` is active when ``arrival_f < t + dt`` and it has not finished; it offers
-   ``min(line_rate p, remaining / dt)``, ``p`` the part of the step after its arrival;
+   ``min(line_rate a_f, remaining / dt)``, ``a_f = (t + dt - arrival_f) / dt`` clipped
+   to [0, 1] (it sends only after its arrival);
 2. usable capacity ``u_l``: ``C_l``, or ``0`` while paused (PFC, a decision taken at the
    end of the previous step);
 3. every link serves its standing queue plus the bytes arriving from the hop before
@@ -17,7 +18,9 @@ Per step ``k`` (``t = k dt``):
    share; links are taken in topological order of the route graph (a link after every
    link that precedes it on some path), so ``a_l`` is known when ``l`` is served;
 4. fresh offers share ``max(u_l - s_l/dt, 0)`` max-min; the rest of each offer waits at
-   the first hop of its path where the offered load exceeds that capacity;
+   the first hop of its path where the offered load exceeds that capacity, unless that
+   hop is a host NIC (``nic``): then it is not sent (the NIC arbitrates among its flows
+   and keeps no backlog; ``sent`` counts only what left the NIC);
 5. buffers: PFC drops the ingress-pool overflow, ``drop`` the egress overflow at switch
    ports, both from the bytes that arrived in the step and still stand;
 6. bytes through the last hop and cut-through bytes ride the receiver wire for
@@ -25,8 +28,11 @@ Per step ``k`` (``t = k dt``):
    later, ``phi`` one step after that);
 7. PFC: ingress pool (standing bytes) above ``xoff`` pauses the link,
    below ``xon`` resumes it;
-8. a flow finishes when its bytes through the last queue reach its size: finish time
-   interpolated inside the part of the step after its arrival, plus ``L``.
+8. a flow finishes when its bytes through the last queue reach its size, plus ``L``.
+   Inside the step its bytes served by the last hop leave first, spread over the time
+   that port needs for what it serves (``s_l / u_l``); its cut-through bytes leave from
+   ``max(arrival, t)`` at its allocation raised by the smallest capacity left free on
+   its path (``u_l - s_l/dt - sum of allocations``), at most its line rate.
 """
 
 from __future__ import annotations
@@ -93,8 +99,8 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
     for k in range(n_steps):
         t = k * dt
         active = (arrival < t + dt) & ~done
-        part = np.clip((t + dt - arrival) / dt, 0.0, 1.0)   # released inside the step
-        offered = np.where(active, np.minimum(line_rate * part, remaining / dt), 0.0)
+        live = np.clip((t + dt - arrival) / dt, 0.0, 1.0)
+        offered = np.where(active, np.minimum(line_rate * live, remaining / dt), 0.0)
         usable = cap * (1.0 - pause) if mode == "pfc" else cap.copy()
         served = [np.zeros(len(p)) for p in paths]
         left = [np.zeros(len(p)) for p in paths]
@@ -116,12 +122,16 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
         fresh = np.maximum(usable - s_l / dt, 0.0)
         alloc = np.minimum(progressive_filling(A, fresh, offered)[0], offered)
         load_o = A @ offered
+        held = np.zeros(n_flows)
         for f, p in enumerate(paths):
             ex = (offered[f] - alloc[f]) * dt
             for h, l in enumerate(p):
                 if load_o[l] > fresh[l] * (1 + 1e-6):
-                    left[f][h] += ex
-                    arrived_left[f][h] += ex
+                    if nic[l]:
+                        held[f] += ex
+                    else:
+                        left[f][h] += ex
+                        arrived_left[f][h] += ex
                     break
         x_new = [lf.copy() for lf in left]
         drop_now = np.zeros(n_flows)
@@ -151,16 +161,26 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
             for step, part in ((k + n_w[f], 1 - phi[f]), (k + n_w[f] + 1, phi[f])):
                 pending[(step, f)] = pending.get((step, f), 0.0) + passed_now[f] * part
         deliv_now = np.array([pending.pop((k, f), 0.0) for f in range(n_flows)])
-        sent += offered * dt
-        remaining = np.maximum(remaining - offered * dt + drop_now, 0.0)
+        sent += offered * dt - held
+        remaining = np.maximum(remaining - (offered * dt - held) + drop_now, 0.0)
         dropped += drop_now
         delivered += deliv_now
-        for f in range(n_flows):
+        spare = np.maximum(usable - s_l / dt - A @ alloc, 0.0)
+        for f, p in enumerate(paths):
             if active[f] and passed[f] + passed_now[f] >= size[f] * (1 - 1e-5):
                 need = max(size[f] - passed[f], 0.0)
-                frac = min(need / passed_now[f], 1.0) if passed_now[f] > 0 else 0.0
-                t0 = max(t, arrival[f])          # bytes passed over [t0, t + dt]
-                finish[f] = t0 + (t + dt - t0) * frac + one_way[f]
+                q_f, last = served[f][-1], p[-1]
+                drain = min(s_l[last] / usable[last], dt) if usable[last] > 0 else dt
+                if q_f > 0 and need <= q_f:
+                    t_in = t + drain * need / q_f
+                else:
+                    rate = min(max(alloc[f] + min(spare[l] for l in p), alloc[f]),
+                               max(line_rate[f], alloc[f]))
+                    s0 = min(max(arrival[f], t), t + dt)
+                    t_c = s0 + (need - q_f) / rate if rate > 0 else s0
+                    t_in = max(t + (drain if q_f > 0 else 0.0), t_c)
+                t_in = min(max(t_in, t), t + dt)
+                finish[f] = max(t_in, arrival[f]) + one_way[f]
                 done[f] = True
         passed += passed_now
         if mode == "pfc":
