@@ -1158,8 +1158,10 @@ def _finish_in_step(t, start, need, passed_now, dt, *, queued, drain, cut, cut_r
     ``cut`` bytes crossing cut-through, sent from ``max(start, t)`` at ``cut_rate``:
     the flow's allocation raised by the capacity still free on every hop of its path,
     up to its pacing rate (a flow whose last step is short is not slowed to spread its
-    bytes over the whole step).  Both bounds are exact for a lone flow; with ``dt -> 0``
-    they reduce to the uniform interpolation they replace.
+    bytes over the whole step).  Exact for a lone flow; otherwise the instant differs
+    from a uniform spread of the step's bytes by less than ``dt`` (so both agree as
+    ``dt -> 0``).  The link's other flows are held at their allocations when
+    ``cut_rate`` is raised (an estimate: a FIFO would share the port in proportion).
     """
     got = passed_now > 0
     keep = jnp.where(got, passed_now / jnp.where(got, queued + cut, 1.0), 1.0)
