@@ -904,11 +904,12 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
     served, left, served_l, inflow, carry, _ = lk.serve_through(hops, x, transit, usable, dt,
                                                                 hops.seg)
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
-    sol = solve(inc_k, fresh, offered, iterations=static.solver_iterations)
-    alloc = jnp.minimum(sol.rates, offered)
+    send = _nic_send(static, net.switch, inc_k, fresh, offered)
+    sol = solve(inc_k, fresh, send, iterations=static.solver_iterations)
+    alloc = jnp.minimum(sol.rates, send)
     load_o = inc_k.link_load(offered)
-    place = lk.place_excess(hops, (offered - alloc) * dt, split,
-                            load_o > fresh * (1.0 + 1e-6))
+    place = lk.place_excess(hops, (send - alloc) * dt, split,
+                            _overloaded(net.switch, inc_k.link_load(send), fresh))
     # bytes that arrived at each queue this step and still stand there
     tot = x + inflow
     t_pos = tot > 0
@@ -916,7 +917,35 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
     x_new = left + place
     x_new, dropped = _buffers(static, net, hops, net.switch, x_new, arrived_left, fcp, offered)
     return dict(served=served, x=x_new, alloc=alloc, served_l=served_l,
-                load_o=load_o, dropped=dropped, transit=carry)
+                load_o=load_o, dropped=dropped, transit=carry, send=send)
+
+
+def _nic_send(static, switch, inc, cap, offered):
+    """``[flows]`` rates the host NICs put on the wire: each NIC shares its capacity
+    ``cap`` (``[links]`` or ``[units]``, the capacity left at its port; 0 while paused)
+    max-min among its flows' offers, whatever lies downstream.
+
+    This is the NIC's round-robin among its queue pairs ([HPCC-NS3]
+    ``qbb-net-device.cc`` ``RdmaEgressQueue::GetNextQindex``: every QP with bytes left
+    whose pacing allows a packet gets its turn; the NIC does not know the fabric's
+    state beyond PFC).  What a flow sends beyond its cut-through allocation queues at
+    the first overloaded switch port of its path and takes its place in that FIFO;
+    what it offers beyond its NIC share stays unsent with the sender
+    (:func:`_hold_at_sender`).  Flows whose path starts at no NIC send their offer.
+    A flow is therefore never starved at a NIC because a port downstream is saturated
+    by a standing queue: it joins that queue at its NIC share, as packets do.
+    """
+    on_nic = switch[inc.link_idx] == 0
+    nic_inc = dataclasses.replace(inc, weight=jnp.where(on_nic, inc.weight, 0.0))
+    sol = solve(nic_inc, cap, offered, iterations=static.solver_iterations)
+    return jnp.minimum(sol.rates, offered)
+
+
+def _overloaded(switch, load, fresh):
+    """``[links]`` switch ports whose load exceeds the capacity left (where the excess
+    of :func:`fabric_jax.links.place_excess` waits; a NIC is never one: it sends only
+    its share, :func:`_nic_send`)."""
+    return (load > fresh * (1.0 + 1e-6)) & (switch > 0)
 
 
 def _buffers(static, net, bh, switch, x_new, arrived_left, fcp, offered):
@@ -991,8 +1020,23 @@ def _transmit_classes(static, net, x, transit, ceiling, cap_k, inc_k, split, off
     served, left, served_u, inflow, carry, grant = lk.serve_through(uh, x, transit, grant_of,
                                                                     dt, uh.seg)
     fresh = jnp.maximum(grant - served_u / dt, 0.0)
-    sol = solve(vinc, fresh, offered, iterations=static.solver_iterations)
-    alloc = jnp.minimum(sol.rates, offered)
+    inc2 = Incidence(jnp.concatenate([inc_k.link_idx, n_links + vinc.link_idx]),
+                     jnp.concatenate([inc_k.flow_idx, inc_k.flow_idx]),
+                     jnp.concatenate([inc_k.weight, inc_k.weight]), n_links + n_units,
+                     inc_k.n_flows)
+    switch2 = jnp.concatenate([net.switch, net.uswitch])
+
+    # the NICs' shares of the offers: on the class grants, then on what the grants
+    # leave unused at the NIC port, within each class's ceiling (as pass 2 below)
+    send1 = _nic_send(static, net.uswitch, vinc, fresh, offered)
+    use_u = vinc.link_load(send1)
+    send2 = _nic_send(static, switch2, inc2,
+                      jnp.concatenate([jnp.maximum(cap_k - per_link(served_u / dt + use_u), 0.0),
+                                       jnp.maximum(ceiling - served_u / dt - use_u, 0.0)]),
+                      jnp.maximum(offered - send1, 0.0))
+    send = jnp.minimum(send1 + send2, offered)
+    sol = solve(vinc, fresh, send, iterations=static.solver_iterations)
+    alloc = jnp.minimum(sol.rates, send)
     # pass 2: capacity left unused by the grants, within each class's ceiling
     used_u = served_u / dt + vinc.link_load(alloc)
     spare = jnp.maximum(cap_k - per_link(used_u), 0.0)
@@ -1007,24 +1051,21 @@ def _transmit_classes(static, net, x, transit, ceiling, cap_k, inc_k, split, off
     carry = carry + uh.to_next_hop(jnp.where(uh.last, 0.0, more))
     spare = jnp.maximum(spare - per_link(more_u) / dt, 0.0)
     room = jnp.maximum(room - more_u / dt, 0.0)
-    rest = jnp.maximum(offered - alloc, 0.0)
-    inc2 = Incidence(jnp.concatenate([inc_k.link_idx, n_links + vinc.link_idx]),
-                     jnp.concatenate([inc_k.flow_idx, inc_k.flow_idx]),
-                     jnp.concatenate([inc_k.weight, inc_k.weight]), n_links + n_units,
-                     inc_k.n_flows)
+    rest = jnp.maximum(send - alloc, 0.0)
     sol2 = solve(inc2, jnp.concatenate([spare, room]), rest,
                  iterations=static.solver_iterations)
     alloc = alloc + jnp.minimum(sol2.rates, rest)
-    # the excess waits where its class's offers exceed the class's own grant (with one
-    # active class exactly the single-class rule: offers above the capacity left)
-    place = lk.place_excess(uh, (offered - alloc) * dt, split, load_u > fresh * (1.0 + 1e-6))
+    # the excess waits where its class's sent load exceeds the class's own grant (with
+    # one active class exactly the single-class rule: load above the capacity left)
+    place = lk.place_excess(uh, (send - alloc) * dt, split,
+                            _overloaded(net.uswitch, vinc.link_load(send), fresh))
     tot = x + inflow
     t_pos = tot > 0
     arrived_left = jnp.where(t_pos, inflow * left / jnp.where(t_pos, tot, 1.0), 0.0) + place
     x_new, dropped = _buffers(static, net, uh, net.uswitch, left + place, arrived_left, fcp,
                               offered)
     return dict(served=served, x=x_new, alloc=alloc, served_l=served_u, load_o=per_link(load_u),
-                dropped=dropped, transit=carry, vinc=vinc,
+                dropped=dropped, transit=carry, vinc=vinc, send=send,
                 usable_l=jnp.minimum(cap_k, per_link(ceiling)))
 
 
@@ -1170,7 +1211,11 @@ def _finish_in_step(t, start, need, passed_now, dt, *, queued, drain, cut, cut_r
     t_q = t + drain * jnp.clip(need_a / jnp.where(q_pos, queued, 1.0), 0.0, 1.0)
     r_pos = cut_rate > 0
     s0 = jnp.clip(start, t, t + dt)
-    t_c = s0 + jnp.maximum(need_a - queued, 0.0) / jnp.where(r_pos, cut_rate, jnp.inf)
+    # bytes wanted from the cut-through part: at most what crossed (a need above
+    # ``queued + cut`` is float round-off; with no cut-through bytes the last byte
+    # was a queued one)
+    extra = jnp.clip(need_a - queued, 0.0, cut)
+    t_c = s0 + extra / jnp.where(r_pos, cut_rate, jnp.inf)
     t_in = jnp.where(need_a <= queued, t_q, jnp.maximum(t + jnp.where(q_pos, drain, 0.0), t_c))
     return jnp.clip(t_in, t, t + dt)
 
@@ -1215,11 +1260,11 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     x_new, held = _hold_at_sender(net, tr["x"])
     dropped_now = tr["dropped"] + fault_drop
     discard, rx_phi = _receive(static, net, c, x_new, cap_k, split, tr["served"], tr["alloc"],
-                               offered, dropped_now, dt)
+                               tr["send"], dropped_now, dt)
     transit_new = tr["transit"]
     wire, passed_now, deliv_now, discarded_now = _propagate(
         net, c, tr["served"], tr["alloc"], discard, dt)
-    sent_now = offered * dt - held
+    sent_now = tr["send"] * dt - held
     # accounting: sent = delivered + in flight + queued + dropped + discarded, every step
     stock_old = jnp.sum(c["x"]) + jnp.sum(c["transit"]) + jnp.sum(c["wire"])
     stock_new = jnp.sum(x_new) + jnp.sum(transit_new) + jnp.sum(wire)

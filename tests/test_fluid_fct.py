@@ -84,3 +84,45 @@ def test_short_flow_next_to_hpcc_flows_waits_at_most_its_own_burst():
     assert 0.9 * C < thr.mean() < C                       # ... at about eta C
     extra = float(res.fct[2]) - (5e3 / C + 2 * US)
     assert -1 * US <= extra <= 0.95 * 5e3 / C + 1 * US
+
+
+def test_flow_joining_a_saturated_port_keeps_its_nic_share_in_dt():
+    # Regression (issue 11, dt convergence of compare under RoCE): links 0..2 are host
+    # NICs, 3 and 4 switch ports, PFC on, law "none", 100 Gb/s, 1 us links.  Flows 2
+    # and 3 (1 MB, NICs 1 and 2) build a standing queue at port 3 from t = 0; flow 1
+    # (200 KB, NIC 0) sends into it at line rate; flow 0 (2 MB, NIC 0 -> port 4) joins
+    # its NIC at 10.3 us.  The NIC then gives flow 1 half of its capacity at once
+    # (round-robin among its QPs), whatever lies downstream: flow 1 has sent all its
+    # bytes by 10.3 us + (200 KB - 10.3 us C) / (C/2) = 21.7 us, and they take their
+    # place in port 3's FIFO.  A NIC that only let through what could cross the whole
+    # path cut-through starved flow 1 (port 3's standing queue leaves no capacity to
+    # fresh offers) until flows 2 and 3 finished, ~170 us, and whether a flow had
+    # finished sending before such a starvation began depended on dt (RoCE effective
+    # bandwidth 0.57 at dt = 1 us, 0.31 at 0.25 us).  Flow 1's bytes delivered by 60 us
+    # and every FCT move by at most 3 % when dt is quartered.
+    from fabric_jax import flowcontrol as fcm
+    inc = _paths([[0, 4], [0, 3], [1, 3], [2, 3]], 5)
+    size = np.array([2e6, 200e3, 1e6, 1e6])
+    arrival = np.array([10.3 * US, 0.0, 0.0, 0.0])
+    fcp = fcm.flow_control_params(5, buffer=np.full(5, 300e3), xoff=np.full(5, 200e3),
+                                  xon=np.full(5, 197e3))
+    out = []
+    for dt in (1 * US, 0.25 * US):
+        res = simulate_fluid(inc, np.full(5, C), size, dt=dt, n_steps=int(round(250 * US / dt)),
+                             arrival=arrival, link_latency=np.full(5, 1 * US),
+                             nic_links=np.array([1, 1, 1, 0, 0], bool), flow_control="pfc",
+                             fc_params=fcp, save_every=1)
+        tr = res.trajectory
+        t = np.asarray(tr.t)
+        offer = np.asarray(tr.rate)[:, 1]
+        t_sent = float(t[np.argmax(offer == 0)] - dt)     # end of the last step it offered
+        assert t_sent <= 21.7 * US + 2 * dt
+        assert float(np.max(np.asarray(tr.queue)[:, 3])) > 150e3    # ... into a standing queue
+        deliv60 = float(np.sum(np.asarray(tr.throughput)[t <= 60 * US + 1e-12, 1]) * dt)
+        assert deliv60 > 50e3
+        fct = np.asarray(res.fct, float)
+        assert np.all(np.isfinite(fct))
+        out.append((deliv60, fct))
+    (d0, f0), (d1, f1) = out
+    assert abs(d0 / d1 - 1) <= 0.03
+    np.testing.assert_allclose(f0, f1, rtol=0.03)

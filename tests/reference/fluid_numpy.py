@@ -17,10 +17,12 @@ Per step ``k`` (``t = k dt``):
    in the same step, ``s_l = min(q_l + a_l, u_l dt)``, each entry in proportion to its
    share; links are taken in topological order of the route graph (a link after every
    link that precedes it on some path), so ``a_l`` is known when ``l`` is served;
-4. fresh offers share ``max(u_l - s_l/dt, 0)`` max-min; the rest of each offer waits at
-   the first hop of its path where the offered load exceeds that capacity, unless that
-   hop is a host NIC (``nic``): then it is not sent (the NIC arbitrates among its flows
-   and keeps no backlog; ``sent`` counts only what left the NIC);
+4. each host NIC (``nic``) shares ``max(u_l - s_l/dt, 0)`` max-min among its flows'
+   offers, whatever lies downstream: that is what the flow sends (the rest of its offer
+   is not sent; ``sent`` counts only what left the NIC); the sent rates share
+   ``max(u_l - s_l/dt, 0)`` max-min over the whole path (cut-through), and the rest of
+   each sent rate waits at the first switch port of its path where the sent load
+   exceeds that capacity;
 5. buffers: PFC drops the ingress-pool overflow, ``drop`` the egress overflow at switch
    ports, both from the bytes that arrived in the step and still stand;
 6. bytes through the last hop and cut-through bytes ride the receiver wire for
@@ -120,19 +122,21 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
                 if h + 1 < len(paths[f]):
                     arr[f][h + 1] += served[f][h]
         fresh = np.maximum(usable - s_l / dt, 0.0)
-        alloc = np.minimum(progressive_filling(A, fresh, offered)[0], offered)
-        load_o = A @ offered
-        held = np.zeros(n_flows)
+        # the NICs share their capacity max-min among their flows' offers (a flow
+        # whose path starts at no NIC sends its offer); the rest is not sent
+        send = np.minimum(progressive_filling(A * nic[:, None], fresh, offered)[0], offered)
+        held = offered - send
+        alloc = np.minimum(progressive_filling(A, fresh, send)[0], send)
+        load_s = A @ send
         for f, p in enumerate(paths):
-            ex = (offered[f] - alloc[f]) * dt
+            ex = (send[f] - alloc[f]) * dt
             for h, l in enumerate(p):
-                if load_o[l] > fresh[l] * (1 + 1e-6):
-                    if nic[l]:
-                        held[f] += ex
-                    else:
-                        left[f][h] += ex
-                        arrived_left[f][h] += ex
+                if load_s[l] > fresh[l] * (1 + 1e-6) and not nic[l]:
+                    left[f][h] += ex
+                    arrived_left[f][h] += ex
                     break
+            else:
+                held[f] += ex      # no port downstream took it (round-off): not sent
         x_new = [lf.copy() for lf in left]
         drop_now = np.zeros(n_flows)
         if mode in ("pfc", "drop"):
@@ -161,8 +165,8 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
             for step, part in ((k + n_w[f], 1 - phi[f]), (k + n_w[f] + 1, phi[f])):
                 pending[(step, f)] = pending.get((step, f), 0.0) + passed_now[f] * part
         deliv_now = np.array([pending.pop((k, f), 0.0) for f in range(n_flows)])
-        sent += offered * dt - held
-        remaining = np.maximum(remaining - (offered * dt - held) + drop_now, 0.0)
+        sent += offered * dt - held * dt
+        remaining = np.maximum(remaining - (offered - held) * dt + drop_now, 0.0)
         dropped += drop_now
         delivered += deliv_now
         spare = np.maximum(usable - s_l / dt - A @ alloc, 0.0)
@@ -177,7 +181,8 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
                     rate = min(max(alloc[f] + min(spare[l] for l in p), alloc[f]),
                                max(line_rate[f], alloc[f]))
                     s0 = min(max(arrival[f], t), t + dt)
-                    t_c = s0 + (need - q_f) / rate if rate > 0 else s0
+                    extra = min(need - q_f, alloc[f] * dt)   # above it: round-off
+                    t_c = s0 + extra / rate if rate > 0 else s0
                     t_in = max(t + (drain if q_f > 0 else 0.0), t_c)
                 t_in = min(max(t_in, t), t + dt)
                 finish[f] = max(t_in, arrival[f]) + one_way[f]
