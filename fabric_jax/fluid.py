@@ -33,13 +33,15 @@ One step of length ``dt`` is a short sequence of stages (functions below):
    ``u_l`` (``C_l``, 0 while paused, or the free downstream buffer per ``dt``).
    Queues are served first, standing bytes and bytes arriving from the wire together
    (:func:`fabric_jax.links.serve`: ``s_l = min(q_l + a_l, u_l dt)``, a fluid FIFO);
-   the fresh offers share what is left, ``a = max-min(u - s/dt, demand=o)``
-   (:func:`fabric_jax.fairness.solve`) and cross the fabric cut-through.
-5. **transmit and queue** (``_transmit``): the excess ``(o_f - a_f) dt`` waits at the
-   flow's first hop (in path order) whose link is overloaded by the offers
-   (:func:`fabric_jax.links.place_excess`); when that hop is the sender's NIC, the
-   bytes are not sent at all and stay with the sender (``_hold_at_sender``: the NIC
-   arbitrates among its flows, it keeps no shared backlog).  Buffers: a switch pool above its limit (egress queue for
+   each host NIC sends its max-min share of its flows' offers, ``n = max-min over the
+   NIC ports only (u - s/dt, demand=o)`` (``_nic_send``; the rest of an offer is not
+   sent); the sent rates share what is left on their paths, ``a =
+   max-min(u - s/dt, demand=n)`` (:func:`fabric_jax.fairness.solve`) and cross the
+   fabric cut-through.
+5. **transmit and queue** (``_transmit``): the excess ``(n_f - a_f) dt`` waits at the
+   flow's first switch port (in path order) whose link is overloaded by the sent load
+   (:func:`fabric_jax.links.place_excess`), in that port's FIFO; a NIC keeps no shared
+   backlog (``_hold_at_sender``).  Buffers: a switch pool above its limit (egress queue for
    ``drop``/``trim``; ingress pool, i.e. PFC headroom overflow, for ``pfc``) drops the
    overflow from the step's arrivals; dropped bytes go back to the sender and are
    resent.  Credits never drop.
@@ -70,9 +72,15 @@ queueing delay on the path.  Without ``link_latency`` ``L_f = latency`` (default
 Host NICs (``nic_links``, :func:`fabric_jax.links.nic_links`).  The first hop of a
 flow leaves its host's NIC.  A NIC serves its flows (queue pairs) round-robin and builds
 a packet only when it picks a flow, so it holds no shared FIFO backlog: in each step
-the NIC's capacity is shared max-min among its flows' offers, and what a flow could
-not put through stays unsent in its own send queue (``_hold_at_sender``; ``sent``
-counts only bytes that left the NIC).  Nothing is marked, counted as queueing delay or
+the NIC's capacity is shared max-min among its flows' offers whatever lies downstream
+(``_nic_send``), and what a flow could not put through stays unsent in its own send
+queue (``_hold_at_sender``; ``sent`` counts only bytes that left the NIC).  What it
+sent beyond its cut-through allocation joins the FIFO of the first overloaded switch
+port, so a flow that meets a standing queue downstream is served there in proportion
+to what it sends, never starved at its NIC (until 2026-12-03 the NIC let through only
+what could cross the whole path cut-through, which starved such a flow while other
+NICs' bytes kept the port's queue full, and made RoCE's ``compare`` effective
+bandwidth move from 0.57 to 0.31 when dt went from 1 to 0.25 us).  Nothing is marked, counted as queueing delay or
 telemetry, dropped or trimmed at a NIC; PFC may still pause the NIC (the PAUSE comes
 from the first switch), and the paused flows then send nothing.  Which links are NIC egress: ``nic_links=`` (a ``[links]`` mask or the
 :class:`fabric_jax.Topology`), else derived from the flows' first hops.
@@ -1090,8 +1098,10 @@ def _hold_at_sender(net, x):
     queues are arbitrated the same way).  So a flow starting on a busy NIC gets its
     share of the NIC at once instead of waiting behind the bytes the other flows
     could not send: the step's max-min share of the NIC among the offers
-    (:func:`_transmit`) is that arbitration, and what exceeds it was never sent.
+    (:func:`_nic_send`) is that arbitration, and what exceeds it was never sent.
     Bytes that wait downstream (a switch egress queue) were sent and stay queued.
+    ``x`` holds bytes at a NIC hop only where no switch port downstream took a sent
+    excess (float round-off in the solve); they are returned here too.
     """
     hops = net.hops
     at_nic = hops.valid & (hops.gather(net.switch, 1.0) == 0)
