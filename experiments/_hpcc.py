@@ -33,6 +33,7 @@ import numpy as np
 import fabric_jax as fj
 from fabric_jax import cc
 from fabric_jax.routing import ecmp_choice
+from fabric_jax.units import gbps
 
 #: Laws of the paper's comparison; the others run as extra rows.
 PAPER_LAWS = ("dcqcn", "hpcc")
@@ -42,8 +43,8 @@ def law_params(name: str, link_gbps: float):
     """Parameters of law ``name`` for NICs of ``link_gbps`` (see the module docstring)."""
     if name == "dcqcn":
         return cc.dcqcn_params("hpcc_ns3", link_gbps=link_gbps)
-    if name == "hpcc":
-        return cc.hpcc_params(link_gbps=link_gbps)
+    if name == "hpcc":  # [HPCC-NS3] run.py: rate AI = 10 Mb/s x bw / 25 Gb/s
+        return cc.hpcc_params(link_gbps=link_gbps, r_ai=gbps(0.010 * link_gbps / 25.0))
     if name not in cc.LAWS:
         raise ValueError(f"--cc: unknown law {name!r}; known: {sorted(cc.LAWS)}")
     build = cc.LAWS[name].default_params

@@ -33,12 +33,15 @@ One step of length ``dt`` is a short sequence of stages (functions below):
    ``u_l`` (``C_l``, 0 while paused, or the free downstream buffer per ``dt``).
    Queues are served first, standing bytes and bytes arriving from the wire together
    (:func:`fabric_jax.links.serve`: ``s_l = min(q_l + a_l, u_l dt)``, a fluid FIFO);
-   the fresh offers share what is left, ``a = max-min(u - s/dt, demand=o)``
-   (:func:`fabric_jax.fairness.solve`) and cross the fabric cut-through.
-5. **transmit and queue** (``_transmit``): the excess ``(o_f - a_f) dt`` waits at the
-   flow's first hop (in path order) whose link is overloaded by the offers
-   (:func:`fabric_jax.links.place_excess`); when that is the flow's first hop, in the
-   sender's NIC.  Buffers: a switch pool above its limit (egress queue for
+   each host NIC sends its max-min share of its flows' offers, ``n = max-min over the
+   NIC ports only (u - s/dt, demand=o)`` (``_nic_send``; the rest of an offer is not
+   sent); the sent rates share what is left on their paths, ``a =
+   max-min(u - s/dt, demand=n)`` (:func:`fabric_jax.fairness.solve`) and cross the
+   fabric cut-through.
+5. **transmit and queue** (``_transmit``): the excess ``(n_f - a_f) dt`` waits at the
+   flow's first switch port (in path order) whose link is overloaded by the sent load
+   (:func:`fabric_jax.links.place_excess`), in that port's FIFO; a NIC keeps no shared
+   backlog (``_hold_at_sender``).  Buffers: a switch pool above its limit (egress queue for
    ``drop``/``trim``; ingress pool, i.e. PFC headroom overflow, for ``pfc``) drops the
    overflow from the step's arrivals; dropped bytes go back to the sender and are
    resent.  Credits never drop.
@@ -67,16 +70,29 @@ defaults to ``max(2 L_f, dt)`` and is the feedback delay; the RTT signal adds th
 queueing delay on the path.  Without ``link_latency`` ``L_f = latency`` (default 0).
 
 Host NICs (``nic_links``, :func:`fabric_jax.links.nic_links`).  The first hop of a
-flow leaves its host's NIC; a backlog there is the sender's send buffer, bounded by
-the sender's rate.  It is never marked, never counts as queueing delay or telemetry,
-and is never dropped or trimmed; PFC may still pause the NIC (the PAUSE comes from the
-first switch).  Which links are NIC egress: ``nic_links=`` (a ``[links]`` mask or the
+flow leaves its host's NIC.  A NIC serves its flows (queue pairs) round-robin and builds
+a packet only when it picks a flow, so it holds no shared FIFO backlog: in each step
+the NIC's capacity is shared max-min among its flows' offers whatever lies downstream
+(``_nic_send``), and what a flow could not put through stays unsent in its own send
+queue (``_hold_at_sender``; ``sent`` counts only bytes that left the NIC).  What it
+sent beyond its cut-through allocation joins the FIFO of the first overloaded switch
+port, so a flow that meets a standing queue downstream is served there in proportion
+to what it sends, never starved at its NIC (until 2026-12-03 the NIC let through only
+what could cross the whole path cut-through, which starved such a flow while other
+NICs' bytes kept the port's queue full, and made RoCE's ``compare`` effective
+bandwidth move from 0.57 to 0.31 when dt went from 1 to 0.25 us).  Nothing is marked, counted as queueing delay or
+telemetry, dropped or trimmed at a NIC; PFC may still pause the NIC (the PAUSE comes
+from the first switch), and the paused flows then send nothing.  Which links are NIC egress: ``nic_links=`` (a ``[links]`` mask or the
 :class:`fabric_jax.Topology`), else derived from the flows' first hops.
 
 Accounting (checked each step): ``sent = delivered + in_flight + queued + dropped +
 discarded`` exactly up to float round-off (``FluidInfo.max_residual``).  A flow finishes when its
-last byte has passed its last queue, at the time interpolated inside the step, plus
-``L_f``; ``delivered`` counts what has arrived at the receiver (it lags by ``L_f``).
+last byte has passed its last queue, plus ``L_f``; inside the step, queued bytes leave
+first (while the last port drains what it serves) and cut-through bytes at the flow's
+pacing rate where the path has room (``_finish_in_step``), so a flow shorter than
+``dt`` is not stretched to a whole step.  A flow released inside a step offers only for
+the part of the step after its release.  ``delivered`` counts what has arrived at the
+receiver (it lags by ``L_f``).
 
 Approximations, stated (see also :mod:`fabric_jax.links`): the fabric is simulated in
 the frame of each flow's wave front (the path latency delays delivery and feedback,
@@ -257,8 +273,8 @@ class FluidResult:
       sent: ``[flows]`` bytes put on the wire (including resent bytes).
       delivered: ``[flows]`` bytes that reached the receiver (goodput).
       dropped: ``[flows]`` bytes dropped or trimmed.
-      queued: ``[flows]`` bytes standing in queues at the end (the NIC send buffer
-        included).
+      queued: ``[flows]`` bytes standing in switch queues at the end (bytes a NIC
+        could not send stay unsent, in ``size - sent``).
       in_flight: ``[flows]`` bytes on the wire at the end (``sent = delivered +
         in_flight + queued + dropped + discarded``).
       link_queue: ``[links]`` egress queues at the end, bytes.
@@ -850,8 +866,10 @@ def _hop_count(hops):
 
 
 def _offer(static, net, c, t, start, started, active, stranded, params, smooth, dt):
-    """Senders: delayed feedback -> law step -> offered rates ``[flows]``.  A flow
-    released inside the step sends for the part of the step after its release."""
+    """Senders: delayed feedback -> law step -> offered rates ``[flows]``.
+
+    A flow released inside the step sends only after its release: its offer is scaled
+    by the part of the step it is active, ``(t + dt - start) / dt``."""
     law = static.law
     k, ring, ring_len = c["k"], c["ring"], static.shape.ring_len
     ar = jnp.arange(net.line_rate.shape[0])
@@ -875,8 +893,8 @@ def _offer(static, net, c, t, start, started, active, stranded, params, smooth, 
         s = started.reshape(started.shape + (1,) * (jnp.ndim(a) - 1))
         return jnp.where(s, a, b)
     law_state = jax.tree_util.tree_map(pick, law_state, law0)
-    part = jnp.clip((t + dt - start) / dt, 0.0, 1.0)    # < 1 only in the first step
-    offered = jnp.minimum(jnp.minimum(law_state.rate, net.line_rate) * part,
+    live = jnp.clip((t + dt - jnp.where(started, start, t)) / dt, 0.0, 1.0)
+    offered = jnp.minimum(jnp.minimum(law_state.rate, net.line_rate) * live,
                           c["remaining"] / dt)
     offered = jnp.where(active & ~stranded, jnp.maximum(offered, 0.0), 0.0)
     return law_state, offered
@@ -894,11 +912,12 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
     served, left, served_l, inflow, carry, _ = lk.serve_through(hops, x, transit, usable, dt,
                                                                 hops.seg)
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
-    sol = solve(inc_k, fresh, offered, iterations=static.solver_iterations)
-    alloc = jnp.minimum(sol.rates, offered)
+    send = _nic_send(static, net.switch, inc_k, fresh, offered)
+    sol = solve(inc_k, fresh, send, iterations=static.solver_iterations)
+    alloc = jnp.minimum(sol.rates, send)
     load_o = inc_k.link_load(offered)
-    place = lk.place_excess(hops, (offered - alloc) * dt, split,
-                            load_o > fresh * (1.0 + 1e-6))
+    place = lk.place_excess(hops, (send - alloc) * dt, split,
+                            _overloaded(net.switch, inc_k.link_load(send), fresh))
     # bytes that arrived at each queue this step and still stand there
     tot = x + inflow
     t_pos = tot > 0
@@ -906,7 +925,35 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
     x_new = left + place
     x_new, dropped = _buffers(static, net, hops, net.switch, x_new, arrived_left, fcp, offered)
     return dict(served=served, x=x_new, alloc=alloc, served_l=served_l,
-                load_o=load_o, dropped=dropped, transit=carry)
+                load_o=load_o, dropped=dropped, transit=carry, send=send)
+
+
+def _nic_send(static, switch, inc, cap, offered):
+    """``[flows]`` rates the host NICs put on the wire: each NIC shares its capacity
+    ``cap`` (``[links]`` or ``[units]``, the capacity left at its port; 0 while paused)
+    max-min among its flows' offers, whatever lies downstream.
+
+    This is the NIC's round-robin among its queue pairs ([HPCC-NS3]
+    ``qbb-net-device.cc`` ``RdmaEgressQueue::GetNextQindex``: every QP with bytes left
+    whose pacing allows a packet gets its turn; the NIC does not know the fabric's
+    state beyond PFC).  What a flow sends beyond its cut-through allocation queues at
+    the first overloaded switch port of its path and takes its place in that FIFO;
+    what it offers beyond its NIC share stays unsent with the sender
+    (:func:`_hold_at_sender`).  Flows whose path starts at no NIC send their offer.
+    A flow is therefore never starved at a NIC because a port downstream is saturated
+    by a standing queue: it joins that queue at its NIC share, as packets do.
+    """
+    on_nic = switch[inc.link_idx] == 0
+    nic_inc = dataclasses.replace(inc, weight=jnp.where(on_nic, inc.weight, 0.0))
+    sol = solve(nic_inc, cap, offered, iterations=static.solver_iterations)
+    return jnp.minimum(sol.rates, offered)
+
+
+def _overloaded(switch, load, fresh):
+    """``[links]`` switch ports whose load exceeds the capacity left (where the excess
+    of :func:`fabric_jax.links.place_excess` waits; a NIC is never one: it sends only
+    its share, :func:`_nic_send`)."""
+    return (load > fresh * (1.0 + 1e-6)) & (switch > 0)
 
 
 def _buffers(static, net, bh, switch, x_new, arrived_left, fcp, offered):
@@ -981,8 +1028,23 @@ def _transmit_classes(static, net, x, transit, ceiling, cap_k, inc_k, split, off
     served, left, served_u, inflow, carry, grant = lk.serve_through(uh, x, transit, grant_of,
                                                                     dt, uh.seg)
     fresh = jnp.maximum(grant - served_u / dt, 0.0)
-    sol = solve(vinc, fresh, offered, iterations=static.solver_iterations)
-    alloc = jnp.minimum(sol.rates, offered)
+    inc2 = Incidence(jnp.concatenate([inc_k.link_idx, n_links + vinc.link_idx]),
+                     jnp.concatenate([inc_k.flow_idx, inc_k.flow_idx]),
+                     jnp.concatenate([inc_k.weight, inc_k.weight]), n_links + n_units,
+                     inc_k.n_flows)
+    switch2 = jnp.concatenate([net.switch, net.uswitch])
+
+    # the NICs' shares of the offers: on the class grants, then on what the grants
+    # leave unused at the NIC port, within each class's ceiling (as pass 2 below)
+    send1 = _nic_send(static, net.uswitch, vinc, fresh, offered)
+    use_u = vinc.link_load(send1)
+    send2 = _nic_send(static, switch2, inc2,
+                      jnp.concatenate([jnp.maximum(cap_k - per_link(served_u / dt + use_u), 0.0),
+                                       jnp.maximum(ceiling - served_u / dt - use_u, 0.0)]),
+                      jnp.maximum(offered - send1, 0.0))
+    send = jnp.minimum(send1 + send2, offered)
+    sol = solve(vinc, fresh, send, iterations=static.solver_iterations)
+    alloc = jnp.minimum(sol.rates, send)
     # pass 2: capacity left unused by the grants, within each class's ceiling
     used_u = served_u / dt + vinc.link_load(alloc)
     spare = jnp.maximum(cap_k - per_link(used_u), 0.0)
@@ -997,24 +1059,21 @@ def _transmit_classes(static, net, x, transit, ceiling, cap_k, inc_k, split, off
     carry = carry + uh.to_next_hop(jnp.where(uh.last, 0.0, more))
     spare = jnp.maximum(spare - per_link(more_u) / dt, 0.0)
     room = jnp.maximum(room - more_u / dt, 0.0)
-    rest = jnp.maximum(offered - alloc, 0.0)
-    inc2 = Incidence(jnp.concatenate([inc_k.link_idx, n_links + vinc.link_idx]),
-                     jnp.concatenate([inc_k.flow_idx, inc_k.flow_idx]),
-                     jnp.concatenate([inc_k.weight, inc_k.weight]), n_links + n_units,
-                     inc_k.n_flows)
+    rest = jnp.maximum(send - alloc, 0.0)
     sol2 = solve(inc2, jnp.concatenate([spare, room]), rest,
                  iterations=static.solver_iterations)
     alloc = alloc + jnp.minimum(sol2.rates, rest)
-    # the excess waits where its class's offers exceed the class's own grant (with one
-    # active class exactly the single-class rule: offers above the capacity left)
-    place = lk.place_excess(uh, (offered - alloc) * dt, split, load_u > fresh * (1.0 + 1e-6))
+    # the excess waits where its class's sent load exceeds the class's own grant (with
+    # one active class exactly the single-class rule: load above the capacity left)
+    place = lk.place_excess(uh, (send - alloc) * dt, split,
+                            _overloaded(net.uswitch, vinc.link_load(send), fresh))
     tot = x + inflow
     t_pos = tot > 0
     arrived_left = jnp.where(t_pos, inflow * left / jnp.where(t_pos, tot, 1.0), 0.0) + place
     x_new, dropped = _buffers(static, net, uh, net.uswitch, left + place, arrived_left, fcp,
                               offered)
     return dict(served=served, x=x_new, alloc=alloc, served_l=served_u, load_o=per_link(load_u),
-                dropped=dropped, transit=carry, vinc=vinc,
+                dropped=dropped, transit=carry, vinc=vinc, send=send,
                 usable_l=jnp.minimum(cap_k, per_link(ceiling)))
 
 
@@ -1025,6 +1084,29 @@ def _shared_params(static, net, fcp, pool):
         return fcp
     free = fcm.free_buffer(pool, net.sb_ingress, net.sb_size)
     return fcm.dynamic_params(static.fc, free, net.sb_ingress, net.sb_alpha, net.sb_headroom)
+
+
+def _hold_at_sender(net, x):
+    """Host NICs hold no shared backlog: the bytes a flow could not put through its
+    NIC in the step stay in its own send queue, unsent (``(x, held)``: ``x`` without
+    them, ``held`` ``[flows]`` bytes returned to the sender).
+
+    A NIC serves its flows per queue pair, round-robin among the QPs that have bytes
+    left and whose pacing (rate) or window allows a packet, and builds each packet
+    only when it picks that QP ([HPCC-NS3] ``qbb-net-device.cc``
+    ``RdmaEgressQueue::GetNextQindex`` / ``DequeueAndTransmit``; NVIDIA ConnectX send
+    queues are arbitrated the same way).  So a flow starting on a busy NIC gets its
+    share of the NIC at once instead of waiting behind the bytes the other flows
+    could not send: the step's max-min share of the NIC among the offers
+    (:func:`_nic_send`) is that arbitration, and what exceeds it was never sent.
+    Bytes that wait downstream (a switch egress queue) were sent and stay queued.
+    ``x`` holds bytes at a NIC hop only where no switch port downstream took a sent
+    excess (float round-off in the solve); they are returned here too.
+    """
+    hops = net.hops
+    at_nic = hops.valid & (hops.gather(net.switch, 1.0) == 0)
+    held = jnp.sum(jnp.where(at_nic, x, 0.0), axis=1)
+    return jnp.where(at_nic, 0.0, x), held
 
 
 def _propagate(net, c, served, alloc, discard, dt):
@@ -1103,21 +1185,63 @@ def _emit_signals(static, net, c, x, cap_k, usable, served_l, inc_k, alloc, spli
     return ring, mark_l, p_path
 
 
-def _complete(net, c, t, start, active, passed_now, dt):
-    """Flows whose last byte passed its last queue this step: finish time (interpolated
-    inside the step, plus the one-way latency)."""
+def _complete(net, c, t, start, active, passed_now, last, dt):
+    """Flows whose last byte passed its last queue this step, and their finish time:
+    the instant inside the step (:func:`_finish_in_step`) plus the one-way latency."""
     size = net.flows["size"]
     passed = c["passed"] + passed_now
     completes = active & (passed >= size * (1.0 - COMPLETION_RTOL.get(np.dtype(size.dtype), 3e-5)))
     need = jnp.maximum(size - c["passed"], 0.0)
-    got = passed_now > 0
-    tfrac = jnp.clip(jnp.where(got, need / jnp.where(got, passed_now, 1.0), 0.0), 0.0, 1.0)
-    # The step's bytes passed uniformly over the part of the step after the release
-    # (the whole step after the first); a zero-byte flow completes at its release.
-    t0 = jnp.maximum(t, start)
-    finish = jnp.where(completes, t0 + jnp.maximum(t + dt - t0, 0.0) * tfrac + net.one_way,
-                       c["finish"])
+    t_in = _finish_in_step(t, start, need, passed_now, dt, **last)
+    # A flow never finishes before it starts (a zero-byte flow released inside the
+    # step completes at its release time).
+    finish = jnp.where(completes, jnp.maximum(t_in, start) + net.one_way, c["finish"])
     return passed, completes, finish
+
+
+def _finish_in_step(t, start, need, passed_now, dt, *, queued, drain, cut, cut_rate):
+    """When inside the step ``[t, t + dt]`` a flow's last ``need`` bytes pass.
+
+    The step moves two kinds of bytes past a flow's last queue (``passed_now`` of them
+    after receiver discards): ``queued`` ``[flows]`` bytes served by its last hop,
+    which a FIFO port sends first, during the ``drain`` ``[flows]`` seconds it takes to
+    serve what it serves this step (``s_l / u_l``), interleaved in proportion; and
+    ``cut`` bytes crossing cut-through, sent from ``max(start, t)`` at ``cut_rate``:
+    the flow's allocation raised by the capacity still free on every hop of its path,
+    up to its pacing rate (a flow whose last step is short is not slowed to spread its
+    bytes over the whole step).  Exact for a lone flow; otherwise the instant differs
+    from a uniform spread of the step's bytes by less than ``dt`` (so both agree as
+    ``dt -> 0``).  The link's other flows are held at their allocations when
+    ``cut_rate`` is raised (an estimate: a FIFO would share the port in proportion).
+    """
+    got = passed_now > 0
+    keep = jnp.where(got, passed_now / jnp.where(got, queued + cut, 1.0), 1.0)
+    need_a = need / jnp.where(keep > 0, keep, 1.0)          # in bytes before discards
+    q_pos = queued > 0
+    t_q = t + drain * jnp.clip(need_a / jnp.where(q_pos, queued, 1.0), 0.0, 1.0)
+    r_pos = cut_rate > 0
+    s0 = jnp.clip(start, t, t + dt)
+    # bytes wanted from the cut-through part: at most what crossed (a need above
+    # ``queued + cut`` is float round-off; with no cut-through bytes the last byte
+    # was a queued one)
+    extra = jnp.clip(need_a - queued, 0.0, cut)
+    t_c = s0 + extra / jnp.where(r_pos, cut_rate, jnp.inf)
+    t_in = jnp.where(need_a <= queued, t_q, jnp.maximum(t + jnp.where(q_pos, drain, 0.0), t_c))
+    return jnp.clip(t_in, t, t + dt)
+
+
+def _last_bytes(net, served, served_l, usable, inc_k, alloc, pace, dt):
+    """The per-flow inputs of :func:`_finish_in_step` from the step's transmit stage."""
+    hops = net.hops
+    u_pos = usable > 0
+    drain_l = jnp.where(u_pos, jnp.minimum(served_l / jnp.where(u_pos, usable, 1.0), dt), dt)
+    last_served = jnp.where(hops.last, served, 0.0)
+    drain = jnp.max(jnp.where(last_served > 0, hops.gather(drain_l), 0.0), axis=1)
+    spare_l = jnp.maximum(usable - served_l / dt - inc_k.link_load(alloc), 0.0)
+    spare = jnp.min(jnp.where(hops.valid, hops.gather(spare_l), jnp.inf), axis=1)
+    cut_rate = jnp.clip(alloc + spare, alloc, jnp.maximum(pace, alloc))
+    return dict(queued=jnp.sum(last_served, axis=1), drain=drain, cut=alloc * dt,
+                cut_rate=cut_rate)
 
 
 def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
@@ -1143,24 +1267,27 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
         sig_net = dataclasses.replace(net, hops=uh, switch=net.uswitch)
         sig_inc, usable_l = tr["vinc"], tr["usable_l"]
         sig_params = _per_unit_params(params, hops.n_links, n_cls)
-    x_new = tr["x"]
+    x_new, held = _hold_at_sender(net, tr["x"])
     dropped_now = tr["dropped"] + fault_drop
     discard, rx_phi = _receive(static, net, c, x_new, cap_k, split, tr["served"], tr["alloc"],
-                               offered, dropped_now, dt)
+                               tr["send"], dropped_now, dt)
     transit_new = tr["transit"]
     wire, passed_now, deliv_now, discarded_now = _propagate(
         net, c, tr["served"], tr["alloc"], discard, dt)
-    sent_now = offered * dt
+    sent_now = tr["send"] * dt - held
     # accounting: sent = delivered + in flight + queued + dropped + discarded, every step
     stock_old = jnp.sum(c["x"]) + jnp.sum(c["transit"]) + jnp.sum(c["wire"])
     stock_new = jnp.sum(x_new) + jnp.sum(transit_new) + jnp.sum(wire)
     residual = jnp.abs(jnp.sum(sent_now) - jnp.sum(deliv_now) - (stock_new - stock_old)
                        - jnp.sum(dropped_now) - jnp.sum(discarded_now))
-    passed, completes, finish = _complete(net, c, t, start, active, passed_now, dt)
+    # per queue (link, or link x class): a flow drains through its own class's queue
+    last = _last_bytes(sig_net, tr["served"], tr["served_l"], usable, sig_inc, tr["alloc"],
+                       jnp.minimum(law_state.rate, net.line_rate), dt)
+    passed, completes, finish = _complete(net, c, t, start, active, passed_now, last, dt)
     ring, mark_l, p_path = _emit_signals(static, sig_net, c, x_new, cap_u, usable,
-                                         tr["served_l"], sig_inc, tr["alloc"], split, offered,
-                                         dropped_now, active & ~completes, sig_params, fcp_k,
-                                         smooth, dt)
+                                         tr["served_l"], sig_inc, tr["alloc"], split,
+                                         sent_now / dt, dropped_now, active & ~completes,
+                                         sig_params, fcp_k, smooth, dt)
     if n_cls > 1:  # routing sees a link's worst class
         mark_l = jnp.max(mark_l.reshape(hops.n_links, n_cls), axis=1)
     # react: flow control sees the new ingress pools

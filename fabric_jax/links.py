@@ -31,10 +31,11 @@ session of 2026-12-03 such a byte reached the next hop one step later, which add
 to ``(hops - 1) dt`` to every queued byte's path and made 20-40 us phases move by
 10-16 % when ``dt`` was quartered, see ``experiments/convergence.py``).
 
-Host-NIC egress links (``nic``): the first hop of a flow leaves its host.  A backlog
-there is the sender's send buffer, limited by the sender's rate or window; no switch
-port sees it, so it is never marked, never counts as queueing delay or in-band
-telemetry and is never dropped or trimmed (:func:`nic_links`).
+Host-NIC egress links (``nic``): the first hop of a flow leaves its host.  The NIC
+arbitrates among its flows and keeps no shared backlog: what a flow cannot put
+through its NIC stays unsent with the sender (``fabric_jax.fluid._hold_at_sender``),
+so a NIC hop never holds queued bytes, and nothing there is marked, counted as
+queueing delay or in-band telemetry, dropped or trimmed (:func:`nic_links`).
 """
 
 from __future__ import annotations

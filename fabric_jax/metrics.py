@@ -3,8 +3,8 @@
 Units: sizes in bytes, times in seconds, rates in bytes per second, prices in dollars.
 Every function is pure ``jax.numpy`` and accepts NumPy or JAX arrays (they broadcast),
 so it composes with ``jit``/``vmap``/``grad``; the exceptions are :func:`by_size_bucket`
-(host-side NumPy, variable-size output) and the host-side argument checks, which run
-only on concrete (non-traced) inputs.
+and :func:`size_buckets` (host-side NumPy, variable-size output) and the host-side
+argument checks, which run only on concrete (non-traced) inputs.
 
 Flow completion
     A flow alone on an empty fabric completes in
@@ -12,7 +12,9 @@ Flow completion
     ``fct / ideal_fct`` (>= 1 for a correct simulator, 1 = no interference). This is
     the FCT slowdown of pFabric (Alizadeh et al., SIGCOMM 2013) and HPCC (Li et al.,
     SIGCOMM 2019). Tails are reported as percentiles (:func:`percentiles`), usually per
-    size bucket (:func:`by_size_bucket`), since short and long flows suffer differently.
+    size bucket, since short and long flows suffer differently: fixed byte edges
+    (:func:`by_size_bucket`) or, as the HPCC paper's Fig. 11 x-axis, equal-count
+    buckets of the flows sorted by size (:func:`size_buckets`).
 
 Collectives
     A collective's completion time is the last finish minus the first *start* of its
@@ -68,6 +70,7 @@ __all__ = [
     "slowdown",
     "percentiles",
     "by_size_bucket",
+    "size_buckets",
     "collective_completion_time",
     "collective_ideal_time",
     "collective_effective_bandwidth",
@@ -287,6 +290,54 @@ def by_size_bucket(values, size, edges: Sequence[float] = DEFAULT_SIZE_EDGES,
         pct = (np.percentile(members, qs) if members.size else np.full(len(qs), np.nan))
         entry.update({_quantile_key(q): float(p) for q, p in zip(qs, pct)})
         out[f"[{_format_bytes(lo)}, {_format_bytes(hi)})"] = entry
+    return out
+
+
+def size_buckets(values, size, n_buckets: int = 20,
+                 qs: Sequence[float] = (50.0, 95.0, 99.0)) -> list[dict[str, Any]]:
+    """Flows sorted by size into ``n_buckets`` equal-count buckets; percentiles of each
+    (host-side NumPy).
+
+    The x-axis of the HPCC paper's FCT figures (Li et al., SIGCOMM 2019, Fig. 11: each
+    tick a bucket of 5 % of the flows, labelled by its largest size).  Bucket sizes
+    differ by at most one flow (``numpy.array_split`` of the size order; ties in size
+    are ordered by index).
+
+    Args:
+      values: ``[flows]`` per-flow values (e.g. FCT slowdown), finite.
+      size: ``[flows]`` flow sizes, bytes.
+      n_buckets: number of buckets (an integer >= 1, at most the number of flows).
+      qs: percentiles in [0, 100] (keys as in :func:`percentiles`).
+
+    Returns:
+      ``[{"size_max_bytes", "n_flows", "p50", "p95", "p99"}, ...]`` in increasing size.
+
+    Raises:
+      ValueError: shapes differ, ``n_buckets`` not a positive integer, fewer flows than
+        buckets, or non-finite values.
+    """
+    sd = np.asarray(values, float).ravel()
+    sz = np.asarray(size, float).ravel()
+    if sd.shape != sz.shape:
+        raise ValueError(f"values and size must have the same [flows] shape; got "
+                         f"{sd.shape} and {sz.shape}")
+    if isinstance(n_buckets, bool) or not isinstance(n_buckets, (int, np.integer)) \
+            or n_buckets < 1:
+        raise ValueError(f"n_buckets must be an integer >= 1; got {n_buckets!r}")
+    if sd.size < n_buckets:
+        raise ValueError(f"{sd.size} flows cannot fill {n_buckets} buckets; simulate a "
+                         "longer window or use fewer buckets")
+    if not np.all(np.isfinite(sd)):
+        raise ValueError("values must be finite (leave unfinished flows out or bound them)")
+    qs = tuple(float(q) for q in qs)
+    order = np.argsort(sz, kind="stable")
+    out = []
+    for idx in np.array_split(order, n_buckets):
+        entry: dict[str, Any] = {"size_max_bytes": float(sz[idx].max()),
+                                 "n_flows": int(idx.size)}
+        entry.update({_quantile_key(q): float(p)
+                      for q, p in zip(qs, np.percentile(sd[idx], qs))})
+        out.append(entry)
     return out
 
 

@@ -291,8 +291,8 @@ def test_ibcc_with_credits_lone_flow_reaches_line_rate():
 
 
 def test_ibcc_nic_backlog_is_not_a_congested_switch_port():
-    # Three flows from one HCA offer 3x its line rate: the excess waits in the NIC's own
-    # egress queue (link 0).  Switches set FECN, HCAs do not: with the switch-port mask,
+    # Three flows from one HCA offer 3x its line rate: the HCA shares its link among
+    # them and the excess stays unsent.  Switches set FECN, HCAs do not: with the switch-port mask,
     # and also without it (the fluid loop derives the host-NIC egress from the flows'
     # first hops and never marks it), the CCTI stays 0 and the NIC link stays full
     # (the three flows share it max-min).  Bytes drained from the NIC backlog are in

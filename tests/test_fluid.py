@@ -230,9 +230,10 @@ def test_fair_share_on_nonblocking_fabric_no_marks_pauses_or_queue(law):
 def test_nic_backlog_is_never_marked_nor_a_phantom_queue_downstream(law):
     # Two flows from one host (one 40 Gb/s NIC, link 0) to two receivers over 2-hop
     # paths (links 1 and 2 at 40 Gb/s).  Both offer line rate: the NIC is the
-    # bottleneck, its backlog is the send buffer.  No mark, no queueing delay, no
-    # drop (drop mode, tiny buffer); the switch ports downstream of the backlog carry
-    # C/2 each and never hold a standing queue.
+    # bottleneck and shares itself between them; what it cannot send stays with the
+    # senders (no NIC queue).  No mark, no queueing delay, no drop (drop mode, tiny
+    # buffer); the NIC stays full and the switch ports downstream carry C/2 each and
+    # never hold a standing queue.
     inc = Incidence.from_coo(np.array([0, 1, 0, 2]), np.array([0, 0, 1, 1]), n_links=3,
                              n_flows=2)
     cap = np.full(3, C)
@@ -240,7 +241,14 @@ def test_nic_backlog_is_never_marked_nor_a_phantom_queue_downstream(law):
                          flow_control="drop", buffer=5e3, save_every=1,
                          link_latency=np.full(3, 1 * US), line_rate=np.full(2, C))
     q = np.asarray(res.trajectory.queue)
-    assert q[:, 0].max() > 50e3                             # a real NIC backlog
+    tr = res.trajectory
+    assert float(np.max(np.asarray(tr.rate)[5:].sum(axis=1))) > 1.5 * C   # NIC oversubscribed
+    thr = np.asarray(tr.throughput)[20:100]
+    np.testing.assert_allclose(thr.sum(axis=1), C, rtol=1e-3)            # ... and kept full
+    np.testing.assert_allclose(thr[:, 0], thr[:, 1], rtol=1e-3)          # shared fairly
+    assert float(np.max(q[:, 0])) == 0.0                                 # no NIC backlog
+    np.testing.assert_allclose(np.asarray(res.sent), np.asarray(res.delivered + res.in_flight),
+                               rtol=1e-5)                               # unsent stays home
     assert float(np.max(np.asarray(res.trajectory.mark))) == 0.0
     assert float(np.max(q[:, 1:])) == 0.0
     assert float(np.sum(res.dropped)) == 0.0

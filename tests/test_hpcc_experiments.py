@@ -58,19 +58,48 @@ def test_incast_rejects_unknown_law():
 
 
 def test_size_buckets_equal_count_and_percentiles():
-    mod = _load("hpcc_fct")
+    from fabric_jax.metrics import size_buckets
     rng = np.random.default_rng(0)
     size = rng.permutation(np.arange(1, 101, dtype=float) * 1e3)
     sd = size / 1e3  # slowdown = size in KB, so bucket i holds 5i+1 .. 5i+5
-    b = mod.size_buckets(sd, size, 20)
+    b = size_buckets(sd, size, 20)
     assert len(b) == 20 and all(x["n_flows"] == 5 for x in b)
     assert [x["size_max_bytes"] for x in b] == [5e3 * (i + 1) for i in range(20)]
     assert b[0]["p50"] == 3.0 and b[19]["p50"] == 98.0
     assert b[3]["p99"] == pytest.approx(np.percentile([16, 17, 18, 19, 20], 99))
     with pytest.raises(ValueError, match="buckets"):
-        mod.size_buckets(sd[:10], size[:10], 20)
+        size_buckets(sd[:10], size[:10], 20)
     with pytest.raises(ValueError, match="finite"):
-        mod.size_buckets(np.full(40, np.inf), np.ones(40), 20)
+        size_buckets(np.full(40, np.inf), np.ones(40), 20)
+
+
+def test_paper_slowdown_is_the_ns3_definition():
+    # [HPCC-NS3] third.cc qp_finish: standalone FCT = base RTT + size / bw, FCT measured
+    # at the sender (last ACK).  A 5 KB flow over 6 hops of 1 us at 100 Gb/s: alone it
+    # takes 0.4 us + 6 us to reach the receiver (fluid FCT), slowdown exactly 1; 10 us
+    # of queueing on the way gives (16.4 + 6) / (0.4 + 12) = 1.806.
+    mod = _load("hpcc_fct")
+    line, lat = 12.5e9, np.array([6e-6, 6e-6, 2e-6])
+    size = np.array([5e3, 5e3, 1e6])
+    fct = np.array([0.4e-6 + 6e-6, 16.4e-6, 1e6 / line + 2e-6 - 1e-7])
+    sd = mod.paper_slowdown(fct, size, line, lat)
+    assert sd[0] == pytest.approx(1.0, rel=1e-6)
+    assert sd[1] == pytest.approx(22.4 / 12.4, rel=1e-6)
+    assert sd[2] == 1.0                                   # floored: never below alone
+
+
+def test_build_flows_marks_the_measured_window():
+    import fabric_jax as fj
+    mod = _load("hpcc_fct")
+    topo = fj.hpcc_fat_tree()
+    f = mod.build_flows(topo, "fb_hadoop", 0.3, 0.3e-3, incast=False, incast_senders=4,
+                        incast_bytes=2e4, incast_load=0.01, host_gbps=100.0, seed=0,
+                        measure=(0.1e-3, 0.2e-3))
+    arr = f["arrival"]
+    assert arr.min() < 0.1e-3 and arr.max() > 0.2e-3      # arrivals before and after
+    np.testing.assert_array_equal(f["measured"], (arr >= 0.1e-3) & (arr < 0.2e-3))
+    # Poisson: about a third of the arrivals fall in the middle third
+    assert abs(f["measured"].mean() - 1 / 3) < 0.05
 
 
 def test_incast_events_hit_their_load():

@@ -43,7 +43,8 @@ class FlowSignals:
       rtt: round-trip time seen, base RTT plus queueing delay on the path, seconds.
       base_rtt: the flow's propagation round trip, seconds.
       util: HPCC in-band telemetry: max over the path of ``q/(C T) + tx/C``.
-      rate: the flow's own offered rate when the feedback was generated, bytes/s.
+      rate: the flow's sending rate (bytes that left its NIC per second) when the
+        feedback was generated, bytes/s.
       loss: rate at which the flow's bytes were dropped or trimmed, bytes/s (NACKs).
       rx_share: receiver credit rate, ``0.99 * C_last / n_active_last`` (RCCC), bytes/s.
       line_rate: the NIC line rate, bytes/s.

@@ -9,15 +9,20 @@ the per-step max-min share comes from the textbook progressive filling of
 Per step ``k`` (``t = k dt``):
 
 1. flow ``f`` is active when ``arrival_f < t + dt`` and it has not finished; it offers
-   ``min(line_rate p, remaining / dt)``, ``p`` the part of the step after its arrival;
+   ``min(line_rate a_f, remaining / dt)``, ``a_f = (t + dt - arrival_f) / dt`` clipped
+   to [0, 1] (it sends only after its arrival);
 2. usable capacity ``u_l``: ``C_l``, or ``0`` while paused (PFC, a decision taken at the
    end of the previous step);
 3. every link serves its standing queue plus the bytes arriving from the hop before
    in the same step, ``s_l = min(q_l + a_l, u_l dt)``, each entry in proportion to its
    share; links are taken in topological order of the route graph (a link after every
    link that precedes it on some path), so ``a_l`` is known when ``l`` is served;
-4. fresh offers share ``max(u_l - s_l/dt, 0)`` max-min; the rest of each offer waits at
-   the first hop of its path where the offered load exceeds that capacity;
+4. each host NIC (``nic``) shares ``max(u_l - s_l/dt, 0)`` max-min among its flows'
+   offers, whatever lies downstream: that is what the flow sends (the rest of its offer
+   is not sent; ``sent`` counts only what left the NIC); the sent rates share
+   ``max(u_l - s_l/dt, 0)`` max-min over the whole path (cut-through), and the rest of
+   each sent rate waits at the first switch port of its path where the sent load
+   exceeds that capacity;
 5. buffers: PFC drops the ingress-pool overflow, ``drop`` the egress overflow at switch
    ports, both from the bytes that arrived in the step and still stand;
 6. bytes through the last hop and cut-through bytes ride the receiver wire for
@@ -25,8 +30,11 @@ Per step ``k`` (``t = k dt``):
    later, ``phi`` one step after that);
 7. PFC: ingress pool (standing bytes) above ``xoff`` pauses the link,
    below ``xon`` resumes it;
-8. a flow finishes when its bytes through the last queue reach its size: finish time
-   interpolated inside the part of the step after its arrival, plus ``L``.
+8. a flow finishes when its bytes through the last queue reach its size, plus ``L``.
+   Inside the step its bytes served by the last hop leave first, spread over the time
+   that port needs for what it serves (``s_l / u_l``); its cut-through bytes leave from
+   ``max(arrival, t)`` at its allocation raised by the smallest capacity left free on
+   its path (``u_l - s_l/dt - sum of allocations``), at most its line rate.
 """
 
 from __future__ import annotations
@@ -93,8 +101,8 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
     for k in range(n_steps):
         t = k * dt
         active = (arrival < t + dt) & ~done
-        part = np.clip((t + dt - arrival) / dt, 0.0, 1.0)   # released inside the step
-        offered = np.where(active, np.minimum(line_rate * part, remaining / dt), 0.0)
+        live = np.clip((t + dt - arrival) / dt, 0.0, 1.0)
+        offered = np.where(active, np.minimum(line_rate * live, remaining / dt), 0.0)
         usable = cap * (1.0 - pause) if mode == "pfc" else cap.copy()
         served = [np.zeros(len(p)) for p in paths]
         left = [np.zeros(len(p)) for p in paths]
@@ -114,15 +122,21 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
                 if h + 1 < len(paths[f]):
                     arr[f][h + 1] += served[f][h]
         fresh = np.maximum(usable - s_l / dt, 0.0)
-        alloc = np.minimum(progressive_filling(A, fresh, offered)[0], offered)
-        load_o = A @ offered
+        # the NICs share their capacity max-min among their flows' offers (a flow
+        # whose path starts at no NIC sends its offer); the rest is not sent
+        send = np.minimum(progressive_filling(A * nic[:, None], fresh, offered)[0], offered)
+        held = offered - send
+        alloc = np.minimum(progressive_filling(A, fresh, send)[0], send)
+        load_s = A @ send
         for f, p in enumerate(paths):
-            ex = (offered[f] - alloc[f]) * dt
+            ex = (send[f] - alloc[f]) * dt
             for h, l in enumerate(p):
-                if load_o[l] > fresh[l] * (1 + 1e-6):
+                if load_s[l] > fresh[l] * (1 + 1e-6) and not nic[l]:
                     left[f][h] += ex
                     arrived_left[f][h] += ex
                     break
+            else:
+                held[f] += ex      # no port downstream took it (round-off): not sent
         x_new = [lf.copy() for lf in left]
         drop_now = np.zeros(n_flows)
         if mode in ("pfc", "drop"):
@@ -151,16 +165,27 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
             for step, part in ((k + n_w[f], 1 - phi[f]), (k + n_w[f] + 1, phi[f])):
                 pending[(step, f)] = pending.get((step, f), 0.0) + passed_now[f] * part
         deliv_now = np.array([pending.pop((k, f), 0.0) for f in range(n_flows)])
-        sent += offered * dt
-        remaining = np.maximum(remaining - offered * dt + drop_now, 0.0)
+        sent += offered * dt - held * dt
+        remaining = np.maximum(remaining - (offered - held) * dt + drop_now, 0.0)
         dropped += drop_now
         delivered += deliv_now
-        for f in range(n_flows):
+        spare = np.maximum(usable - s_l / dt - A @ alloc, 0.0)
+        for f, p in enumerate(paths):
             if active[f] and passed[f] + passed_now[f] >= size[f] * (1 - 1e-5):
                 need = max(size[f] - passed[f], 0.0)
-                frac = min(need / passed_now[f], 1.0) if passed_now[f] > 0 else 0.0
-                t0 = max(t, arrival[f])          # bytes passed over [t0, t + dt]
-                finish[f] = t0 + (t + dt - t0) * frac + one_way[f]
+                q_f, last = served[f][-1], p[-1]
+                drain = min(s_l[last] / usable[last], dt) if usable[last] > 0 else dt
+                if q_f > 0 and need <= q_f:
+                    t_in = t + drain * need / q_f
+                else:
+                    rate = min(max(alloc[f] + min(spare[l] for l in p), alloc[f]),
+                               max(line_rate[f], alloc[f]))
+                    s0 = min(max(arrival[f], t), t + dt)
+                    extra = min(need - q_f, alloc[f] * dt)   # above it: round-off
+                    t_c = s0 + extra / rate if rate > 0 else s0
+                    t_in = max(t + (drain if q_f > 0 else 0.0), t_c)
+                t_in = min(max(t_in, t), t + dt)
+                finish[f] = max(t_in, arrival[f]) + one_way[f]
                 done[f] = True
         passed += passed_now
         if mode == "pfc":
