@@ -28,8 +28,9 @@ rank's all-reduce flow drains its last bytes geometrically at a rate that depend
 dt.  With the NIC's per-flow round robin (branch ``h-hpcc``) it is 3.7 %; the last
 O(dt) is the flow's last step, which ends at its fair share of the NIC
 (:func:`fabric_jax.fairness.joining_share`), not at the step's end: with both the IB
-all-to-all reads 20.25 / 20.11 / 20.07 / 20.02 us (0.9 %) and every preset's
-all-to-all is within 0.9 %.  See the README's "Fidelity" section.
+all-to-all reads 20.25 / 20.11 / 20.07 / 20.02 us (0.9 %) and every headline metric
+of every preset is within 1.9 % (h-hpcc 89e57ba + that share).  See the README's
+"Fidelity" section.
 
 Usage::
 
