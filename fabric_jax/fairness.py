@@ -62,7 +62,7 @@ import numpy as np
 
 from .incidence import Incidence, as_incidence, check_entries
 
-__all__ = ["max_min_fair", "MaxMinResult", "MaxMinInfo", "SATURATION_RTOL"]
+__all__ = ["max_min_fair", "MaxMinResult", "MaxMinInfo", "SATURATION_RTOL", "joining_share"]
 
 #: A link counts as saturated when its load is within this relative distance of capacity.
 SATURATION_RTOL = {np.dtype("float32"): 1e-5, np.dtype("float64"): 1e-10}
@@ -610,3 +610,61 @@ def solve_warm(inc: Incidence, capacity, demand, rate, frozen, *, max_iter=None,
                       max_violation=jnp.max(jnp.maximum(new_load - capacity, 0.0), initial=0.0),
                       converged=converged)
     return MaxMinResult(rates=rate, link_load=new_load, saturated=saturated, info=info)
+
+
+def joining_share(inc: Incidence, capacity, rates):
+    """``[flows]`` the rate each flow would get if it alone raised its demand, link by link.
+
+    Given a max-min allocation ``rates`` (e.g. :func:`solve`'s, with some flows held
+    below their share by their demand), the share a flow ``f`` could take at once if it
+    wanted more: on every link ``l`` it crosses (``w = A[l, f] > 0``, load ``L_l``,
+    spare ``S_l = c_l - L_l``, top rate ``lam_l = max_{g on l} r_g`` carried with weight
+    ``W_l = sum_{g on l, r_g = lam_l} A[l, g]``)
+
+    * a link with spare capacity gives it ``r_f + S_l / w``;
+    * a saturated link on which ``f`` is below the top shares with the flows at the
+      top (those bottlenecked there): progressive filling from the current loads
+      (Bertsekas & Gallager, *Data Networks*, 2nd ed., sec. 6.5.2) brings ``f`` and
+      them to the common level ``(S_l + lam_l W_l + w r_f) / (W_l + w)``;
+    * a saturated link on which ``f`` is at the top gives it ``r_f`` (it is already
+      bottlenecked there);
+
+    and the share is the smallest of these over its links (at least ``r_f``; ``+inf``
+    for a flow that crosses no link).  It is the exact max-min rate of ``f`` with its
+    demand raised to ``+inf`` when that rate is set by one link on which the other
+    flows keep their rates or drop to the common level (e.g. any single link whose
+    flows below the top stay below the new level); otherwise a one-link estimate (the
+    others' rates elsewhere are held).
+
+    Use: the fluid loop's last step of a flow (:mod:`fabric_jax.fluid`), where the
+    flow offers only ``remaining / dt``, is allocated that, and would otherwise be
+    taken to send it over the whole step; it sends at this share and finishes early in
+    the step (the other flows take the rest of the step's capacity, so the step's
+    bytes per flow are unchanged).
+
+    Args:
+      inc: :class:`~fabric_jax.Incidence` ``[links, flows]``.
+      capacity: ``[links]`` capacity the allocation ``rates`` was computed for, bytes/s.
+      rates: ``[flows]`` the allocation, bytes/s.
+
+    Returns:
+      ``[flows]`` bytes/s, ``>= rates``.
+    """
+    dtype = jnp.result_type(rates)
+    rtol = SATURATION_RTOL.get(np.dtype(dtype), 1e-5)
+    on = inc.active
+    w = jnp.where(on, inc.weight.astype(dtype), 1.0)
+    r_e = rates[inc.flow_idx]
+    lam = jax.ops.segment_max(jnp.where(on, r_e, 0.0), inc.link_idx,
+                              num_segments=inc.n_links)
+    lam_e = lam[inc.link_idx]
+    top = on & (r_e >= lam_e * (1.0 - rtol))
+    top_w = inc.link_sum(jnp.where(top, w, 0.0))[inc.link_idx]
+    load = inc.link_load(rates)
+    spare = jnp.maximum(capacity - load, 0.0)
+    spare_e = spare[inc.link_idx]
+    saturated = (spare <= rtol * jnp.abs(capacity))[inc.link_idx]
+    level = (spare_e + lam_e * top_w + w * r_e) / (top_w + w)
+    per_entry = jnp.where(saturated, jnp.where(top, r_e, jnp.maximum(level, r_e)),
+                          r_e + spare_e / w)
+    return jnp.maximum(inc.flow_min(per_entry, on), rates)
