@@ -185,7 +185,7 @@ from . import faults as fm
 from . import flowcontrol as fcm
 from . import smooth as sm
 from .cc import base as ccbase
-from .fairness import solve
+from .fairness import joining_share, solve
 from .incidence import Incidence
 from . import links as lk
 from . import qos
@@ -1237,9 +1237,10 @@ def _last_bytes(net, served, served_l, usable, inc_k, alloc, pace, dt):
     drain_l = jnp.where(u_pos, jnp.minimum(served_l / jnp.where(u_pos, usable, 1.0), dt), dt)
     last_served = jnp.where(hops.last, served, 0.0)
     drain = jnp.max(jnp.where(last_served > 0, hops.gather(drain_l), 0.0), axis=1)
-    spare_l = jnp.maximum(usable - served_l / dt - inc_k.link_load(alloc), 0.0)
-    spare = jnp.min(jnp.where(hops.valid, hops.gather(spare_l), jnp.inf), axis=1)
-    cut_rate = jnp.clip(alloc + spare, alloc, jnp.maximum(pace, alloc))
+    # the rate the flow sends its last bytes at: its share if it wanted its pacing rate
+    # (the other flows at its bottleneck give way to it), not its last step's allocation
+    fresh = jnp.maximum(usable - served_l / dt, 0.0)
+    cut_rate = jnp.clip(joining_share(inc_k, fresh, alloc), alloc, jnp.maximum(pace, alloc))
     return dict(queued=jnp.sum(last_served, axis=1), drain=drain, cut=alloc * dt,
                 cut_rate=cut_rate)
 

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import pytest
 
-from fabric_jax import Incidence, max_min_fair
+from fabric_jax import Incidence, max_min_fair, simulate_fluid
 from fabric_jax.fairness import joining_share
 from fabric_jax.reference.maxmin_numpy import progressive_filling
 from tests.helpers import enable_x64
@@ -114,3 +114,23 @@ def test_properties_random_networks():
             elif not sat[links].any():
                 spare = cap[links] - A[links] @ rates
                 assert share[f] == pytest.approx(rates[f] + np.min(spare / A[links, f]), rel=1e-4)
+
+_C100 = 100e9 / 8
+_US = 1e-6
+
+
+@pytest.mark.parametrize("dt_us", [1.0, 0.25])
+def test_last_step_on_a_shared_nic_ends_at_the_fair_share(dt_us):
+    # Link 0 is a host NIC, links 1 and 2 switch ports (1 us each: L = 2 us).  Flow 0
+    # (145.625 KB) starts at 0; flow 1 (greedy, 100 MB) at 10 us.  Flow 0 sends at C
+    # for 10 us (125 KB), then at C / 2 (the NIC's round robin) for 20.625 KB: 3.3 us.
+    # Its last byte leaves at 13.3 us and arrives at 15.3 us, inside the step
+    # [13, 14] at dt = 1 us, where it offers only its last 8.125 KB (remaining / dt)
+    # and the greedy flow takes the rest of the NIC; read as sent over the whole step
+    # it would finish at 16 us.
+    inc = Incidence.from_coo(np.array([0, 1, 0, 2]), np.array([0, 0, 1, 1]), n_links=3,
+                             n_flows=2)
+    size = np.array([_C100 * 10 * _US + _C100 / 2 * 3.3 * _US, 100e6])
+    res = simulate_fluid(inc, np.full(3, _C100), size, dt=dt_us * _US, n_steps=int(40 / dt_us),
+                         arrival=np.array([0.0, 10 * _US]), link_latency=np.full(3, 1 * _US))
+    assert float(res.finish[0]) == pytest.approx(15.3 * _US, abs=0.02 * _US)
