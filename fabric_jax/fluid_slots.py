@@ -107,7 +107,9 @@ class SlotResult(FluidResult):
     """:class:`fabric_jax.FluidResult` of a windowed run, plus the slot diagnostics.
 
     ``state`` is ``None`` (the slot table's carry is not a plain run's state),
-    ``trajectory`` is ``None``.
+    ``trajectory`` is ``None``.  ``law_state`` holds each flow's law state when it left
+    its slot (the plain engine keeps stepping the law of a finished flow, which offers
+    nothing; a flow never admitted has the law's initial state).
 
     Attributes:
       peak_active: largest number of slots in use at a window boundary (flows running,
