@@ -159,3 +159,32 @@ def test_bad_arguments(bad, match):
     args.update(bad)
     with pytest.raises(ValueError, match=match):
         simulate_fluid_windowed(inc, cap, size, **args, **kw)
+
+
+@pytest.mark.slow
+def test_faults_and_traffic_classes_match_plain_engine():
+    # A spine uplink fails at 100 us and recovers at 180 us (queued bytes on it are
+    # dropped and resent; flows routed over it are stranded meanwhile), with two
+    # traffic classes (ETS) and the switches' shared buffer: still the plain engine's
+    # per-flow results.
+    with enable_x64(True):
+        inc, cap, size, kw = _scenario("dcqcn-pfc")
+        topo = leaf_spine(2, 2, 4)
+        up = topo.link_index("leaf0", "spine0")
+        kw.update(faults=[(100 * US, [up], 0.0), (180 * US, [up], 1.0)],
+                  traffic_class=np.arange(N_FLOWS) % 2, shared_buffer=topo, buffer=2e5)
+        plain = simulate_fluid(inc, cap, size, **kw)
+        slots = simulate_fluid_windowed(inc, cap, size, max_active=MAX_ACTIVE,
+                                        window=WINDOW, **kw)
+    assert float(np.asarray(plain.dropped).sum()) > 0 or float(
+        np.asarray(plain.info.stranded_time).sum()) > 0
+    np.testing.assert_allclose(np.asarray(slots.finish), np.asarray(plain.finish),
+                               rtol=RTOL_X64)
+    for name in ("sent", "delivered", "dropped"):
+        np.testing.assert_allclose(np.asarray(getattr(slots, name)),
+                                   np.asarray(getattr(plain, name)), rtol=RTOL_X64,
+                                   atol=1e-6 * size.max(), err_msg=name)
+    np.testing.assert_allclose(np.asarray(slots.info.stranded_time),
+                               np.asarray(plain.info.stranded_time), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(slots.info.paused_time),
+                               np.asarray(plain.info.paused_time), rtol=RTOL_X64, atol=1e-12)
