@@ -82,7 +82,7 @@ from .incidence import Incidence
 from .sim import _prepare
 
 __all__ = ["simulate_fluid_windowed", "SlotResult", "FLOW_AXIS", "GLOBAL_KEYS",
-           "INERT_ARRIVAL", "fresh_columns"]
+           "INERT_ARRIVAL", "fresh_columns", "lookahead_steps"]
 
 #: Axis of the flows in each per-flow entry of the fluid state (``FluidResult.state``,
 #: the carry of :func:`fabric_jax.fluid.simulate_fluid`; key -> axis, the same for every
@@ -184,6 +184,20 @@ def fresh_columns(key: str, leaf: np.ndarray, cols, *, size, line_rate, base_rtt
 def _at_rest(fc_state) -> bool:
     """No pause in force or on its way (:class:`fabric_jax.flowcontrol.FlowControlState`)."""
     return not (np.any(np.asarray(fc_state.pause)) or np.any(np.asarray(fc_state.history)))
+
+
+def lookahead_steps(base_rtt, dt: float, fc) -> int:
+    """Steps before its release that a flow enters its slot: one feedback ring.
+
+    While a flow waits for its release its feedback ring is written every step with
+    the signals of its path (HPCC's link utilisation, marks, RTT), and its first steps
+    read entries up to ``ring length - 1`` steps old (the feedback delay ``base_rtt /
+    dt``, plus ``rto_steps`` for losses under ``drop``).  Entering one ring length
+    (plus a margin of 4 steps for the rounding of release times to steps) early makes
+    those entries the plain engine's.  (Of the built-in laws only HPCC's first steps
+    read a path signal not gated by the flow's own delayed rate.)
+    """
+    return int(math.ceil(float(np.max(base_rtt, initial=dt)) / dt)) + fc.rto_steps + 4
 
 
 def _take(leaf, axis, cols):
@@ -292,7 +306,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
     nic = lk.nic_links(link_tab, n_hops, n_links, nic_links)
     tc_cfg, tc_all = _prepare_classes(traffic_class, classes, n_flows)
     release = arr_all + delay_all
-    lookahead = int(math.ceil(float(base_rtt.max(initial=dt)) / dt)) + fc.rto_steps + 4
+    lookahead = lookahead_steps(base_rtt, dt, fc)
 
     # pin columns: the flows with the most hops, the longest one-way latency and base RTT
     pins = []

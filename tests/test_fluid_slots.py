@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from fabric_jax.fluid import simulate_fluid
+from fabric_jax import fluid_slots
 from fabric_jax.fluid_slots import FLOW_AXIS, GLOBAL_KEYS, simulate_fluid_windowed
 from fabric_jax.incidence import Incidence
 from fabric_jax.paths import shortest_paths
@@ -188,3 +189,32 @@ def test_faults_and_traffic_classes_match_plain_engine():
                                np.asarray(plain.info.stranded_time), atol=1e-12)
     np.testing.assert_allclose(np.asarray(slots.info.paused_time),
                                np.asarray(plain.info.paused_time), rtol=RTOL_X64, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_lookahead_gives_late_flows_the_plain_engines_feedback(monkeypatch):
+    # 12-to-1 incast at t = 0 (HPCC, no PFC): the receiver's port is loaded ~12x for an
+    # RTT, so the telemetry on the path is U >> eta.  Two more flows to the same host
+    # start at 20-21 us, after the first window boundary (16 us): their first steps
+    # read HPCC's utilisation of their path from ~8 us back in their feedback ring,
+    # written while they waited in their slot (the lookahead).  Same finish times as
+    # the plain engine; admitted without the lookahead (their ring entries before the
+    # boundary are initial values, U = 0) they run at line rate into the incast and
+    # finish tens of us earlier: the scenario can tell.
+    topo = leaf_spine(2, 2, 8)
+    src = np.r_[np.arange(1, 13), 13, 14]
+    ps = shortest_paths(topo, src, np.zeros(14, int))
+    inc = Incidence.from_paths(ps, n_links=topo.n_links, seed=0)
+    size = np.r_[np.full(12, 5e5), 2e5, 2e5]
+    kw = dict(dt=US, n_steps=320, law="hpcc", arrival=np.r_[np.zeros(12), 20 * US, 21 * US],
+              link_latency=topo.latency, nic_links=topo)
+    with enable_x64(True):
+        plain = np.asarray(simulate_fluid(inc, topo.capacity, size, **kw).finish)
+        slots = simulate_fluid_windowed(inc, topo.capacity, size, max_active=14, window=16,
+                                        **kw)
+        np.testing.assert_allclose(np.asarray(slots.finish), plain, rtol=RTOL_X64)
+        monkeypatch.setattr(fluid_slots, "lookahead_steps", lambda *args: 0)
+        blind = simulate_fluid_windowed(inc, topo.capacity, size, max_active=14, window=16,
+                                        **kw)
+    assert blind.lookahead == 0
+    assert np.all(np.asarray(blind.finish)[-2:] < plain[-2:] - 10 * US)
