@@ -39,8 +39,10 @@ the most hops, the longest one-way latency and the longest base RTT, so those
 quantities are the whole run's in every window.  A flow that has not started still
 has its feedback ring written every step (the signals of its path), and when it
 starts its law reads the entries written up to one ring length earlier; the
-lookahead (``ring length`` steps) admits every flow early enough that these entries
-are the same as in the plain engine.  What differs is floating-point summation order
+lookahead (:func:`lookahead_steps`, one ring length) admits every flow early enough
+that these entries are the same as in the plain engine (without it, flows that start
+into an HPCC incast run at line rate for their first RTT:
+``tests/test_fluid_slots.py``).  What differs is floating-point summation order
 (fewer terms in each link's sum): equal to round-off in float64
 (``tests/test_fluid_slots.py`` checks finish times and bytes against the plain
 engine for several laws and flow-control modes).
