@@ -218,3 +218,18 @@ def test_lookahead_gives_late_flows_the_plain_engines_feedback(monkeypatch):
                                         **kw)
     assert blind.lookahead == 0
     assert np.all(np.asarray(blind.finish)[-2:] < plain[-2:] - 10 * US)
+
+
+@pytest.mark.slow
+def test_bench_quick_runs_and_engines_agree(tmp_path):
+    # experiments/bench_fluid_slots.py --quick: both engines on ~1,000 Poisson flows of
+    # the HPCC fat-tree; the JSON has the timings and the two engines' finish times
+    # agree within float32 round-off.
+    from tests.helpers import load_experiment
+    out = load_experiment("bench_fluid_slots").main(
+        ["--quick", "--max-active", "800", "--json", str(tmp_path / "b.json")])
+    agree = out["short"]["agreement"]
+    assert agree["finished_plain"] == agree["finished_slots"] > 0
+    assert agree["max_rel_finish_diff"] < RTOL_F32
+    assert [r["engine"] for r in out["short"]["rows"]] == ["plain", "slots"]
+    assert (tmp_path / "b.json").is_file()
