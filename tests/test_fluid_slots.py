@@ -233,3 +233,23 @@ def test_bench_quick_runs_and_engines_agree(tmp_path):
     assert agree["max_rel_finish_diff"] < RTOL_F32
     assert [r["engine"] for r in out["short"]["rows"]] == ["plain", "slots"]
     assert (tmp_path / "b.json").is_file()
+
+
+@pytest.mark.slow
+def test_idle_windows_are_skipped_without_changing_results():
+    # Two bursts 1 ms apart: between them nothing is in the fabric and PFC is at rest,
+    # so the host skips those windows (advancing the step counter only); the second
+    # burst still gets the plain engine's results.
+    with enable_x64(True):
+        inc, cap, size, kw = _scenario("dcqcn-pfc")
+        arrival = kw["arrival"] + np.where(np.arange(N_FLOWS) >= N_FLOWS // 2, 1e-3, 0.0)
+        kw.update(arrival=arrival, n_steps=1600)
+        plain = simulate_fluid(inc, cap, size, **kw)
+        slots = simulate_fluid_windowed(inc, cap, size, max_active=MAX_ACTIVE,
+                                        window=WINDOW, **kw)
+    assert slots.n_windows < 1600 // WINDOW - 20
+    assert np.all(np.isfinite(np.asarray(plain.finish)))
+    np.testing.assert_allclose(np.asarray(slots.finish), np.asarray(plain.finish),
+                               rtol=RTOL_X64)
+    np.testing.assert_allclose(np.asarray(slots.info.paused_time),
+                               np.asarray(plain.info.paused_time), rtol=RTOL_X64, atol=1e-12)
