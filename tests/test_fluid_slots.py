@@ -10,8 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from fabric_jax.fluid import simulate_fluid
 from fabric_jax import fluid_slots
+from fabric_jax.fluid import simulate_fluid
 from fabric_jax.fluid_slots import FLOW_AXIS, GLOBAL_KEYS, simulate_fluid_windowed
 from fabric_jax.incidence import Incidence
 from fabric_jax.paths import shortest_paths
