@@ -96,10 +96,16 @@ def pfc_pool(topo) -> np.ndarray:
 
 
 def run_fluid(topo, inc, latency, size, *, law: str, link_gbps: float, dt: float,
-              n_steps: int, arrival=None, save_every=None):
-    """One :func:`fabric_jax.simulate_fluid` run in the HPCC setting (PFC, ECMP)."""
-    return fj.simulate_fluid(
-        inc, topo.capacity, np.asarray(size, float), dt=dt, n_steps=int(n_steps), law=law,
-        params=law_params(law, link_gbps), arrival=arrival, latency=latency,
-        base_rtt=np.maximum(2.0 * latency, dt), flow_control="pfc", buffer=pfc_pool(topo),
-        save_every=save_every)
+              n_steps: int, arrival=None, save_every=None, max_active=None):
+    """One :func:`fabric_jax.simulate_fluid` run in the HPCC setting (PFC, ECMP); with
+    ``max_active`` on that many flow slots (:func:`fabric_jax.simulate_fluid_windowed`,
+    same results, cost follows the flows in the fabric at once)."""
+    kw = dict(dt=dt, n_steps=int(n_steps), law=law,
+              params=law_params(law, link_gbps), arrival=arrival, latency=latency,
+              base_rtt=np.maximum(2.0 * latency, dt), flow_control="pfc",
+              buffer=pfc_pool(topo))
+    if max_active:
+        return fj.simulate_fluid_windowed(inc, topo.capacity, np.asarray(size, float),
+                                          max_active=int(max_active), **kw)
+    return fj.simulate_fluid(inc, topo.capacity, np.asarray(size, float),
+                             save_every=save_every, **kw)

@@ -224,7 +224,7 @@ def build_flows(topo, workload: str, load: float, horizon: float, *, incast: boo
 
 
 def simulate(topo, flows: dict, laws, *, dt: float, horizon: float, host_gbps: float,
-             seed: int) -> dict:
+             seed: int, max_active: int | None = None) -> dict:
     """Runs every law on ``flows``; returns per-law buckets (measured flows), pauses and
     counts."""
     inc, latency = ecmp_incidence(topo, flows["src"], flows["dst"], seed=seed)
@@ -238,7 +238,7 @@ def simulate(topo, flows: dict, laws, *, dt: float, horizon: float, host_gbps: f
     for law in laws:
         t0 = time.perf_counter()
         res = run_fluid(topo, inc, latency, size, law=law, link_gbps=host_gbps, dt=dt,
-                        n_steps=n_steps, arrival=flows["arrival"])
+                        n_steps=n_steps, arrival=flows["arrival"], max_active=max_active)
         fct = np.asarray(res.fct, float)
         done = np.isfinite(fct)
         # a flow still running at the horizon took at least (horizon - arrival): its
@@ -345,6 +345,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--topology", default=None, metavar="PATH",
                     help="ns-3 topology file (default: the built-in HPCC 320-host fat-tree)")
     ap.add_argument("--host-gbps", type=float, default=100.0, help="NIC line rate")
+    ap.add_argument("--max-active", type=int, default=None,
+                    help="run on this many flow slots (fabric_jax.simulate_fluid_windowed: "
+                         "same results, cost follows concurrency; default: plain engine)")
     ap.add_argument("--check-window", action="store_true",
                     help="also run twice the window and report the percentile changes")
     args = ap.parse_args(argv)
@@ -381,7 +384,7 @@ def main(argv=None) -> dict:
                             incast_load=args.incast_load, host_gbps=args.host_gbps,
                             seed=args.seed, measure=(warm, warm + window_s))
         return simulate(topo, flows, laws, dt=dt, horizon=horizon,
-                        host_gbps=args.host_gbps, seed=args.seed)
+                        host_gbps=args.host_gbps, seed=args.seed, max_active=args.max_active)
 
     t0 = time.perf_counter()
     results = one(window_ms * 1e-3)

@@ -16,6 +16,7 @@ from .fabrics import PRESETS, Fabric, get_fabric, infiniband, roce, spectrum_x, 
 from .fairness import MaxMinInfo, MaxMinResult, max_min_fair
 from .flowcontrol import FlowControl
 from .fluid import FluidInfo, FluidResult, FluidTrajectory, simulate_fluid
+from .fluid_slots import SlotResult, simulate_fluid_windowed
 from .incidence import Incidence
 from .ns3 import from_ns3_topology, hpcc_fat_tree, to_ns3_topology
 from .paths import PathSet, shortest_paths
@@ -67,6 +68,8 @@ __all__ = [
     "cc",
     "flowcontrol",
     "simulate_fluid",
+    "simulate_fluid_windowed",
+    "SlotResult",
     "smooth",
     "Incidence",
     "MaxMinInfo",
