@@ -912,7 +912,7 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
     served, left, served_l, inflow, carry, _ = lk.serve_through(hops, x, transit, usable, dt,
                                                                 hops.seg)
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
-    send = _nic_send(static, net.switch, inc_k, fresh, offered)
+    send = _nic_send(static, net.switch, _first_hops(inc_k, hops.seg), fresh, offered)
     sol = solve(inc_k, fresh, send, iterations=static.solver_iterations)
     alloc = jnp.minimum(sol.rates, send)
     load_o = inc_k.link_load(offered)
@@ -943,10 +943,20 @@ def _nic_send(static, switch, inc, cap, offered):
     A flow is therefore never starved at a NIC because a port downstream is saturated
     by a standing queue: it joins that queue at its NIC share, as packets do.
     """
-    on_nic = switch[inc.link_idx] == 0
-    nic_inc = dataclasses.replace(inc, weight=jnp.where(on_nic, inc.weight, 0.0))
+    li = inc.link_idx
+    nic_inc = Incidence(li, inc.flow_idx, jnp.where(switch[li] == 0, inc.weight, 0.0),
+                        inc.n_links, inc.n_flows)
     sol = solve(nic_inc, cap, offered, iterations=static.solver_iterations)
     return jnp.minimum(sol.rates, offered)
+
+
+def _first_hops(inc, seg):
+    """The entries of an incidence laid out as a ``[flows, hops]`` hop table (``seg``
+    hops per path) at the first hop of each path: the only hops that can be a host NIC
+    (so :func:`_nic_send` solves on ``1/seg`` of the entries)."""
+    first = lambda a: a.reshape(inc.n_flows, -1)[:, ::seg].ravel()  # noqa: E731
+    return Incidence(first(inc.link_idx), first(inc.flow_idx), first(inc.weight),
+                     inc.n_links, inc.n_flows)
 
 
 def _overloaded(switch, load, fresh):
@@ -1036,9 +1046,13 @@ def _transmit_classes(static, net, x, transit, ceiling, cap_k, inc_k, split, off
 
     # the NICs' shares of the offers: on the class grants, then on what the grants
     # leave unused at the NIC port, within each class's ceiling (as pass 2 below)
-    send1 = _nic_send(static, net.uswitch, vinc, fresh, offered)
+    f_k, f_u = _first_hops(inc_k, uh.seg), _first_hops(vinc, uh.seg)
+    send1 = _nic_send(static, net.uswitch, f_u, fresh, offered)
     use_u = vinc.link_load(send1)
-    send2 = _nic_send(static, switch2, inc2,
+    f2 = Incidence(jnp.concatenate([f_k.link_idx, n_links + f_u.link_idx]),
+                   jnp.concatenate([f_k.flow_idx, f_u.flow_idx]),
+                   jnp.concatenate([f_k.weight, f_u.weight]), n_links + n_units, inc_k.n_flows)
+    send2 = _nic_send(static, switch2, f2,
                       jnp.concatenate([jnp.maximum(cap_k - per_link(served_u / dt + use_u), 0.0),
                                        jnp.maximum(ceiling - served_u / dt - use_u, 0.0)]),
                       jnp.maximum(offered - send1, 0.0))
