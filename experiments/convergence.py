@@ -17,20 +17,19 @@ Default run: the built-in scenario *reduced* (8 servers x 4 rails, the same work
 mix; ``--full`` runs the built-in 256-GPU scenario, which takes 4 + 8 + 16 times one
 ``compare`` run), isolation runs off (``--isolation`` turns them on).
 
-Measured (reduced scenario, 1000 us horizon, 2 shared CPU cores, 2026-12-03): at
-``--dt-us 1`` every headline metric moves <= 1.9 % when dt is quartered except the
-all-to-all completion time (about 25 us) of infiniband and spectrum_x, 18.7 / 20.4 %
-(24.0 / 26.5 / 29.5 / 30.0 us for IB at dt = 1, 1/2, 1/4, 1/8 us: ``--extra-halvings
-1`` prints dt/4 against dt/8).  The cause is the sender NIC, not the other jobs (the
-training job alone gives the same numbers): bytes a NIC cannot send wait in a backlog
-served in proportion to its content, so an all-to-all flow sharing its NIC with its
-rank's all-reduce flow drains its last bytes geometrically at a rate that depends on
-dt.  With the NIC's per-flow round robin (branch ``h-hpcc``) it is 3.7 %; the last
-O(dt) is the flow's last step, which ends at its fair share of the NIC
-(:func:`fabric_jax.fairness.joining_share`), not at the step's end: with both the IB
-all-to-all reads 20.25 / 20.11 / 20.07 / 20.02 us (0.9 %) and every headline metric
-of every preset is within 1.9 % (h-hpcc 89e57ba + that share).  See the README's
-"Fidelity" section.
+Measured (reduced scenario, 1000 us horizon, quiet 2-core CPU, 2026-12-03, merged
+code): at ``--dt-us 1`` every headline metric of every preset moves <= 1.87 % when dt
+is quartered (all-to-all IB / RoCE / Spectrum-X / UEC 0.89 / 1.87 / 0.02 / 0.42 %).
+Before the NIC's per-flow send share the all-to-all moved 18.7 / 20.4 % for IB /
+Spectrum-X (24.0 / 26.5 / 29.5 / 30.0 us for IB at dt = 1, 1/2, 1/4, 1/8 us:
+``--extra-halvings 1`` prints dt/4 against dt/8).  The cause was the sender NIC, not
+the other jobs (the training job alone gives the same numbers): bytes a NIC could not
+send waited in a backlog served in proportion to its content, so an all-to-all flow
+sharing its NIC with its rank's all-reduce flow drained its last bytes geometrically at
+a rate that depends on dt.  With the NIC's per-flow share it was 3.7 %; the last O(dt)
+was the flow's last step, which now ends at its fair share of the NIC
+(:func:`fabric_jax.fairness.joining_share`), not at the step's end: the IB all-to-all
+reads 20.25 / 20.11 / 20.07 / 20.02 us.  See the README's "Fidelity" section.
 
 Usage::
 
@@ -122,6 +121,8 @@ def main(argv=None):
     for preset, metrics in runs[dt0].items():
         change[preset] = {}
         for m, v in metrics.items():
+            if not isinstance(v, (int, float)):   # e.g. isolation_per_class (a list)
+                continue
             c = dict(dt=rel(float(v), float(fine[preset][m])),
                      dt_half=rel(float(runs[dt0 / 2][preset][m]), float(fine[preset][m])))
             if args.extra_halvings:   # dt/4 against the finest step

@@ -134,3 +134,19 @@ def test_last_step_on_a_shared_nic_ends_at_the_fair_share(dt_us):
     res = simulate_fluid(inc, np.full(3, _C100), size, dt=dt_us * _US, n_steps=int(40 / dt_us),
                          arrival=np.array([0.0, 10 * _US]), link_latency=np.full(3, 1 * _US))
     assert float(res.finish[0]) == pytest.approx(15.3 * _US, abs=0.02 * _US)
+
+
+@pytest.mark.slow
+def test_convergence_experiment_runs_and_writes_every_scalar_metric(tmp_path):
+    # experiments/convergence.py on one preset over a short horizon: every scalar compare
+    # metric gets its dt and dt/2 change (non-scalar entries such as
+    # isolation_per_class are skipped, not a crash).
+    import json
+
+    from tests.helpers import load_experiment
+    out = tmp_path / "c.json"
+    load_experiment("convergence").main(["--dt-us", "2", "--horizon-us", "40",
+                                         "--presets", "uec", "--json", str(out)])
+    change = json.loads(out.read_text())["relative_change"]["uec"]
+    assert "effective_bandwidth" in change and "isolation_per_class" not in change
+    assert set(change["effective_bandwidth"]) == {"dt", "dt_half"}
