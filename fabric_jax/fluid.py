@@ -954,6 +954,8 @@ def _first_hops(inc, seg):
     """The entries of an incidence laid out as a ``[flows, hops]`` hop table (``seg``
     hops per path) at the first hop of each path: the only hops that can be a host NIC
     (so :func:`_nic_send` solves on ``1/seg`` of the entries)."""
+    if inc.n_flows == 0 or inc.link_idx.shape[0] == 0:   # no flows: nothing to pick
+        return inc
     first = lambda a: a.reshape(inc.n_flows, -1)[:, ::seg].ravel()  # noqa: E731
     return Incidence(first(inc.link_idx), first(inc.flow_idx), first(inc.weight),
                      inc.n_links, inc.n_flows)
