@@ -89,8 +89,10 @@ def test_scale_sweep_quick(tmp_path):
         assert all(a >= b for a, b in zip(v["p99_completion_time"], v["p50_completion_time"]))
         assert all(0 < e < 1 for e in v["effective_bandwidth"])
         ideal = data["ideal"][name]
-        assert all(i <= t * 1.001 for i, t in zip(ideal["completion_time"],
-                                                  v["completion_time"]))
+        # the ideal fabric is a lower bound up to the fluid model's O(dt) finish error
+        # (one step, dt = 1 us here: the finish inside the last step is interpolated)
+        assert all(i <= t * 1.001 + 1e-6 for i, t in zip(ideal["completion_time"],
+                                                         v["completion_time"]))
         rows = [r for r in data["rows"] if r["fabric"] == name]
         assert [r["p99_us"] for r in rows] == pytest.approx(
             [1e6 * t for t in v["p99_completion_time"]])

@@ -206,5 +206,7 @@ def test_scaling_curves_keys_and_ideal_bound():
                                       "p99_collective_completion_time"):
             assert len(v[k]) == 2, k
         assert v["all_reduce_completion_time"] == v["completion_time"]
-        assert all(i <= t * (1 + 1e-3) for i, t in zip(out["ideal"][name]["completion_time"],
-                                                      v["completion_time"]))
+        # a lower bound up to the fluid model's O(dt) finish error (one step, dt = 1 us)
+        assert all(i <= t * (1 + 1e-3) + 1e-6
+                   for i, t in zip(out["ideal"][name]["completion_time"],
+                                   v["completion_time"]))
