@@ -426,3 +426,14 @@ def scenario_toml(data: dict) -> str:
                 lines.append(f"[{sec}.{sub}.{t}]")
                 lines += [f"{k} = {value(v)}" for k, v in tbody.items()]
     return "\n".join(lines) + "\n"
+
+
+def incast_leaf_spine():
+    """``(topo, routing, incidence)``: leaf_spine(2 leaves, 2 spines, 4 hosts per leaf) at
+    100 Gb/s with 1 us links, ECMP (seed 0), a 4-to-1 incast into host 4 plus two flows
+    from the incast senders 0 and 1 to hosts 5 and 6 (six flows, multi-hop paths)."""
+    from fabric_jax import Incidence, leaf_spine, make_routing, shortest_paths
+    topo = leaf_spine(2, 2, 4, link_gbps=100.0, latency_us=1.0)
+    ps = shortest_paths(topo, np.array([0, 1, 2, 3, 0, 1]), np.array([4, 4, 4, 4, 5, 6]))
+    r = make_routing("ecmp", ps, seed=0)
+    return topo, r, Incidence.from_paths(ps, np.asarray(r.split), n_links=topo.n_links)

@@ -14,7 +14,7 @@ from fabric_jax.fluid import simulate_fluid
 from fabric_jax.incidence import Incidence
 from fabric_jax.units import US, gbps
 
-from .helpers import enable_x64
+from .helpers import enable_x64, incast_leaf_spine
 
 C = gbps(40.0)
 
@@ -348,11 +348,7 @@ def test_fct_converges_in_dt(law, fc):
     # incast plus two flows sharing the incast senders' NICs, 1 MB each.  The last and
     # the mean FCT move by at most 3 % when dt is quartered (2 us -> 0.5 us), the
     # issue-11 convergence criterion (experiments/convergence.py does it for compare).
-    from fabric_jax import leaf_spine, make_routing, shortest_paths
-    topo = leaf_spine(2, 2, 4, link_gbps=100.0, latency_us=1.0)
-    ps = shortest_paths(topo, np.array([0, 1, 2, 3, 0, 1]), np.array([4, 4, 4, 4, 5, 6]))
-    r = make_routing("ecmp", ps, seed=0)
-    inc = Incidence.from_paths(ps, np.asarray(r.split), n_links=topo.n_links)
+    topo, r, inc = incast_leaf_spine()
     out = []
     for dt in (2 * US, 0.5 * US):
         res = simulate_fluid(inc, topo.capacity, np.full(6, 1e6), dt=dt,

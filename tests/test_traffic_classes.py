@@ -27,6 +27,8 @@ from fabric_jax.units import US, gbps
 
 import jax.numpy as jnp
 
+from .helpers import incast_leaf_spine
+
 C = gbps(100.0)
 BIG = 1e12
 
@@ -130,11 +132,7 @@ def test_one_active_class_matches_the_single_class_model_on_a_routed_fabric(law,
     # incast senders (multi-hop paths, excess parked at the first overloaded hop):
     # two classes with every flow in class 1 (class 0 idle) reproduce the single-class
     # run when each class gets the thresholds of the single-class port.
-    from fabric_jax import leaf_spine, make_routing, shortest_paths
-    topo = leaf_spine(2, 2, 4, link_gbps=100.0, latency_us=1.0)
-    ps = shortest_paths(topo, np.array([0, 1, 2, 3, 0, 1]), np.array([4, 4, 4, 4, 5, 6]))
-    r = make_routing("ecmp", ps, seed=0)
-    inc = Incidence.from_paths(ps, np.asarray(r.split), n_links=topo.n_links)
+    topo, r, inc = incast_leaf_spine()
     fcp = (flow_control_params(topo.n_links, buffer=300e3, xoff=200e3, xon=197e3)
            if fc == "pfc" else flow_control_params(topo.n_links, buffer=300e3))
     kw = dict(dt=1e-6, n_steps=600, law=law, flow_control=fc, fc_params=fcp,
