@@ -349,7 +349,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    init_state=None, link_latency=None, nic_links=None, reorder: bool = True,
                    loss_recovery: str = "selective", mtu: float = rx.DEFAULT_MTU,
                    reorder_tolerance: float = 0.0, traffic_class=None, classes=None,
-                   shared_buffer=None, stop_when_idle: bool = False) -> FluidResult:
+                   shared_buffer=None, stop_when_idle: bool = False,
+                   fifo_bands: int = lk.DEFAULT_FIFO_BANDS) -> FluidResult:
     """Fluid simulation of flows under congestion control and link-level flow control.
 
     Args:
@@ -559,7 +560,7 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                                  factor=jnp.asarray(sched.factor, fdt))
     base_rtt = jnp.asarray(base_rtt, fdt)
     shape = _Shape(ring_len=ring_len, wire_depth=wire_depth, routed=policy is not None,
-                   n_classes=n_classes)
+                   n_classes=n_classes, fifo_bands=_check_fifo_bands(fifo_bands))
     # out-of-order arrivals need a flow split over several paths at once; ECMP and
     # flowlet switching keep each flow on one path (their split is one-hot, the model
     # would give exactly 0), so they skip the [flows, paths, paths] kernel
@@ -589,6 +590,14 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
 
 
 # ------------------------------------------------------------------ host checks
+def _check_fifo_bands(fifo_bands):
+    if isinstance(fifo_bands, bool) or not (isinstance(fifo_bands, (int, np.integer))
+                                            and fifo_bands >= 1):
+        raise ValueError(f"fifo_bands must be a positive integer (bands per egress FIFO, "
+                         f"default {lk.DEFAULT_FIFO_BANDS}); got {fifo_bands!r}")
+    return int(fifo_bands)
+
+
 def _mean_over_paths(per_path, link_tab, seg, n_links):
     """``[flows]`` mean of ``[flows, paths]`` values over each flow's real paths."""
     n_flows = link_tab.shape[0]
@@ -723,6 +732,7 @@ class _Shape:
     wire_depth: int
     routed: bool
     n_classes: int = 1
+    fifo_bands: int = lk.DEFAULT_FIFO_BANDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -792,7 +802,8 @@ def _init_carry(law, fc, shape: _Shape, hops: lk.HopTable, size, line_rate, base
     zf = jnp.zeros((n_flows,), fdt)
     zh = jnp.zeros(hops.link.shape, fdt)
     carry = dict(k=jnp.asarray(0, jnp.int32), remaining=jnp.asarray(size, fdt),
-                 x=zh, transit=zh, wire=jnp.zeros((shape.wire_depth, n_flows), fdt),
+                 x=zh, xb=jnp.zeros(hops.link.shape + (shape.fifo_bands,), fdt), transit=zh,
+                 wire=jnp.zeros((shape.wire_depth, n_flows), fdt),
                  start=jnp.full((n_flows,), inf), finish=jnp.full((n_flows,), inf),
                  done=jnp.zeros((n_flows,), bool), sent=zf, passed=zf, delivered=zf,
                  dropped=zf, discarded=zf, rx_phi=jnp.zeros((2, n_flows), fdt),
@@ -900,17 +911,21 @@ def _offer(static, net, c, t, start, started, active, stranded, params, smooth, 
     return law_state, offered
 
 
-def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
+def _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp, dt):
     """Allocate, transmit and queue: serve the queues (standing + arriving from the wire),
     share what is left among the fresh offers (max-min), park the excess, apply buffers.
 
+    ``xb`` ``[flows, hops, K]``: the standing queues in FIFO bands
+    (:func:`fabric_jax.links.serve`).
+
     Returns a dict: ``served`` ``[flows, hops]`` bytes sent by each hop, ``x`` new
-    standing queues, ``alloc`` ``[flows]`` cut-through rates, ``served_l`` ``[links]``,
-    ``load_o`` ``[links]`` offered load, ``dropped`` ``[flows]`` buffer drops.
+    standing queues and ``xb`` their bands, ``alloc`` ``[flows]`` cut-through rates,
+    ``served_l`` ``[links]``, ``load_o`` ``[links]`` offered load, ``dropped``
+    ``[flows]`` buffer drops.
     """
     hops = net.hops
-    served, left, served_l, inflow, carry, _ = lk.serve_through(hops, x, transit, usable, dt,
-                                                                hops.seg)
+    served, left_b, left_a, served_l, _, carry, _ = lk.serve_through(hops, xb, transit, usable,
+                                                                     dt, hops.seg)
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
     send = _nic_send(static, net.switch, _first_hops(inc_k, hops.seg), fresh, offered)
     sol = solve(inc_k, fresh, send, iterations=static.solver_iterations)
@@ -918,14 +933,18 @@ def _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp, dt):
     load_o = inc_k.link_load(offered)
     place = lk.place_excess(hops, (send - alloc) * dt, split,
                             _overloaded(net.switch, inc_k.link_load(send), fresh))
-    # bytes that arrived at each queue this step and still stand there
-    tot = x + inflow
-    t_pos = tot > 0
-    arrived_left = jnp.where(t_pos, inflow * left / jnp.where(t_pos, tot, 1.0), 0.0) + place
-    x_new = left + place
-    x_new, dropped = _buffers(static, net, hops, net.switch, x_new, arrived_left, fcp, offered)
-    return dict(served=served, x=x_new, alloc=alloc, served_l=served_l,
-                load_o=load_o, dropped=dropped, transit=carry, send=send)
+    # bytes that arrived at each queue this step and still stand there: the FIFO's tail
+    arrived_left = left_a + place
+    x_new, dropped = _buffers(static, net, hops, net.switch, jnp.sum(left_b, axis=-1)
+                              + arrived_left, arrived_left, fcp, offered)
+    return dict(served=served, x=x_new, xb=_tail_bands(hops, left_b, x_new), alloc=alloc,
+                served_l=served_l, load_o=load_o, dropped=dropped, transit=carry, send=send)
+
+
+def _tail_bands(hops, left_b, x_new):
+    """The bands after the step: the standing bands left, a band freed at the tail
+    (:func:`fabric_jax.links.merge_bands`) holding what joined the queue in the step."""
+    return lk.reconcile_bands(lk.merge_bands(hops, left_b), x_new)
 
 
 def _nic_send(static, switch, inc, cap, offered):
@@ -1010,7 +1029,8 @@ def _safe_div(a, b):
     return jnp.where(pos, a / jnp.where(pos, b, 1.0), 0.0)
 
 
-def _transmit_classes(static, net, x, transit, ceiling, cap_k, inc_k, split, offered, fcp, dt):
+def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, offered, fcp,
+                      dt):
     """:func:`_transmit` with traffic classes (:mod:`fabric_jax.qos`).
 
     Units are ``links x classes``.  Each class wants ``d = min(backlog / dt + fresh
@@ -1037,8 +1057,9 @@ def _transmit_classes(static, net, x, transit, ceiling, cap_k, inc_k, split, off
         return qos.arbitrate(cap_k, want.reshape(n_links, n_cls), net.class_weight,
                              static.levels).reshape(n_units)
 
-    served, left, served_u, inflow, carry, grant = lk.serve_through(uh, x, transit, grant_of,
-                                                                    dt, uh.seg)
+    served, left_b, left_a, served_u, _, carry, grant = lk.serve_through(uh, xb, transit,
+                                                                         grant_of, dt, uh.seg)
+    left = jnp.sum(left_b, axis=-1) + left_a
     fresh = jnp.maximum(grant - served_u / dt, 0.0)
     inc2 = Incidence(jnp.concatenate([inc_k.link_idx, n_links + vinc.link_idx]),
                      jnp.concatenate([inc_k.flow_idx, inc_k.flow_idx]),
@@ -1068,9 +1089,13 @@ def _transmit_classes(static, net, x, transit, ceiling, cap_k, inc_k, split, off
     left_u = uh.link_sum(left)
     frac = jnp.minimum(jnp.minimum(per_unit(_safe_div(spare * dt, per_link(left_u))),
                                    _safe_div(room * dt, left_u)), 1.0)
-    more = left * uh.gather(frac)
-    more_u = left_u * frac
-    served, left, served_u = served + more, left - more, served_u + more_u
+    # from the head of each class queue: its standing bands, then the step's arrivals
+    more_b = lk.fifo_take(uh, jnp.concatenate([left_b, left_a[..., None]], axis=-1),
+                          left_u * frac)
+    more = jnp.sum(more_b, axis=-1)
+    more_u = uh.link_sum(more)
+    left_b, left_a = left_b - more_b[..., :-1], left_a - more_b[..., -1]
+    served, served_u = served + more, served_u + more_u
     # bytes served by this second pass reach the next hop at the next step
     carry = carry + uh.to_next_hop(jnp.where(uh.last, 0.0, more))
     spare = jnp.maximum(spare - per_link(more_u) / dt, 0.0)
@@ -1083,13 +1108,12 @@ def _transmit_classes(static, net, x, transit, ceiling, cap_k, inc_k, split, off
     # one active class exactly the single-class rule: load above the capacity left)
     place = lk.place_excess(uh, (send - alloc) * dt, split,
                             _overloaded(net.uswitch, vinc.link_load(send), fresh))
-    tot = x + inflow
-    t_pos = tot > 0
-    arrived_left = jnp.where(t_pos, inflow * left / jnp.where(t_pos, tot, 1.0), 0.0) + place
-    x_new, dropped = _buffers(static, net, uh, net.uswitch, left + place, arrived_left, fcp,
+    arrived_left = left_a + place
+    x_new, dropped = _buffers(static, net, uh, net.uswitch,
+                              jnp.sum(left_b, axis=-1) + arrived_left, arrived_left, fcp,
                               offered)
-    return dict(served=served, x=x_new, alloc=alloc, served_l=served_u, load_o=per_link(load_u),
-                dropped=dropped, transit=carry, vinc=vinc, send=send,
+    return dict(served=served, x=x_new, xb=_tail_bands(uh, left_b, x_new), alloc=alloc,
+                served_l=served_u, load_o=per_link(load_u), dropped=dropped, transit=carry, vinc=vinc, send=send,
                 usable_l=jnp.minimum(cap_k, per_link(ceiling)))
 
 
@@ -1275,11 +1299,12 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     pool = uh.pool_sum(x + transit)
     fcp_k = _shared_params(static, net, fcp, pool)
     usable = fcm.usable_capacity(static.fc, c["fc"], cap_u, pool, fcp_k, dt, smooth)
+    xb = lk.reconcile_bands(c["xb"], x)   # bytes dropped by faults leave their bands
     if n_cls == 1:
-        tr = _transmit(static, net, x, transit, usable, inc_k, split, offered, fcp_k, dt)
+        tr = _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp_k, dt)
         sig_net, sig_inc, sig_params, usable_l = net, inc_k, params, usable
     else:
-        tr = _transmit_classes(static, net, x, transit, usable, cap_k, inc_k, split, offered,
+        tr = _transmit_classes(static, net, xb, transit, usable, cap_k, inc_k, split, offered,
                                fcp_k, dt)
         sig_net = dataclasses.replace(net, hops=uh, switch=net.uswitch)
         sig_inc, usable_l = tr["vinc"], tr["usable_l"]
@@ -1315,7 +1340,8 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     new = dict(c, k=c["k"] + 1,
                remaining=jnp.maximum(c["remaining"] - sent_now + dropped_now + discarded_now,
                                      0.0),
-               x=x_new, transit=transit_new, wire=wire, start=start, finish=finish,
+               x=x_new, xb=lk.reconcile_bands(tr["xb"], x_new), transit=transit_new,
+               wire=wire, start=start, finish=finish,
                done=c["done"] | completes, sent=c["sent"] + sent_now, passed=passed,
                delivered=c["delivered"] + deliv_now, dropped=c["dropped"] + dropped_now,
                discarded=c["discarded"] + discarded_now, rx_phi=rx_phi,

@@ -91,7 +91,7 @@ __all__ = ["simulate_fluid_windowed", "SlotResult", "FLOW_AXIS", "GLOBAL_KEYS",
 #: leaf below the key): ``[flows, hops]`` queued / in-transit bytes per hop, the
 #: ``[depth, flows]`` receiver wire, the ``[2, flows]`` receiver discard state, the
 #: law's ``[flows]`` state, the ``[ring, flows]`` feedback ring, ``[flows]`` counters.
-FLOW_AXIS = dict(remaining=0, x=0, transit=0, wire=1, start=0, finish=0, done=0, sent=0,
+FLOW_AXIS = dict(remaining=0, x=0, xb=0, transit=0, wire=1, start=0, finish=0, done=0, sent=0,
                  passed=0, delivered=0, dropped=0, discarded=0, rx_phi=1, law=0, ring=1,
                  stranded_time=0, stranded=0)
 #: Entries of the fluid state that are not per flow and carry over windows unchanged:
@@ -368,6 +368,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
     n_units = n_links * (1 if tc_cfg is None else tc_cfg.n_classes)
     fz = lambda *shape: np.zeros(shape, fdt)  # noqa: E731
     carry = dict(k=np.zeros((), np.int32), remaining=fz(n_cols), x=fz(n_cols, n_hops),
+                 xb=fz(n_cols, n_hops, lk.DEFAULT_FIFO_BANDS),
                  transit=fz(n_cols, n_hops), wire=fz(wire_depth, n_cols), start=fz(n_cols),
                  finish=fz(n_cols), done=np.zeros(n_cols, bool), sent=fz(n_cols),
                  passed=fz(n_cols), delivered=fz(n_cols), dropped=fz(n_cols),

@@ -48,7 +48,8 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["HopTable", "hop_table", "nic_links", "wire_taps", "serve", "serve_through",
-           "place_excess",
+           "place_excess", "fifo_take", "merge_bands", "reconcile_bands", "band_sums",
+           "DEFAULT_FIFO_BANDS",
            "wire_push", "wire_pop", "path_latencies", "path_delay"]
 
 
@@ -199,41 +200,131 @@ def wire_taps(delay_s, dt: float):
 
 
 # ------------------------------------------------------------------- device kernels
-def serve(hops: HopTable, queue, transit, usable, dt):
-    """One step of the egress queues (a fluid FIFO).
+#: Default number of FIFO bands per egress queue (:func:`serve`).
+DEFAULT_FIFO_BANDS = 8
 
-    Link ``l`` holds ``q_l`` standing bytes and receives ``a_l`` bytes from the wire; it
-    sends ``s_l = min(q_l + a_l, u_l dt)``, taken from each entry in proportion to its
-    share of ``q_l + a_l``.
+
+def band_sums(hops: HopTable, bands):
+    """``[links, K]`` bytes in each band of each link's queue (``bands`` ``[flows, hops, K]``)."""
+    n_bands = bands.shape[-1]
+    flat = bands.reshape(-1, n_bands)
+    return jax.ops.segment_sum(flat, hops.link.ravel(), num_segments=hops.n_links + 1)[:-1]
+
+
+def _gather_rows(hops: HopTable, per_link, fill=0.0):
+    """``[flows, hops, K]`` row of each hop's link in a ``[links, K]`` table."""
+    ext = jnp.concatenate([per_link, jnp.full((1, per_link.shape[1]), fill, per_link.dtype)])
+    return ext[hops.link]
+
+
+def fifo_take(hops: HopTable, bands, amount):
+    """Takes ``amount`` ``[links]`` bytes from the head of each link's FIFO.
+
+    ``bands`` ``[flows, hops, K]`` are the bytes of each entry in the ``K`` bands of its
+    link's queue, oldest band first (band ``k`` of every entry of a link is the same
+    stretch of that queue).  The link sends its bands in order; inside a band its
+    entries leave in proportion to their bytes (a band is the resolution of the model).
+
+    Returns ``[flows, hops, K]`` bytes taken; their sum over a link's entries is
+    ``min(amount_l, q_l)`` exactly (up to round-off).
+    """
+    lb = band_sums(hops, bands)
+    before = jnp.cumsum(lb, axis=1) - lb
+    pos = lb > 0
+    frac = jnp.where(pos, jnp.clip((amount[:, None] - before) / jnp.where(pos, lb, 1.0),
+                                   0.0, 1.0), 0.0)
+    return bands * _gather_rows(hops, frac)
+
+
+def merge_bands(hops: HopTable, bands):
+    """Frees the newest band of every link's queue for the step's arrivals by merging
+    two adjacent bands into one (the older ones keep their order).
+
+    The pair merged is the one whose merge misplaces the fewest bytes: for bands ``j``
+    and ``j + 1`` of sizes ``L_j, L_j+1`` and entry contents ``b_j, b_j+1``, the cost is
+    ``sum_e |b_ej L_j+1 - b_e,j+1 L_j| / (L_j + L_j+1)`` (how many bytes a merged band
+    serves out of their order).  It is 0 when either band is empty (drained bands at
+    the head merge first) and when the two have the same composition, so a queue whose
+    make-up changes a few times keeps those boundaries exactly however long it is (a
+    short flow that met a standing queue keeps its place behind it).  With ``K = 1``
+    nothing is merged: standing bytes form a single band (a well-mixed queue)."""
+    n_bands = bands.shape[-1]
+    if n_bands == 1:
+        return bands
+    lb = band_sums(hops, bands)
+    lb_e = _gather_rows(hops, lb)
+    mis = jnp.abs(bands[..., :-1] * lb_e[..., 1:] - bands[..., 1:] * lb_e[..., :-1])
+    pair = lb[:, :-1] + lb[:, 1:]
+    pos = pair > 0
+    cost = jnp.where(pos, band_sums(hops, mis) / jnp.where(pos, pair, 1.0), 0.0)
+    j = jnp.argmin(cost, axis=1)
+    j_e = jnp.concatenate([j, jnp.full((1,), n_bands, j.dtype)])[hops.link][..., None]
+    k = jnp.arange(n_bands)
+    shifted = jnp.concatenate([bands[..., 1:], jnp.zeros_like(bands[..., :1])], axis=-1)
+    return jnp.where(k < j_e, bands, jnp.where(k == j_e, bands + shifted, shifted))
+
+
+def reconcile_bands(bands, queue):
+    """Bands whose sum over ``K`` is ``queue`` ``[flows, hops]``: bytes removed elsewhere
+    (drops, faults, bytes returned to the sender) leave every band of the entry in
+    proportion; bytes added join the newest band (the tail of the FIFO)."""
+    tot = jnp.sum(bands, axis=-1)
+    over = tot > queue
+    scale = jnp.where(over & (tot > 0), queue / jnp.where(tot > 0, tot, 1.0), 1.0)
+    out = bands * scale[..., None]
+    return out.at[..., -1].add(jnp.maximum(queue - tot, 0.0))
+
+
+def serve(hops: HopTable, bands, transit, usable, dt, head=None):
+    """One step of the egress queues: FIFO.
+
+    Link ``l`` holds ``q_l`` standing bytes in bands (oldest first, :func:`fifo_take`)
+    and receives ``a_l`` bytes in the step; it sends ``s_l = min(q_l + a_l, u_l dt)``:
+    its standing bytes first, band by band, then the step's arrivals, taken from each
+    entry in proportion to what it brought (arrivals inside one step are simultaneous
+    at the resolution of the model).
+
+    Args:
+      bands: ``[flows, hops, K]`` standing bytes per FIFO band.
+      transit: ``[flows, hops]`` bytes arriving in the step.
+      usable: ``[links]`` capacity, bytes/s.
+      head: optional ``[flows, hops, K]`` what :func:`fifo_take` takes from ``bands``
+        at ``usable`` (precomputed when ``usable`` does not depend on the arrivals).
 
     Returns:
-      ``(sent_e, left_e, sent_l)``: ``[flows, hops]`` bytes sent by each entry,
-      ``[flows, hops]`` bytes left standing (before new arrivals), ``[links]`` ``s_l``.
+      ``(sent_e, left_b, left_a, sent_l)``: ``[flows, hops]`` bytes sent by each entry,
+      ``[flows, hops, K]`` standing bytes left, ``[flows, hops]`` arrivals left (to join
+      the tail), ``[links]`` ``s_l``.
     """
-    total = queue + transit
-    load = hops.link_sum(total)
-    sent_l = jnp.minimum(load, usable * dt)
-    pos = load > 0
-    frac = jnp.where(pos, sent_l / jnp.where(pos, load, 1.0), 0.0)
-    sent_e = total * hops.gather(frac)
-    return sent_e, total - sent_e, sent_l
+    budget = usable * dt
+    if head is None:
+        head = fifo_take(hops, bands, budget)
+    sent_b = jnp.sum(head, axis=-1)
+    sent_q = hops.link_sum(sent_b)
+    a_l = hops.link_sum(transit)
+    s_a = jnp.minimum(a_l, jnp.maximum(budget - sent_q, 0.0))
+    pos = a_l > 0
+    frac = jnp.where(pos, s_a / jnp.where(pos, a_l, 1.0), 0.0)
+    sent_a = transit * hops.gather(frac)
+    return sent_b + sent_a, bands - head, transit - sent_a, sent_q + s_a
 
 
-def serve_through(hops: HopTable, queue, transit, usable, dt, sweeps: int):
+def serve_through(hops: HopTable, bands, transit, usable, dt, sweeps: int):
     """One step of every egress queue, bytes leaving a queue crossing the hops below it
     in the same step (cut-through, like the fresh offers).
 
     A byte that leaves hop ``h``'s queue reaches hop ``h + 1`` a link latency later; in
     the wave-front frame of the model (path latencies delay delivery and feedback, not
     the meeting of bytes at a hop) it joins that hop's FIFO in the same step and is
-    served there with its standing bytes (:func:`serve`).  The step's arrivals at each
-    hop are the fixed point ``a = transit + next_hop(served(queue + a))``, found by
+    served there after its standing bytes (:func:`serve`).  The step's arrivals at each
+    hop are the fixed point ``a = transit + next_hop(served(queue, a))``, found by
     Jacobi sweeps: on a link graph without cycles (every up-down Clos route) sweep ``i``
     settles every link ``i`` hops from the sources, so ``sweeps >= hops`` gives it
     exactly.  What a truncated iteration leaves (a cyclic route set) waits on the wire
     for the next step (``carry``), so bytes are conserved either way.
 
     Args:
+      bands: ``[flows, hops, K]`` standing bytes per FIFO band (:func:`serve`).
       transit: ``[flows, hops]`` bytes arriving from the wire (carried from the
         previous step; zero on acyclic routes).
       usable: ``[links]`` capacity, bytes/s, or a function of the ``[links]`` bytes
@@ -242,20 +333,24 @@ def serve_through(hops: HopTable, queue, transit, usable, dt, sweeps: int):
       sweeps: static number of sweeps (the hops per path).
 
     Returns:
-      ``(sent_e, left_e, sent_l, arrived_e, carry_e, usable_l)``: as :func:`serve`,
-      plus the step's arrivals at each hop, the bytes sent downstream that did not join
-      this step's arrivals (on the wire to the next step), and the capacity used.
+      ``(sent_e, left_b, left_a, sent_l, arrived_e, carry_e, usable_l)``: as
+      :func:`serve`, plus the step's arrivals at each hop, the bytes sent downstream
+      that did not join this step's arrivals (on the wire to the next step), and the
+      capacity used.
     """
+    queue = jnp.sum(bands, axis=-1)
+    head = None if callable(usable) else fifo_take(hops, bands, usable * dt)
     cap_of = usable if callable(usable) else (lambda load: usable)
     inflow = transit
-    sent_e = left = sent_l = cap = None
+    out = cap = None
     for _ in range(max(int(sweeps), 1)):
         used = inflow
         cap = cap_of(hops.link_sum(queue + used))
-        sent_e, left, sent_l = serve(hops, queue, used, cap, dt)
-        inflow = transit + hops.to_next_hop(jnp.where(hops.last, 0.0, sent_e))
+        out = serve(hops, bands, used, cap, dt, head)
+        inflow = transit + hops.to_next_hop(jnp.where(hops.last, 0.0, out[0]))
     carry = jnp.maximum(inflow - used, 0.0)
-    return sent_e, left, sent_l, used, carry, cap
+    sent_e, left_b, left_a, sent_l = out
+    return sent_e, left_b, left_a, sent_l, used, carry, cap
 
 
 def place_excess(hops: HopTable, excess, split, overloaded):

@@ -14,9 +14,12 @@ Per step ``k`` (``t = k dt``):
 2. usable capacity ``u_l``: ``C_l``, or ``0`` while paused (PFC, a decision taken at the
    end of the previous step);
 3. every link serves its standing queue plus the bytes arriving from the hop before
-   in the same step, ``s_l = min(q_l + a_l, u_l dt)``, each entry in proportion to its
-   share; links are taken in topological order of the route graph (a link after every
-   link that precedes it on some path), so ``a_l`` is known when ``l`` is served;
+   in the same step, ``s_l = min(q_l + a_l, u_l dt)``, as an exact FIFO of cohorts: the
+   bytes that joined the queue in one step form one cohort (a list kept in arrival
+   order), the link serves whole cohorts oldest first, each entry of a cohort in
+   proportion to its bytes, then the step's arrivals in proportion; links are taken
+   in topological order of the route graph (a link after every link that precedes it
+   on some path), so ``a_l`` is known when ``l`` is served;
 4. each host NIC (``nic``) shares ``max(u_l - s_l/dt, 0)`` max-min among its flows'
    offers, whatever lies downstream: that is what the flow sends (the rest of its offer
    is not sent; ``sent`` counts only what left the NIC); the sent rates share
@@ -24,7 +27,8 @@ Per step ``k`` (``t = k dt``):
    each sent rate waits at the first switch port of its path where the sent load
    exceeds that capacity;
 5. buffers: PFC drops the ingress-pool overflow, ``drop`` the egress overflow at switch
-   ports, both from the bytes that arrived in the step and still stand;
+   ports, both from the bytes that arrived in the step and still stand; what is left
+   of them is the link's newest cohort;
 6. bytes through the last hop and cut-through bytes ride the receiver wire for
    the flow's one-way latency ``L = n dt + phi dt`` (``1 - phi`` delivered ``n`` steps
    later, ``phi`` one step after that);
@@ -73,6 +77,7 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
         for l in p:
             A[l, f] = 1.0
     x = [np.zeros(len(p)) for p in paths]        # standing bytes per hop
+    fifo = [[] for _ in range(n_links)]          # per link: cohorts {(f, h): bytes}
     # topological order of the links: l after every link that precedes it on a path
     preds = {l: set() for l in range(n_links)}
     for p in paths:
@@ -111,16 +116,29 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
         s_l = np.zeros(n_links)
         for l in order:
             entries = [(f, h) for f, p in enumerate(paths) for h, m in enumerate(p) if m == l]
-            load = sum(x[f][h] + arr[f][h] for f, h in entries)
-            s_l[l] = min(load, usable[l] * dt)
-            frac = s_l[l] / load if load > 0 else 0.0
+            budget = usable[l] * dt
+            kept = []
+            for cohort in fifo[l]:                 # oldest first
+                tot = sum(cohort.values())
+                take = min(budget, tot)
+                frac = take / tot if tot > 0 else 0.0
+                for (f, h), b in cohort.items():
+                    served[f][h] += b * frac
+                budget -= take
+                rest = {e: b * (1 - frac) for e, b in cohort.items() if b * (1 - frac) > 0}
+                if rest and frac < 1:
+                    kept.append(rest)
+            fifo[l] = kept
+            a_l = sum(arr[f][h] for f, h in entries)
+            s_a = min(a_l, max(budget, 0.0))
+            frac = s_a / a_l if a_l > 0 else 0.0
             for f, h in entries:
-                tot = x[f][h] + arr[f][h]
-                served[f][h] = tot * frac
-                left[f][h] = tot - served[f][h]
+                served[f][h] += arr[f][h] * frac
                 arrived_left[f][h] = arr[f][h] * (1 - frac)
+                left[f][h] = x[f][h] + arr[f][h] - served[f][h]
                 if h + 1 < len(paths[f]):
                     arr[f][h + 1] += served[f][h]
+            s_l[l] = sum(served[f][h] for f, h in entries)
         fresh = np.maximum(usable - s_l / dt, 0.0)
         # the NICs share their capacity max-min among their flows' offers (a flow
         # whose path starts at no NIC sends its offer); the rest is not sent
@@ -196,6 +214,16 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
             on = pool > xoff
             off = pool < xon
             pause = np.where(on, 1.0, np.where(off, 0.0, pause))
+        for f, p in enumerate(paths):              # the step's newcomers: a new cohort
+            for h, l in enumerate(p):
+                b = x_new[f][h] - (left[f][h] - arrived_left[f][h])
+                if b > 0:
+                    if not fifo[l] or fifo[l][-1].get("k") != k:
+                        fifo[l].append({"k": k})
+                    fifo[l][-1][(f, h)] = b
+        for l in range(n_links):
+            for cohort in fifo[l]:
+                cohort.pop("k", None)
         x = x_new
         q = np.zeros(n_links)
         for f, p in enumerate(paths):
