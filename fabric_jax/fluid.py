@@ -31,8 +31,9 @@ One step of length ``dt`` is a short sequence of stages (functions below):
    first step).
 4. **allocate** (``_transmit``): flow control fixes each link's usable capacity
    ``u_l`` (``C_l``, 0 while paused, or the free downstream buffer per ``dt``).
-   Queues are served first, standing bytes and bytes arriving from the wire together
-   (:func:`fabric_jax.links.serve`: ``s_l = min(q_l + a_l, u_l dt)``, a fluid FIFO);
+   Queues are served first (:func:`fabric_jax.links.serve`: ``s_l = min(q_l + a_l, u_l
+   dt)``), as FIFOs: the standing bytes band by band, oldest first, then the bytes
+   arriving in the step (``fifo_bands`` bands per queue, see "FIFO queues" below);
    each host NIC sends its max-min share of its flows' offers, ``n = max-min over the
    NIC ports only (u - s/dt, demand=o)`` (``_nic_send``; the rest of an offer is not
    sent); the sent rates share what is left on their paths, ``a =
@@ -60,6 +61,22 @@ One step of length ``dt`` is a short sequence of stages (functions below):
    written into the feedback ring.
 8. **react** (``_react``): flow control updates pauses and credits; accounting and
    completions.
+
+FIFO queues (``fifo_bands``, default 8).  A switch port sends a byte after the bytes
+queued ahead of it.  Each queue entry (flow, hop) keeps its bytes in ``K`` bands
+``[flows, hops, K]`` shared by the link's entries (band ``k`` is the same stretch of
+the queue for all of them): the bytes that join the queue in a step enter its newest
+band, the port serves the bands oldest first and the entries of one band in
+proportion (:func:`fabric_jax.links.fifo_take`).  Before each step's arrivals the two
+adjacent bands whose merge misplaces the fewest bytes merge
+(:func:`fabric_jax.links.merge_bands`; zero cost when one is empty or both have the
+same make-up), so a queue whose composition changes at most ``K - 1`` times is an
+exact FIFO however long it is, and otherwise its resolution is about ``q_l / (K -
+1)`` bytes.  The plain-NumPy oracle (``tests/reference/fluid_numpy.py``) is an exact
+FIFO of per-step cohorts; ``experiments/queue_discipline.py`` checks the closed form
+of a short flow behind a standing queue.  ``fifo_bands=1`` keeps the standing queue
+well mixed (each flow served in proportion to its share of it), the model before
+2026-12-03, which stretched such a flow's last bytes 4-5x.
 
 Latency and RTT.  ``link_latency`` ``[links]`` (s; e.g. ``topology.latency``,
 propagation + serialisation + switch traversal) gives each path a one-way latency
@@ -430,6 +447,9 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         number of classes, ``"ets"`` / ``"strict"`` arbitration, weights); default:
         ``max(traffic_class) + 1`` classes under ETS with equal weights.  One class
         runs today's single-class model unchanged.
+      fifo_bands: bands per egress FIFO (see "FIFO queues" above; default 8, the
+        state grows by ``[flows, hops, fifo_bands]``); 1 keeps standing queues well
+        mixed.
       shared_buffer: :class:`fabric_jax.flowcontrol.SharedBuffer`
         (:func:`fabric_jax.flowcontrol.shared_buffer`), or a
         :class:`fabric_jax.Topology` for its defaults: switch memory shared by its

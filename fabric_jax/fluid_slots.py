@@ -78,8 +78,8 @@ import numpy as np
 from . import flowcontrol as fcm
 from . import links as lk
 from .cc import base as ccbase
-from .fluid import (_SIGNALS, FluidInfo, FluidResult, _check_single_path, _hop_table,
-                    _prepare_classes, simulate_fluid)
+from .fluid import (_SIGNALS, FluidInfo, FluidResult, _check_fifo_bands, _check_single_path,
+                    _hop_table, _prepare_classes, simulate_fluid)
 from .incidence import Incidence
 from .sim import _prepare
 
@@ -215,7 +215,8 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                             loss_recovery: str = "selective", mtu: float | None = None,
                             reorder_tolerance: float = 0.0, traffic_class=None, classes=None,
                             shared_buffer=None, deps=None, routing=None,
-                            save_every=None, init_state=None) -> SlotResult:
+                            save_every=None, init_state=None,
+                            fifo_bands: int = lk.DEFAULT_FIFO_BANDS) -> SlotResult:
     """:func:`fabric_jax.simulate_fluid` on ``max_active`` flow slots, window by window.
 
     Same model, arguments and per-flow results as :func:`fabric_jax.simulate_fluid`
@@ -351,7 +352,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
             link_latency=link_latency, nic_links=nic, reorder=reorder,
             loss_recovery=loss_recovery, reorder_tolerance=reorder_tolerance,
             traffic_class=col["traffic_class"], classes=tc_cfg, shared_buffer=shared_buffer,
-            **extra)
+            fifo_bands=fifo_bands, **extra)
 
     # ---- the initial carry of the slot table, laid out as the engine's (FLOW_AXIS,
     # GLOBAL_KEYS), so that every window, the first included, resumes from a state:
@@ -368,7 +369,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
     n_units = n_links * (1 if tc_cfg is None else tc_cfg.n_classes)
     fz = lambda *shape: np.zeros(shape, fdt)  # noqa: E731
     carry = dict(k=np.zeros((), np.int32), remaining=fz(n_cols), x=fz(n_cols, n_hops),
-                 xb=fz(n_cols, n_hops, lk.DEFAULT_FIFO_BANDS),
+                 xb=fz(n_cols, n_hops, _check_fifo_bands(fifo_bands)),
                  transit=fz(n_cols, n_hops), wire=fz(wire_depth, n_cols), start=fz(n_cols),
                  finish=fz(n_cols), done=np.zeros(n_cols, bool), sent=fz(n_cols),
                  passed=fz(n_cols), delivered=fz(n_cols), dropped=fz(n_cols),

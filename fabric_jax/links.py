@@ -9,7 +9,11 @@ of one flow are laid out path by path, ``paths x seg`` columns, ``seg`` hops per
 Per hop the loop keeps two byte counts:
 
 * ``queue[f, h]``: bytes of flow ``f`` **standing** in the egress queue of link
-  ``link[f, h]``.  A link's queue is ``q_l = sum queue[f, h]`` over its entries.
+  ``link[f, h]``.  A link's queue is ``q_l = sum queue[f, h]`` over its entries.  The
+  queue is a FIFO kept in ``K`` bands, ``bands[f, h, k]`` (oldest band first, band ``k``
+  the same stretch of the queue for all the link's entries): :func:`serve` sends the
+  bands in order, :func:`merge_bands` frees a band at the tail for the step's
+  arrivals.
 * bytes that leave the queue of hop ``h - 1`` reach hop ``h`` in the same step and are
   served there with its standing bytes (:func:`serve_through`), so bytes that pass
   through a link faster than they arrive never stand in its queue and never raise a

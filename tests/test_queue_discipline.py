@@ -12,7 +12,8 @@ from .helpers import load_experiment
 def test_queue_discipline_experiment(tmp_path):
     exp = load_experiment("queue_discipline")
     out = tmp_path / "q.json"
-    res = exp.main(["--json", str(out), "--gbps", "100", "--size-kb", "50"])
+    res = exp.main(["--json", str(out), "--gbps", "100", "--size-kb", "50",
+                    "--refine", "1,4"])
     data = json.loads(out.read_text())
     assert data["fifo_finish"] == pytest.approx(res["fifo_finish"])
     # alone, the fluid model gives the closed form t_s + 2 L + s / C (within one step)
@@ -21,3 +22,9 @@ def test_queue_discipline_experiment(tmp_path):
     assert res["fifo_finish"] - res["alone_closed_form"] == pytest.approx(50e3 / 12.5e9)
     # with the greedy neighbour S can only finish later than alone
     assert all(f > res["fluid_alone"] for f in res["fluid"].values())
+    # the FIFO bands give the closed form at every dt (S's bytes keep their place
+    # behind G's); one band (a well-mixed standing queue) stretches S's last bytes
+    for f in res["fluid"].values():
+        assert f == pytest.approx(res["fifo_finish"], abs=1e-8)
+    fifo_fct = res["fifo_finish"] - 20e-6
+    assert all(f - 20e-6 > 2 * fifo_fct for f in res["fluid_one_band"].values())

@@ -26,6 +26,7 @@ from ..cc import ibcc
 from ..fabrics import get_fabric
 from ..fluid import simulate_fluid
 from ..incidence import Incidence
+from ..links import DEFAULT_FIFO_BANDS
 from ..routing import make_routing
 from ..sim import simulate_flows
 from .case import JOBS, Case, alone_arrival, build_case, collective_phases
@@ -176,8 +177,10 @@ def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every
                           dt=sim["dt_us"] * 1e-6, n_steps=int(sim["n_steps"]),
                           arrival=arrival, deps=w.deps, delay=w.delay, seed=sim["seed"],
                           nic_rate=case.line_rate, save_every=save_every,
-                          fluid_options=fabric.class_options(case.job_of, JOBS,
-                                                             case.topology))
+                          fluid_options=dict(fabric.class_options(case.job_of, JOBS,
+                                                                  case.topology),
+                                             fifo_bands=int(sim.get("fifo_bands",
+                                                                    DEFAULT_FIFO_BANDS))))
 
 
 def crossbar_incidence(src, dst, n_hosts: int) -> Incidence:

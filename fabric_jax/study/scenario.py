@@ -25,7 +25,9 @@ Sections (TOML tables) and keys, with the accepted values:
     ``background_us`` (> 0).
 ``[simulation]``
     ``dt_us`` (> 0), ``n_steps`` (>= 1), ``max_paths`` (>= 0; 0 = every equal-cost
-    path, the default), ``seed`` (>= 0), ``isolation`` (true | false).
+    path, the default), ``seed`` (>= 0), ``isolation`` (true | false), ``fifo_bands``
+    (>= 1: bands per egress FIFO of the fluid model, ``simulate_fluid(fifo_bands=)``;
+    default 8, a numerical resolution like ``dt``: ``experiments/fifo_bands.py``).
 ``[economics]``
     ``gpu_price_per_hour`` (>= 0), ``tokens_per_gpu_per_step`` (> 0).
 ``[fabrics]``
@@ -65,6 +67,7 @@ import tomllib
 from pathlib import Path
 
 from ..fabrics import PRESETS, get_fabric
+from ..links import DEFAULT_FIFO_BANDS
 from ..workloads import FlowSizeCDF
 
 __all__ = ["Scenario", "ScenarioError", "default_scenario", "scenario_from_dict",
@@ -99,7 +102,7 @@ SCHEMA = {
                  "background_cdf": tuple(FlowSizeCDF.builtin_names()),
                  "background_us": (_FLOAT, 0, False)},
     "simulation": {"dt_us": (_FLOAT, 0, False), "n_steps": (_INT, 1), "max_paths": (_INT, 0),
-                   "seed": (_INT, 0), "isolation": (_BOOL,)},
+                   "seed": (_INT, 0), "isolation": (_BOOL,), "fifo_bands": (_INT, 1)},
     "economics": {"gpu_price_per_hour": (_FLOAT, 0),
                   "tokens_per_gpu_per_step": (_FLOAT, 0, False)},
 }
@@ -143,7 +146,8 @@ def default_scenario() -> Scenario:
                       moe_mb=4.0, expert_skew=1.0, compute_us=1000.0, tenant_incast_mb=1.0,
                       tenant_fan_in=4, background_load=0.05, background_cdf="web_search",
                       background_us=200.0),
-        simulation=dict(dt_us=1.0, n_steps=1000, max_paths=0, seed=0, isolation=True),
+        simulation=dict(dt_us=1.0, n_steps=1000, max_paths=0, seed=0, isolation=True,
+                        fifo_bands=DEFAULT_FIFO_BANDS),
         economics=dict(gpu_price_per_hour=2.5, tokens_per_gpu_per_step=8.0),
         presets=tuple(PRESETS), overrides={})
 
