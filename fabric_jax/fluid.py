@@ -944,8 +944,8 @@ def _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp, dt):
     ``[flows]`` buffer drops.
     """
     hops = net.hops
-    served, left_b, left_a, served_l, _, carry, _ = lk.serve_through(hops, xb, transit, usable,
-                                                                     dt, hops.seg)
+    served, left_b, left_a, served_l, _, carry, _, span = lk.serve_through(
+        hops, xb, transit, usable, dt, hops.seg)
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
     send = _nic_send(static, net.switch, _first_hops(inc_k, hops.seg), fresh, offered)
     sol = solve(inc_k, fresh, send, iterations=static.solver_iterations)
@@ -958,7 +958,8 @@ def _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp, dt):
     x_new, dropped = _buffers(static, net, hops, net.switch, jnp.sum(left_b, axis=-1)
                               + arrived_left, arrived_left, fcp, offered)
     return dict(served=served, x=x_new, xb=_tail_bands(hops, left_b, x_new), alloc=alloc,
-                served_l=served_l, load_o=load_o, dropped=dropped, transit=carry, send=send)
+                served_l=served_l, load_o=load_o, dropped=dropped, transit=carry, send=send,
+                span=span)
 
 
 def _tail_bands(hops, left_b, x_new):
@@ -1077,8 +1078,8 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
         return qos.arbitrate(cap_k, want.reshape(n_links, n_cls), net.class_weight,
                              static.levels).reshape(n_units)
 
-    served, left_b, left_a, served_u, _, carry, grant = lk.serve_through(uh, xb, transit,
-                                                                         grant_of, dt, uh.seg)
+    served, left_b, left_a, served_u, _, carry, grant, span = lk.serve_through(
+        uh, xb, transit, grant_of, dt, uh.seg)
     left = jnp.sum(left_b, axis=-1) + left_a
     fresh = jnp.maximum(grant - served_u / dt, 0.0)
     inc2 = Incidence(jnp.concatenate([inc_k.link_idx, n_links + vinc.link_idx]),
@@ -1116,6 +1117,9 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
     more_u = uh.link_sum(more)
     left_b, left_a = left_b - more_b[..., :-1], left_a - more_b[..., -1]
     served, served_u = served + more, served_u + more_u
+    # bytes served by this pass leave after the first pass's, up to the new end
+    span = (jnp.where((span[1] <= 0) & (more > 0), uh.gather(served_u - more_u), span[0]),
+            jnp.where(more > 0, uh.gather(served_u), span[1]))
     # bytes served by this second pass reach the next hop at the next step
     carry = carry + uh.to_next_hop(jnp.where(uh.last, 0.0, more))
     spare = jnp.maximum(spare - per_link(more_u) / dt, 0.0)
@@ -1133,7 +1137,7 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
                               jnp.sum(left_b, axis=-1) + arrived_left, arrived_left, fcp,
                               offered)
     return dict(served=served, x=x_new, xb=_tail_bands(uh, left_b, x_new), alloc=alloc,
-                served_l=served_u, load_o=per_link(load_u), dropped=dropped, transit=carry, vinc=vinc, send=send,
+                served_l=served_u, load_o=per_link(load_u), dropped=dropped, span=span, transit=carry, vinc=vinc, send=send,
                 usable_l=jnp.minimum(cap_k, per_link(ceiling)))
 
 
@@ -1259,13 +1263,16 @@ def _complete(net, c, t, start, active, passed_now, last, dt):
     return passed, completes, finish
 
 
-def _finish_in_step(t, start, need, passed_now, dt, *, queued, drain, cut, cut_rate):
+def _finish_in_step(t, start, need, passed_now, dt, *, queued, drain, cut, cut_rate,
+                    q_lo=0.0, q_hi=1.0):
     """When inside the step ``[t, t + dt]`` a flow's last ``need`` bytes pass.
 
     The step moves two kinds of bytes past a flow's last queue (``passed_now`` of them
     after receiver discards): ``queued`` ``[flows]`` bytes served by its last hop,
     which a FIFO port sends first, during the ``drain`` ``[flows]`` seconds it takes to
-    serve what it serves this step (``s_l / u_l``), interleaved in proportion; and
+    serve what it serves this step (``s_l / u_l``): the flow's bytes leave between the
+    fractions ``q_lo`` and ``q_hi`` of that service, their FIFO positions
+    (:func:`fabric_jax.links.service_span`), interleaved with the other flows'; and
     ``cut`` bytes crossing cut-through, sent from ``max(start, t)`` at ``cut_rate``:
     the flow's allocation raised by the capacity still free on every hop of its path,
     up to its pacing rate (a flow whose last step is short is not slowed to spread its
@@ -1278,7 +1285,8 @@ def _finish_in_step(t, start, need, passed_now, dt, *, queued, drain, cut, cut_r
     keep = jnp.where(got, passed_now / jnp.where(got, queued + cut, 1.0), 1.0)
     need_a = need / jnp.where(keep > 0, keep, 1.0)          # in bytes before discards
     q_pos = queued > 0
-    t_q = t + drain * jnp.clip(need_a / jnp.where(q_pos, queued, 1.0), 0.0, 1.0)
+    t_q = t + drain * (q_lo + (q_hi - q_lo)
+                       * jnp.clip(need_a / jnp.where(q_pos, queued, 1.0), 0.0, 1.0))
     r_pos = cut_rate > 0
     s0 = jnp.clip(start, t, t + dt)
     # bytes wanted from the cut-through part: at most what crossed (a need above
@@ -1286,23 +1294,34 @@ def _finish_in_step(t, start, need, passed_now, dt, *, queued, drain, cut, cut_r
     # was a queued one)
     extra = jnp.clip(need_a - queued, 0.0, cut)
     t_c = s0 + extra / jnp.where(r_pos, cut_rate, jnp.inf)
-    t_in = jnp.where(need_a <= queued, t_q, jnp.maximum(t + jnp.where(q_pos, drain, 0.0), t_c))
+    t_in = jnp.where(need_a <= queued, t_q,
+                     jnp.maximum(t + jnp.where(q_pos, drain * q_hi, 0.0), t_c))
     return jnp.clip(t_in, t, t + dt)
 
 
-def _last_bytes(net, served, served_l, usable, inc_k, alloc, pace, dt):
-    """The per-flow inputs of :func:`_finish_in_step` from the step's transmit stage."""
+def _last_bytes(net, served, served_l, usable, inc_k, alloc, pace, dt, span):
+    """The per-flow inputs of :func:`_finish_in_step` from the step's transmit stage
+    (``span``: the FIFO positions of :func:`fabric_jax.links.service_span`)."""
     hops = net.hops
     u_pos = usable > 0
     drain_l = jnp.where(u_pos, jnp.minimum(served_l / jnp.where(u_pos, usable, 1.0), dt), dt)
     last_served = jnp.where(hops.last, served, 0.0)
-    drain = jnp.max(jnp.where(last_served > 0, hops.gather(drain_l), 0.0), axis=1)
+    at_last = last_served > 0
+    drain = jnp.max(jnp.where(at_last, hops.gather(drain_l), 0.0), axis=1)
+    s_e = hops.gather(served_l)
+    s_pos = s_e > 0
+    lo = jnp.clip(span[0] / jnp.where(s_pos, s_e, 1.0), 0.0, 1.0)
+    hi = jnp.clip(span[1] / jnp.where(s_pos, s_e, 1.0), 0.0, 1.0)
+    q_lo = jnp.min(jnp.where(at_last, lo, 1.0), axis=1)
+    q_hi = jnp.max(jnp.where(at_last, hi, 0.0), axis=1)
+    any_last = jnp.any(at_last, axis=1)
+    q_lo, q_hi = jnp.where(any_last, q_lo, 0.0), jnp.where(any_last, q_hi, 1.0)
     # the rate the flow sends its last bytes at: its share if it wanted its pacing rate
     # (the other flows at its bottleneck give way to it), not its last step's allocation
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
     cut_rate = jnp.clip(joining_share(inc_k, fresh, alloc), alloc, jnp.maximum(pace, alloc))
     return dict(queued=jnp.sum(last_served, axis=1), drain=drain, cut=alloc * dt,
-                cut_rate=cut_rate)
+                cut_rate=cut_rate, q_lo=q_lo, q_hi=q_hi)
 
 
 def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
@@ -1344,7 +1363,7 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
                        - jnp.sum(dropped_now) - jnp.sum(discarded_now))
     # per queue (link, or link x class): a flow drains through its own class's queue
     last = _last_bytes(sig_net, tr["served"], tr["served_l"], usable, sig_inc, tr["alloc"],
-                       jnp.minimum(law_state.rate, net.line_rate), dt)
+                       jnp.minimum(law_state.rate, net.line_rate), dt, tr["span"])
     passed, completes, finish = _complete(net, c, t, start, active, passed_now, last, dt)
     ring, mark_l, p_path = _emit_signals(static, sig_net, c, x_new, cap_u, usable,
                                          tr["served_l"], sig_inc, tr["alloc"], split,

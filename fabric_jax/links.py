@@ -53,6 +53,7 @@ import numpy as np
 
 __all__ = ["HopTable", "hop_table", "nic_links", "wire_taps", "serve", "serve_through",
            "place_excess", "fifo_take", "merge_bands", "reconcile_bands", "band_sums",
+           "service_span",
            "DEFAULT_FIFO_BANDS",
            "wire_push", "wire_pop", "path_latencies", "path_delay"]
 
@@ -221,7 +222,7 @@ def _gather_rows(hops: HopTable, per_link, fill=0.0):
     return ext[hops.link]
 
 
-def fifo_take(hops: HopTable, bands, amount):
+def fifo_take(hops: HopTable, bands, amount, lb=None):
     """Takes ``amount`` ``[links]`` bytes from the head of each link's FIFO.
 
     ``bands`` ``[flows, hops, K]`` are the bytes of each entry in the ``K`` bands of its
@@ -230,9 +231,10 @@ def fifo_take(hops: HopTable, bands, amount):
     entries leave in proportion to their bytes (a band is the resolution of the model).
 
     Returns ``[flows, hops, K]`` bytes taken; their sum over a link's entries is
-    ``min(amount_l, q_l)`` exactly (up to round-off).
+    ``min(amount_l, q_l)`` exactly (up to round-off).  ``lb``: :func:`band_sums` of
+    ``bands`` when the caller has it.
     """
-    lb = band_sums(hops, bands)
+    lb = band_sums(hops, bands) if lb is None else lb
     before = jnp.cumsum(lb, axis=1) - lb
     pos = lb > 0
     frac = jnp.where(pos, jnp.clip((amount[:, None] - before) / jnp.where(pos, lb, 1.0),
@@ -279,7 +281,39 @@ def reconcile_bands(bands, queue):
     return out.at[..., -1].add(jnp.maximum(queue - tot, 0.0))
 
 
-def serve(hops: HopTable, bands, transit, usable, dt, head=None):
+def service_span(hops: HopTable, bands, head, sent_a, sent_l, lb=None):
+    """``(p0, p1)`` ``[flows, hops]``: where in its link's service of the step each entry's
+    sent bytes lie, in bytes from the start of the step's service (``0 .. s_l``).
+
+    A FIFO sends its standing bands in order, then the step's arrivals interleaved
+    (:func:`serve`): an entry's bytes from band ``k`` leave between the band's start
+    and the point the link reached in it, its arrivals between ``q_l`` served and
+    ``s_l``.  ``p0`` is where its first sent byte leaves, ``p1`` its last (both 0 when it
+    sent nothing).  The instant a flow's last byte leaves its last hop inside the step
+    follows (``fabric_jax.fluid._finish_in_step``).
+
+    Args:
+      bands: ``[flows, hops, K]`` standing bytes before the step's service.
+      head: ``[flows, hops, K]`` what the link took from them (:func:`fifo_take`).
+      sent_a: ``[flows, hops]`` arrivals sent in the step.
+      sent_l: ``[links]`` bytes the link sent in the step.
+    """
+    lb = band_sums(hops, bands) if lb is None else lb
+    before = jnp.cumsum(lb, axis=1) - lb
+    s_q = hops.link_sum(jnp.sum(head, axis=-1))
+    end = before + jnp.clip(s_q[:, None] - before, 0.0, lb)
+    has = head > 0
+    any_b = jnp.any(has, axis=-1)
+    p0_b = jnp.min(jnp.where(has, _gather_rows(hops, before), jnp.inf), axis=-1)
+    p1_b = jnp.max(jnp.where(has, _gather_rows(hops, end), -jnp.inf), axis=-1)
+    arr = sent_a > 0
+    s_q_e, s_l_e = hops.gather(s_q), hops.gather(sent_l)
+    p0 = jnp.where(any_b, p0_b, jnp.where(arr, s_q_e, 0.0))
+    p1 = jnp.where(arr, s_l_e, jnp.where(any_b, p1_b, 0.0))
+    return p0, p1
+
+
+def serve(hops: HopTable, bands, transit, usable, dt, head=None, lb=None):
     """One step of the egress queues: FIFO.
 
     Link ``l`` holds ``q_l`` standing bytes in bands (oldest first, :func:`fifo_take`)
@@ -294,15 +328,17 @@ def serve(hops: HopTable, bands, transit, usable, dt, head=None):
       usable: ``[links]`` capacity, bytes/s.
       head: optional ``[flows, hops, K]`` what :func:`fifo_take` takes from ``bands``
         at ``usable`` (precomputed when ``usable`` does not depend on the arrivals).
+      lb: optional :func:`band_sums` of ``bands``.
 
     Returns:
-      ``(sent_e, left_b, left_a, sent_l)``: ``[flows, hops]`` bytes sent by each entry,
-      ``[flows, hops, K]`` standing bytes left, ``[flows, hops]`` arrivals left (to join
-      the tail), ``[links]`` ``s_l``.
+      ``(sent_e, left_b, left_a, sent_l, head, sent_a)``: ``[flows, hops]`` bytes sent by
+      each entry, ``[flows, hops, K]`` standing bytes left, ``[flows, hops]`` arrivals
+      left (to join the tail), ``[links]`` ``s_l``, and the two parts of ``sent_e``:
+      ``[flows, hops, K]`` taken from the bands, ``[flows, hops]`` arrivals sent.
     """
     budget = usable * dt
     if head is None:
-        head = fifo_take(hops, bands, budget)
+        head = fifo_take(hops, bands, budget, lb)
     sent_b = jnp.sum(head, axis=-1)
     sent_q = hops.link_sum(sent_b)
     a_l = hops.link_sum(transit)
@@ -310,7 +346,7 @@ def serve(hops: HopTable, bands, transit, usable, dt, head=None):
     pos = a_l > 0
     frac = jnp.where(pos, s_a / jnp.where(pos, a_l, 1.0), 0.0)
     sent_a = transit * hops.gather(frac)
-    return sent_b + sent_a, bands - head, transit - sent_a, sent_q + s_a
+    return sent_b + sent_a, bands - head, transit - sent_a, sent_q + s_a, head, sent_a
 
 
 def serve_through(hops: HopTable, bands, transit, usable, dt, sweeps: int):
@@ -337,24 +373,26 @@ def serve_through(hops: HopTable, bands, transit, usable, dt, sweeps: int):
       sweeps: static number of sweeps (the hops per path).
 
     Returns:
-      ``(sent_e, left_b, left_a, sent_l, arrived_e, carry_e, usable_l)``: as
-      :func:`serve`, plus the step's arrivals at each hop, the bytes sent downstream
-      that did not join this step's arrivals (on the wire to the next step), and the
-      capacity used.
+      ``(sent_e, left_b, left_a, sent_l, arrived_e, carry_e, usable_l, span)``: the
+      first four as :func:`serve`, the step's arrivals at each hop, the bytes sent
+      downstream that did not join this step's arrivals (on the wire to the next step),
+      the capacity used, and :func:`service_span` ``(p0, p1)``.
     """
     queue = jnp.sum(bands, axis=-1)
-    head = None if callable(usable) else fifo_take(hops, bands, usable * dt)
+    lb = band_sums(hops, bands)
+    head = None if callable(usable) else fifo_take(hops, bands, usable * dt, lb)
     cap_of = usable if callable(usable) else (lambda load: usable)
     inflow = transit
     out = cap = None
     for _ in range(max(int(sweeps), 1)):
         used = inflow
         cap = cap_of(hops.link_sum(queue + used))
-        out = serve(hops, bands, used, cap, dt, head)
+        out = serve(hops, bands, used, cap, dt, head, lb)
         inflow = transit + hops.to_next_hop(jnp.where(hops.last, 0.0, out[0]))
     carry = jnp.maximum(inflow - used, 0.0)
-    sent_e, left_b, left_a, sent_l = out
-    return sent_e, left_b, left_a, sent_l, used, carry, cap
+    sent_e, left_b, left_a, sent_l, head, sent_a = out
+    span = service_span(hops, bands, head, sent_a, sent_l, lb)
+    return sent_e, left_b, left_a, sent_l, used, carry, cap, span
 
 
 def place_excess(hops: HopTable, excess, split, overloaded):

@@ -68,10 +68,16 @@ def test_serve_standing_first_then_arrivals():
     hops = lk.hop_table(np.array([[0], [0]]), jnp.ones((2, 1)), 1, 1)
     bands = jnp.array([[[40.0]], [[0.0]]])       # A stands, B arrives this step
     transit = jnp.array([[0.0], [60.0]])
-    sent, left_b, left_a, sent_l = lk.serve(hops, bands, transit, jnp.array([50.0]), 1.0)
+    sent, left_b, left_a, sent_l, head, sent_a = lk.serve(hops, bands, transit,
+                                                          jnp.array([50.0]), 1.0)
     np.testing.assert_allclose(np.asarray(sent)[:, 0], [40.0, 10.0])
     np.testing.assert_allclose(np.asarray(left_a)[:, 0], [0.0, 50.0])
     assert float(jnp.sum(left_b)) == 0.0 and float(sent_l[0]) == 50.0
+    np.testing.assert_allclose(np.asarray(head.sum(-1) + sent_a), np.asarray(sent))
+    # FIFO positions in the step's 50 bytes: A's 40 first, then B's 10
+    p0, p1 = lk.service_span(hops, bands, head, sent_a, sent_l)
+    np.testing.assert_allclose(np.asarray(p0)[:, 0], [0.0, 40.0])
+    np.testing.assert_allclose(np.asarray(p1)[:, 0], [40.0, 50.0])
 
 
 @pytest.mark.parametrize("seed", [0, 3])

@@ -35,8 +35,10 @@ Per step ``k`` (``t = k dt``):
 7. PFC: ingress pool (standing bytes) above ``xoff`` pauses the link,
    below ``xon`` resumes it;
 8. a flow finishes when its bytes through the last queue reach its size, plus ``L``.
-   Inside the step its bytes served by the last hop leave first, spread over the time
-   that port needs for what it serves (``s_l / u_l``); its cut-through bytes leave from
+   Inside the step its bytes served by the last hop leave first, at their FIFO
+   positions in the port's service (from the first cohort position it is served in
+   to the end of the last), that service spread over the time the port needs for
+   what it serves (``s_l / u_l``); its cut-through bytes leave from
    ``max(arrival, t)`` at its allocation raised by the smallest capacity left free on
    its path (``u_l - s_l/dt - sum of allocations``), at most its line rate.
 """
@@ -113,18 +115,23 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
         left = [np.zeros(len(p)) for p in paths]
         arrived_left = [np.zeros(len(p)) for p in paths]
         arr = [np.zeros(len(p)) for p in paths]  # bytes reaching each hop this step
+        span = [[[np.inf, 0.0] for _ in p] for p in paths]   # FIFO positions sent
         s_l = np.zeros(n_links)
         for l in order:
             entries = [(f, h) for f, p in enumerate(paths) for h, m in enumerate(p) if m == l]
             budget = usable[l] * dt
             kept = []
+            pos_l = 0.0                            # bytes the link has sent so far
             for cohort in fifo[l]:                 # oldest first
                 tot = sum(cohort.values())
                 take = min(budget, tot)
                 frac = take / tot if tot > 0 else 0.0
                 for (f, h), b in cohort.items():
                     served[f][h] += b * frac
+                    if b * frac > 0:               # its bytes leave in [pos, pos + take]
+                        span[f][h] = [min(span[f][h][0], pos_l), pos_l + take]
                 budget -= take
+                pos_l += take
                 rest = {e: b * (1 - frac) for e, b in cohort.items() if b * (1 - frac) > 0}
                 if rest and frac < 1:
                     kept.append(rest)
@@ -134,6 +141,8 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
             frac = s_a / a_l if a_l > 0 else 0.0
             for f, h in entries:
                 served[f][h] += arr[f][h] * frac
+                if arr[f][h] * frac > 0:           # arrivals: after the standing bytes
+                    span[f][h] = [min(span[f][h][0], pos_l), pos_l + s_a]
                 arrived_left[f][h] = arr[f][h] * (1 - frac)
                 left[f][h] = x[f][h] + arr[f][h] - served[f][h]
                 if h + 1 < len(paths[f]):
@@ -193,15 +202,19 @@ def simulate(paths, capacity, size, *, dt, n_steps, line_rate, one_way, mode="no
                 need = max(size[f] - passed[f], 0.0)
                 q_f, last = served[f][-1], p[-1]
                 drain = min(s_l[last] / usable[last], dt) if usable[last] > 0 else dt
+                # its bytes leave between the FIFO positions lo and hi of the port's
+                # service of s_l bytes, spread over the drain time
+                lo, hi = span[f][-1]
+                lo, hi = (lo / s_l[last], hi / s_l[last]) if q_f > 0 else (0.0, 1.0)
                 if q_f > 0 and need <= q_f:
-                    t_in = t + drain * need / q_f
+                    t_in = t + drain * (lo + (hi - lo) * need / q_f)
                 else:
                     rate = min(max(alloc[f] + min(spare[l] for l in p), alloc[f]),
                                max(line_rate[f], alloc[f]))
                     s0 = min(max(arrival[f], t), t + dt)
                     extra = min(need - q_f, alloc[f] * dt)   # above it: round-off
                     t_c = s0 + extra / rate if rate > 0 else s0
-                    t_in = max(t + (drain if q_f > 0 else 0.0), t_c)
+                    t_in = max(t + (drain * hi if q_f > 0 else 0.0), t_c)
                 t_in = min(max(t_in, t), t + dt)
                 finish[f] = max(t_in, arrival[f]) + one_way[f]
                 done[f] = True
