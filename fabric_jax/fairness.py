@@ -693,8 +693,10 @@ def water_fill(link, weight, capacity, demand, *, iterations=None):
     the largest number of distinct demand levels below a link's water line (a few in a
     fluid step: most offers sit at the line rate or at one law's rate).  Each round is
     two segment sums over the flows.  (A sort of the flows by link and demand finds
-    ``D_l`` in one pass, but XLA's CPU sort of ~10^3 keys alone costs more than the
-    rounds, and the segmented prefix sums it needs compile slower.)
+    ``D_l`` in one pass, but XLA's CPU sort is slow: measured on the 893 flows of the
+    default ``compare`` scenario on 2 loaded cores, ``jnp.lexsort`` alone took 0.81 ms
+    against 0.13 ms for the whole NIC share with these rounds, and the segmented prefix
+    sums the sort needs took 1.3 s each to compile against 0.5 s for this function.)
 
     Args:
       link: ``[flows]`` int link of each flow; a value outside ``[0, links)`` means the
@@ -766,6 +768,9 @@ def solve_flat(inc: Incidence, capacity, demand, *, max_iter=None) -> Any:
       demand: ``[flows]`` bytes/s (``+inf`` allowed), in the dtype of ``capacity``.
       max_iter: iteration cap (default ``flows + 1``, never reached: every iteration
         freezes at least one flow).
+
+    Returns:
+      ``[flows]`` rates, bytes/s (``demand`` for a flow on no link).
     """
     dtype = capacity.dtype
     n_links, n_flows = inc.n_links, inc.n_flows
