@@ -14,7 +14,10 @@ Per preset, timed the way every benchmark here is (``experiments/_bench.py``):
 * ``first_s``: that first call's wall time (compile + one run);
 * ``steady_s``: the preset's runs of one compare (every job, then each job alone), each
   on the already compiled program -- what the preset costs besides compiling;
-* ``total_s``: ``first_s`` + the alone runs: the preset's share of one compare run.
+* ``total_s``: ``first_s`` + the alone runs: the preset's share of one compare run;
+* ``compile_cpu_s``, ``cpu_s``: process CPU time of the compilation (first call less a
+  steady call) and of the preset's share: on a shared machine these move less than
+  wall times (which grow with the other processes' load).
 
 Baseline in the same run (``--baseline``, default ``solve``): the host NICs' max-min
 share of their flows' offers (:func:`fabric_jax.fluid._nic_send`) computed, as before
@@ -129,6 +132,7 @@ def bench_preset(scn, case, name: str) -> tuple[dict, np.ndarray]:
     steady = [_timed(run(a)) for a in arrivals]
     steady_s = sum(s[0] for s in steady)
     row = {"preset": name, "compile_s": comp, "first_s": first,
+           "compile_cpu_s": max(cpu - steady[0][1], 0.0),
            "steady_s": steady_s, "total_s": first + sum(s[0] for s in steady[1:]),
            "cpu_s": cpu + sum(s[1] for s in steady[1:]), "runs": len(arrivals),
            "us_per_step": steady[0][0] / int(scn.simulation["n_steps"]) * 1e6}
@@ -142,6 +146,7 @@ def bench_ideal(scn, case) -> dict:
     first, cpu, comp, _ = _timed(lambda: simulate_ideal(case, arrivals[0]))
     steady = [_timed(lambda a=a: simulate_ideal(case, a)) for a in arrivals]
     return {"preset": compare.IDEAL, "compile_s": comp, "first_s": first,
+            "compile_cpu_s": max(cpu - steady[0][1], 0.0),
             "steady_s": sum(s[0] for s in steady),
             "total_s": first + sum(s[0] for s in steady[1:]),
             "cpu_s": cpu + sum(s[1] for s in steady[1:]), "runs": len(arrivals),
@@ -224,12 +229,12 @@ def main(argv=None) -> dict:
     jax.clear_caches()
     ideal = dict(bench_ideal(scn, build_case(scn, False)), nic_share="")
     rows.append(ideal)
-    cols = ["preset", "nic_share", "compile_s", "first_s", "steady_s", "total_s", "cpu_s",
-            "runs", "us_per_step"]
+    cols = ["preset", "nic_share", "compile_s", "compile_cpu_s", "first_s", "steady_s",
+            "total_s", "cpu_s", "runs", "us_per_step"]
     print(table(rows, cols))
     cur = [r for r in rows if r["nic_share"] == "water_fill"] + [ideal]
-    total = {k: float(sum(r[k] for r in cur)) for k in ("compile_s", "steady_s", "total_s",
-                                                         "cpu_s")}
+    total = {k: float(sum(r[k] for r in cur))
+             for k in ("compile_s", "compile_cpu_s", "steady_s", "total_s", "cpu_s")}
     print(f"compare, presets one after another: compile {total['compile_s']:.1f} s, "
           f"steady {total['steady_s']:.1f} s, total {total['total_s']:.1f} s wall "
           f"({total['cpu_s']:.1f} s CPU)")
@@ -245,7 +250,10 @@ def main(argv=None) -> dict:
             both = np.isfinite(f0) & np.isfinite(f1)
             ratios.append({"preset": r["preset"],
                            "compile_ratio": b["compile_s"] / max(r["compile_s"], 1e-9),
+                           "compile_cpu_ratio": b["compile_cpu_s"]
+                           / max(r["compile_cpu_s"], 1e-9),
                            "steady_ratio": b["steady_s"] / max(r["steady_s"], 1e-9),
+                           "cpu_ratio": b["cpu_s"] / max(r["cpu_s"], 1e-9),
                            "total_ratio": b["total_s"] / max(r["total_s"], 1e-9),
                            "max_rel_finish_diff": float(np.max(
                                np.abs(f0[both] - f1[both]) / f1[both], initial=0.0)),
