@@ -1,5 +1,5 @@
 """Command line: ``fabric-jax compare [--scenario FILE] [--model NAME] [--json PATH]
-[--plots DIR] [--classes]``.
+[--plots DIR] [--classes] [--workers N]``.
 
 A thin argparse layer over :mod:`fabric_jax.compare` (and :mod:`fabric_jax.plots`).
 A bad scenario value prints one line naming the key and its accepted values and exits
@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "(class_map = fabric_jax.fabrics.TENANT_CLASSES, unless the "
                            "scenario sets one) and report isolation per class")
     cmp_.add_argument("--quiet", action="store_true", help="no progress bar")
+    cmp_.add_argument("--workers", type=int, metavar="N",
+                      help="presets run at once, in threads (default: one per CPU core; "
+                           "1: one after another; the results do not depend on it)")
     cmp_.add_argument("--no-ideal", action="store_true",
                       help="skip the ideal-fabric baseline column (non-blocking crossbar, "
                            "exact max-min)")
@@ -69,8 +72,12 @@ def main(argv=None) -> int:
     except ValueError as err:
         print(f"fabric-jax compare: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
+    if args.workers is not None and args.workers < 1:
+        print(f"fabric-jax compare: error: --workers must be >= 1; got {args.workers}",
+              file=sys.stderr)
+        return 2
     results, details = compare.run_compare(scn, progress=not args.quiet, keep=True,
-                                           ideal=not args.no_ideal)
+                                           ideal=not args.no_ideal, workers=args.workers)
     print(compare.format_table(results, notes=compare.model_notes(scn)))
     if args.json:
         compare.write_json(results, args.json)

@@ -202,7 +202,7 @@ from . import faults as fm
 from . import flowcontrol as fcm
 from . import smooth as sm
 from .cc import base as ccbase
-from .fairness import joining_share, solve
+from .fairness import joining_share, solve, solve_flat, water_fill
 from .incidence import Incidence
 from . import links as lk
 from . import qos
@@ -982,23 +982,55 @@ def _nic_send(static, switch, inc, cap, offered):
     (:func:`_hold_at_sender`).  Flows whose path starts at no NIC send their offer.
     A flow is therefore never starved at a NIC because a port downstream is saturated
     by a standing queue: it joins that queue at its NIC share, as packets do.
+
+    Computation: when every flow leaves through at most one NIC port (all its paths'
+    first hops on one link: one rail, one plane), the ports decouple and each is a
+    water-fill over its flows' offers (:func:`fabric_jax.fairness.water_fill`, on
+    ``[flows]`` arrays); otherwise (several ports per flow: multi-plane NICs, or the
+    link + class-queue pairs of the traffic-class model) the bottleneck-freezing
+    iteration over the entries in one loop (:func:`fabric_jax.fairness.solve_flat`).
+    Both are the exact max-min allocation (with ``solver_iterations`` set, both run
+    that many rounds, as :func:`~fabric_jax.fairness.solve` does).
     """
-    li = inc.link_idx
-    nic_inc = Incidence(li, inc.flow_idx, jnp.where(switch[li] == 0, inc.weight, 0.0),
-                        inc.n_links, inc.n_flows)
-    sol = solve(nic_inc, cap, offered, iterations=static.solver_iterations)
-    return jnp.minimum(sol.rates, offered)
+    li, fi = inc.link_idx, inc.flow_idx
+    n_links, n_flows = inc.n_links, inc.n_flows
+    at_nic = (switch[li] == 0) & (inc.weight != 0)
+    w_nic = jnp.where(at_nic, inc.weight, 0.0)
+    port_e, top_e = jnp.where(at_nic, li, n_links), jnp.where(at_nic, li, -1)
+    if inc.row_width is not None and li.shape[0] == n_flows * inc.row_width:
+        rows = lambda a: a.reshape(n_flows, inc.row_width)  # noqa: E731 (flow-major)
+        weight, port, top = (jnp.sum(rows(w_nic), axis=1), jnp.min(rows(port_e), axis=1),
+                             jnp.max(rows(top_e), axis=1))
+    else:
+        weight = jax.ops.segment_sum(w_nic, fi, num_segments=n_flows)
+        port = jax.ops.segment_min(port_e, fi, num_segments=n_flows)
+        top = jax.ops.segment_max(top_e, fi, num_segments=n_flows)
+    iters = static.solver_iterations
+
+    def one_port():
+        return water_fill(port, weight, cap, offered, iterations=iters)
+
+    def several_ports():
+        nic_inc = Incidence(li, fi, w_nic, n_links, n_flows)
+        if iters is not None:
+            return solve(nic_inc, cap, offered, iterations=iters).rates
+        return solve_flat(nic_inc, cap, offered)
+
+    rates = jax.lax.cond(jnp.all(top <= port), one_port, several_ports)
+    return jnp.minimum(rates, offered)
 
 
 def _first_hops(inc, seg):
     """The entries of an incidence laid out as a ``[flows, hops]`` hop table (``seg``
     hops per path) at the first hop of each path: the only hops that can be a host NIC
-    (so :func:`_nic_send` solves on ``1/seg`` of the entries)."""
+    (so :func:`_nic_send` works on ``1/seg`` of the entries), flow-major with one entry
+    per path (``row_width``)."""
     if inc.n_flows == 0 or inc.link_idx.shape[0] == 0:   # no flows: nothing to pick
         return inc
     first = lambda a: a.reshape(inc.n_flows, -1)[:, ::seg].ravel()  # noqa: E731
-    return Incidence(first(inc.link_idx), first(inc.flow_idx), first(inc.weight),
-                     inc.n_links, inc.n_flows)
+    li = first(inc.link_idx)
+    return Incidence(li, first(inc.flow_idx), first(inc.weight), inc.n_links, inc.n_flows,
+                     li.shape[0] // inc.n_flows)
 
 
 def _overloaded(switch, load, fresh):

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 __all__ = ["Progress"]
 
 
 class Progress:
-    """``update(label)`` after each of ``total`` runs; silent when ``enabled=False``."""
+    """``update(label)`` after each of ``total`` runs; silent when ``enabled=False``.
+    Safe to call from several threads (:func:`fabric_jax.study.run.run_compare` with
+    ``workers > 1``)."""
 
     def __init__(self, total: int, stream=None, enabled: bool = True):
         self.total, self.done, self.t0 = max(int(total), 1), 0, time.time()
         self.stream = stream or sys.stderr
         self.enabled = enabled
+        self._lock = threading.Lock()
 
     def update(self, label: str):
+        with self._lock:
+            self._update(label)
+
+    def _update(self, label: str):
         self.done += 1
         if not self.enabled:
             return

@@ -15,6 +15,8 @@ fewer bytes (the switches reduce), so its all-reduce can beat it.
 from __future__ import annotations
 
 import dataclasses
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import jax.numpy as jnp
 import numpy as np
@@ -35,7 +37,8 @@ from .scenario import Scenario, default_scenario, validate_scenario
 
 __all__ = ["simulate_case", "simulate_paths", "flow_line_rate", "simulate_ideal",
            "crossbar_incidence", "case_metrics", "class_isolation", "fabric_cost_metrics", "full_step_times",
-           "run_compare", "scaling_study", "scaling_topologies", "IDEAL"]
+           "run_compare", "run_preset", "run_ideal", "save_period", "default_workers",
+           "scaling_study", "scaling_topologies", "IDEAL"]
 
 #: Key of the ideal-fabric baseline in :func:`run_compare`'s results.
 IDEAL = "ideal"
@@ -391,12 +394,66 @@ def class_isolation(case: Case, fabric, metrics: dict) -> list:
                  jobs=[JOBS[j] for j in present if of.get(j, 0) == c]) for c in range(n)]
 
 
-def _save_every(n_steps: int) -> int:
+def save_period(n_steps: int) -> int:
+    """Snapshot period (steps) of the compare runs: the largest of 20, 10, 8, 5, 4, 2, 1
+    dividing ``n_steps`` (the runs stop simulating once the fabric is idle for good,
+    one period at a time: ``stop_when_idle``)."""
     return next((d for d in (20, 10, 8, 5, 4, 2, 1) if n_steps % d == 0), 1)
 
 
+def default_workers(n_tasks: int) -> int:
+    """Presets :func:`run_compare` runs at once by default: one per CPU core this
+    process may use, at most ``n_tasks``."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (not Linux)
+        cores = os.cpu_count() or 1
+    return max(1, min(int(n_tasks), cores))
+
+
+def run_preset(case: Case, fab, scn: Scenario, name: str, update=None) -> tuple[dict, dict]:
+    """One preset's part of :func:`run_compare`: the run with every job, the runs with
+    one job alone (``simulation.isolation``: same shapes and static arguments, so one
+    compilation serves all three), and the metrics.
+
+    Returns:
+      ``(metrics, {"case", "result"})``; ``update(label)`` is called after each run.
+    """
+    update = update or (lambda label: None)
+    save = save_period(int(scn.simulation["n_steps"]))
+    res = simulate_case(case, fab, scn, case.sim_arrival, save_every=save)
+    update(f"{name}: all jobs")
+    alone = {}
+    if scn.simulation["isolation"]:
+        for job, label in ((0, "training alone"), (1, "tenant alone")):
+            if np.any(case.job_of == job):
+                alone[job] = simulate_case(case, fab, scn, alone_arrival(case, job),
+                                           save_every=save).finish
+            update(f"{name}: {label}")
+    metrics = case_metrics(case, scn, res.start, res.finish,
+                           paused_time=float(np.sum(np.asarray(res.info.paused_time))),
+                           alone_finish=alone)
+    metrics.update(fabric_cost_metrics(case, scn, name, metrics))
+    metrics["isolation_per_class"] = class_isolation(case, fab, metrics)
+    return metrics, dict(case=case, result=res)
+
+
+def run_ideal(case: Case, scn: Scenario) -> dict:
+    """The ideal-fabric column of :func:`run_compare` (:func:`simulate_ideal`, and its
+    alone runs with ``simulation.isolation``): ``{metric: value}``."""
+    res = simulate_ideal(case)
+    alone = {}
+    if scn.simulation["isolation"]:
+        alone = {job: simulate_ideal(case, alone_arrival(case, job)).finish
+                 for job in (0, 1) if np.any(case.job_of == job)}
+    out = case_metrics(case, scn, res.start, res.finish, alone_finish=alone)
+    out.update(fabric_cost_metrics(case, scn, IDEAL, out))
+    out["isolation_per_class"] = class_isolation(case, None, out)
+    return out
+
+
 def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=False,
-                ideal: bool = False) -> dict:
+                ideal: bool = False, workers: int | None = None) -> dict:
     """Runs every preset of the scenario; returns ``{preset: {metric: value}}`` and, with
     ``ideal=True`` (as ``fabric-jax compare`` does), the ideal-fabric baseline under the
     key ``"ideal"`` (same metric keys, :func:`simulate_ideal`).
@@ -404,46 +461,55 @@ def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=Fals
     The scenario is validated (:func:`~fabric_jax.study.scenario.validate_scenario`,
     including every preset's options) before the first run.
 
+    The presets (and the baseline) are independent: ``workers`` of them run at once,
+    in threads (default :func:`default_workers`: one per CPU core).  A preset's time
+    is mostly the XLA compilation of its fluid program (measured by
+    ``experiments/bench_compare.py``), which runs outside Python's lock, so on a
+    multi-core CPU one preset compiles while another simulates.  The results do not
+    depend on ``workers`` (each run is the same deterministic program); ``workers=1``
+    runs them one after another.
+
     With ``keep=True`` returns ``(results, details)`` where ``details[preset]`` holds
     the case and the full run's :class:`~fabric_jax.fluid.FluidResult` (for plots).
+
+    Raises:
+      ValueError: ``workers`` not a positive integer.
     """
     scn = default_scenario() if scn is None else validate_scenario(scn)
+    if workers is not None and (isinstance(workers, bool)
+                                or not isinstance(workers, (int, np.integer)) or workers < 1):
+        raise ValueError(f"workers must be a positive integer (presets run at once); "
+                         f"got {workers!r}")
     fabs = {name: get_fabric(name, **scn.overrides.get(name, {})) for name in scn.presets}
     runs_per = 3 if scn.simulation["isolation"] else 1
     bar = Progress(len(fabs) * runs_per + int(ideal), enabled=progress)
-    cases, results, details = {}, {}, {}
-    save = _save_every(int(scn.simulation["n_steps"]))
-    for name, fab in fabs.items():
+    cases = {}   # host side, before the threads (path enumeration, warnings capture)
+    for fab in fabs.values():
         if fab.sharp not in cases:
             cases[fab.sharp] = build_case(scn, fab.sharp)
-        case = cases[fab.sharp]
-        res = simulate_case(case, fab, scn, case.sim_arrival, save_every=save)
-        bar.update(f"{name}: all jobs")
-        alone = {}
-        if scn.simulation["isolation"]:
-            for job, label in ((0, "training alone"), (1, "tenant alone")):
-                if np.any(case.job_of == job):
-                    # same static arguments as the run above: one compilation serves all
-                    alone[job] = simulate_case(case, fab, scn, alone_arrival(case, job),
-                                               save_every=save).finish
-                bar.update(f"{name}: {label}")
-        results[name] = case_metrics(case, scn, res.start, res.finish,
-                                     paused_time=float(np.sum(np.asarray(
-                                         res.info.paused_time))), alone_finish=alone)
-        results[name].update(fabric_cost_metrics(case, scn, name, results[name]))
-        results[name]["isolation_per_class"] = class_isolation(case, fab, results[name])
-        details[name] = dict(case=case, result=res)
-    if ideal:
-        case = cases.get(False) or build_case(scn, False)
-        res = simulate_ideal(case)
-        alone = {}
-        if scn.simulation["isolation"]:
-            alone = {job: simulate_ideal(case, alone_arrival(case, job)).finish
-                     for job in (0, 1) if np.any(case.job_of == job)}
-        results[IDEAL] = case_metrics(case, scn, res.start, res.finish, alone_finish=alone)
-        results[IDEAL].update(fabric_cost_metrics(case, scn, IDEAL, results[IDEAL]))
-        results[IDEAL]["isolation_per_class"] = class_isolation(case, None, results[IDEAL])
-        bar.update("ideal fabric")
+    if ideal and False not in cases:
+        cases[False] = build_case(scn, False)
+
+    def task(name):
+        if name is None:
+            out = run_ideal(cases[False], scn)
+            bar.update("ideal fabric")
+            return out, None
+        fab = fabs[name]
+        return run_preset(cases[fab.sharp], fab, scn, name, bar.update)
+
+    names = list(fabs) + ([None] if ideal else [])
+    n_workers = default_workers(len(names)) if workers is None else int(workers)
+    if n_workers == 1:
+        outs = [task(name) for name in names]
+    else:
+        with ThreadPoolExecutor(max_workers=n_workers) as pool:
+            outs = list(pool.map(task, names))
+    results, details = {}, {}
+    for name, (metrics, detail) in zip(names, outs):
+        results[IDEAL if name is None else name] = metrics
+        if detail is not None:
+            details[name] = detail
     return (results, details) if keep else results
 
 
