@@ -112,6 +112,7 @@ def test_bench_scale_quick_writes_table_and_plot(tmp_path):
     assert (tmp_path / "bench_scale.png").is_file()
 
 
+@pytest.mark.slow  # experiment run; tests/test_cc.py::test_dcqcn_fixed_point_two_flows stays fast
 def test_dcqcn_fixed_point_rate_trajectory_quick(tmp_path):
     # [ZHU16] fixed point, N = 2 at 40 Gb/s with the paper set, tau* = 4 us: every
     # flow's mean R_C(t) and R_T(t) over the last quarter of 0.1 s, the mean queue and

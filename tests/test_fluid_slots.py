@@ -19,10 +19,11 @@ from fabric_jax.topology import leaf_spine
 from tests.helpers import enable_x64
 
 US = 1e-6
-N_FLOWS = 48
-MAX_ACTIVE = 24      # half the flows: slots must be reused
+N_FLOWS = 32
+MAX_ACTIVE = 16      # half the flows: slots must be reused
 WINDOW = 16
-N_STEPS = 448        # 28 windows
+N_STEPS = 320        # 20 windows
+ARRIVAL_SPAN = 200e-6  # arrivals spread over this span
 #: x64: the two engines differ only in the order of floating-point sums (fewer terms per
 #: link in the slot table); measured 1e-14 relative on these scenarios.
 RTOL_X64 = 1e-7
@@ -40,7 +41,7 @@ CASES = {  # name -> (law, flow control, PFC ingress pool bytes)
 
 
 def _scenario(case):
-    """Leaf-spine, 8 hosts (50 GB/s links, 1 us each); 48 flows over 300 us: two
+    """Leaf-spine, 8 hosts (50 GB/s links, 1 us each); 32 flows over 200 us: two
     receivers take two thirds of them (incast-like queues, PFC pauses), the rest are
     spread; sizes 20-400 KB; flows inside one leaf have a shorter path and RTT."""
     topo = leaf_spine(2, 2, 4)
@@ -52,7 +53,7 @@ def _scenario(case):
     inc = Incidence.from_paths(ps, n_links=topo.n_links, seed=0)   # ECMP
     law, fc, buf = CASES[case]
     kw = dict(dt=1 * US, n_steps=N_STEPS, law=law, flow_control=fc, buffer=buf,
-              arrival=np.sort(rng.uniform(0, 300 * US, N_FLOWS)),
+              arrival=np.sort(rng.uniform(0, ARRIVAL_SPAN, N_FLOWS)),
               link_latency=topo.latency, nic_links=topo)
     return inc, topo.capacity, rng.uniform(2e4, 4e5, N_FLOWS), kw
 
@@ -74,8 +75,8 @@ def _runs(case, x64=True):
                                   pytest.param("hpcc-pfc", marks=pytest.mark.slow),
                                   pytest.param("dcqcn-drop", marks=pytest.mark.slow)])
 def test_same_results_as_plain_engine(case):
-    # Oracle: the plain engine, which carries all 48 flows in every step.  The slot
-    # table runs 24 slots (+ pins), so flows leave and enter slots along the way; the
+    # Oracle: the plain engine, which carries all 32 flows in every step.  The slot
+    # table runs 16 slots (+ pins), so flows leave and enter slots along the way; the
     # per-flow results and the link diagnostics must agree to round-off (x64).
     size, plain, slots = _runs(case)
     assert slots.peak_active <= MAX_ACTIVE < N_FLOWS
@@ -107,7 +108,7 @@ def test_scenario_exercises_the_fabric():
                                                             marks=pytest.mark.slow)])
 def test_bytes_are_conserved_across_windows(case):
     # Per flow: sent = delivered + in flight + queued + dropped + discarded, where the
-    # flow's columns were gathered and scattered at up to 28 window boundaries; every
+    # flow's columns were gathered and scattered at up to 20 window boundaries; every
     # finished flow delivered its size; the engine's own per-step residual stayed at
     # round-off.
     size, _, slots = _runs(case)
@@ -142,8 +143,8 @@ def test_state_layout_is_documented():
 
 def test_too_few_slots_names_max_active():
     inc, cap, size, kw = _scenario("none-none")
-    kw["arrival"] = np.zeros(N_FLOWS)   # all 48 start at once: raised before any window
-    with pytest.raises(ValueError, match=r"max_active=8 is too small.*max_active >= 48"):
+    kw["arrival"] = np.zeros(N_FLOWS)   # all start at once: raised before any window
+    with pytest.raises(ValueError, match=rf"max_active=8 is too small.*max_active >= {N_FLOWS}"):
         simulate_fluid_windowed(inc, cap, size, max_active=8, window=WINDOW, **kw)
 
 

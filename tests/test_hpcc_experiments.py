@@ -31,6 +31,7 @@ def _load(name):
     return mod
 
 
+@pytest.mark.slow  # experiment run; tests/test_cc.py::test_hpcc_equilibrium_utilisation stays fast
 def test_incast_hpcc_converges_to_fair_share_with_bounded_queue(tmp_path):
     out = tmp_path / "incast.json"
     _load("hpcc_incast").main(["--cc", "hpcc", "--duration-us", "600", "--json", str(out),

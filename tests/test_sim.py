@@ -519,7 +519,7 @@ def test_burst_larger_than_active_table(x64):
     """More flows start at one instant than the table has slots (all slots free):
     the overflow must be detected and the table grown, not flows overwritten."""
     fj = _fj()
-    n = 40
+    n = 12                                  # 4 -> 8 -> 16 slots: two regrowths
     A = np.zeros((n + 1, n))
     A[np.arange(n), np.arange(n)] = 1.0     # own access link each
     A[n, :] = 1.0                           # one shared link of capacity n
@@ -652,7 +652,7 @@ def test_batched_warm_start_equals_loop(x64):
 # --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow),
                                   pytest.param(2, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("max_active", [None, 2])
+@pytest.mark.parametrize("max_active", [None, pytest.param(2, marks=pytest.mark.slow)])
 def test_start_order_path_equals_dependency_path(x64, seed, max_active):
     rng = np.random.default_rng(100 + seed)
     A, cap, arr, size, kw = random_instance(rng)

@@ -227,6 +227,7 @@ def _load_experiment():
     return mod
 
 
+@pytest.mark.slow  # experiment smoke test; the kernel tests above stay in the default run
 def test_stragglers_experiment_quick(tmp_path):
     # The data-parallel job of the script, one step, no overlap (see its docstring):
     #   compute straggler: step = f C + T_comm,    NIC straggler: step = C + f T_comm

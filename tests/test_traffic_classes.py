@@ -108,6 +108,7 @@ def test_one_class_is_the_previous_model_bit_for_bit():
     np.testing.assert_array_equal(np.asarray(a.trajectory.queue), np.asarray(b.trajectory.queue))
 
 
+@pytest.mark.slow  # the routed one-active-class test below keeps the mechanism fast
 def test_all_flows_in_one_of_two_classes_match_the_single_class_model():
     # Two classes configured, everything in class 0, the same thresholds per class:
     # the class machinery (arbitration, per-class queues, per-priority PFC, marking
@@ -126,7 +127,8 @@ def test_all_flows_in_one_of_two_classes_match_the_single_class_model():
     assert np.all(np.asarray(b.info.paused_time)[:, 1] == 0.0)
 
 
-@pytest.mark.parametrize("law,fc", [("dcqcn", "pfc"), ("hpcc", "drop")])
+@pytest.mark.parametrize("law,fc", [("dcqcn", "pfc"),
+                                    pytest.param("hpcc", "drop", marks=pytest.mark.slow)])
 def test_one_active_class_matches_the_single_class_model_on_a_routed_fabric(law, fc):
     # leaf_spine(2, 2, 4) at 100 Gb/s, ECMP, a 4-to-1 incast plus two flows from the
     # incast senders (multi-hop paths, excess parked at the first overloaded hop):
@@ -302,7 +304,7 @@ def test_dynamic_limit_kernel_against_bisection_oracle():
     assert np.all(np.isinf(got[sw == n_sw]))
 
 
-@pytest.mark.parametrize("mode", ["pfc", "drop"])
+@pytest.mark.parametrize("mode", ["pfc", pytest.param("drop", marks=pytest.mark.slow)])
 def test_conservation_with_classes_and_shared_buffer(mode):
     inc, cap, _ = hotspot()
     sb = shared_buffer(egress_switch=np.array([-1, -1, -1, -1, 0, 1, 1]),

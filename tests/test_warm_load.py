@@ -86,12 +86,12 @@ def test_solve_warm_with_load_equals_scratch_x64(kind, open_frac):
 
 
 def test_long_coupled_run_with_carried_load_matches_oracle(x64):
-    """400 flows on 30 links, all at t = 0: ~400 events, most re-solving a small buffer
+    """200 flows on 30 links, all at t = 0: ~200 events, most re-solving a small buffer
     with the incrementally updated load, some the whole table (which refreshes it);
     also merged completions (several flows with equal sizes and routes)."""
     import fabric_jax as fj
     rng = np.random.default_rng(7)
-    n_links, n_flows = 30, 400
+    n_links, n_flows = 30, 200
     A = np.zeros((n_links, n_flows))
     for f in range(n_flows):
         A[rng.choice(n_links, size=3, replace=False), f] = 1.0
