@@ -957,15 +957,15 @@ def _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp, dt):
     arrived_left = left_a + place
     x_new, dropped = _buffers(static, net, hops, net.switch, jnp.sum(left_b, axis=-1)
                               + arrived_left, arrived_left, fcp, offered)
-    return dict(served=served, x=x_new, xb=_tail_bands(hops, left_b, x_new), alloc=alloc,
-                served_l=served_l, load_o=load_o, dropped=dropped, transit=carry, send=send,
-                span=span)
+    return dict(served=served, x=x_new, xb=_tail_bands(hops, left_b, x_new, span[2]),
+                alloc=alloc, served_l=served_l, load_o=load_o, dropped=dropped, transit=carry,
+                send=send, span=span)
 
 
-def _tail_bands(hops, left_b, x_new):
+def _tail_bands(hops, left_b, x_new, lb_left=None):
     """The bands after the step: the standing bands left, a band freed at the tail
     (:func:`fabric_jax.links.merge_bands`) holding what joined the queue in the step."""
-    return lk.reconcile_bands(lk.merge_bands(hops, left_b), x_new)
+    return lk.reconcile_bands(lk.merge_bands(hops, left_b, lb_left), x_new)
 
 
 def _nic_send(static, switch, inc, cap, offered):
@@ -1151,7 +1151,7 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
     served, served_u = served + more, served_u + more_u
     # bytes served by this pass leave after the first pass's, up to the new end
     span = (jnp.where((span[1] <= 0) & (more > 0), uh.gather(served_u - more_u), span[0]),
-            jnp.where(more > 0, uh.gather(served_u), span[1]))
+            jnp.where(more > 0, uh.gather(served_u), span[1]), None)
     # bytes served by this second pass reach the next hop at the next step
     carry = carry + uh.to_next_hop(jnp.where(uh.last, 0.0, more))
     spare = jnp.maximum(spare - per_link(more_u) / dt, 0.0)

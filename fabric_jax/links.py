@@ -242,7 +242,7 @@ def fifo_take(hops: HopTable, bands, amount, lb=None):
     return bands * _gather_rows(hops, frac)
 
 
-def merge_bands(hops: HopTable, bands):
+def merge_bands(hops: HopTable, bands, lb=None):
     """Frees the newest band of every link's queue for the step's arrivals by merging
     two adjacent bands into one (the older ones keep their order).
 
@@ -253,11 +253,12 @@ def merge_bands(hops: HopTable, bands):
     the head merge first) and when the two have the same composition, so a queue whose
     make-up changes a few times keeps those boundaries exactly however long it is (a
     short flow that met a standing queue keeps its place behind it).  With ``K = 1``
-    nothing is merged: standing bytes form a single band (a well-mixed queue)."""
+    nothing is merged: standing bytes form a single band (a well-mixed queue).  ``lb``:
+    :func:`band_sums` of ``bands`` when the caller has it."""
     n_bands = bands.shape[-1]
     if n_bands == 1:
         return bands
-    lb = band_sums(hops, bands)
+    lb = band_sums(hops, bands) if lb is None else lb
     lb_e = _gather_rows(hops, lb)
     mis = jnp.abs(bands[..., :-1] * lb_e[..., 1:] - bands[..., 1:] * lb_e[..., :-1])
     pair = lb[:, :-1] + lb[:, 1:]
@@ -290,7 +291,9 @@ def service_span(hops: HopTable, bands, head, sent_a, sent_l, lb=None):
     and the point the link reached in it, its arrivals between ``q_l`` served and
     ``s_l``.  ``p0`` is where its first sent byte leaves, ``p1`` its last (both 0 when it
     sent nothing).  The instant a flow's last byte leaves its last hop inside the step
-    follows (``fabric_jax.fluid._finish_in_step``).
+    follows (``fabric_jax.fluid._finish_in_step``).  Third output: ``[links, K]`` the
+    bytes left in each band (the :func:`band_sums` of ``bands - head``, for
+    :func:`merge_bands`).
 
     Args:
       bands: ``[flows, hops, K]`` standing bytes before the step's service.
@@ -310,7 +313,7 @@ def service_span(hops: HopTable, bands, head, sent_a, sent_l, lb=None):
     s_q_e, s_l_e = hops.gather(s_q), hops.gather(sent_l)
     p0 = jnp.where(any_b, p0_b, jnp.where(arr, s_q_e, 0.0))
     p1 = jnp.where(arr, s_l_e, jnp.where(any_b, p1_b, 0.0))
-    return p0, p1
+    return p0, p1, lb - (end - before)
 
 
 def serve(hops: HopTable, bands, transit, usable, dt, head=None, lb=None):

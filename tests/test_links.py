@@ -75,9 +75,10 @@ def test_serve_standing_first_then_arrivals():
     assert float(jnp.sum(left_b)) == 0.0 and float(sent_l[0]) == 50.0
     np.testing.assert_allclose(np.asarray(head.sum(-1) + sent_a), np.asarray(sent))
     # FIFO positions in the step's 50 bytes: A's 40 first, then B's 10
-    p0, p1 = lk.service_span(hops, bands, head, sent_a, sent_l)
+    p0, p1, lb_left = lk.service_span(hops, bands, head, sent_a, sent_l)
     np.testing.assert_allclose(np.asarray(p0)[:, 0], [0.0, 40.0])
     np.testing.assert_allclose(np.asarray(p1)[:, 0], [40.0, 50.0])
+    np.testing.assert_allclose(np.asarray(lb_left), np.asarray(lk.band_sums(hops, left_b)))
 
 
 @pytest.mark.parametrize("seed", [0, 3])
