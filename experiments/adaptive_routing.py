@@ -70,7 +70,11 @@ Resolution: ``dt`` (``--dt-us``, default 1 us) is printed with the table; the
 (columns ``dt4_us``, ``t99_dt4_us``; JSON ``completion_s_dt4``, ``t99_s_dt4`` and
 ``dt_check``, the relative change of the completion time).
 
-Measured (default run, seed 0, dt = 1 us; ``eff_bw99`` of the foreground):
+Measured (default run, seed 0, dt = 1 us; ``eff_bw99`` of the foreground), **before the
+FIFO queues of 2026-12-03 and not re-run since**: with FIFO queues the
+``remote_congestion`` foreground's p99 is 2.0 x ideal under ``ib_ar`` and 1.7 x under
+``spectrum_x_ar`` (1.91 x and 1.375 x at dt = 0.25 us; the ``dt_check`` column shows
+this scenario is not yet converged in dt; ``tests/test_ar_information.py``):
 
 =================== ===== ======= ===== ===== ============= ================== ========
 scenario            ecmp  flowlet spray ib_ar spectrum_x_ar spectrum_x_ar_slow adaptive

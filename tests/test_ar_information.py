@@ -267,9 +267,11 @@ def test_fluid_remote_congestion_telemetry_beats_local_only():
     # foreground flow on that path (the routing-level test above shows the split stays
     # even), so those bytes queue behind the background; telemetry moves the
     # foreground to spines 1-3 one RTT later.  Best possible: 4 MB over 3.25 links =
-    # 1.23 x ideal.  Measured (dt = 1 us): 99 % of the foreground delivered at 3.25 x
-    # ideal with ib_ar and 1.9 x ideal with spectrum_x_ar (2.8 x and 2.0 x with a NIC
-    # that keeps no shared backlog, branch h-hpcc).  Bytes are conserved.
+    # 1.23 x ideal.  Measured (dt = 1 us, FIFO queues of 2026-12-03): 99 % of the
+    # foreground delivered at 2.0 x ideal with ib_ar and 1.7 x ideal with spectrum_x_ar
+    # (1.91 x and 1.375 x at dt = 0.25 us; with well-mixed queues it was 3.25 x and
+    # 1.9 x: the foreground bytes behind the background left in proportion to their
+    # share of the queue).  Bytes are conserved.
     exp = _experiment()
     from fabric_jax.units import MB
     topo, base = exp.build(4, 0, 400.0)
@@ -282,8 +284,8 @@ def test_fluid_remote_congestion_telemetry_beats_local_only():
     ideal = 1 * MB / C
     assert ib["unfinished"] == 0 and sx["unfinished"] == 0
     assert sx["t99_s"] >= 1.2 * ideal                      # cannot beat the best case
-    assert ib["t99_s"] >= 2.0 * ideal
-    assert sx["t99_s"] <= 0.8 * ib["t99_s"]
+    assert ib["t99_s"] >= 1.5 * ideal
+    assert sx["t99_s"] <= 0.9 * ib["t99_s"]
     assert max(ib["max_residual"], sx["max_residual"]) < 1e-3 * float(np.sum(sizes))
 
 
