@@ -62,6 +62,21 @@ def reduced_scenario(scn):
     return dataclasses.replace(scn, topology=topo, workload=work)
 
 
+def chosen_scenario(ap, args):
+    """The scenario of ``--full`` / ``--presets`` (the built-in one, reduced unless
+    ``--full``); a bad preset name exits through ``ap.error``."""
+    scn = default_scenario()
+    if not args.full:
+        scn = reduced_scenario(scn)
+    if args.presets:
+        names = tuple(p.strip() for p in args.presets.split(",") if p.strip())
+        unknown = sorted(set(names) - set(scn.presets))
+        if unknown:
+            ap.error(f"--presets: unknown {unknown}; choose from {list(scn.presets)}")
+        scn = dataclasses.replace(scn, presets=names)
+    return scn
+
+
 def with_dt(scn, dt_us: float, horizon_us: float, isolation: bool):
     sim = dict(scn.simulation, dt_us=float(dt_us),
                n_steps=int(round(horizon_us / dt_us)), isolation=bool(isolation))
@@ -91,15 +106,7 @@ def main(argv=None):
     ap.add_argument("--json", type=str, default=None, metavar="PATH",
                     help="write {dt_us: {preset: metrics}, relative_change: ...} here")
     args = ap.parse_args(argv)
-    scn = default_scenario()
-    if not args.full:
-        scn = reduced_scenario(scn)
-    if args.presets:
-        names = tuple(p.strip() for p in args.presets.split(",") if p.strip())
-        unknown = sorted(set(names) - set(scn.presets))
-        if unknown:
-            ap.error(f"--presets: unknown {unknown}; choose from {list(scn.presets)}")
-        scn = dataclasses.replace(scn, presets=names)
+    scn = chosen_scenario(ap, args)
     dt0 = float(args.dt_us if args.dt_us is not None else scn.simulation["dt_us"])
     horizon = float(args.horizon_us if args.horizon_us is not None
                     else scn.simulation["dt_us"] * scn.simulation["n_steps"])

@@ -28,11 +28,11 @@ import math
 import time
 
 try:
-    from convergence import HEADLINE, TOLERANCE, reduced_scenario, rel
+    from convergence import HEADLINE, TOLERANCE, chosen_scenario, rel
 except ImportError:  # pragma: no cover
-    from experiments.convergence import HEADLINE, TOLERANCE, reduced_scenario, rel
+    from experiments.convergence import HEADLINE, TOLERANCE, chosen_scenario, rel
 
-from fabric_jax.compare import default_scenario, run_compare
+from fabric_jax.compare import run_compare
 from fabric_jax.links import DEFAULT_FIFO_BANDS
 
 
@@ -68,15 +68,7 @@ def main(argv=None):
         ap.error(f"--bands: at least two positive integers, e.g. 4,16; got {args.bands!r}")
     if args.dt_us is not None and not args.dt_us > 0:
         ap.error("--dt-us must be > 0")
-    scn = default_scenario()
-    if not args.full:
-        scn = reduced_scenario(scn)
-    if args.presets:
-        names = tuple(p.strip() for p in args.presets.split(",") if p.strip())
-        unknown = sorted(set(names) - set(scn.presets))
-        if unknown:
-            ap.error(f"--presets: unknown {unknown}; choose from {list(scn.presets)}")
-        scn = dataclasses.replace(scn, presets=names)
+    scn = chosen_scenario(ap, args)
     runs, wall = {}, {}
     for k in bands:
         t0 = time.perf_counter()

@@ -150,3 +150,24 @@ def test_convergence_experiment_runs_and_writes_every_scalar_metric(tmp_path):
     change = json.loads(out.read_text())["relative_change"]["uec"]
     assert "effective_bandwidth" in change and "isolation_per_class" not in change
     assert set(change["effective_bandwidth"]) == {"dt", "dt_half"}
+
+
+@pytest.mark.slow
+def test_fifo_bands_experiment_compares_every_band_count_with_the_largest(tmp_path):
+    # experiments/fifo_bands.py on one preset over a short horizon: each smaller band
+    # count gets its relative change against the largest; the largest is its own
+    # reference; the default's verdict is reported.
+    import json
+
+    from tests.helpers import load_experiment
+    exp = load_experiment("fifo_bands")
+    out = tmp_path / "b.json"
+    exp.main(["--bands", "8,2", "--dt-us", "2", "--horizon-us", "40", "--presets", "roce",
+              "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["bands"] == [2, 8] and set(data["relative_change"]) == {"2"}
+    assert set(data["results"]["8"]["roce"]) == set(data["results"]["2"]["roce"])
+    assert "effective_bandwidth" in data["relative_change"]["2"]["roce"]
+    assert data["simulation"]["fifo_bands"] == 2 and data["simulation"]["n_steps"] == 20
+    with pytest.raises(SystemExit):
+        exp.main(["--bands", "0,4"])
