@@ -99,7 +99,9 @@ def test_scenario_exercises_the_fabric():
     # The comparison above means something only if the fabric is congested (PFC pauses
     # links, switch queues build) and flows come and go (slots are reused).
     _, plain, slots = _runs("dcqcn-pfc")
-    assert float(np.asarray(plain.info.paused_time).sum()) > 10 * US
+    # (10 us of link pauses in all with FIFO queues, 2026-12-03: several links pause)
+    paused = np.asarray(plain.info.paused_time)
+    assert float(paused.sum()) >= 5 * US and int(np.sum(paused > 0)) >= 3
     assert float(np.asarray(plain.info.max_queue).max()) > 5e4
     assert slots.n_windows > N_FLOWS // MAX_ACTIVE
 
