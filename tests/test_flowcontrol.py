@@ -79,9 +79,12 @@ def test_dcqcn_reduces_pause_time(pfc_none):
 def test_credit_backpressure_is_lossless_and_hol_blocks_victim():
     res = run("none", "credit")
     assert float(np.sum(res.dropped)) == 0.0
-    thr = tail_throughput(res)
-    # Same head-of-line argument as PFC: victim ~ 100/3 Gb/s.
-    assert thr[VICTIM] == pytest.approx(C / 3, rel=0.1)
+    # Same head-of-line argument as PFC: victim ~ 100/3 Gb/s, averaged over the run
+    # (its rate at single steps swings between 0.67 and 3x that under credits with FIFO
+    # queues, so step snapshots are no measure of it).
+    rate = np.asarray(res.delivered) / 6e-3
+    assert rate[VICTIM] == pytest.approx(C / 3, rel=0.1)
+    np.testing.assert_allclose(rate[:N_HOT], C / 3, rtol=0.03)
     # Pools never exceed the 200 KB buffer by more than one step of traffic (200 Gb/s x
     # 1 us = 25 KB), the credit loop's one-step lag.
     assert float(np.max(res.info.max_queue[U])) > 0
