@@ -468,7 +468,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         not match this run; ``reorder`` not a bool, ``loss_recovery`` unknown, ``mtu``
         not > 0, ``reorder_tolerance`` < 0; ``traffic_class`` not ``[flows]`` integers
         in ``[0, n_classes)``; ``classes`` not a ``TrafficClasses``; ``shared_buffer``
-        whose maps or ``alpha`` do not fit the links / classes).
+        whose maps or ``alpha`` do not fit the links / classes; ``fifo_bands`` not a
+        positive integer).
     """
     rx.check_options(reorder, loss_recovery, mtu, reorder_tolerance)
     law = ccbase.get(law)
