@@ -62,6 +62,14 @@ def reduced_scenario(scn):
     return dataclasses.replace(scn, topology=topo, workload=work)
 
 
+def dump_json(path, out):
+    """Writes ``out`` to ``path`` as JSON when a path is given; returns ``out``."""
+    if path:
+        with open(path, "w") as fh:
+            json.dump(out, fh, indent=1, default=float)
+    return out
+
+
 def chosen_scenario(ap, args):
     """The scenario of ``--full`` / ``--presets`` (the built-in one, reduced unless
     ``--full``); a bad preset name exits through ``ap.error``."""
@@ -159,10 +167,7 @@ def main(argv=None):
                results={str(dt): r for dt, r in runs.items()}, relative_change=change,
                worst_headline_change=worst, converged=ok,
                wall_s={str(dt): w for dt, w in wall.items()})
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1, default=float)
-    return out
+    return dump_json(args.json, out)
 
 
 if __name__ == "__main__":

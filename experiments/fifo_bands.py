@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import time
 
 try:
-    from convergence import HEADLINE, TOLERANCE, chosen_scenario, rel
+    from convergence import HEADLINE, TOLERANCE, chosen_scenario, dump_json, rel
 except ImportError:  # pragma: no cover
-    from experiments.convergence import HEADLINE, TOLERANCE, chosen_scenario, rel
+    from experiments.convergence import (HEADLINE, TOLERANCE, chosen_scenario, dump_json,
+                                         rel)
 
 from fabric_jax.compare import run_compare
 from fabric_jax.links import DEFAULT_FIFO_BANDS
@@ -107,10 +107,7 @@ def main(argv=None):
                worst_headline_change={str(k): w for k, w in worst.items()},
                default=DEFAULT_FIFO_BANDS, default_converged=default_ok,
                wall_s={str(k): w for k, w in wall.items()})
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1, default=float)
-    return out
+    return dump_json(args.json, out)
 
 
 if __name__ == "__main__":
