@@ -1373,7 +1373,8 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     pool = uh.pool_sum(x + transit)
     fcp_k = _shared_params(static, net, fcp, pool)
     usable = fcm.usable_capacity(static.fc, c["fc"], cap_u, pool, fcp_k, dt, smooth)
-    xb = lk.reconcile_bands(c["xb"], x)   # bytes dropped by faults leave their bands
+    # the bands sum to x after every step; only faults change x in between
+    xb = c["xb"] if sched is None else lk.reconcile_bands(c["xb"], x)
     if n_cls == 1:
         tr = _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp_k, dt)
         sig_net, sig_inc, sig_params, usable_l = net, inc_k, params, usable
