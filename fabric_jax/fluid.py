@@ -872,7 +872,7 @@ def _route(static, net, c, x, cap_k, active, t, path_ok, rparams, dt):
     w_static = jnp.where(hops.valid, 1.0, 0.0).astype(fdt)
     inc = Incidence(hops.link.ravel(), jnp.repeat(jnp.arange(n_flows, dtype=jnp.int32),
                                                   hops.link.shape[1]),
-                    w_static.ravel(), hops.n_links, n_flows)
+                    w_static.ravel(), hops.n_links, n_flows, hops.link.shape[1])
     if static.policy is None:
         stranded = (jnp.zeros((n_flows,), bool) if path_ok is None else ~path_ok[:, 0])
         return jnp.ones((n_flows, 1), fdt), inc, stranded, None
@@ -1185,10 +1185,11 @@ def _shared_params(static, net, fcp, pool):
     return fcm.dynamic_params(static.fc, free, net.sb_ingress, net.sb_alpha, net.sb_headroom)
 
 
-def _hold_at_sender(net, x):
+def _hold_at_sender(net, x, xb):
     """Host NICs hold no shared backlog: the bytes a flow could not put through its
-    NIC in the step stay in its own send queue, unsent (``(x, held)``: ``x`` without
-    them, ``held`` ``[flows]`` bytes returned to the sender).
+    NIC in the step stay in its own send queue, unsent (``(x, xb, held)``: ``x`` and
+    its FIFO bands ``xb`` without them, ``held`` ``[flows]`` bytes returned to the
+    sender).
 
     A NIC serves its flows per queue pair, round-robin among the QPs that have bytes
     left and whose pacing (rate) or window allows a packet, and builds each packet
@@ -1205,7 +1206,7 @@ def _hold_at_sender(net, x):
     hops = net.hops
     at_nic = hops.valid & (hops.gather(net.switch, 1.0) == 0)
     held = jnp.sum(jnp.where(at_nic, x, 0.0), axis=1)
-    return jnp.where(at_nic, 0.0, x), held
+    return jnp.where(at_nic, 0.0, x), jnp.where(at_nic[..., None], 0.0, xb), held
 
 
 def _propagate(net, c, served, alloc, discard, dt):
@@ -1265,7 +1266,9 @@ def _emit_signals(static, net, c, x, cap_k, usable, served_l, inc_k, alloc, spli
                            buffer=fcp.buffer, base_rtt=t_hpcc, switch_port=net.switch)
     mark_l = law.mark(view, params, smooth) * net.switch
     valid3 = hops.per_path(hops.valid)
-    p_path = jnp.sum(split * ccbase.path_mark(hops.per_path(hops.gather(mark_l)), valid3), axis=1)
+    # log(1 - p) once per link, gathered per hop (== path_mark of the gathered p)
+    lg3 = hops.per_path(hops.gather(ccbase.log_unmarked(mark_l)))
+    p_path = jnp.sum(split * ccbase.path_mark_from_log(lg3, valid3), axis=1)
     qdel_l = jnp.where(cap_pos, q_sw / safe_cap, 0.0)
     rtt = net.base_rtt + jnp.sum(split * jnp.sum(hops.per_path(hops.gather(qdel_l)), axis=2),
                                  axis=1)
@@ -1384,7 +1387,7 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
         sig_net = dataclasses.replace(net, hops=uh, switch=net.uswitch)
         sig_inc, usable_l = tr["vinc"], tr["usable_l"]
         sig_params = _per_unit_params(params, hops.n_links, n_cls)
-    x_new, held = _hold_at_sender(net, tr["x"])
+    x_new, xb_new, held = _hold_at_sender(net, tr["x"], tr["xb"])
     dropped_now = tr["dropped"] + fault_drop
     discard, rx_phi = _receive(static, net, c, x_new, cap_k, split, tr["served"], tr["alloc"],
                                tr["send"], dropped_now, dt)
@@ -1415,7 +1418,7 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     new = dict(c, k=c["k"] + 1,
                remaining=jnp.maximum(c["remaining"] - sent_now + dropped_now + discarded_now,
                                      0.0),
-               x=x_new, xb=lk.reconcile_bands(tr["xb"], x_new), transit=transit_new,
+               x=x_new, xb=xb_new, transit=transit_new,
                wire=wire, start=start, finish=finish,
                done=c["done"] | completes, sent=c["sent"] + sent_now, passed=passed,
                delivered=c["delivered"] + deliv_now, dropped=c["dropped"] + dropped_now,

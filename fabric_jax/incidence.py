@@ -241,8 +241,19 @@ class Incidence:
         """Sums an ``[nnz]`` array into ``[links]``."""
         return jax.ops.segment_sum(per_entry, self.link_idx, num_segments=self.n_links)
 
+    def _rows(self, per_entry):
+        """``[flows, row_width]`` view of an ``[nnz]`` array in the flow-major layout, or
+        ``None`` (then per-flow reductions scatter)."""
+        w = self.row_width
+        if w is None or per_entry.shape[0] != self.n_flows * w:
+            return None
+        return per_entry.reshape(self.n_flows, w)
+
     def flow_sum(self, per_entry):
         """Sums an ``[nnz]`` array into ``[flows]``."""
+        rows = self._rows(per_entry)
+        if rows is not None:
+            return jnp.sum(rows, axis=1)
         return jax.ops.segment_sum(per_entry, self.flow_idx, num_segments=self.n_flows)
 
     def link_load(self, rates):
@@ -257,10 +268,16 @@ class Incidence:
     def flow_min(self, per_entry, mask):
         """Per-flow minimum of ``per_entry`` over entries where ``mask`` (else +inf)."""
         x = jnp.where(mask, per_entry, jnp.inf)
+        rows = self._rows(x)
+        if rows is not None:
+            return jnp.min(rows, axis=1, initial=jnp.inf)
         return jax.ops.segment_min(x, self.flow_idx, num_segments=self.n_flows)
 
     def flow_any(self, per_entry_bool):
         """Per-flow logical OR of an ``[nnz]`` bool array."""
+        rows = self._rows(per_entry_bool)
+        if rows is not None:
+            return jnp.any(rows, axis=1)
         return jax.ops.segment_max(per_entry_bool.astype(jnp.int32), self.flow_idx,
                                    num_segments=self.n_flows) > 0
 

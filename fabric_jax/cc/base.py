@@ -150,7 +150,19 @@ def p_over_neglog1p(p):
     return jnp.where(small, 1.0 - 0.5 * p, safe / (-jnp.log1p(-safe)))
 
 
+def log_unmarked(p):
+    """``log(1 - p)`` of marking probabilities (clipped to ``[0, 1 - 1e-7]``): what
+    :func:`path_mark` sums over a path's hops.  Per link, so a caller can take it once
+    per link and gather it per hop (:func:`path_mark_from_log`)."""
+    return jnp.log1p(-jnp.clip(p, 0.0, 1.0 - 1e-7))
+
+
+def path_mark_from_log(log_unmarked_per_hop, hop_mask):
+    """``1 - exp(sum_h log(1 - p_h))`` over the valid hops (``[..., hops]`` values of
+    :func:`log_unmarked`)."""
+    return -jnp.expm1(jnp.sum(jnp.where(hop_mask, log_unmarked_per_hop, 0.0), axis=-1))
+
+
 def path_mark(link_mark_per_hop, hop_mask):
     """``1 - prod_h (1 - p_h)`` over the valid hops of ``[flows, hops]`` probabilities."""
-    p = jnp.clip(link_mark_per_hop, 0.0, 1.0 - 1e-7)
-    return -jnp.expm1(jnp.sum(jnp.where(hop_mask, jnp.log1p(-p), 0.0), axis=-1))
+    return path_mark_from_log(log_unmarked(link_mark_per_hop), hop_mask)
