@@ -19,14 +19,18 @@ Per preset, timed the way every benchmark here is (``experiments/_bench.py``):
   steady call) and of the preset's share: on a shared machine these move less than
   wall times (which grow with the other processes' load).
 
-Baseline in the same run (``--baseline``, default ``solve``): the host NICs' max-min
-share of their flows' offers (:func:`fabric_jax.fluid._nic_send`) computed, as before
-this benchmark, by the general progressive-filling solver
-(:func:`fabric_jax.fairness.solve` over the first-hop incidence, with its compaction
-levels) instead of the closed-form water-fill
-(:func:`fabric_jax.fairness.water_fill`).  Each variant is compiled afresh
-(``jax.clear_caches``); the printed ratios are baseline / current, and the per-flow
-finish times of the two are compared (same model: they differ by round-off only).
+Baseline in the same run (``--baseline``, :data:`VARIANTS`): the current code against
+one earlier variant of the fluid step, each compiled afresh (``jax.clear_caches``);
+the printed ratios are baseline / current, and the per-flow finish times of the two
+are compared (same model: they differ by round-off only).
+
+* ``fine`` (default): the step's max-min solve (:func:`fabric_jax.fairness.solve`)
+  with its compaction levels (``compaction="fine"``, one while loop per level to
+  compile) instead of one loop over all the entries (``fluid._STEP_COMPACTION``).
+* ``solve``: the host NICs' max-min share of their flows' offers
+  (:func:`fabric_jax.fluid._nic_send`) by the general progressive-filling solver over
+  the first-hop incidence instead of the closed-form water-fill
+  (:func:`fabric_jax.fairness.water_fill`).
 
 ``--end-to-end`` adds :func:`fabric_jax.compare.run_compare` (the whole command, ideal
 column included) with the presets one after another (``workers=1``) against the
@@ -105,8 +109,19 @@ def nic_send_progressive(static, switch, inc, cap, offered):
     return jnp.minimum(sol.rates, offered)
 
 
-#: NIC-share implementations: the current one and the baseline.
-VARIANTS = {"water_fill": fluid._nic_send, "solve": nic_send_progressive}
+#: The code as it is, saved before any variant patches it.
+_CURRENT = {"_nic_send": fluid._nic_send, "_STEP_COMPACTION": fluid._STEP_COMPACTION}
+
+#: Variants of the fluid step timed against each other: ``current`` (the code as it is)
+#: and the baselines, each the module attributes of :mod:`fabric_jax.fluid` it replaces:
+#: ``solve``, the NIC share by the general solver (:func:`nic_send_progressive`) instead
+#: of the water-fill; ``fine``, the step's max-min solve with the compaction levels of
+#: :func:`fabric_jax.fairness.solve` (``compaction="fine"``, the code before
+#: 2026-12-03) instead of one loop over all the entries.  Every variant computes the
+#: same model (finish times equal up to float32 round-off).
+VARIANTS = {"current": {},
+            "solve": {"_nic_send": nic_send_progressive},
+            "fine": {"_STEP_COMPACTION": "fine"}}
 
 
 def _timed(fn):
@@ -154,9 +169,10 @@ def bench_ideal(scn, case) -> dict:
 
 
 def bench_variant(scn, variant: str) -> tuple[list, dict]:
-    """Every preset (and the ideal baseline) with the NIC share ``variant``, each
-    compiled afresh."""
-    fluid._nic_send = VARIANTS[variant]
+    """Every preset (and the ideal baseline) with the fluid step's ``variant``
+    (:data:`VARIANTS`), each compiled afresh."""
+    for attr, value in dict(_CURRENT, **VARIANTS[variant]).items():
+        setattr(fluid, attr, value)
     try:
         cases, rows, finish = {}, [], {}
         for name in scn.presets:
@@ -165,10 +181,11 @@ def bench_variant(scn, variant: str) -> tuple[list, dict]:
                 cases[sharp] = build_case(scn, sharp)
             jax.clear_caches()
             row, finish[name] = bench_preset(scn, cases[sharp], name)
-            rows.append(dict(row, nic_share=variant))
+            rows.append(dict(row, variant=variant))
             print(table([rows[-1]], list(rows[-1])), flush=True)
     finally:
-        fluid._nic_send = VARIANTS["water_fill"]
+        for attr, value in _CURRENT.items():
+            setattr(fluid, attr, value)
     return rows, finish
 
 
@@ -198,9 +215,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--scenario", metavar="FILE", help="TOML scenario (default: built-in)")
     ap.add_argument("--presets", default=None,
                     help="comma-separated presets (default: the scenario's)")
-    ap.add_argument("--baseline", choices=("solve", "none"), default="solve",
-                    help="NIC share baseline to time beside the water-fill (default solve; "
-                         "none: current code only)")
+    ap.add_argument("--baseline", choices=("fine", "solve", "none"), default="fine",
+                    help="variant of the fluid step to time beside the current code "
+                         "(VARIANTS: fine = the step's max-min solve with compaction "
+                         "levels, solve = the NIC share by the general solver; default "
+                         "fine; none: current code only)")
     ap.add_argument("--end-to-end", action="store_true",
                     help="also time run_compare with workers=1 against the default")
     args = ap.parse_args(argv)
@@ -221,18 +240,18 @@ def main(argv=None) -> dict:
            else (args.scenario or "default"), "presets": list(scn.presets),
            "n_steps": int(scn.simulation["n_steps"]),
            "isolation": bool(scn.simulation["isolation"])}
-    variants = ["water_fill"] + ([] if args.baseline == "none" else [args.baseline])
+    variants = ["current"] + ([] if args.baseline == "none" else [args.baseline])
     rows, finish = [], {}
     for v in variants:
         r, finish[v] = bench_variant(scn, v)
         rows += r
     jax.clear_caches()
-    ideal = dict(bench_ideal(scn, build_case(scn, False)), nic_share="")
+    ideal = dict(bench_ideal(scn, build_case(scn, False)), variant="")
     rows.append(ideal)
-    cols = ["preset", "nic_share", "compile_s", "compile_cpu_s", "first_s", "steady_s",
+    cols = ["preset", "variant", "compile_s", "compile_cpu_s", "first_s", "steady_s",
             "total_s", "cpu_s", "runs", "us_per_step"]
     print(table(rows, cols))
-    cur = [r for r in rows if r["nic_share"] == "water_fill"] + [ideal]
+    cur = [r for r in rows if r["variant"] == "current"] + [ideal]
     total = {k: float(sum(r[k] for r in cur))
              for k in ("compile_s", "compile_cpu_s", "steady_s", "total_s", "cpu_s")}
     print(f"compare, presets one after another: compile {total['compile_s']:.1f} s, "
@@ -240,13 +259,13 @@ def main(argv=None) -> dict:
           f"({total['cpu_s']:.1f} s CPU)")
     out.update(rows=rows, total=total)
     if len(variants) > 1:
-        base = {r["preset"]: r for r in rows if r["nic_share"] == variants[1]}
+        base = {r["preset"]: r for r in rows if r["variant"] == variants[1]}
         ratios = []
         for r in rows:
-            if r["nic_share"] != "water_fill":
+            if r["variant"] != "current":
                 continue
             b = base[r["preset"]]
-            f0, f1 = finish["water_fill"][r["preset"]], finish[variants[1]][r["preset"]]
+            f0, f1 = finish["current"][r["preset"]], finish[variants[1]][r["preset"]]
             both = np.isfinite(f0) & np.isfinite(f1)
             ratios.append({"preset": r["preset"],
                            "compile_ratio": b["compile_s"] / max(r["compile_s"], 1e-9),
@@ -259,7 +278,7 @@ def main(argv=None) -> dict:
                                np.abs(f0[both] - f1[both]) / f1[both], initial=0.0)),
                            "same_finished": bool(np.array_equal(np.isfinite(f0),
                                                                 np.isfinite(f1)))})
-        print(f"baseline {variants[1]} / water_fill:")
+        print(f"baseline {variants[1]} / current:")
         print(table(ratios, list(ratios[0])))
         out["baseline"] = {"name": variants[1], "ratios": ratios}
     if args.end_to_end:

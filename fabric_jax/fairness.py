@@ -238,9 +238,19 @@ COMPACT_FACTOR_FINE = 1.3
 COMPACT_FINE_UNTIL = 0.1
 
 
-def _levels(n: int, unit: int = 1, fine: bool = True) -> list[int]:
+#: What :func:`solve`'s ``compaction`` may be.
+COMPACTIONS = ("fine", "coarse", "none")
+
+
+def _levels(n: int, unit: int = 1, fine: bool | str = True) -> list[int]:
     """Buffer sizes (rows of ``unit`` entries) of the compaction levels for ``n`` rows
-    (``fine=False``: factor ``COMPACT_FACTOR`` throughout, fewer loops to compile)."""
+    (``fine=False`` or ``"coarse"``: factor ``COMPACT_FACTOR`` throughout, fewer loops to
+    compile; ``"none"``: one level, no compaction)."""
+    if fine not in (True, False) + COMPACTIONS:
+        raise ValueError(f"compaction must be one of {COMPACTIONS}; got {fine!r}")
+    if fine == "none":
+        return [n]
+    fine = fine in (True, "fine")
     sizes = [n]
     while sizes[-1] * unit > COMPACT_MIN_ENTRIES:
         f = fine and sizes[-1] > COMPACT_FINE_UNTIL * n
@@ -330,7 +340,7 @@ def _iteration_rows(li, weight, active, capacity, demand, n_links, rate, frozen,
 
 
 def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_name=None,
-                fine: bool = True):
+                fine: bool | str = True):
     """While-loop solve on the flow-major layout, compacting the rows of open flows
     into geometrically shrinking buffers as flows freeze (frozen load folds into a
     residual capacity).  With ``axis_name`` each shard compacts its own rows; a level
@@ -376,7 +386,7 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_n
 
 
 def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
-          axis_name=None) -> MaxMinResult:
+          axis_name=None, compaction: str = "fine") -> MaxMinResult:
     """Unvalidated, traceable core of :func:`max_min_fair` (for use inside jitted loops).
 
     ``capacity`` ``[links]`` and ``demand`` ``[flows]`` must be arrays of the same float
@@ -393,6 +403,13 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
     of geometrically shrinking size (:func:`_levels`) as flows freeze, folding the
     load of frozen flows into a residual capacity: most flows freeze in the first few
     iterations, so the long tail of a deep bottleneck structure runs on small arrays.
+    ``compaction`` (static): ``"fine"`` (default) the levels of :func:`_levels`,
+    ``"coarse"`` halving levels only, ``"none"`` one loop over all the entries.  Each
+    level is one more while loop to compile (about 1.3 s on a 2-core CPU for the
+    57,000 entries of the default ``compare`` scenario); a solve inside a time-stepped
+    loop whose every step settles in a few iterations (the fluid engine's) gains
+    nothing from them at run time and takes ``"none"``.  The answer does not depend
+    on it (the same iteration on the same entries).
     """
     dtype = capacity.dtype
     n_links, n_flows = inc.n_links, inc.n_flows
@@ -420,11 +437,11 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
         rate, frozen, it = jax.lax.fori_loop(0, iterations, body, (rate, frozen, it))
     elif inc.row_width is not None and inc.nnz == n_flows * inc.row_width:
         rate, frozen, it = _solve_rows(inc, capacity, demand, rate, frozen, max_iter,
-                                       axis_name)
+                                       axis_name, compaction)
     else:
         li, fi, w, act = inc.link_idx, inc.flow_idx, weight, active
         residual = capacity
-        sizes = _levels(int(np.shape(li)[0]))
+        sizes = _levels(int(np.shape(li)[0]), 1, compaction)
         for level, size in enumerate(sizes):
             if level > 0:
                 # Keep only the entries of still-open flows; fold the rest into capacity.

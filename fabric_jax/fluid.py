@@ -934,6 +934,13 @@ def _offer(static, net, c, t, start, started, active, stranded, params, smooth, 
     return law_state, offered
 
 
+#: Compaction of the step's max-min solve (:func:`fabric_jax.fairness.solve`): none.  A
+#: step settles in a few iterations, so the levels only cost compile time (default
+#: ``compare`` scenario, per preset: compile 20-24 s CPU with "fine", 7-10 s with none;
+#: the same finish times, 2026-12-03, /tmp A/B in one process).
+_STEP_COMPACTION = "none"
+
+
 def _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp, dt):
     """Allocate, transmit and queue: serve the queues (standing + arriving from the wire),
     share what is left among the fresh offers (max-min), park the excess, apply buffers.
@@ -951,7 +958,8 @@ def _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp, dt):
         hops, xb, transit, usable, dt, hops.seg)
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
     send = _nic_send(static, net.switch, _first_hops(inc_k, hops.seg), fresh, offered)
-    sol = solve(inc_k, fresh, send, iterations=static.solver_iterations)
+    sol = solve(inc_k, fresh, send, iterations=static.solver_iterations,
+                compaction=_STEP_COMPACTION)
     alloc = jnp.minimum(sol.rates, send)
     load_o = inc_k.link_load(offered)
     place = lk.place_excess(hops, (send - alloc) * dt, split,
@@ -1136,7 +1144,8 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
                                        jnp.maximum(ceiling - served_u / dt - use_u, 0.0)]),
                       jnp.maximum(offered - send1, 0.0))
     send = jnp.minimum(send1 + send2, offered)
-    sol = solve(vinc, fresh, send, iterations=static.solver_iterations)
+    sol = solve(vinc, fresh, send, iterations=static.solver_iterations,
+                compaction=_STEP_COMPACTION)
     alloc = jnp.minimum(sol.rates, send)
     # pass 2: capacity left unused by the grants, within each class's ceiling
     used_u = served_u / dt + vinc.link_load(alloc)

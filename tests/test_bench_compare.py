@@ -1,9 +1,10 @@
 """``experiments/bench_compare.py`` on its tiny setting, and ``run_compare(workers=...)``.
 
-The benchmark times one preset of the quick scenario twice (NIC share by the
-water-fill, and by the general solver as the baseline), the ideal baseline, and the
+The benchmark times one preset of the quick scenario twice (the current fluid step, and
+the baseline variant: the step's max-min solve with compaction levels), the ideal
+baseline, and the
 whole ``run_compare`` with the presets one after another against concurrent presets.
-Checked here: the table's structure, that both NIC-share implementations give the same
+Checked here: the table's structure, that both variants give the same
 flows' finish times (the same model: float32 round-off only), and that concurrent
 presets give exactly the results of sequential ones.  No timing is asserted (speed is
 measured by the benchmark, never by tests).
@@ -27,8 +28,8 @@ def test_bench_compare_quick(tmp_path):
     out = load_experiment("bench_compare").main(
         ["--quick", "--presets", "roce", "--json", str(out_path)])
     rows = out["rows"]
-    assert [(r["preset"], r["nic_share"]) for r in rows] == [
-        ("roce", "water_fill"), ("roce", "solve"), ("ideal", "")]
+    assert [(r["preset"], r["variant"]) for r in rows] == [
+        ("roce", "current"), ("roce", "fine"), ("ideal", "")]
     for r in rows:
         assert r["compile_s"] > 0 and r["first_s"] > 0 and r["compile_cpu_s"] >= 0
         assert r["steady_s"] > 0 and r["runs"] == 3      # all jobs + training + tenant alone

@@ -225,6 +225,35 @@ def test_large_instance_matches_oracle_float32():
     np.testing.assert_allclose(rates, expected, rtol=RTOL_F32, atol=ATOL_F32 * scale_of(inst))
 
 
+@pytest.mark.parametrize("compaction", ["none", "coarse"])
+@pytest.mark.parametrize("layout", ["rows", "coo"])
+def test_compaction_levels_do_not_change_the_rates_x64(compaction, layout):
+    # Compaction only moves the entries of still-open flows into smaller buffers: with
+    # one loop over all entries ("none", the fluid step's) or halving levels the
+    # iteration and its answer are the oracle's (the large case spans several levels).
+    from fabric_jax.fairness import solve as core_solve
+    inst, expected = _large_case(0)
+    with enable_x64():
+        inc = incidence_of(inst, np.float64)
+        if layout == "coo":
+            inc = Incidence(inc.link_idx, inc.flow_idx, inc.weight, inc.n_links, inc.n_flows)
+        cap = jnp.asarray(inst.capacity, jnp.float64)
+        dem = jnp.full(inst.n_flows, jnp.inf) if inst.demand is None else jnp.asarray(
+            inst.demand, jnp.float64)
+        res = core_solve(inc, cap, dem, compaction=compaction)
+        rates = np.asarray(res.rates)
+        assert bool(res.info.converged)
+    np.testing.assert_allclose(rates, expected, rtol=RTOL_X64, atol=RTOL_X64 * scale_of(inst))
+
+
+def test_unknown_compaction_is_rejected():
+    from fabric_jax.fairness import solve as core_solve
+    inst, _ = _large_case(0)
+    with pytest.raises(ValueError, match="compaction"):
+        core_solve(incidence_of(inst, np.float32), jnp.asarray(inst.capacity, jnp.float32),
+                   jnp.full(inst.n_flows, jnp.inf, jnp.float32), compaction="medium")
+
+
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(inst=RANDOM_INSTANCES)
 def test_oracle_satisfies_certificate(inst):
