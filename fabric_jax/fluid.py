@@ -207,7 +207,7 @@ from .incidence import Incidence
 from . import links as lk
 from . import qos
 from . import receiver as rx
-from .sim import _prepare, release_times
+from .sim import prepare_flows, release_times
 
 __all__ = ["simulate_fluid", "FluidResult", "FluidTrajectory", "FluidInfo", "COMPLETION_RTOL"]
 
@@ -329,8 +329,9 @@ for _cls in (FluidInfo, FluidTrajectory, FluidResult):
 
 
 # ----------------------------------------------------------------- host side
-def _hop_table(inc: Incidence):
-    """``[flows, hops]`` COO entry index of each hop (-1 padded), NumPy."""
+def hop_entries(inc: Incidence):
+    """Host: ``[flows, hops]`` COO entry index of each hop of each flow (-1 padded),
+    NumPy (the hop layout of both fluid engines, :mod:`fabric_jax.fluid_slots` too)."""
     li = np.asarray(inc.link_idx)
     fi = np.asarray(inc.flow_idx)
     w = inc.weight
@@ -497,15 +498,15 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
     n_flows_guess = np.shape(size)[0] if np.ndim(size) == 1 else None
     if arrival is None and n_flows_guess is not None:
         arrival = np.zeros(n_flows_guess)
-    inc, capacity, deps, flows = _prepare(incidence, capacity, arrival, size, deps, delay,
+    inc, capacity, deps, flows = prepare_flows(incidence, capacity, arrival, size, deps, delay,
                                           latency, None)
     n_links, n_flows = inc.n_links, inc.n_flows
     fdt = capacity.dtype
     if isinstance(base_rtt, jax.core.Tracer) or isinstance(dt, jax.core.Tracer):
         raise ValueError("base_rtt and dt must be concrete: they set the delay-line length")
     if routing is None:
-        entry = _hop_table(inc)
-        _check_single_path(inc)
+        entry = hop_entries(inc)
+        check_single_path(inc)
         exists = entry >= 0
         link_tab = np.where(exists, np.asarray(inc.link_idx)[np.maximum(entry, 0)], n_links)
         w_tab = jnp.where(jnp.asarray(exists), jnp.asarray(inc.weight, fdt)[np.maximum(entry, 0)],
@@ -553,7 +554,7 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
     if params is None:
         params = law.default_params()
     _check_law_params(law, params)
-    tc_cfg, tc_arr = _prepare_classes(traffic_class, classes, n_flows)
+    tc_cfg, tc_arr = prepare_classes(traffic_class, classes, n_flows)
     n_classes = 1 if tc_cfg is None else tc_cfg.n_classes
     sb = _prepare_shared(shared_buffer, n_links, n_classes)
     if fc_params is None:
@@ -583,7 +584,7 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                                  factor=jnp.asarray(sched.factor, fdt))
     base_rtt = jnp.asarray(base_rtt, fdt)
     shape = _Shape(ring_len=ring_len, wire_depth=wire_depth, routed=policy is not None,
-                   n_classes=n_classes, fifo_bands=_check_fifo_bands(fifo_bands))
+                   n_classes=n_classes, fifo_bands=check_fifo_bands(fifo_bands))
     # out-of-order arrivals need a flow split over several paths at once; ECMP and
     # flowlet switching keep each flow on one path (their split is one-hot, the model
     # would give exactly 0), so they skip the [flows, paths, paths] kernel
@@ -613,7 +614,12 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
 
 
 # ------------------------------------------------------------------ host checks
-def _check_fifo_bands(fifo_bands):
+def check_fifo_bands(fifo_bands):
+    """Host: ``fifo_bands`` as an int >= 1 (shared with :mod:`fabric_jax.fluid_slots`).
+
+    Raises:
+      ValueError: not a positive integer.
+    """
     if isinstance(fifo_bands, bool) or not (isinstance(fifo_bands, (int, np.integer))
                                             and fifo_bands >= 1):
         raise ValueError(f"fifo_bands must be a positive integer (bands per egress FIFO, "
@@ -629,7 +635,13 @@ def _mean_over_paths(per_path, link_tab, seg, n_links):
     return np.where(live, per_path, 0.0).sum(axis=1) / np.maximum(live.sum(axis=1), 1)
 
 
-def _check_single_path(inc: Incidence):
+def check_single_path(inc: Incidence):
+    """Host: every flow has one path (weights 0 or 1, no link twice), as the engines
+    without a routing policy need (shared with :mod:`fabric_jax.fluid_slots`).
+
+    Raises:
+      ValueError: a flow split over several paths.
+    """
     w = inc.weight
     if isinstance(w, jax.core.Tracer):
         return
@@ -690,7 +702,7 @@ def _check_fc_params(fc, fcp, n_links):
                          "flow_control_params(n_links, buffer=...) without xoff/xon")
 
 
-def _prepare_classes(traffic_class, classes, n_flows):
+def prepare_classes(traffic_class, classes, n_flows):
     """Host: ``(TrafficClasses or None, [flows] int32 classes)``; ``None`` with one class."""
     if classes is not None and not isinstance(classes, qos.TrafficClasses):
         raise ValueError("classes must be a fabric_jax.qos.TrafficClasses "
@@ -809,7 +821,9 @@ class _Net:
 
 jax.tree_util.register_dataclass(_Net)
 
-_SIGNALS = ("mark", "rtt", "util", "rate", "loss", "rx_share")
+#: Per-flow congestion signals written into the feedback ring each step
+#: (``_emit_signals``; shared with :mod:`fabric_jax.fluid_slots`).
+SIGNALS = ("mark", "rtt", "util", "rate", "loss", "rx_share")
 
 
 def _init_carry(law, fc, shape: _Shape, hops: lk.HopTable, size, line_rate, base_rtt,
@@ -818,7 +832,7 @@ def _init_carry(law, fc, shape: _Shape, hops: lk.HopTable, size, line_rate, base
     n_flows = size.shape[0]
     n_links = hops.n_links
     fdt = line_rate.dtype
-    ring0 = {k: jnp.zeros((shape.ring_len, n_flows), fdt) for k in _SIGNALS}
+    ring0 = {k: jnp.zeros((shape.ring_len, n_flows), fdt) for k in SIGNALS}
     ring0["rtt"] = jnp.broadcast_to(base_rtt, (shape.ring_len, n_flows)).astype(fdt)
     ring0["rx_share"] = jnp.broadcast_to(line_rate, (shape.ring_len, n_flows)).astype(fdt)
     inf = jnp.asarray(jnp.inf, fdt)
@@ -1292,7 +1306,7 @@ def _emit_signals(static, net, c, x, cap_k, usable, served_l, inc_k, alloc, spli
     new = dict(mark=p_path, rtt=rtt, util=util, rate=offered, loss=dropped / dt,
                rx_share=rx_share)
     w = c["k"] % static.shape.ring_len
-    ring = {f: c["ring"][f].at[w].set(new[f]) for f in _SIGNALS}
+    ring = {f: c["ring"][f].at[w].set(new[f]) for f in SIGNALS}
     return ring, mark_l, p_path
 
 

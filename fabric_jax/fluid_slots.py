@@ -78,10 +78,10 @@ import numpy as np
 from . import flowcontrol as fcm
 from . import links as lk
 from .cc import base as ccbase
-from .fluid import (_SIGNALS, FluidInfo, FluidResult, _check_fifo_bands, _check_single_path,
-                    _hop_table, _prepare_classes, simulate_fluid)
+from .fluid import (SIGNALS, FluidInfo, FluidResult, check_fifo_bands, check_single_path,
+                    hop_entries, prepare_classes, simulate_fluid)
 from .incidence import Incidence
-from .sim import _prepare
+from .sim import prepare_flows
 
 __all__ = ["simulate_fluid_windowed", "SlotResult", "FLOW_AXIS", "GLOBAL_KEYS",
            "INERT_ARRIVAL", "fresh_columns", "lookahead_steps"]
@@ -277,11 +277,11 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
     n_flows_guess = np.shape(size)[0] if np.ndim(size) == 1 else None
     if arrival is None and n_flows_guess is not None:
         arrival = np.zeros(n_flows_guess)
-    inc, cap, _, flows = _prepare(incidence, capacity, arrival, size, None, delay, latency,
+    inc, cap, _, flows = prepare_flows(incidence, capacity, arrival, size, None, delay, latency,
                                   None)
     n_links, n_flows = inc.n_links, inc.n_flows
-    _check_single_path(inc)
-    entry = _hop_table(inc)
+    check_single_path(inc)
+    entry = hop_entries(inc)
     exists = entry >= 0
     link_tab = np.where(exists, np.asarray(inc.link_idx)[np.maximum(entry, 0)], n_links)
     n_hops = link_tab.shape[1]
@@ -307,7 +307,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
     base_rtt = (np.maximum(2 * one_way, dt) if base_rtt is None
                 else np.asarray(base_rtt, float))
     nic = lk.nic_links(link_tab, n_hops, n_links, nic_links)
-    tc_cfg, tc_all = _prepare_classes(traffic_class, classes, n_flows)
+    tc_cfg, tc_all = prepare_classes(traffic_class, classes, n_flows)
     release = arr_all + delay_all
     lookahead = lookahead_steps(base_rtt, dt, fc)
 
@@ -369,7 +369,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
     n_units = n_links * (1 if tc_cfg is None else tc_cfg.n_classes)
     fz = lambda *shape: np.zeros(shape, fdt)  # noqa: E731
     carry = dict(k=np.zeros((), np.int32), remaining=fz(n_cols), x=fz(n_cols, n_hops),
-                 xb=fz(n_cols, n_hops, _check_fifo_bands(fifo_bands)),
+                 xb=fz(n_cols, n_hops, check_fifo_bands(fifo_bands)),
                  transit=fz(n_cols, n_hops), wire=fz(wire_depth, n_cols), start=fz(n_cols),
                  finish=fz(n_cols), done=np.zeros(n_cols, bool), sent=fz(n_cols),
                  passed=fz(n_cols), delivered=fz(n_cols), dropped=fz(n_cols),
@@ -378,7 +378,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                      law_def, [np.zeros((n_cols,) + a.shape[1:], a.dtype)
                                for a in law_init_leaves]),
                  fc=jax.device_get(fcm.init_state(fc, n_units, fdt)),
-                 ring={name: fz(ring_len, n_cols) for name in _SIGNALS},
+                 ring={name: fz(ring_len, n_cols) for name in SIGNALS},
                  max_residual=np.zeros((), fdt), max_queue=fz(n_links),
                  stranded_time=fz(n_cols), stranded=np.zeros(n_cols, bool))
     law_pos, ring_name = {}, {}

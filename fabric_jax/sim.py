@@ -264,7 +264,16 @@ def _check_acyclic(deps: np.ndarray):
         raise ValueError(f"deps contains a cycle involving flows {np.flatnonzero(~done)[:5]}...")
 
 
-def _prepare(incidence, capacity, arrival, size, deps, delay, latency, demand, batched=False):
+def prepare_flows(incidence, capacity, arrival, size, deps, delay, latency, demand,
+                  batched=False):
+    """Host-side validation and device arrays of a flow-level run, shared by the
+    simulators (:mod:`fabric_jax.fluid`, :mod:`fabric_jax.fluid_slots`): ``(inc,
+    capacity, deps, flows)``.
+
+    Raises:
+      ValueError: wrong shapes, negative or NaN capacities or sizes, bad dependencies
+        (each message names the argument).
+    """
     inc = as_incidence(incidence)
     check_entries(inc)
     lead = 1 if batched else 0
@@ -364,7 +373,7 @@ def simulate_flows(incidence, capacity, arrival, size, *, deps=None, delay=None,
         out of range or with a NaN/inf/negative weight, ``max_events`` or
         ``max_active`` not a positive integer, ``tolerance`` negative or not finite.
     """
-    inc, capacity, deps, flows = _prepare(incidence, capacity, arrival, size, deps, delay,
+    inc, capacity, deps, flows = prepare_flows(incidence, capacity, arrival, size, deps, delay,
                                           latency, demand)
     return _run_events(inc, capacity, deps, flows, max_events, max_active, record_rates,
                        batched=False, warm=warm_start, tolerance=tolerance)
@@ -392,7 +401,7 @@ def simulate_flows_batched(incidence, capacity, arrival, size, *, deps=None, del
         return np.broadcast_to(np.asarray(x), np.shape(arrival))
 
     delay, latency, demand = per_scenario(delay), per_scenario(latency), per_scenario(demand)
-    inc, capacity, deps, flows = _prepare(incidence, capacity, arrival, size, deps, delay,
+    inc, capacity, deps, flows = prepare_flows(incidence, capacity, arrival, size, deps, delay,
                                           latency, demand, batched=True)
     if capacity.shape[0] != flows["arrival"].shape[0]:
         raise ValueError(f"capacity has batch {capacity.shape[0]} but arrival has "
@@ -707,7 +716,7 @@ def simulate_flows_fixed_step(incidence, capacity, arrival, size, *, dt, n_steps
         raise ValueError(f"n_steps must be a positive integer; got {n_steps!r}")
     if not isinstance(dt, jax.core.Tracer) and not (np.isfinite(dt) and dt > 0):
         raise ValueError(f"dt must be a positive number of seconds; got {dt!r}")
-    inc, capacity, deps, flows = _prepare(incidence, capacity, arrival, size, deps, delay,
+    inc, capacity, deps, flows = prepare_flows(incidence, capacity, arrival, size, deps, delay,
                                           latency, demand)
     return _simulate_fixed(inc, capacity, deps, flows, jnp.asarray(dt, capacity.dtype),
                            int(n_steps))

@@ -180,7 +180,7 @@ def init_logits(problem: RoutingProblem, init="ecmp", seed: int = 0) -> np.ndarr
     return np.where(mask, z, 0.0)
 
 
-def _prepare(problem, objective, size, demand, tenant_weight, temperature, steps, events,
+def prepare_flows(problem, objective, size, demand, tenant_weight, temperature, steps, events,
              maxmin_iterations, optimizer, learning_rate, batched):
     if not isinstance(problem, RoutingProblem):
         raise ValueError(f"problem must be a RoutingProblem (see routing_problem); got "
@@ -451,7 +451,7 @@ def optimize_routing(problem: RoutingProblem, *, objective="mlu", size=None, dem
     """
     _check_every(check_every)
     plateau = _check_plateau(plateau)
-    spec, optimizer, traffic, tw = _prepare(
+    spec, optimizer, traffic, tw = prepare_flows(
         problem, objective, size, demand, tenant_weight, temperature, steps, events,
         maxmin_iterations, optimizer, learning_rate, batched=False)
     logits0 = init_logits(problem, init, seed)
@@ -485,7 +485,7 @@ def optimize_routing_batched(problem: RoutingProblem, demands, *, base_loads=Non
     """
     is_cct = objective in ("cct", "mean_fct")
     _check_every(check_every)
-    spec, optimizer, traffic, tw = _prepare(
+    spec, optimizer, traffic, tw = prepare_flows(
         problem, objective, demands if is_cct else None, None if is_cct else demands,
         tenant_weight, temperature, steps, events, maxmin_iterations, optimizer,
         learning_rate, batched=True)
