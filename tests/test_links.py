@@ -293,15 +293,16 @@ def _fifo_queue_run(w, n_steps=12, n_bands=8):
     reconciled as in the fluid step.  Returns the bytes each entry sent."""
     hops = lk.hop_table(np.array([[0], [0]]), jnp.ones((2, 1)), 1, 1)
     arrivals = jnp.array([[2500.0], [10000.0]])
-    bands = jnp.zeros((2, 1, n_bands), arrivals.dtype)
-    sent = jnp.zeros((2,), arrivals.dtype)
-    for _ in range(n_steps):
-        budget = jnp.reshape(12500.0 * w / (w + 1.0), (1,))
+    budget = jnp.reshape(12500.0 * w / (w + 1.0), (1,))
+
+    def step(bands, _):
         sent_e, left_b, left_a, *_ = lk.serve(hops, bands, arrivals, budget, 1.0)
-        sent = sent + sent_e[:, 0]
-        bands = lk.reconcile_bands(lk.merge_bands(hops, left_b),
-                                   jnp.sum(left_b, axis=-1) + left_a)
-    return sent
+        return lk.reconcile_bands(lk.merge_bands(hops, left_b),
+                                  jnp.sum(left_b, axis=-1) + left_a), sent_e[:, 0]
+
+    _, sent = jax.lax.scan(step, jnp.zeros((2, 1, n_bands), arrivals.dtype), None,
+                           length=n_steps)
+    return jnp.sum(sent, axis=0)
 
 
 @pytest.mark.parametrize("n_bands", [1, 8])
@@ -316,9 +317,10 @@ def test_fifo_queue_weight_gradient_through_ties(n_bands):
     with enable_x64():
         n, w = 12, 3.0
         want = n * 12500.0 / (w + 1.0) ** 2 * np.array([0.2, 0.8])
-        f = lambda x: _fifo_queue_run(x, n, n_bands)  # noqa: E731
+        f = jax.jit(lambda x: _fifo_queue_run(x, n, n_bands))
         np.testing.assert_allclose(np.asarray(f(jnp.asarray(w))), n * 9375.0 * np.array([0.2, 0.8]))
-        np.testing.assert_allclose(np.asarray(jax.jacfwd(f)(jnp.asarray(w))), want, rtol=1e-12)
-        np.testing.assert_allclose(np.asarray(jax.jacrev(f)(jnp.asarray(w))), want, rtol=1e-12)
+        for jac in (jax.jacfwd, jax.jacrev):
+            np.testing.assert_allclose(np.asarray(jax.jit(jac(f))(jnp.asarray(w))), want,
+                                       rtol=1e-12)
         fd = (np.asarray(f(jnp.asarray(w + 1e-6))) - np.asarray(f(jnp.asarray(w - 1e-6)))) / 2e-6
         np.testing.assert_allclose(fd, want, rtol=1e-6)
