@@ -76,7 +76,12 @@ exact FIFO however long it is, and otherwise its resolution is about ``q_l / (K 
 FIFO of per-step cohorts; ``experiments/queue_discipline.py`` checks the closed form
 of a short flow behind a standing queue.  ``fifo_bands=1`` keeps the standing queue
 well mixed (each flow served in proportion to its share of it), the model before
-2026-12-03, which stretched such a flow's last bytes 4-5x.
+2026-12-03, which stretched such a flow's last bytes 4-5x.  Derivatives through the
+bands: the band kernels are piecewise smooth; at a tie (a service that ends exactly at
+a band boundary, e.g. a grant equal to a standing queue, common with dyadic rates and
+steps) they differentiate the piece just below it, consistently across kernels, so the
+bytes served move with ``min(budget, queue)`` (:func:`fabric_jax.links.fifo_take`);
+the choice of the bands merged is piecewise constant.
 
 Latency and RTT.  ``link_latency`` ``[links]`` (s; e.g. ``topology.latency``,
 propagation + serialisation + switch traversal) gives each path a one-way latency
@@ -450,9 +455,9 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         runs today's single-class model unchanged.
       fifo_bands: bands per egress FIFO (see "FIFO queues" above; default 8, the
         state grows by ``[flows, hops, fifo_bands]``); 1 keeps standing queues well
-        mixed.  Known limitation: reverse-mode gradients through several bands can be
-        wrong (a two-class ETS case: 30.9 against the closed form 0.039, values
-        right); take gradients with ``fifo_bands=1``.
+        mixed.  Gradients flow through any number of bands (see "FIFO queues";
+        until 2026-12-03 they could be wrong at ties, e.g. 30.9 against the closed
+        form 0.039 for a two-class ETS weight, ``tests/test_traffic_classes.py``).
       shared_buffer: :class:`fabric_jax.flowcontrol.SharedBuffer`
         (:func:`fabric_jax.flowcontrol.shared_buffer`), or a
         :class:`fabric_jax.Topology` for its defaults: switch memory shared by its

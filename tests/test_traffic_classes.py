@@ -218,9 +218,11 @@ def test_class_limited_downstream_keeps_its_share_upstream():
 def test_gradient_with_respect_to_ets_weights_matches_closed_form():
     # Two saturated classes on link 2: class 0 delivers T C w0 / (w0 + w1), so
     # d/dw0 = T C w1 / (w0 + w1)^2 (weights are traced leaves; fixed solver iterations
-    # make the loop reverse-mode differentiable).  One FIFO band: with 8 the gradient
-    # is wrong (30.9 against 0.039, 2026-12-03; the value is right), a known limitation
-    # of the band kernels under reverse mode, stated in simulate_fluid's docstring.
+    # make the loop reverse-mode differentiable).  Default FIFO bands (8): class 0's
+    # grant (9375 bytes a step) equals its standing queue exactly at step 4, a tie the
+    # band kernels must differentiate on one side (fabric_jax.links.fifo_take; until
+    # 2026-12-03 the gradient was 30.9; the cheap kernel-level guard is
+    # tests/test_links.py::test_fifo_queue_weight_gradient_through_ties).
     import jax
     inc, cap = two_senders()
     n_steps, dt = 50, 1e-6
@@ -229,7 +231,7 @@ def test_gradient_with_respect_to_ets_weights_matches_closed_form():
         res = simulate_fluid(inc, cap, np.full(2, BIG), dt=dt, n_steps=n_steps,
                              traffic_class=[0, 1],
                              classes=qos.traffic_classes(2, weights=jnp.stack([w0, 1.0])),
-                             solver_iterations=4, fifo_bands=1)
+                             solver_iterations=4)
         return res.delivered[0] / 1e6
 
     w0 = 3.0
