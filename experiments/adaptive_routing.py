@@ -232,8 +232,8 @@ def run_one(policy, topo, paths, arrival, sizes, rate, faults, *, dt, n_steps, s
     comp = float(fg.max())
     t = np.asarray(res.trajectory.t, float)
     got = np.cumsum(np.asarray(res.trajectory.throughput, float)[:, :spines].sum(axis=1)) * dt
-    hit = np.flatnonzero(got >= 0.99 * spines * sizes[0])
-    t99 = float(t[hit[0]]) if hit.size else float("inf")
+    t99 = t_fraction(t, got, 0.99 * spines * sizes[0], dt)
+    hit = np.flatnonzero(np.isfinite([t99]))
     out = dict(completion_s=comp, t99_s=t99,
                effective_bw99=float(0.99 * sizes[0] / t99 / line) if hit.size else 0.0,
                effective_bw=float(spines * sizes[0] / comp / (spines * line))
@@ -243,6 +243,20 @@ def run_one(policy, topo, paths, arrival, sizes, rate, faults, *, dt, n_steps, s
                max_residual=float(res.info.max_residual), wall_s=wall)
     thr = np.asarray(res.trajectory.throughput, float)[:, :spines].sum(axis=1)
     return out, (t, thr / (spines * line))
+
+
+def t_fraction(t, got, target, dt) -> float:
+    """Time at which the cumulative delivered bytes ``got`` (at the step ends ``t``)
+    reach ``target``, interpolated linearly inside the step that crosses it (the
+    trajectory holds each step's mean throughput); ``inf`` if never."""
+    hit = np.flatnonzero(got >= target)
+    if not hit.size:
+        return float("inf")
+    i = int(hit[0])
+    prev = float(got[i - 1]) if i > 0 else 0.0
+    step = float(got[i]) - prev
+    frac = (target - prev) / step if step > 0 else 1.0
+    return float(t[i] - dt + frac * dt)
 
 
 def plot(results, traces, out) -> list[str]:

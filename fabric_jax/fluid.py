@@ -954,15 +954,45 @@ def _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp, dt):
     sol = solve(inc_k, fresh, send, iterations=static.solver_iterations)
     alloc = jnp.minimum(sol.rates, send)
     load_o = inc_k.link_load(offered)
-    place = lk.place_excess(hops, (send - alloc) * dt, split,
-                            _overloaded(net.switch, inc_k.link_load(send), fresh))
+    over = _overloaded(net.switch, inc_k.link_load(send), fresh)
+    through, tx_free, rest = _through_free_paths(hops, inc_k, split, send, alloc, over)
+    place = lk.place_excess(hops, rest * dt, split, over)
     # bytes that arrived at each queue this step and still stand there: the FIFO's tail
     arrived_left = left_a + place
     x_new, dropped = _buffers(static, net, hops, net.switch, jnp.sum(left_b, axis=-1)
                               + arrived_left, arrived_left, fcp, offered)
     return dict(served=served, x=x_new, xb=_tail_bands(hops, left_b, x_new, span[2]),
-                alloc=alloc, served_l=served_l, load_o=load_o, dropped=dropped, transit=carry,
+                alloc=alloc + through, tx=served_l / dt + inc_k.link_load(alloc) + tx_free,
+                served_l=served_l, load_o=load_o, dropped=dropped, transit=carry,
                 send=send, span=span)
+
+
+def _through_free_paths(hops, inc, split, send, alloc, overloaded):
+    """Per-packet multipath: what a flow sends beyond its allocation on a path whose every
+    hop has room crosses that path in the step.
+
+    The max-min allocation gives a flow one rate ``alloc`` spread by its split, so a flow
+    with one congested path is held to that path's share on all of them.  Packets sent
+    on a path with no overloaded hop (the load sent by all flows fits at each of its
+    hops) are not held back by another path's queue: ``(send - alloc) s_p`` crosses such
+    a path ``p`` cut-through.  The rest of the excess, ``(send - alloc) s_p`` of each
+    overloaded path, waits at its first overloaded hop
+    (:func:`fabric_jax.links.place_excess`).  Before 2026-12-03 the excess of the free
+    paths was moved onto the overloaded ones: with a hot path behind a standing queue a
+    flow's whole step of bytes joined that queue, a dt-proportional error (the
+    ``remote_congestion`` scenario of ``experiments/adaptive_routing.py``).
+
+    Returns ``(through [flows], tx [links] their load, rest [flows])``, rates in bytes/s:
+    the extra cut-through rate, its load on the links of the free paths, and the excess
+    rate left to queue.
+    """
+    free = lk.free_paths(hops, overloaded)
+    rest = jnp.maximum(send - alloc, 0.0)
+    through = rest * jnp.sum(jnp.where(free, split, 0.0), axis=1)
+    w_free = jnp.where(hops.valid, jnp.repeat(free.astype(split.dtype), hops.seg, axis=1),
+                       0.0).ravel()
+    tx = inc.with_weight(inc.weight * w_free).link_load(rest)
+    return through, tx, rest - through
 
 
 def _tail_bands(hops, left_b, x_new, lb_left=None):
@@ -1165,13 +1195,16 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
     alloc = alloc + jnp.minimum(sol2.rates, rest)
     # the excess waits where its class's sent load exceeds the class's own grant (with
     # one active class exactly the single-class rule: load above the capacity left)
-    place = lk.place_excess(uh, (send - alloc) * dt, split,
-                            _overloaded(net.uswitch, vinc.link_load(send), fresh))
+    over = _overloaded(net.uswitch, vinc.link_load(send), fresh)
+    through, tx_free, rest = _through_free_paths(uh, vinc, split, send, alloc, over)
+    place = lk.place_excess(uh, rest * dt, split, over)
     arrived_left = left_a + place
     x_new, dropped = _buffers(static, net, uh, net.uswitch,
                               jnp.sum(left_b, axis=-1) + arrived_left, arrived_left, fcp,
                               offered)
-    return dict(served=served, x=x_new, xb=_tail_bands(uh, left_b, x_new), alloc=alloc,
+    return dict(served=served, x=x_new, xb=_tail_bands(uh, left_b, x_new),
+                alloc=alloc + through,
+                tx=served_u / dt + vinc.link_load(alloc) + tx_free,
                 served_l=served_u, load_o=per_link(load_u), dropped=dropped, span=span, transit=carry, vinc=vinc, send=send,
                 usable_l=jnp.minimum(cap_k, per_link(ceiling)))
 
@@ -1252,15 +1285,15 @@ def _receive(static, net, c, x_new, cap_k, split, served, alloc, offered, droppe
     return discard, phi_next
 
 
-def _emit_signals(static, net, c, x, cap_k, usable, served_l, inc_k, alloc, split, offered,
-                  dropped, still, params, fcp, smooth, dt):
-    """Congestion signals from the standing queues at switch ports -> feedback ring."""
+def _emit_signals(static, net, c, x, cap_k, usable, tx, split, offered, dropped, still,
+                  params, fcp, smooth, dt):
+    """Congestion signals from the standing queues at switch ports -> feedback ring
+    (``tx`` ``[links]``: the rate each link transmitted in the step, bytes/s)."""
     hops, law = net.hops, static.law
     q_sw = hops.link_sum(x) * net.switch
     cap_pos = cap_k > 0
     safe_cap = jnp.where(cap_pos, cap_k, 1.0)
     t_hpcc = jnp.max(net.base_rtt, initial=dt)
-    tx = served_l / dt + inc_k.link_load(alloc)
     view = ccbase.LinkView(queue=q_sw, capacity=cap_k, usable=usable, tx_rate=tx,
                            buffer=fcp.buffer, base_rtt=t_hpcc, switch_port=net.switch)
     mark_l = law.mark(view, params, smooth) * net.switch
@@ -1402,8 +1435,7 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
                        jnp.minimum(law_state.rate, net.line_rate), dt, tr["span"])
     passed, completes, finish = _complete(net, c, t, start, active, passed_now, last, dt)
     ring, mark_l, p_path = _emit_signals(static, sig_net, c, x_new, cap_u, usable,
-                                         tr["served_l"], sig_inc, tr["alloc"], split,
-                                         sent_now / dt, dropped_now, active & ~completes,
+                                         tr["tx"], split, sent_now / dt, dropped_now, active & ~completes,
                                          sig_params, fcp_k, smooth, dt)
     if n_cls > 1:  # routing sees a link's worst class
         mark_l = jnp.max(mark_l.reshape(hops.n_links, n_cls), axis=1)

@@ -419,6 +419,14 @@ def place_excess(hops: HopTable, excess, split, overloaded):
     return place.reshape(excess.shape[0], hops.link.shape[1])
 
 
+def free_paths(hops: HopTable, overloaded):
+    """``[flows, paths]`` bool: paths with a valid hop and no ``overloaded`` hop (the
+    load sent on them fits at every hop)."""
+    valid3 = hops.per_path(hops.valid)
+    over_e = hops.per_path(hops.gather(overloaded, False) & hops.valid)
+    return jnp.any(valid3, axis=2) & ~jnp.any(over_e, axis=2)
+
+
 def wire_push(wire, k, taps_n, taps_phi, bytes_):
     """Puts ``bytes_`` ``[flows]`` on the wire at step ``k``: they leave it after
     ``taps_n + taps_phi`` steps (:func:`wire_taps`)."""
