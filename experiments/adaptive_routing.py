@@ -77,38 +77,41 @@ back onto spine 0 in one step and 2 us of line rate join its uplink queue) and
 ``remote_congestion``'s ``t99`` is 1.58 x ideal against 1.35-1.36 x at dt = 0.5, 0.25
 and 0.125 us.  With 2 MB flows dt = 1 us is within 0.4 % in ``t99``.
 
-Measured (default run, seed 0, dt = 1 us; ``eff_bw99`` of the foreground), **before the
-FIFO queues of 2026-12-03 and not re-run since**: with FIFO queues the
-``remote_congestion`` foreground's p99 is 2.0 x ideal under ``ib_ar`` and 1.7 x under
-``spectrum_x_ar`` (1.91 x and 1.375 x at dt = 0.25 us; the ``dt_check`` column shows
-this scenario is not yet converged in dt; ``tests/test_ar_information.py``):
+Measured (default run, seed 0, dt = 0.5 us, 2026-12-03, FIFO queues and per-path
+cut-through allocation; ``eff_bw99`` of the foreground; ``ib_ar_credit`` equals
+``ib_ar`` to the printed digits)::
+
+    python experiments/adaptive_routing.py      # 108 s wall, 77 s CPU, 2 shared cores
 
 =================== ===== ======= ===== ===== ============= ================== ========
 scenario            ecmp  flowlet spray ib_ar spectrum_x_ar spectrum_x_ar_slow adaptive
 =================== ===== ======= ===== ===== ============= ================== ========
-remote_congestion   0.46  0.46    0.36  0.36  0.72          0.36               0.68
-failed_link         0.20  0.24    0.41  0.41  0.45          0.41               0.46
-hot_spot            0.22  0.22    0.60  0.60  0.60          0.60               0.68
+remote_congestion   0.48  0.48    0.56  0.56  0.78          0.56               0.78
+failed_link         0.25  0.25    0.48  0.48  0.53          0.48               0.53
+hot_spot            0.31  0.31    0.68  0.68  0.79          0.68               0.78
 =================== ===== ======= ===== ===== ============= ================== ========
 
-(best cases: 0.81, 0.5 and 0.81.)  Reading: with
-congestion two hops away local-only AR is exactly spraying (it cannot tell the paths
-apart), telemetry doubles the foreground's bandwidth, and 40 us old telemetry is
-worth nothing because the 2 MB transfer is over before it arrives.  After the failure
-telemetry gains 9 %.  When the hot spot moves, the bytes a 4 us old view sends onto
-the new hot spot cost as much as local-only's steady quarter share: only the
-zero-delay idealised router gains.  ``ib_ar_credit`` equals ``ib_ar`` within 2 %: the
-hot queue never fills the 1 MB credit pool, so no back-pressure reaches the leaf.
-ECMP and flowlets depend on where the hash puts the foreground (seed 0: no
-foreground flow on spine 0 in ``remote_congestion``, but two pairs collide on spines
-1 and 2, hence 0.46); flowlet
-switching never moves a continuous RDMA flow (500 us timeout) and differs from ECMP
-only after the failure (it leaves a dead path for the least loaded one).  At dt / 4
-the two checked rows change by 8-9 % in completion time (ib_ar 172 -> 157 us,
-spectrum_x_ar 85 -> 78 us) and 5-9 % in ``t99`` (111 -> 101, 55 -> 52 us); the ranking
-holds.  With ``--quick`` (1 MB flows, the spot moves at 10 us) stale telemetry is worse
-than none in ``hot_spot``: ``ib_ar`` 0.52 vs ``spectrum_x_ar`` 0.45.  Wall time ~1.5-2
-min on 2 shared CPU cores.
+(best cases: 0.81, 0.5 and 0.81.)  Reading: with congestion two hops away local-only
+AR is exactly spraying (it cannot tell the paths apart; its ``t99``, 71.2 us, is the
+FIFO closed form: the quarter of the foreground on spine 0 leaves the hot queue at
+1/1.75 of its service, ``tests/test_ar_information.py``), telemetry 4 us old gains 41 %
+and is as good as the zero-delay idealised router, and 40 us old telemetry is worth
+nothing because the 2 MB transfer is over before it arrives.  After the failure
+telemetry gains 10 %.  When the hot spot moves, 4 us old telemetry gains 15 % over
+local-only (the bytes it sends onto the new hot spot during its delay cost less than
+local-only's steady quarter share).  ``ib_ar_credit`` equals ``ib_ar``: the hot queue
+never fills the 1 MB credit pool, so no back-pressure reaches the leaf.  ECMP and
+flowlets depend on where the hash puts the foreground (seed 0: no foreground flow on
+spine 0 in ``remote_congestion``, but two pairs collide on spines 1 and 2, hence 0.48);
+flowlet switching never moves a continuous RDMA flow (500 us timeout) and differs from
+ECMP only after the failure (it leaves a dead path for the least loaded one).  At dt / 4
+= 0.125 us the two checked rows move by <= 0.5 % in completion time (ib_ar 73.57 ->
+73.89 us, spectrum_x_ar 53.02 -> 52.76 us) and <= 0.3 % in ``t99`` (71.20 -> 71.20,
+50.59 -> 50.75 us); the whole table at dt = 0.125 us (``--dt-us 0.125 --no-dt-check``,
+75 s wall): every ``eff_bw99`` within 0.5 %, every completion time within 2.8 %
+(``hot_spot`` spectrum_x_ar 54.5 -> 53.0 us).  With ``--quick`` (1 MB flows, the spot
+moves at 10 us, dt = 0.5 us, 52 s wall): ``remote_congestion`` ib_ar 0.53 vs
+spectrum_x_ar 0.73, ``hot_spot`` 0.64 vs 0.69.
 
 Outputs: a table, ``--json PATH``, and with ``--plots DIR`` ``adaptive_routing.png``
 (``effective_bw99`` per policy and scenario, and the foreground throughput over time in
