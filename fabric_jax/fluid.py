@@ -135,7 +135,8 @@ its paths; the incidence weights of the step are that split.  Each path of a flo
 gets its own cut-through share and its excess waits at its own first overloaded hop
 (per-packet multipath: until 2026-12-03 a flow had one rate spread by its split, so a
 standing queue on one path held back its bytes on all paths and moved them into that
-queue, a dt-proportional error); marks, RTT and utilisation signals are split-weighted means over paths.
+queue, a dt-proportional error); marks, RTT and utilisation signals are
+split-weighted means over paths.
 
 Faults (``faults=``, :mod:`fabric_jax.faults`).  A schedule of events ``(time, links,
 factor)`` sets each link's capacity in force, ``C_l(k) = factor_l(k) * C_l``, per step
@@ -1490,7 +1491,8 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
                        jnp.minimum(law_state.rate, net.line_rate), dt, tr["span"])
     passed, completes, finish = _complete(net, c, t, start, active, passed_now, last, dt)
     ring, mark_l, p_path = _emit_signals(static, sig_net, c, x_new, cap_u, usable,
-                                         tr["tx"], split, sent_now / dt, dropped_now, active & ~completes,
+                                         tr["tx"], split, sent_now / dt, dropped_now,
+                                         active & ~completes,
                                          sig_params, fcp_k, smooth, dt)
     if n_cls > 1:  # routing sees a link's worst class
         mark_l = jnp.max(mark_l.reshape(hops.n_links, n_cls), axis=1)
