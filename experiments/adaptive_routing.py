@@ -65,43 +65,53 @@ Metrics (JSON ``scenarios.<scenario>.<policy>``):
 ``unfinished``
     Flows not finished within the horizon (should be 0).
 
-Resolution: ``dt`` (``--dt-us``, default 1 us) is printed with the table; the
+Resolution: ``dt`` (``--dt-us``, default 0.5 us) is printed with the table; the
 ``remote_congestion`` rows of ``ib_ar`` and ``spectrum_x_ar`` are re-run at ``dt / 4``
 (columns ``dt4_us``, ``t99_dt4_us``; JSON ``completion_s_dt4``, ``t99_s_dt4`` and
-``dt_check``, the relative change of the completion time).
+``dt_check``, the relative change of the completion time).  ``t99`` is interpolated
+inside the step that crosses 99 %.  Why 0.5 us: per-packet AR reacts to its own egress
+queues at once, while the fluid policy sees the queues of the start of the step and
+moves its split half-way to the target per microsecond (:data:`fabric_jax.routing.PACKET_GAIN`);
+at dt = 1 us that loop over-shoots (1 MB flows, ``spectrum_x_ar``: the split swings
+back onto spine 0 in one step and 2 us of line rate join its uplink queue) and
+``remote_congestion``'s ``t99`` is 1.58 x ideal against 1.35-1.36 x at dt = 0.5, 0.25
+and 0.125 us.  With 2 MB flows dt = 1 us is within 0.4 % in ``t99``.
 
-Measured (default run, seed 0, dt = 1 us; ``eff_bw99`` of the foreground), **before the
-FIFO queues of 2026-12-03 and not re-run since**: with FIFO queues the
-``remote_congestion`` foreground's p99 is 2.0 x ideal under ``ib_ar`` and 1.7 x under
-``spectrum_x_ar`` (1.91 x and 1.375 x at dt = 0.25 us; the ``dt_check`` column shows
-this scenario is not yet converged in dt; ``tests/test_ar_information.py``):
+Measured (default run, seed 0, dt = 0.5 us, 2026-12-03, FIFO queues and per-path
+cut-through allocation; ``eff_bw99`` of the foreground; ``ib_ar_credit`` equals
+``ib_ar`` to the printed digits)::
+
+    python experiments/adaptive_routing.py      # 108 s wall, 77 s CPU, 2 shared cores
 
 =================== ===== ======= ===== ===== ============= ================== ========
 scenario            ecmp  flowlet spray ib_ar spectrum_x_ar spectrum_x_ar_slow adaptive
 =================== ===== ======= ===== ===== ============= ================== ========
-remote_congestion   0.46  0.46    0.36  0.36  0.72          0.36               0.68
-failed_link         0.20  0.24    0.41  0.41  0.45          0.41               0.46
-hot_spot            0.22  0.22    0.60  0.60  0.60          0.60               0.68
+remote_congestion   0.48  0.48    0.56  0.56  0.78          0.56               0.78
+failed_link         0.25  0.25    0.48  0.48  0.53          0.48               0.53
+hot_spot            0.31  0.31    0.68  0.68  0.79          0.68               0.78
 =================== ===== ======= ===== ===== ============= ================== ========
 
-(best cases: 0.81, 0.5 and 0.81.)  Reading: with
-congestion two hops away local-only AR is exactly spraying (it cannot tell the paths
-apart), telemetry doubles the foreground's bandwidth, and 40 us old telemetry is
-worth nothing because the 2 MB transfer is over before it arrives.  After the failure
-telemetry gains 9 %.  When the hot spot moves, the bytes a 4 us old view sends onto
-the new hot spot cost as much as local-only's steady quarter share: only the
-zero-delay idealised router gains.  ``ib_ar_credit`` equals ``ib_ar`` within 2 %: the
-hot queue never fills the 1 MB credit pool, so no back-pressure reaches the leaf.
-ECMP and flowlets depend on where the hash puts the foreground (seed 0: no
-foreground flow on spine 0 in ``remote_congestion``, but two pairs collide on spines
-1 and 2, hence 0.46); flowlet
-switching never moves a continuous RDMA flow (500 us timeout) and differs from ECMP
-only after the failure (it leaves a dead path for the least loaded one).  At dt / 4
-the two checked rows change by 8-9 % in completion time (ib_ar 172 -> 157 us,
-spectrum_x_ar 85 -> 78 us) and 5-9 % in ``t99`` (111 -> 101, 55 -> 52 us); the ranking
-holds.  With ``--quick`` (1 MB flows, the spot moves at 10 us) stale telemetry is worse
-than none in ``hot_spot``: ``ib_ar`` 0.52 vs ``spectrum_x_ar`` 0.45.  Wall time ~1.5-2
-min on 2 shared CPU cores.
+(best cases: 0.81, 0.5 and 0.81.)  Reading: with congestion two hops away local-only
+AR is exactly spraying (it cannot tell the paths apart; its ``t99``, 71.2 us, is the
+FIFO closed form: the quarter of the foreground on spine 0 leaves the hot queue at
+1/1.75 of its service, ``tests/test_ar_information.py``), telemetry 4 us old gains 41 %
+and is as good as the zero-delay idealised router, and 40 us old telemetry is worth
+nothing because the 2 MB transfer is over before it arrives.  After the failure
+telemetry gains 10 %.  When the hot spot moves, 4 us old telemetry gains 15 % over
+local-only (the bytes it sends onto the new hot spot during its delay cost less than
+local-only's steady quarter share).  ``ib_ar_credit`` equals ``ib_ar``: the hot queue
+never fills the 1 MB credit pool, so no back-pressure reaches the leaf.  ECMP and
+flowlets depend on where the hash puts the foreground (seed 0: no foreground flow on
+spine 0 in ``remote_congestion``, but two pairs collide on spines 1 and 2, hence 0.48);
+flowlet switching never moves a continuous RDMA flow (500 us timeout) and differs from
+ECMP only after the failure (it leaves a dead path for the least loaded one).  At dt / 4
+= 0.125 us the two checked rows move by <= 0.5 % in completion time (ib_ar 73.57 ->
+73.89 us, spectrum_x_ar 53.02 -> 52.76 us) and <= 0.3 % in ``t99`` (71.20 -> 71.20,
+50.59 -> 50.75 us); the whole table at dt = 0.125 us (``--dt-us 0.125 --no-dt-check``,
+75 s wall): every ``eff_bw99`` within 0.5 %, every completion time within 2.8 %
+(``hot_spot`` spectrum_x_ar 54.5 -> 53.0 us).  With ``--quick`` (1 MB flows, the spot
+moves at 10 us, dt = 0.5 us, 52 s wall): ``remote_congestion`` ib_ar 0.53 vs
+spectrum_x_ar 0.73, ``hot_spot`` 0.64 vs 0.69.
 
 Outputs: a table, ``--json PATH``, and with ``--plots DIR`` ``adaptive_routing.png``
 (``effective_bw99`` per policy and scenario, and the foreground throughput over time in
@@ -232,8 +242,8 @@ def run_one(policy, topo, paths, arrival, sizes, rate, faults, *, dt, n_steps, s
     comp = float(fg.max())
     t = np.asarray(res.trajectory.t, float)
     got = np.cumsum(np.asarray(res.trajectory.throughput, float)[:, :spines].sum(axis=1)) * dt
-    hit = np.flatnonzero(got >= 0.99 * spines * sizes[0])
-    t99 = float(t[hit[0]]) if hit.size else float("inf")
+    t99 = t_fraction(t, got, 0.99 * spines * sizes[0], dt)
+    hit = np.flatnonzero(np.isfinite([t99]))
     out = dict(completion_s=comp, t99_s=t99,
                effective_bw99=float(0.99 * sizes[0] / t99 / line) if hit.size else 0.0,
                effective_bw=float(spines * sizes[0] / comp / (spines * line))
@@ -243,6 +253,20 @@ def run_one(policy, topo, paths, arrival, sizes, rate, faults, *, dt, n_steps, s
                max_residual=float(res.info.max_residual), wall_s=wall)
     thr = np.asarray(res.trajectory.throughput, float)[:, :spines].sum(axis=1)
     return out, (t, thr / (spines * line))
+
+
+def t_fraction(t, got, target, dt) -> float:
+    """Time at which the cumulative delivered bytes ``got`` (at the step ends ``t``)
+    reach ``target``, interpolated linearly inside the step that crosses it (the
+    trajectory holds each step's mean throughput); ``inf`` if never."""
+    hit = np.flatnonzero(got >= target)
+    if not hit.size:
+        return float("inf")
+    i = int(hit[0])
+    prev = float(got[i - 1]) if i > 0 else 0.0
+    step = float(got[i]) - prev
+    frac = (target - prev) / step if step > 0 else 1.0
+    return float(t[i] - dt + frac * dt)
 
 
 def plot(results, traces, out) -> list[str]:
@@ -291,7 +315,7 @@ def main(argv=None) -> dict:
                     help="information delay of spectrum_x_ar_slow, us (default 40)")
     ap.add_argument("--bg-load", type=float, default=0.75,
                     help="pinned background per hot downlink, fraction of a link (0.75)")
-    ap.add_argument("--dt-us", type=float, default=1.0, help="fluid step, us (default 1)")
+    ap.add_argument("--dt-us", type=float, default=0.5, help="fluid step, us (default 0.5)")
     ap.add_argument("--no-dt-check", action="store_true", help="skip the dt / 4 re-runs")
     ap.add_argument("--policies", default=",".join(POLICIES),
                     help=f"comma-separated subset of {','.join(POLICIES)}")

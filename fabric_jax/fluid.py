@@ -38,10 +38,13 @@ One step of length ``dt`` is a short sequence of stages (functions below):
    NIC ports only (u - s/dt, demand=o)`` (``_nic_send``; the rest of an offer is not
    sent); the sent rates share what is left on their paths, ``a =
    max-min(u - s/dt, demand=n)`` (:func:`fabric_jax.fairness.solve`) and cross the
-   fabric cut-through.
-5. **transmit and queue** (``_transmit``): the excess ``(n_f - a_f) dt`` waits at the
-   flow's first switch port (in path order) whose link is overloaded by the sent load
-   (:func:`fabric_jax.links.place_excess`), in that port's FIFO; a NIC keeps no shared
+   fabric cut-through.  With several paths per flow the max-min is over the flow's
+   paths, each sending ``n_f s_fp`` (its split; ``_allocate_paths``): a congested path
+   does not hold back the flow's packets on the others.
+5. **transmit and queue** (``_transmit``): the excess ``(n_f s_fp - a_fp) dt`` of each
+   path waits at its first switch port (in path order) whose link is overloaded by the
+   load that reaches it (``_place_excess_paths``: bytes waiting at an earlier port of
+   their path do not count), in that port's FIFO; a NIC keeps no shared
    backlog (``_hold_at_sender``).  Buffers: a switch pool above its limit (egress queue for
    ``drop``/``trim``; ingress pool, i.e. PFC headroom overflow, for ``pfc``) drops the
    overflow from the step's arrivals; dropped bytes go back to the sender and are
@@ -133,9 +136,12 @@ Dynamic routing (``routing=``, :mod:`fabric_jax.routing`).  Each flow keeps all 
 candidate paths (``[flows, paths, hops]``); its hop table is laid out path by path and
 queued bytes advance along their own path.  At the start of each step the policy sees
 the link state (:class:`fabric_jax.routing.RoutingView`) and sets the flow's split over
-its paths; the incidence weights of the step are that split.  The excess of a flow
-waits at the first overloaded hop of each of its overloaded paths (in proportion to
-the split); marks, RTT and utilisation signals are split-weighted means over paths.
+its paths; the incidence weights of the step are that split.  Each path of a flow
+gets its own cut-through share and its excess waits at its own first overloaded hop
+(per-packet multipath: until 2026-12-03 a flow had one rate spread by its split, so a
+standing queue on one path held back its bytes on all paths and moved them into that
+queue, a dt-proportional error); marks, RTT and utilisation signals are
+split-weighted means over paths.
 
 Faults (``faults=``, :mod:`fabric_jax.faults`).  A schedule of events ``(time, links,
 factor)`` sets each link's capacity in force, ``C_l(k) = factor_l(k) * C_l``, per step
@@ -977,19 +983,71 @@ def _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp, dt):
         hops, xb, transit, usable, dt, hops.seg)
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
     send = _nic_send(static, net.switch, _first_hops(inc_k, hops.seg), fresh, offered)
-    sol = solve(inc_k, fresh, send, iterations=static.solver_iterations,
-                compaction=_STEP_COMPACTION)
-    alloc = jnp.minimum(sol.rates, send)
+    _, alloc_p, alloc, tx_cut = _allocate_paths(static, hops, inc_k, fresh, send)
     load_o = inc_k.link_load(offered)
-    place = lk.place_excess(hops, (send - alloc) * dt, split,
-                            _overloaded(net.switch, inc_k.link_load(send), fresh))
+    place = _place_excess_paths(hops, inc_k, net.switch, send, alloc_p, fresh, dt)
     # bytes that arrived at each queue this step and still stand there: the FIFO's tail
     arrived_left = left_a + place
     x_new, dropped = _buffers(static, net, hops, net.switch, jnp.sum(left_b, axis=-1)
                               + arrived_left, arrived_left, fcp, offered)
     return dict(served=served, x=x_new, xb=_tail_bands(hops, left_b, x_new, span[2]),
-                alloc=alloc, served_l=served_l, load_o=load_o, dropped=dropped, transit=carry,
-                send=send, span=span)
+                alloc=alloc, tx=served_l / dt + tx_cut, served_l=served_l, load_o=load_o,
+                dropped=dropped, transit=carry, send=send, span=span)
+
+
+def _path_incidence(hops, inc):
+    """The incidence of the step's *paths*: entity ``f * paths + p`` is path ``p`` of
+    flow ``f``, with the weights of ``inc`` (its split on its hops).  With one path per
+    flow it is ``inc``."""
+    n_flows, n_paths, seg = inc.n_flows, hops.n_paths, hops.seg
+    sub = (jnp.arange(n_flows * n_paths, dtype=jnp.int32).reshape(n_flows, n_paths, 1)
+           * jnp.ones((1, 1, seg), jnp.int32)).ravel()
+    return Incidence(inc.link_idx, sub, inc.weight, inc.n_links, n_flows * n_paths, seg)
+
+
+def _path_split(hops, inc):
+    """``[flows, paths]`` the split of each path (the weight of its hops in ``inc``)."""
+    return jnp.max(hops.per_path(inc.weight.reshape(hops.link.shape)), axis=2)
+
+
+def _allocate_paths(static, hops, inc, fresh, send):
+    """Cut-through allocation per path: ``(r [flows, paths], alloc_p [flows, paths],
+    alloc [flows], tx [links])`` rates in bytes/s.
+
+    A flow sends ``send_f s_fp`` on path ``p`` (its split).  Each path is its own
+    entity in the weighted max-min (weight ``s_fp``, demand ``send_f``): ``r_fp`` is the
+    flow rate the path carries its share of, ``alloc_fp = s_fp r_fp`` crosses it
+    cut-through.  At a link that all of a flow's paths cross (its NIC, its receiver's
+    downlink) its paths hold a common level, as the flow-level max-min does (with one
+    path per flow it *is* the flow-level max-min); where they part, each path gets
+    what its own hops allow.  Per-packet multipath routing sends each packet down one
+    path, so the packets on a path whose hops have room are not held back by a
+    congested path of the same flow: until 2026-12-03 a flow had one rate spread by its
+    split, so a standing queue on one of its paths (capacity left 0) held every path
+    to 0 and the step's bytes waited in that queue, a dt-proportional error
+    (``experiments/adaptive_routing.py``, ``remote_congestion``)."""
+    pinc = _path_incidence(hops, inc)
+    split = _path_split(hops, inc)
+    demand = jnp.where(split > 0, send[:, None], 0.0).ravel()
+    r = jnp.minimum(solve(pinc, fresh, demand, iterations=static.solver_iterations,
+                          compaction=_STEP_COMPACTION).rates, demand).reshape(split.shape)
+    alloc_p = split * r
+    return r, alloc_p, jnp.sum(alloc_p, axis=1), pinc.link_load(r.ravel())
+
+
+def _place_excess_paths(hops, inc, switch, send, alloc_p, fresh, dt):
+    """``[flows, hops]`` where each path's unallocated bytes ``(send_f s_fp - alloc_fp)
+    dt`` wait: at the first overloaded switch port of the path (the sender's NIC queue,
+    returned to the sender, when there is none), ports judged by the loads of
+    :func:`_overloaded_along`."""
+    n_flows, n_paths = alloc_p.shape
+    demand = _path_split(hops, inc) * send[:, None]
+    over = _overloaded_along(hops, inc, switch, demand, alloc_p, fresh)
+    over_e = hops.per_path(hops.gather(over, False) & hops.valid)
+    first = jnp.argmax(over_e, axis=2)          # 0 (the first hop) when none is overloaded
+    at_first = jnp.arange(hops.seg)[None, None, :] == first[:, :, None]
+    excess = jnp.maximum(demand - alloc_p, 0.0) * dt
+    return jnp.where(at_first, excess[:, :, None], 0.0).reshape(n_flows, hops.link.shape[1])
 
 
 def _tail_bands(hops, left_b, x_new, lb_left=None):
@@ -1065,9 +1123,33 @@ def _first_hops(inc, seg):
 
 def _overloaded(switch, load, fresh):
     """``[links]`` switch ports whose load exceeds the capacity left (where the excess
-    of :func:`fabric_jax.links.place_excess` waits; a NIC is never one: it sends only
+    of :func:`_place_excess_paths` waits; a NIC is never one: it sends only
     its share, :func:`_nic_send`)."""
     return (load > fresh * (1.0 + 1e-6)) & (switch > 0)
+
+
+#: Passes of :func:`_overloaded_along` (each can only clear ports; two settle a
+#: leaf-spine or fat-tree path whose congested hops lie one after the other).
+_OVERLOAD_PASSES = 3
+
+
+def _overloaded_along(hops, inc, switch, demand_p, alloc_p, fresh):
+    """``[links]`` overloaded switch ports, counting on the hops past a path's first
+    overloaded hop only what crosses that hop (``alloc_p``), not the excess that waits
+    there: a port behind a congested one is not overloaded by bytes queued upstream.
+
+    Starts from every port loaded above its capacity left by what the paths send
+    (``demand_p`` ``[flows, paths]``), then recounts the loads with the excess stopped at
+    the first overloaded hop of each path (:data:`_OVERLOAD_PASSES` passes; the set
+    only shrinks)."""
+    on = hops.valid & (inc.weight.reshape(hops.link.shape) != 0)
+    per_hop = lambda a: jnp.repeat(a, hops.seg, axis=1)  # noqa: E731  [flows, hops]
+    d_e, a_e = jnp.where(on, per_hop(demand_p), 0.0), jnp.where(on, per_hop(alloc_p), 0.0)
+    over = _overloaded(switch, inc.link_sum(d_e.ravel()), fresh)
+    for _ in range(_OVERLOAD_PASSES - 1):
+        past = lk.past_first(hops, over)
+        over = _overloaded(switch, inc.link_sum(jnp.where(past, a_e, d_e).ravel()), fresh)
+    return over
 
 
 def _buffers(static, net, bh, switch, x_new, arrived_left, fcp, offered):
@@ -1163,11 +1245,9 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
                                        jnp.maximum(ceiling - served_u / dt - use_u, 0.0)]),
                       jnp.maximum(offered - send1, 0.0))
     send = jnp.minimum(send1 + send2, offered)
-    sol = solve(vinc, fresh, send, iterations=static.solver_iterations,
-                compaction=_STEP_COMPACTION)
-    alloc = jnp.minimum(sol.rates, send)
+    r_p, _, _, tx_u = _allocate_paths(static, uh, vinc, fresh, send)
     # pass 2: capacity left unused by the grants, within each class's ceiling
-    used_u = served_u / dt + vinc.link_load(alloc)
+    used_u = served_u / dt + tx_u
     spare = jnp.maximum(cap_k - per_link(used_u), 0.0)
     room = jnp.maximum(ceiling - used_u, 0.0)
     left_u = uh.link_sum(left)
@@ -1187,19 +1267,26 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
     carry = carry + uh.to_next_hop(jnp.where(uh.last, 0.0, more))
     spare = jnp.maximum(spare - per_link(more_u) / dt, 0.0)
     room = jnp.maximum(room - more_u / dt, 0.0)
-    rest = jnp.maximum(send - alloc, 0.0)
-    sol2 = solve(inc2, jnp.concatenate([spare, room]), rest,
-                 iterations=static.solver_iterations)
-    alloc = alloc + jnp.minimum(sol2.rates, rest)
+    split_p = _path_split(uh, vinc)
+    rest = jnp.where(split_p > 0, jnp.maximum(send[:, None] - r_p, 0.0), 0.0).ravel()
+    pinc_k, pinc_v = _path_incidence(hops, inc_k), _path_incidence(uh, vinc)
+    pinc2 = Incidence(inc2.link_idx, jnp.concatenate([pinc_k.flow_idx, pinc_v.flow_idx]),
+                      jnp.concatenate([pinc_k.weight, pinc_v.weight]), n_links + n_units,
+                      pinc_v.n_flows)
+    sol2 = solve(pinc2, jnp.concatenate([spare, room]), rest,
+                 iterations=static.solver_iterations, compaction=_STEP_COMPACTION)
+    r_p = r_p + jnp.minimum(sol2.rates, rest).reshape(r_p.shape)
+    alloc_p = split_p * r_p
+    alloc = jnp.sum(alloc_p, axis=1)
     # the excess waits where its class's sent load exceeds the class's own grant (with
     # one active class exactly the single-class rule: load above the capacity left)
-    place = lk.place_excess(uh, (send - alloc) * dt, split,
-                            _overloaded(net.uswitch, vinc.link_load(send), fresh))
+    place = _place_excess_paths(uh, vinc, net.uswitch, send, alloc_p, fresh, dt)
     arrived_left = left_a + place
     x_new, dropped = _buffers(static, net, uh, net.uswitch,
                               jnp.sum(left_b, axis=-1) + arrived_left, arrived_left, fcp,
                               offered)
     return dict(served=served, x=x_new, xb=_tail_bands(uh, left_b, x_new), alloc=alloc,
+                tx=served_u / dt + pinc_v.link_load(r_p.ravel()),
                 served_l=served_u, load_o=per_link(load_u), dropped=dropped, span=span, transit=carry, vinc=vinc, send=send,
                 usable_l=jnp.minimum(cap_k, per_link(ceiling)))
 
@@ -1281,15 +1368,15 @@ def _receive(static, net, c, x_new, cap_k, split, served, alloc, offered, droppe
     return discard, phi_next
 
 
-def _emit_signals(static, net, c, x, cap_k, usable, served_l, inc_k, alloc, split, offered,
-                  dropped, still, params, fcp, smooth, dt):
-    """Congestion signals from the standing queues at switch ports -> feedback ring."""
+def _emit_signals(static, net, c, x, cap_k, usable, tx, split, offered, dropped, still,
+                  params, fcp, smooth, dt):
+    """Congestion signals from the standing queues at switch ports -> feedback ring
+    (``tx`` ``[links]``: the rate each link transmitted in the step, bytes/s)."""
     hops, law = net.hops, static.law
     q_sw = hops.link_sum(x) * net.switch
     cap_pos = cap_k > 0
     safe_cap = jnp.where(cap_pos, cap_k, 1.0)
     t_hpcc = jnp.max(net.base_rtt, initial=dt)
-    tx = served_l / dt + inc_k.link_load(alloc)
     view = ccbase.LinkView(queue=q_sw, capacity=cap_k, usable=usable, tx_rate=tx,
                            buffer=fcp.buffer, base_rtt=t_hpcc, switch_port=net.switch)
     mark_l = law.mark(view, params, smooth) * net.switch
@@ -1433,8 +1520,8 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
                        jnp.minimum(law_state.rate, net.line_rate), dt, tr["span"])
     passed, completes, finish = _complete(net, c, t, start, active, passed_now, last, dt)
     ring, mark_l, p_path = _emit_signals(static, sig_net, c, x_new, cap_u, usable,
-                                         tr["served_l"], sig_inc, tr["alloc"], split,
-                                         sent_now / dt, dropped_now, active & ~completes,
+                                         tr["tx"], split, sent_now / dt, dropped_now,
+                                         active & ~completes,
                                          sig_params, fcp_k, smooth, dt)
     if n_cls > 1:  # routing sees a link's worst class
         mark_l = jnp.max(mark_l.reshape(hops.n_links, n_cls), axis=1)

@@ -52,7 +52,8 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["HopTable", "hop_table", "nic_links", "wire_taps", "serve", "serve_through",
-           "place_excess", "fifo_take", "merge_bands", "reconcile_bands", "band_sums",
+           "place_excess", "past_first", "fifo_take", "merge_bands", "reconcile_bands",
+           "band_sums",
            "service_span",
            "DEFAULT_FIFO_BANDS",
            "wire_push", "wire_pop", "path_latencies", "path_delay"]
@@ -455,6 +456,14 @@ def place_excess(hops: HopTable, excess, split, overloaded):
     at_first = jnp.arange(hops.seg)[None, None, :] == first[:, :, None]
     place = jnp.where(at_first, (excess[:, None] * share)[:, :, None], 0.0)
     return place.reshape(excess.shape[0], hops.link.shape[1])
+
+
+def past_first(hops: HopTable, overloaded):
+    """``[flows, hops]`` bool: hops that lie after the first ``overloaded`` hop of their
+    path (the excess waits at that hop and does not reach them)."""
+    over_e = hops.per_path(hops.gather(overloaded, False) & hops.valid).astype(jnp.int32)
+    after = (jnp.cumsum(over_e, axis=2) - over_e) > 0
+    return after.reshape(hops.link.shape)
 
 
 def wire_push(wire, k, taps_n, taps_phi, bytes_):

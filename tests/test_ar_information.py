@@ -261,32 +261,88 @@ def _experiment():
     return mod
 
 
-def test_fluid_remote_congestion_telemetry_beats_local_only():
-    # experiments/adaptive_routing.py "remote_congestion" (4 spines, 1 MB flows): the
-    # background holds 0.75 of spine0 -> leaf1.  Local-only AR keeps a quarter of each
-    # foreground flow on that path (the routing-level test above shows the split stays
-    # even), so those bytes queue behind the background; telemetry moves the
-    # foreground to spines 1-3 one RTT later.  Best possible: 4 MB over 3.25 links =
-    # 1.23 x ideal.  Measured (dt = 1 us, FIFO queues of 2026-12-03): 99 % of the
-    # foreground delivered at 2.0 x ideal with ib_ar and 1.7 x ideal with spectrum_x_ar
-    # (1.91 x and 1.375 x at dt = 0.25 us; with well-mixed queues it was 3.25 x and
-    # 1.9 x: the foreground bytes behind the background left in proportion to their
-    # share of the queue).  Bytes are conserved.
+def _remote_congestion(dt, policies=("ib_ar", "spectrum_x_ar")):
+    """experiments/adaptive_routing.py "remote_congestion", 4 spines, 1 MB flows."""
     exp = _experiment()
     from fabric_jax.units import MB
     topo, base = exp.build(4, 0, 400.0)
     paths, arrival, sizes, rate, faults = exp.scenario(
         "remote_congestion", topo, base, 4, size=1 * MB, line=C, bg_load=0.75, fail_s=5e-6,
         move_s=10e-6)
-    kw = dict(dt=1e-6, n_steps=200, seed=0, spines=4, line=C, slow_delay_us=40.0)
-    ib, _ = exp.run_one("ib_ar", topo, paths, arrival, sizes, rate, faults, **kw)
-    sx, _ = exp.run_one("spectrum_x_ar", topo, paths, arrival, sizes, rate, faults, **kw)
-    ideal = 1 * MB / C
+    kw = dict(dt=dt, n_steps=int(round(200e-6 / dt)), seed=0, spines=4, line=C,
+              slow_delay_us=40.0)
+    out = {p: exp.run_one(p, topo, paths, arrival, sizes, rate, faults, **kw)[0]
+           for p in policies}
+    return out, sizes
+
+
+def test_fluid_remote_congestion_telemetry_beats_local_only():
+    # experiments/adaptive_routing.py "remote_congestion" (4 spines, 1 MB flows, dt =
+    # 0.5 us, the experiment's default).  The background holds 0.75 of spine0 -> leaf1.
+    # Local-only AR keeps a quarter of each foreground flow on that path (the
+    # routing-level test above shows the split stays even): closed form with FIFO
+    # queues, ideal T = 20 us: the hot queue grows at 0.75 C for T, the last foreground
+    # byte leaves it at T + 0.75 T, the foreground's share of its service is 1 / 1.75,
+    # so the last 1 % (40 KB) take 40 KB / (C / 1.75) = 1.4 us; plus the 4 us path
+    # latency: t99 = 37.6 us = 1.88 x ideal (measured: 37.600 us at dt = 1, 0.5, 0.25,
+    # 0.125 us).  Telemetry moves the foreground to spines 1-3 one RTT later:
+    # 1.349 x ideal (1.354 x at dt = 0.25, 1.358 x at 0.125; 1.58 x at dt = 1 us, not
+    # converged, see the experiment's docstring).  Best possible: 4 MB over 3.25 links
+    # = 1.23 x ideal.  Before 2026-12-03 (FIFO queues, one rate per multipath flow)
+    # these were 2.0 x and 1.7 x at dt = 1 us, 1.91 x and 1.375 x at 0.25 us.
+    res, sizes = _remote_congestion(0.5e-6)
+    ib, sx = res["ib_ar"], res["spectrum_x_ar"]
+    ideal = 1e6 / C
     assert ib["unfinished"] == 0 and sx["unfinished"] == 0
-    assert sx["t99_s"] >= 1.2 * ideal                      # cannot beat the best case
-    assert ib["t99_s"] >= 1.5 * ideal
-    assert sx["t99_s"] <= 0.9 * ib["t99_s"]
+    t99_ib = ideal * 1.75 - 0.01 * 4e6 / (C / 1.75) + 4e-6
+    assert ib["t99_s"] == pytest.approx(t99_ib, rel=2e-3)
+    assert 1.25 * ideal <= sx["t99_s"] <= 1.45 * ideal      # the best case is 1.23 x
+    assert sx["t99_s"] <= 0.8 * ib["t99_s"]
     assert max(ib["max_residual"], sx["max_residual"]) < 1e-3 * float(np.sum(sizes))
+
+
+@pytest.mark.slow
+def test_fluid_remote_congestion_converged_in_dt():
+    # The project rule: a figure moves by at most ~3 % when dt is quartered.  At the
+    # experiment's default dt = 0.5 us vs 0.125 us (measured: ib_ar t99 37.600 vs
+    # 37.600 us, spectrum_x_ar 26.98 vs 27.17 us; completion 38.57 vs 38.89 and 29.51
+    # vs 29.01 us).
+    a, _ = _remote_congestion(0.5e-6)
+    b, _ = _remote_congestion(0.125e-6)
+    for p in a:
+        assert b[p]["t99_s"] == pytest.approx(a[p]["t99_s"], rel=0.03), p
+        assert b[p]["completion_s"] == pytest.approx(a[p]["completion_s"], rel=0.03), p
+
+
+def test_fluid_multipath_congested_path_does_not_hold_back_the_others():
+    # Leaf-spine 3 x 2: a foreground flow sprayed evenly over spines 0 and 1, a pinned
+    # background flow at line rate through spine 0 to another host of the same leaf.
+    # Per-packet: the half on spine 1 crosses at C / 2; spine0 -> leaf1 receives 1.5 C
+    # and serves C (FIFO: a third of it foreground), so the foreground gets 5/6 C from
+    # the first step, the hot queue grows by C dt / 2 per step, and the bytes
+    # delivered by 10 us do not depend on dt.  (With one rate per flow the hot path
+    # held the spine-1 half back and moved it into the hot queue: 0.67 C dt in the
+    # first step, 389 KB at dt = 1 us vs 410 KB at 0.25 us.)
+    from fabric_jax.fluid import simulate_fluid
+    from fabric_jax.incidence import Incidence
+    exp = _experiment()
+    topo = leaf_spine(3, 2, 2)
+    ps = shortest_paths(topo, np.array([0, 4]), np.array([2, 3]), max_paths=2)
+    ps = exp._pin(ps, [1], {1: topo.link_index("leaf2", "spine0")})
+    hot = topo.link_index("spine0", "leaf1")
+    got = []
+    for dt in (1e-6, 0.25e-6):
+        r = make_routing("spray", ps, seed=0)
+        inc = Incidence.from_paths(ps, np.asarray(r.split), n_links=topo.n_links)
+        res = simulate_fluid(inc, topo.capacity, np.array([1e6, 1e6]), dt=dt,
+                             n_steps=int(round(10e-6 / dt)), routing=r,
+                             line_rate=np.array([C, C]), nic_links=topo, save_every=1)
+        tr = res.trajectory
+        assert float(tr.queue[0, hot]) == pytest.approx(0.5 * C * dt, rel=1e-4)
+        np.testing.assert_allclose(np.asarray(tr.throughput[:, 0]), 5 / 6 * C, rtol=1e-4)
+        got.append(float(np.sum(tr.throughput[:, 0])) * dt)
+    assert got[0] == pytest.approx(got[1], rel=1e-4)
+    assert got[0] == pytest.approx(5 / 6 * C * 10e-6, rel=1e-4)
 
 
 @pytest.mark.slow
@@ -299,4 +355,4 @@ def test_adaptive_routing_experiment_quick(tmp_path):
     assert rc["spectrum_x_ar"]["t99_s"] < rc["ib_ar"]["t99_s"]
     assert rc["flowlet"]["completion_s"] == pytest.approx(rc["ecmp"]["completion_s"])
     assert (tmp_path / "adaptive_routing.png").is_file()
-    assert res["dt_s"] == pytest.approx(1e-6)
+    assert res["dt_s"] == pytest.approx(0.5e-6)
