@@ -1032,7 +1032,14 @@ def _allocate_paths(static, hops, inc, fresh, send):
     r = jnp.minimum(solve(pinc, fresh, demand, iterations=static.solver_iterations,
                           compaction=_STEP_COMPACTION).rates, demand).reshape(split.shape)
     alloc_p = split * r
-    return r, alloc_p, jnp.sum(alloc_p, axis=1), pinc.link_load(r.ravel())
+    return r, alloc_p, _flow_alloc(split, alloc_p, send), pinc.link_load(r.ravel())
+
+
+def _flow_alloc(split, alloc_p, send):
+    """``[flows]`` cut-through rate of each flow: the sum over its paths; a flow on no
+    link (no path with a hop) is limited by nothing but its send rate, as in the
+    flow-level max-min (:func:`fabric_jax.fairness.solve`)."""
+    return jnp.where(jnp.any(split > 0, axis=1), jnp.sum(alloc_p, axis=1), send)
 
 
 def _place_excess_paths(hops, inc, switch, send, alloc_p, fresh, dt):
@@ -1277,7 +1284,7 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
                  iterations=static.solver_iterations, compaction=_STEP_COMPACTION)
     r_p = r_p + jnp.minimum(sol2.rates, rest).reshape(r_p.shape)
     alloc_p = split_p * r_p
-    alloc = jnp.sum(alloc_p, axis=1)
+    alloc = _flow_alloc(split_p, alloc_p, send)
     # the excess waits where its class's sent load exceeds the class's own grant (with
     # one active class exactly the single-class rule: load above the capacity left)
     place = _place_excess_paths(uh, vinc, net.uswitch, send, alloc_p, fresh, dt)

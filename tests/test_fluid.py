@@ -390,3 +390,19 @@ def test_stop_when_idle_keeps_every_flow_result(late):
                                   np.asarray(full.trajectory.delivered))
     same_law = np.array_equal(np.asarray(fast.law_state.rate), np.asarray(full.law_state.rate))
     assert same_law == late          # skipped (the law stopped adapting) only when idle early
+
+
+def test_flow_on_no_link_is_delivered_and_bytes_are_conserved():
+    # Found by tests/test_robustness.py (derandomized CI run): with the per-path
+    # allocation of 2026-12-03 a flow crossing no link got no cut-through rate, so its
+    # sent bytes vanished.  It is limited by its send rate only, as in the flow-level
+    # max-min; flow 0 shares nothing with it.
+    inc = Incidence.from_coo(np.array([0]), np.array([0]), np.array([1.0]), n_links=1,
+                             n_flows=2)
+    cap = np.array([gbps(100)])
+    size = np.array([50e3, 3e3])
+    res = simulate_fluid(inc, cap, size, dt=1e-6, n_steps=40, law="dcqcn",
+                         line_rate=np.full(2, gbps(100)))
+    np.testing.assert_allclose(np.asarray(res.delivered), size, rtol=1e-5)
+    assert np.all(np.isfinite(np.asarray(res.finish)))
+    assert float(res.info.max_residual) < 1e-3 * size.sum()
