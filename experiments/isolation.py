@@ -149,6 +149,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--fan-in", type=int, default=None,
                     help="incast senders per rail (default: all other tenant servers)")
     ap.add_argument("--fabrics", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    ap.add_argument("--dt-us", type=float, default=4.0,
+                    help="fluid step, us (default 4; the horizon is kept, so a smaller step "
+                         "means more steps)")
     ap.add_argument("--variants", nargs="+", default=None, choices=list(VARIANTS),
                     help="class / buffer variants to run (default all; --quick: one class "
                          "and classes; module docstring)")
@@ -157,7 +160,7 @@ def main(argv=None) -> dict:
         a.variants = list(VARIANTS)[:2] if a.quick else list(VARIANTS)
     gpus = a.gpus if a.gpus is not None else (64 if a.quick else 128)
     cm.check_positive(ap, gpus=gpus, all_reduce_mb=a.all_reduce_mb, moe_mb=a.moe_mb,
-                      incast_mb=a.incast_mb, fan_in=a.fan_in)
+                      incast_mb=a.incast_mb, fan_in=a.fan_in, dt_us=a.dt_us)
     if gpus % 32:
         ap.error(f"--gpus must be a multiple of 32 (two halves of >= 2 servers); got {gpus}")
     n_servers = gpus // cm.NICS_PER_SERVER
@@ -166,7 +169,7 @@ def main(argv=None) -> dict:
     scn, _ = cm.training_scenario(gpus, all_reduce_mb=a.all_reduce_mb, moe_mb=a.moe_mb,
                                   tenant_servers=tenant, tenant_fan_in=fan_in,
                                   tenant_incast_mb=a.incast_mb, seed=a.seed,
-                                  presets=a.fabrics)
+                                  presets=a.fabrics, dt_us=a.dt_us)
     fabrics = run(scn, a.fabrics, tuple(a.variants))
     results = dict(inputs=dict(gpus=gpus, training_servers=n_servers - tenant,
                                tenant_servers=tenant, fan_in=fan_in,
