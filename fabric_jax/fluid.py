@@ -960,9 +960,9 @@ def _offer(static, net, c, t, start, started, active, stranded, params, smooth, 
 
 
 #: Compaction of the step's max-min solve (:func:`fabric_jax.fairness.solve`): none.  A
-#: step settles in a few iterations, so the levels only cost compile time (default
-#: ``compare`` scenario, per preset: compile 20-24 s CPU with "fine", 7-10 s with none;
-#: the same finish times, 2026-12-03, /tmp A/B in one process).
+#: step settles in a few iterations, so the levels only cost compile time
+#: (``python experiments/bench_compare.py``, whose default baseline is ``"fine"``:
+#: compile CPU 1.9-2.8x lower per ``compare`` preset, the same finish times).
 _STEP_COMPACTION = "none"
 
 

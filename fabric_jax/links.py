@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["HopTable", "hop_table", "nic_links", "wire_taps", "serve", "serve_through",
-           "place_excess", "past_first", "fifo_take", "merge_bands", "reconcile_bands",
+           "past_first", "fifo_take", "merge_bands", "reconcile_bands",
            "band_sums",
            "service_span",
            "DEFAULT_FIFO_BANDS",
@@ -435,27 +435,6 @@ def serve_through(hops: HopTable, bands, transit, usable, dt, sweeps: int):
     sent_e, left_b, left_a, sent_l, head, sent_a = out
     span = service_span(hops, bands, head, sent_a, sent_l, lb)
     return sent_e, left_b, left_a, sent_l, used, carry, cap, span
-
-
-def place_excess(hops: HopTable, excess, split, overloaded):
-    """``[flows, hops]`` where each flow's unserved offer waits: at the first overloaded
-    hop of each of its overloaded paths, in proportion to the split (the sender's NIC
-    queue when that hop is its first).
-
-    Args:
-      excess: ``[flows]`` bytes offered but not carried through.
-      split: ``[flows, paths]`` split weights.
-      overloaded: ``[links]`` bool, the offered load exceeds the capacity left.
-    """
-    over_e = hops.per_path(hops.gather(overloaded, False) & hops.valid)
-    first = jnp.argmax(over_e, axis=2)
-    has_over = jnp.any(over_e, axis=2) & (split > 0)
-    share = jnp.where(has_over, split, 0.0)
-    tot = jnp.sum(share, axis=1, keepdims=True)
-    share = jnp.where(tot > 0, share / jnp.where(tot > 0, tot, 1.0), split)
-    at_first = jnp.arange(hops.seg)[None, None, :] == first[:, :, None]
-    place = jnp.where(at_first, (excess[:, None] * share)[:, :, None], 0.0)
-    return place.reshape(excess.shape[0], hops.link.shape[1])
 
 
 def past_first(hops: HopTable, overloaded):
