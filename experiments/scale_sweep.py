@@ -27,10 +27,15 @@ are in :mod:`fabric_jax.scaling`:
 ``ideal.<preset>``
     the same keys on the ideal fabric, for the plan that preset ran.
 
-Default: 16 to 64 GPUs (``--quick``: 16 and 32), every preset: 153 s of CPU (8 min wall
-on the shared 2-core machine at a load average of 12).  Larger points run behind the
-flag (``--max-gpus 128``: 288 s of CPU; the fluid model's cost per step grows with the
-transfers, about 23 per GPU with NVLS + tree at 4 chunks).
+Step: ``--dt-us`` 0.25 by default, the step at which every headline figure of
+``--quick`` moves by <= 3 % when it is quartered (README, "Scale sweep").  At 1 us the
+Spectrum-X rows are off by 5-7 %: HPCC's reaction to the trees' short incasts (the
+rate cut while the queue persists, then the recovery) is resolved to first order in
+``dt / base RTT``, and the intra-leaf base RTT here is about 2 us.
+
+Cost: the fluid model's cost per step grows with the transfers, about 23 per GPU with
+NVLS + tree at 4 chunks, and with ``1 / dt``; ``--quick`` takes about 70 s on 2 cores
+(README, "Scale sweep", for the larger runs).
 
 Usage::
 
@@ -52,6 +57,9 @@ except ImportError:  # pragma: no cover
 from fabric_jax import scaling  # noqa: E402
 from fabric_jax.collectives import PROTOCOLS  # noqa: E402
 from fabric_jax.fabrics import PRESETS  # noqa: E402
+
+#: Default fluid step, microseconds (module docstring, "Step").
+DEFAULT_DT_US = 0.25
 from fabric_jax.systems import SYSTEMS  # noqa: E402
 
 
@@ -113,7 +121,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--max-paths", type=int, default=scaling.DEFAULT_SWEEP_PATHS,
                     help=f"candidate paths per host pair (default "
                          f"{scaling.DEFAULT_SWEEP_PATHS})")
-    ap.add_argument("--dt-us", type=float, default=1.0, help="fluid step, us (default 1)")
+    ap.add_argument("--dt-us", type=float, default=DEFAULT_DT_US,
+                    help=f"fluid step, us (default {DEFAULT_DT_US:g}; see the module "
+                         f"docstring, 'Step')")
     ap.add_argument("--servers-per-leaf", type=int, default=16,
                     help="servers per scalable unit (default 16)")
     ap.add_argument("--switch-radix", type=int, default=128,
