@@ -16,7 +16,10 @@ converges too (the flows are symmetric) but holds a standing queue between K_min
 K_max.  Reported per law: the bottleneck queue over time, each flow's sending rate
 (the law's rate, not the delivered throughput, which is C/16 for any law while the
 link is busy), the mean rate over the last quarter relative to ``C/16``, Jain's index,
-the steady queue and the largest queue.
+the steady queue and the largest queue.  With ``--flow-mb`` the flows are finite and
+each law also reports the incast's completion time against the ideal ``N size / C`` +
+latency (what a law's rate cut and recovery cost; at 400 Gb/s and 1 us of base RTT this
+resolves HPCC's first-order dependence on ``dt / base RTT``, README "Scale sweep").
 
 Usage::
 
@@ -55,8 +58,13 @@ def star_text(n_senders: int, link_gbps: float, latency_us: float) -> str:
 
 
 def run(laws, *, n_senders=16, link_gbps=100.0, latency_us=1.0, duration_us=1000.0,
-        dt_us=0.5, n_saves=200, seed=0) -> dict:
-    """Simulates the incast under each law; returns the results dict (see module doc)."""
+        dt_us=0.5, n_saves=200, seed=0, flow_bytes=None) -> dict:
+    """Simulates the incast under each law; returns the results dict (see module doc).
+
+    ``flow_bytes``: each sender's flow size, bytes (default: long flows that never
+    finish).  With it each law's entry also has ``completion_us`` (the last flow's
+    finish) and ``completion_over_ideal`` (over ``N size / C`` plus the path's one-way
+    latency: the bottleneck busy from the first byte's arrival to the last)."""
     topo = fj.from_ns3_topology(star_text(n_senders, link_gbps, latency_us),
                                 name=f"star({n_senders}+1)")
     src = np.arange(n_senders)
@@ -72,7 +80,10 @@ def run(laws, *, n_senders=16, link_gbps=100.0, latency_us=1.0, duration_us=1000
     n_steps = int(round(duration_us / dt_us))
     save_every = max(n_steps // n_saves, 1)
     n_steps = save_every * (n_steps // save_every)
-    size = np.full(n_senders, 1e15)  # long flows: never finish in the window
+    finite = flow_bytes is not None
+    # long flows (default): never finish in the window
+    size = np.full(n_senders, float(flow_bytes) if finite else 1e15)
+    ideal_s = n_senders * float(flow_bytes) / cap + float(latency[0]) if finite else None
     out = {"n_senders": n_senders, "link_gbps": link_gbps, "latency_us": latency_us,
            "duration_us": n_steps * dt_us, "dt_us": dt_us, "fair_share_gbps": link_gbps / n_senders,
            "laws": {}}
@@ -108,6 +119,12 @@ def run(laws, *, n_senders=16, link_gbps=100.0, latency_us=1.0, duration_us=1000
                                         / (topo.n_links * t[-1])),
             "wall_s": time.perf_counter() - t0,
         }
+        if finite:
+            fin = np.asarray(res.finish, float)
+            done = float(fin.max()) if np.all(np.isfinite(fin)) else float("inf")
+            out["laws"][law].update(completion_us=done * 1e6,
+                                    ideal_completion_us=ideal_s * 1e6,
+                                    completion_over_ideal=done / ideal_s)
     return out
 
 
@@ -144,9 +161,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--latency-us", type=float, default=1.0, help="per-link latency")
     ap.add_argument("--duration-us", type=float, default=1000.0)
     ap.add_argument("--dt-us", type=float, default=0.5, help="fluid step (default 0.5 us)")
+    ap.add_argument("--flow-mb", type=float, default=None,
+                    help="each sender's flow size, MB (default: long flows); adds the "
+                         "incast's completion time against N size / C + latency")
     args = ap.parse_args(argv)
     check_positive(ap, senders=args.senders, link_gbps=args.link_gbps,
-                   duration_us=args.duration_us, dt_us=args.dt_us)
+                   duration_us=args.duration_us, dt_us=args.dt_us, flow_mb=args.flow_mb)
     try:
         laws = parse_laws(args.cc)
     except ValueError as exc:
@@ -155,14 +175,19 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     res = run(laws, n_senders=args.senders, link_gbps=args.link_gbps,
               latency_us=args.latency_us, duration_us=duration, dt_us=args.dt_us,
-              seed=args.seed)
+              seed=args.seed, flow_bytes=None if args.flow_mb is None else args.flow_mb * 1e6)
     res["wall_s"] = time.perf_counter() - t0
     rows = [{"law": law, "rate/fair (last 1/4)": r["mean_rate_over_fair"],
              "max flow err": r["max_flow_rate_error"], "jain": r["jain_index"],
              "steady queue KB": r["steady_queue_bytes"] / 1e3,
              "max queue KB": r["max_queue_bytes"] / 1e3,
              "converged us": r["convergence_time_us"],
-             "pfc pause": r["pfc_pause_fraction"]} for law, r in res["laws"].items()]
+             "pfc pause": r["pfc_pause_fraction"],
+             **({"completion us": r["completion_us"], "/ideal": r["completion_over_ideal"]}
+                if "completion_us" in r else {})} for law, r in res["laws"].items()]
+    if args.flow_mb is not None:   # finite flows: the steady-state columns mean nothing
+        keep = ("law", "max queue KB", "pfc pause", "completion us", "/ideal")
+        rows = [{k: row[k] for k in keep} for row in rows]
     out = plots_dir(args)
     if out is not None:
         res["figure"] = figure(res, out / "hpcc_incast.png")

@@ -149,11 +149,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--fan-in", type=int, default=None,
                     help="incast senders per rail (default: all other tenant servers)")
     ap.add_argument("--fabrics", nargs="+", default=list(PRESETS), choices=list(PRESETS))
-    ap.add_argument("--dt-us", type=float, default=2.0,
-                    help="fluid step, us (default 2: at --quick every slowdown moves by <= "
-                         "0.6 %% to dt = 0.5 us except InfiniBand's one-class credit case, "
-                         "which moves by 2-4 %% either way with dt; the horizon is kept, so a "
-                         "smaller step means more steps)")
+    ap.add_argument("--dt-us", type=float, default=0.5,
+                    help="fluid step, us (default 0.5: at --quick every slowdown moves by "
+                         "<= 3 %% to dt = 0.125 us; at 2 us InfiniBand's one-class case was "
+                         "6 %% off; the horizon is kept, so a smaller step means more steps)")
     ap.add_argument("--variants", nargs="+", default=None, choices=list(VARIANTS),
                     help="class / buffer variants to run (default all; --quick: one class "
                          "and classes; module docstring)")

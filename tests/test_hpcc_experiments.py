@@ -53,6 +53,25 @@ def test_incast_hpcc_converges_to_fair_share_with_bounded_queue(tmp_path):
     assert (tmp_path / "hpcc_incast.png").exists()
 
 
+def test_incast_with_finite_flows_reports_completion_against_n_size_over_c(tmp_path):
+    # 4 x 0.5 MB into one 400 Gb/s port: the bottleneck can finish no sooner than
+    # 4 x 0.5 MB / 50 GB/s = 40 us after the first byte arrives (path latency 1 us).  A
+    # law that keeps the port busy (DCQCN under PFC) meets it; HPCC's rate cut leaves
+    # the port idle for a while and cannot beat it.
+    out = tmp_path / "incast.json"
+    _load("hpcc_incast").main(["--cc", "hpcc,dcqcn", "--senders", "4", "--link-gbps", "400",
+                               "--latency-us", "0.5", "--flow-mb", "0.5", "--duration-us",
+                               "100", "--dt-us", "0.5", "--json", str(out)])
+    laws = json.loads(out.read_text())["laws"]
+    for r in laws.values():
+        assert r["ideal_completion_us"] == pytest.approx(4 * 0.5e6 / 50e3 + 1.0)
+        assert r["completion_over_ideal"] == pytest.approx(
+            r["completion_us"] / r["ideal_completion_us"])
+        assert r["completion_over_ideal"] >= 1.0 - 1e-3
+    assert laws["dcqcn"]["completion_over_ideal"] == pytest.approx(1.0, abs=0.01)
+    assert laws["hpcc"]["completion_over_ideal"] > 1.05
+
+
 def test_incast_rejects_unknown_law():
     with pytest.raises(SystemExit):
         _load("hpcc_incast").main(["--cc", "tcp_reno"])
