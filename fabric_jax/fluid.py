@@ -1409,13 +1409,26 @@ def _emit_signals(static, net, c, x, cap_k, usable, tx, split, offered, dropped,
     return ring, mark_l, p_path
 
 
-def _complete(net, c, t, start, active, passed_now, last, dt):
+def _complete(net, c, t, start, active, passed_now, last, dt, remaining, in_net):
     """Flows whose last byte passed its last queue this step, and their finish time:
-    the instant inside the step (:func:`_finish_in_step`) plus the one-way latency."""
+    the instant inside the step (:func:`_finish_in_step`) plus the one-way latency.
+
+    A flow completes when the bytes that passed reach its size (to
+    :data:`COMPLETION_RTOL`), or when its sender has nothing left (``remaining`` after
+    the step, ``[flows]``) and none of its bytes is queued or in transit (``in_net``
+    ``[flows]``, to the same tolerance): the two running float32 totals ``remaining``
+    (counted down from the size) and ``passed`` (counted up) round differently, and
+    over ~10^4 steps of queueing a megabyte flow's ``passed`` can end ~1e-4 of its
+    size short while ``remaining`` reached 0 -- a flow that had nothing more to send
+    would otherwise never finish."""
     size = net.flows["size"]
+    rtol = COMPLETION_RTOL.get(np.dtype(size.dtype), 3e-5)
     passed = c["passed"] + passed_now
-    completes = active & (passed >= size * (1.0 - COMPLETION_RTOL.get(np.dtype(size.dtype), 3e-5)))
+    counted = passed >= size * (1.0 - rtol)
+    drained = (remaining <= 0.0) & (in_net <= size * rtol) & (passed_now > 0.0)
+    completes = active & (counted | drained)
     need = jnp.maximum(size - c["passed"], 0.0)
+    need = jnp.where(counted, need, jnp.minimum(need, passed_now))
     t_in = _finish_in_step(t, start, need, passed_now, dt, **last)
     # A flow never finishes before it starts (a zero-byte flow released inside the
     # step completes at its release time).
@@ -1525,7 +1538,10 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     # per queue (link, or link x class): a flow drains through its own class's queue
     last = _last_bytes(sig_net, tr["served"], tr["served_l"], usable, sig_inc, tr["alloc"],
                        jnp.minimum(law_state.rate, net.line_rate), dt, tr["span"])
-    passed, completes, finish = _complete(net, c, t, start, active, passed_now, last, dt)
+    remaining = jnp.maximum(c["remaining"] - sent_now + dropped_now + discarded_now, 0.0)
+    in_net = jnp.sum(x_new, axis=1) + jnp.sum(transit_new, axis=1)
+    passed, completes, finish = _complete(net, c, t, start, active, passed_now, last, dt,
+                                          remaining, in_net)
     ring, mark_l, p_path = _emit_signals(static, sig_net, c, x_new, cap_u, usable,
                                          tr["tx"], split, sent_now / dt, dropped_now,
                                          active & ~completes,
@@ -1538,8 +1554,7 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
                           usable, _shared_params(static, net, fcp, pool_new), dt, smooth)
     q_new = hops.link_sum(x_new)
     new = dict(c, k=c["k"] + 1,
-               remaining=jnp.maximum(c["remaining"] - sent_now + dropped_now + discarded_now,
-                                     0.0),
+               remaining=remaining,
                x=x_new, xb=xb_new, transit=transit_new,
                wire=wire, start=start, finish=finish,
                done=c["done"] | completes, sent=c["sent"] + sent_now, passed=passed,
