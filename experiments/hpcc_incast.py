@@ -177,17 +177,17 @@ def main(argv=None) -> dict:
               latency_us=args.latency_us, duration_us=duration, dt_us=args.dt_us,
               seed=args.seed, flow_bytes=None if args.flow_mb is None else args.flow_mb * 1e6)
     res["wall_s"] = time.perf_counter() - t0
-    rows = [{"law": law, "rate/fair (last 1/4)": r["mean_rate_over_fair"],
-             "max flow err": r["max_flow_rate_error"], "jain": r["jain_index"],
-             "steady queue KB": r["steady_queue_bytes"] / 1e3,
-             "max queue KB": r["max_queue_bytes"] / 1e3,
-             "converged us": r["convergence_time_us"],
-             "pfc pause": r["pfc_pause_fraction"],
-             **({"completion us": r["completion_us"], "/ideal": r["completion_over_ideal"]}
-                if "completion_us" in r else {})} for law, r in res["laws"].items()]
-    if args.flow_mb is not None:   # finite flows: the steady-state columns mean nothing
-        keep = ("law", "max queue KB", "pfc pause", "completion us", "/ideal")
-        rows = [{k: row[k] for k in keep} for row in rows]
+    if args.flow_mb is None:
+        rows = [{"law": law, "rate/fair (last 1/4)": r["mean_rate_over_fair"],
+                 "max flow err": r["max_flow_rate_error"], "jain": r["jain_index"],
+                 "steady queue KB": r["steady_queue_bytes"] / 1e3,
+                 "max queue KB": r["max_queue_bytes"] / 1e3,
+                 "converged us": r["convergence_time_us"],
+                 "pfc pause": r["pfc_pause_fraction"]} for law, r in res["laws"].items()]
+    else:   # finite flows: the steady-state columns mean nothing
+        rows = [{"law": law, "max queue KB": r["max_queue_bytes"] / 1e3,
+                 "pfc pause": r["pfc_pause_fraction"], "completion us": r["completion_us"],
+                 "/ideal": r["completion_over_ideal"]} for law, r in res["laws"].items()]
     out = plots_dir(args)
     if out is not None:
         res["figure"] = figure(res, out / "hpcc_incast.png")

@@ -57,10 +57,10 @@ except ImportError:  # pragma: no cover
 from fabric_jax import scaling  # noqa: E402
 from fabric_jax.collectives import PROTOCOLS  # noqa: E402
 from fabric_jax.fabrics import PRESETS  # noqa: E402
+from fabric_jax.systems import SYSTEMS  # noqa: E402
 
 #: Default fluid step, microseconds (module docstring, "Step").
 DEFAULT_DT_US = 0.25
-from fabric_jax.systems import SYSTEMS  # noqa: E402
 
 
 def plot(results: dict, out: Path) -> str:
