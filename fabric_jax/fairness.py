@@ -688,7 +688,7 @@ def joining_share(inc: Incidence, capacity, rates):
     return jnp.maximum(inc.flow_min(per_entry, on), rates)
 
 
-def water_fill(link, weight, capacity, demand, *, iterations=None):
+def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: bool = False):
     """Weighted max-min fair rates when every flow crosses at most one link: a water-fill
     per link.
 
@@ -726,9 +726,11 @@ def water_fill(link, weight, capacity, demand, *, iterations=None):
         ``lax.while_loop``: ``jit``, ``vmap`` and forward-mode autodiff).  An int: that
         many rounds in a ``lax.fori_loop`` (reverse mode too; exact when it is at least
         the number of rounds needed, which is at most ``flows + 1``).
+      with_rounds: also return the number of rounds run (int32 scalar).
 
     Returns:
-      ``[flows]`` rates, bytes/s, in the dtype of ``capacity``.
+      ``[flows]`` rates, bytes/s, in the dtype of ``capacity`` (and the rounds with
+      ``with_rounds``).
     """
     capacity = jnp.asarray(capacity)
     dtype = capacity.dtype
@@ -758,15 +760,19 @@ def water_fill(link, weight, capacity, demand, *, iterations=None):
     if iterations is None:
         def body(c):
             new = join(c[0])
-            return new, jnp.any(new != c[0])
-        limited, _ = jax.lax.while_loop(lambda c: c[1], body, (limited, jnp.asarray(True)))
+            return new, jnp.any(new != c[0]), c[2] + 1
+        limited, _, rounds = jax.lax.while_loop(
+            lambda c: c[1], body, (limited, jnp.asarray(True), jnp.asarray(0, jnp.int32)))
     else:
         limited = jax.lax.fori_loop(0, int(iterations), lambda i, lim: join(lim), limited)
+        rounds = jnp.asarray(int(iterations), jnp.int32)
     lam = level(limited)[seg]
-    return jnp.where(limited, demand, jnp.minimum(lam, demand))
+    rates = jnp.where(limited, demand, jnp.minimum(lam, demand))
+    return (rates, rounds) if with_rounds else rates
 
 
-def solve_flat(inc: Incidence, capacity, demand, *, max_iter=None) -> Any:
+def solve_flat(inc: Incidence, capacity, demand, *, max_iter=None,
+               with_rounds: bool = False) -> Any:
     """``[flows]`` exact weighted max-min rates by the bottleneck-freezing iteration of
     :func:`solve` (module docstring) in one ``lax.while_loop`` over all the entries,
     without :func:`solve`'s compaction levels.
@@ -785,9 +791,11 @@ def solve_flat(inc: Incidence, capacity, demand, *, max_iter=None) -> Any:
       demand: ``[flows]`` bytes/s (``+inf`` allowed), in the dtype of ``capacity``.
       max_iter: iteration cap (default ``flows + 1``, never reached: every iteration
         freezes at least one flow).
+      with_rounds: also return the iterations run (int32 scalar).
 
     Returns:
-      ``[flows]`` rates, bytes/s (``demand`` for a flow on no link).
+      ``[flows]`` rates, bytes/s (``demand`` for a flow on no link), and the iterations
+      with ``with_rounds``.
     """
     dtype = capacity.dtype
     n_links, n_flows = inc.n_links, inc.n_flows
@@ -805,5 +813,5 @@ def solve_flat(inc: Incidence, capacity, demand, *, max_iter=None) -> Any:
                                 n_links, n_flows, c[0], c[1])
         return r, f, c[2] + 1
 
-    rate, _, _ = jax.lax.while_loop(cond, body, (rate, ~has_links, jnp.asarray(0, jnp.int32)))
-    return rate
+    rate, _, it = jax.lax.while_loop(cond, body, (rate, ~has_links, jnp.asarray(0, jnp.int32)))
+    return (rate, it) if with_rounds else rate

@@ -11,8 +11,8 @@ State (an explicit dict pytree, ``FluidResult.state``).  Per flow and hop of its
 (the padded hop table of :mod:`fabric_jax.links`): ``queue[f, h]``, bytes standing in
 the egress queue of the hop's link, and ``transit[f, h]``, bytes on the wire towards
 it at the end of a step (zero unless the route graph has cycles,
-:func:`fabric_jax.links.serve_through`).  Per flow: bytes on the wire to the receiver (``wire``, a ring of
-``[depth, flows]``), the sender (``remaining``, the law's state), the feedback ring
+:func:`fabric_jax.links.serve_through`).  Per flow: what entered the wire to the receiver in the last steps
+(``wire``, a ``[depth, flows]`` history, :func:`fabric_jax.links.wire_step`), the sender (``remaining``, the law's state), the feedback ring
 (signals emitted in the last ``ring_len`` steps), counters.  Per link: flow-control
 state.
 
@@ -217,6 +217,7 @@ from .fairness import joining_share, solve, solve_flat, water_fill
 from .incidence import Incidence
 from . import links as lk
 from . import qos
+from . import fuse as fz
 from . import receiver as rx
 from .sim import prepare_flows, release_times
 
@@ -250,6 +251,9 @@ class FluidInfo:
       discard_mode: ``[2, flows]`` fraction of each flow's arrivals that the receiver
         discards at the end of the run, after out-of-order arrivals (row 0) and losses
         under go-back-N (row 1) (:func:`fabric_jax.receiver.discard_step`).
+      solver_iterations: ``[2]`` int32 iterations run by the per-step max-min solves
+        over the run (the cut-through allocation, the NIC shares; over all calls of a
+        resumed run): divided by the steps, the solves' average depth.
     """
 
     max_residual: Any
@@ -259,6 +263,7 @@ class FluidInfo:
     stranded_time: Any = None
     stranded: Any = None
     discard_mode: Any = None
+    solver_iterations: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -619,7 +624,9 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                      solver_iterations=solver_iterations, rx_ooo=bool(rx_ooo),
                      go_back_n=loss_recovery == "go_back_n", n_classes=n_classes,
                      levels=() if tc_cfg is None else tc_cfg.levels, shared=sb is not None,
-                     stop_when_idle=bool(stop_when_idle))
+                     stop_when_idle=bool(stop_when_idle),
+                     nic_ports="one" if _one_nic_port(link_tab, int(seg), nic) else "check",
+                     sweeps=_sweeps(link_tab, int(seg), nic))
     return _run(static, n_outer, inner, keep_traj, net, params, fc_params, smooth,
                 jnp.asarray(dt, fdt), rparams, rstate0, sched, carry0)
 
@@ -636,6 +643,34 @@ def check_fifo_bands(fifo_bands):
         raise ValueError(f"fifo_bands must be a positive integer (bands per egress FIFO, "
                          f"default {lk.DEFAULT_FIFO_BANDS}); got {fifo_bands!r}")
     return int(fifo_bands)
+
+
+def _one_nic_port(link_tab, seg, nic):
+    """Host: every flow's paths leave through at most one host-NIC link (their first
+    hops that are NIC egress links are one link), so :func:`_nic_send` is a water-fill
+    per port whatever the split."""
+    n_links = nic.shape[0]
+    first = np.asarray(link_tab)[:, ::seg]
+    is_nic = np.append(np.asarray(nic, bool), False)[first]
+    if first.size == 0:
+        return True
+    port = np.where(is_nic, first, n_links).min(axis=1)
+    top = np.where(is_nic, first, -1).max(axis=1)
+    return bool(np.all(top <= port))
+
+
+def _sweeps(link_tab, seg, nic):
+    """Host: sweeps :func:`fabric_jax.links.serve_through` needs: one per hop that can
+    hold a standing queue along a path, i.e. ``seg - 1`` when every path starts at a
+    host NIC (whose backlog stays with the sender, :func:`_hold_at_sender`), else
+    ``seg``."""
+    first = np.asarray(link_tab)[:, ::seg]
+    n_links = nic.shape[0]
+    real = first < n_links
+    at_nic = np.append(np.asarray(nic, bool), False)[first]
+    if seg > 1 and np.all(at_nic | ~real):
+        return seg - 1
+    return seg
 
 
 def _mean_over_paths(per_path, link_tab, seg, n_links):
@@ -796,6 +831,8 @@ class _Static:
     levels: tuple = ()        # priority level of each class (qos.TrafficClasses.levels)
     shared: bool = False      # shared switch buffer with dynamic thresholds
     stop_when_idle: bool = False
+    nic_ports: str = "check"  # "one": every flow leaves through one NIC port (host-proved)
+    sweeps: int = 0           # sweeps of serve_through (0: hops per path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -833,8 +870,19 @@ class _Net:
 jax.tree_util.register_dataclass(_Net)
 
 #: Per-flow congestion signals written into the feedback ring each step
-#: (``_emit_signals``; shared with :mod:`fabric_jax.fluid_slots`).
+#: (``_emit_signals``; shared with :mod:`fabric_jax.fluid_slots`): the ring is one
+#: ``[ring_len, flows, signals]`` array, signals in this order.
 SIGNALS = ("mark", "rtt", "util", "rate", "loss", "rx_share")
+
+
+def ring_initial(base_rtt, line_rate, dtype=None):
+    """``[flows, signals]`` the feedback ring's value before any signal was emitted:
+    the base RTT, the line rate as receiver share, zeros otherwise (also
+    :mod:`fabric_jax.fluid_slots`'s value for a flow that has not started)."""
+    base_rtt, line_rate = jnp.asarray(base_rtt, dtype), jnp.asarray(line_rate, dtype)
+    zero = jnp.zeros_like(base_rtt)
+    vals = dict(rtt=base_rtt, rx_share=line_rate)
+    return jnp.stack([vals.get(name, zero) for name in SIGNALS], axis=-1)
 
 
 def _init_carry(law, fc, shape: _Shape, hops: lk.HopTable, size, line_rate, base_rtt,
@@ -843,9 +891,8 @@ def _init_carry(law, fc, shape: _Shape, hops: lk.HopTable, size, line_rate, base
     n_flows = size.shape[0]
     n_links = hops.n_links
     fdt = line_rate.dtype
-    ring0 = {k: jnp.zeros((shape.ring_len, n_flows), fdt) for k in SIGNALS}
-    ring0["rtt"] = jnp.broadcast_to(base_rtt, (shape.ring_len, n_flows)).astype(fdt)
-    ring0["rx_share"] = jnp.broadcast_to(line_rate, (shape.ring_len, n_flows)).astype(fdt)
+    ring0 = jnp.broadcast_to(ring_initial(base_rtt, line_rate, fdt)[None],
+                             (shape.ring_len, n_flows, len(SIGNALS)))
     inf = jnp.asarray(jnp.inf, fdt)
     zf = jnp.zeros((n_flows,), fdt)
     zh = jnp.zeros(hops.link.shape, fdt)
@@ -858,6 +905,7 @@ def _init_carry(law, fc, shape: _Shape, hops: lk.HopTable, size, line_rate, base
                  law=law.init(line_rate, params),
                  fc=fcm.init_state(fc, n_links * shape.n_classes, fdt), ring=ring0,
                  max_residual=jnp.asarray(0.0, fdt), max_queue=jnp.zeros((n_links,), fdt),
+                 solver_iterations=jnp.zeros((2,), jnp.int32),
                  stranded_time=zf, stranded=jnp.zeros((n_flows,), bool))
     if shape.routed:
         carry.update(route=rstate0, load=jnp.zeros((n_links,), fdt),
@@ -934,16 +982,16 @@ def _offer(static, net, c, t, start, started, active, stranded, params, smooth, 
     ar = jnp.arange(net.line_rate.shape[0])
     phi = net.fb_phi
 
-    def delayed(name, lag):   # the signal emitted lag + phi steps ago (linear in phi)
-        r = ring[name]
-        return (1.0 - phi) * r[(k - lag) % ring_len, ar] + phi * r[(k - lag - 1) % ring_len, ar]
+    def delayed(lag):   # [flows, signals] emitted lag + phi steps ago (linear in phi)
+        return ((1.0 - phi)[:, None] * ring[(k - lag) % ring_len, ar]
+                + phi[:, None] * ring[(k - lag - 1) % ring_len, ar])
 
-    loss_lag = net.fb_steps + (static.fc.rto_steps if static.fc.mode == "drop" else 0)
+    got = dict(zip(SIGNALS, jnp.moveaxis(delayed(net.fb_steps), 1, 0)))
+    if static.fc.mode == "drop" and static.fc.rto_steps:   # losses are seen after the RTO
+        got["loss"] = delayed(net.fb_steps + static.fc.rto_steps)[:, SIGNALS.index("loss")]
     sig = ccbase.FlowSignals(
-        mark=delayed("mark", net.fb_steps), rtt=delayed("rtt", net.fb_steps),
-        base_rtt=net.base_rtt,
-        util=delayed("util", net.fb_steps), rate=delayed("rate", net.fb_steps),
-        loss=delayed("loss", loss_lag), rx_share=delayed("rx_share", net.fb_steps),
+        mark=got["mark"], rtt=got["rtt"], base_rtt=net.base_rtt, util=got["util"],
+        rate=got["rate"], loss=got["loss"], rx_share=got["rx_share"],
         line_rate=net.line_rate, hops=_hop_count(net.hops).astype(dt.dtype))
     law_state = law.step(c["law"], sig, dt, params, smooth)
     law0 = law.init(net.line_rate, params)
@@ -956,7 +1004,7 @@ def _offer(static, net, c, t, start, started, active, stranded, params, smooth, 
     offered = jnp.minimum(jnp.minimum(law_state.rate, net.line_rate) * live,
                           c["remaining"] / dt)
     offered = jnp.where(active & ~stranded, jnp.maximum(offered, 0.0), 0.0)
-    return law_state, offered
+    return fz.pack((law_state, offered))
 
 
 #: Compaction of the step's max-min solve (:func:`fabric_jax.fairness.solve`): none.  A
@@ -980,10 +1028,14 @@ def _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp, dt):
     """
     hops = net.hops
     served, left_b, left_a, served_l, _, carry, _, span = lk.serve_through(
-        hops, xb, transit, usable, dt, hops.seg)
+        hops, xb, transit, usable, dt, static.sweeps or hops.seg)
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
-    send = _nic_send(static, net.switch, _first_hops(inc_k, hops.seg), fresh, offered)
-    _, alloc_p, alloc, tx_cut = _allocate_paths(static, hops, inc_k, fresh, send)
+    with jax.named_scope("nic_send"):
+        send, nic_rounds = _nic_send(static, net.switch, _first_hops(inc_k, hops.seg), fresh,
+                                     offered, static.nic_ports)
+    with jax.named_scope("allocate"):
+        _, alloc_p, alloc, tx_cut, solve_it = _allocate_paths(static, hops, inc_k, fresh,
+                                                              send)
     load_o = inc_k.link_load(offered)
     place = _place_excess_paths(hops, inc_k, net.switch, send, alloc_p, fresh, dt)
     # bytes that arrived at each queue this step and still stand there: the FIFO's tail
@@ -992,7 +1044,8 @@ def _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp, dt):
                               + arrived_left, arrived_left, fcp, offered)
     return dict(served=served, x=x_new, xb=_tail_bands(hops, left_b, x_new, span[2]),
                 alloc=alloc, tx=served_l / dt + tx_cut, served_l=served_l, load_o=load_o,
-                dropped=dropped, transit=carry, send=send, span=span)
+                dropped=dropped, transit=carry, send=send, span=span,
+                rounds=jnp.stack([solve_it, nic_rounds]))
 
 
 def _path_incidence(hops, inc):
@@ -1012,7 +1065,7 @@ def _path_split(hops, inc):
 
 def _allocate_paths(static, hops, inc, fresh, send):
     """Cut-through allocation per path: ``(r [flows, paths], alloc_p [flows, paths],
-    alloc [flows], tx [links])`` rates in bytes/s.
+    alloc [flows], tx [links])`` rates in bytes/s, and the solve's iterations.
 
     A flow sends ``send_f s_fp`` on path ``p`` (its split).  Each path is its own
     entity in the weighted max-min (weight ``s_fp``, demand ``send_f``): ``r_fp`` is the
@@ -1029,10 +1082,12 @@ def _allocate_paths(static, hops, inc, fresh, send):
     pinc = _path_incidence(hops, inc)
     split = _path_split(hops, inc)
     demand = jnp.where(split > 0, send[:, None], 0.0).ravel()
-    r = jnp.minimum(solve(pinc, fresh, demand, iterations=static.solver_iterations,
-                          compaction=_STEP_COMPACTION).rates, demand).reshape(split.shape)
+    sol = solve(pinc, fresh, demand, iterations=static.solver_iterations,
+                compaction=_STEP_COMPACTION)
+    r = jnp.minimum(sol.rates, demand).reshape(split.shape)
     alloc_p = split * r
-    return r, alloc_p, _flow_alloc(split, alloc_p, send), pinc.link_load(r.ravel())
+    return (r, alloc_p, _flow_alloc(split, alloc_p, send), pinc.link_load(r.ravel()),
+            sol.info.iterations)
 
 
 def _flow_alloc(split, alloc_p, send):
@@ -1063,7 +1118,7 @@ def _tail_bands(hops, left_b, x_new, lb_left=None):
     return lk.reconcile_bands(lk.merge_bands(hops, left_b, lb_left), x_new)
 
 
-def _nic_send(static, switch, inc, cap, offered):
+def _nic_send(static, switch, inc, cap, offered, ports="check"):
     """``[flows]`` rates the host NICs put on the wire: each NIC shares its capacity
     ``cap`` (``[links]`` or ``[units]``, the capacity left at its port; 0 while paused)
     max-min among its flows' offers, whatever lies downstream.
@@ -1085,7 +1140,10 @@ def _nic_send(static, switch, inc, cap, offered):
     link + class-queue pairs of the traffic-class model) the bottleneck-freezing
     iteration over the entries in one loop (:func:`fabric_jax.fairness.solve_flat`).
     Both are the exact max-min allocation (with ``solver_iterations`` set, both run
-    that many rounds, as :func:`~fabric_jax.fairness.solve` does).
+    that many rounds, as :func:`~fabric_jax.fairness.solve` does).  ``ports``
+    (static): ``"one"`` when the host proved that every flow leaves through at most one
+    NIC port (:func:`_one_nic_port`), ``"several"`` when every flow may use several,
+    ``"check"`` to decide on the device (a ``lax.cond``).
     """
     li, fi = inc.link_idx, inc.flow_idx
     n_links, n_flows = inc.n_links, inc.n_flows
@@ -1103,16 +1161,22 @@ def _nic_send(static, switch, inc, cap, offered):
     iters = static.solver_iterations
 
     def one_port():
-        return water_fill(port, weight, cap, offered, iterations=iters)
+        return water_fill(port, weight, cap, offered, iterations=iters, with_rounds=True)
 
     def several_ports():
         nic_inc = Incidence(li, fi, w_nic, n_links, n_flows)
         if iters is not None:
-            return solve(nic_inc, cap, offered, iterations=iters).rates
-        return solve_flat(nic_inc, cap, offered)
+            sol = solve(nic_inc, cap, offered, iterations=iters)
+            return sol.rates, sol.info.iterations
+        return solve_flat(nic_inc, cap, offered, with_rounds=True)
 
-    rates = jax.lax.cond(jnp.all(top <= port), one_port, several_ports)
-    return jnp.minimum(rates, offered)
+    if ports == "one":
+        rates, rounds = one_port()
+    elif ports == "several":
+        rates, rounds = several_ports()
+    else:
+        rates, rounds = jax.lax.cond(jnp.all(top <= port), one_port, several_ports)
+    return jnp.minimum(rates, offered), rounds
 
 
 def _first_hops(inc, seg):
@@ -1242,17 +1306,17 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
     # the NICs' shares of the offers: on the class grants, then on what the grants
     # leave unused at the NIC port, within each class's ceiling (as pass 2 below)
     f_k, f_u = _first_hops(inc_k, uh.seg), _first_hops(vinc, uh.seg)
-    send1 = _nic_send(static, net.uswitch, f_u, fresh, offered)
+    send1, rounds1 = _nic_send(static, net.uswitch, f_u, fresh, offered, static.nic_ports)
     use_u = vinc.link_load(send1)
     f2 = Incidence(jnp.concatenate([f_k.link_idx, n_links + f_u.link_idx]),
                    jnp.concatenate([f_k.flow_idx, f_u.flow_idx]),
                    jnp.concatenate([f_k.weight, f_u.weight]), n_links + n_units, inc_k.n_flows)
-    send2 = _nic_send(static, switch2, f2,
+    send2, rounds2 = _nic_send(static, switch2, f2,
                       jnp.concatenate([jnp.maximum(cap_k - per_link(served_u / dt + use_u), 0.0),
                                        jnp.maximum(ceiling - served_u / dt - use_u, 0.0)]),
-                      jnp.maximum(offered - send1, 0.0))
+                      jnp.maximum(offered - send1, 0.0), "several")
     send = jnp.minimum(send1 + send2, offered)
-    r_p, _, _, tx_u = _allocate_paths(static, uh, vinc, fresh, send)
+    r_p, _, _, tx_u, it1 = _allocate_paths(static, uh, vinc, fresh, send)
     # pass 2: capacity left unused by the grants, within each class's ceiling
     used_u = served_u / dt + tx_u
     spare = jnp.maximum(cap_k - per_link(used_u), 0.0)
@@ -1295,7 +1359,8 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
     return dict(served=served, x=x_new, xb=_tail_bands(uh, left_b, x_new), alloc=alloc,
                 tx=served_u / dt + pinc_v.link_load(r_p.ravel()),
                 served_l=served_u, load_o=per_link(load_u), dropped=dropped, span=span, transit=carry, vinc=vinc, send=send,
-                usable_l=jnp.minimum(cap_k, per_link(ceiling)))
+                usable_l=jnp.minimum(cap_k, per_link(ceiling)),
+                rounds=jnp.stack([it1 + sol2.info.iterations, rounds1 + rounds2]))
 
 
 def _shared_params(static, net, fcp, pool):
@@ -1340,8 +1405,7 @@ def _propagate(net, c, served, alloc, discard, dt):
     arrived = alloc * dt + jnp.sum(jnp.where(hops.last, served, 0.0), axis=1)
     discarded = arrived * discard
     passed = arrived - discarded
-    wire = lk.wire_push(c["wire"], c["k"], net.wire_n, net.wire_phi, passed)
-    wire, delivered = lk.wire_pop(wire, c["k"])
+    wire, delivered = lk.wire_step(c["wire"], c["k"], net.wire_n, net.wire_phi, passed)
     return wire, passed, delivered, discarded
 
 
@@ -1405,7 +1469,7 @@ def _emit_signals(static, net, c, x, cap_k, usable, tx, split, offered, dropped,
     new = dict(mark=p_path, rtt=rtt, util=util, rate=offered, loss=dropped / dt,
                rx_share=rx_share)
     w = c["k"] % static.shape.ring_len
-    ring = {f: c["ring"][f].at[w].set(new[f]) for f in SIGNALS}
+    ring = c["ring"].at[w].set(jnp.stack([new[f] for f in SIGNALS], axis=1))
     return ring, mark_l, p_path
 
 
@@ -1531,10 +1595,12 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
         net, c, tr["served"], tr["alloc"], discard, dt)
     sent_now = tr["send"] * dt - held
     # accounting: sent = delivered + in flight + queued + dropped + discarded, every step
-    stock_old = jnp.sum(c["x"]) + jnp.sum(c["transit"]) + jnp.sum(c["wire"])
-    stock_new = jnp.sum(x_new) + jnp.sum(transit_new) + jnp.sum(wire)
-    residual = jnp.abs(jnp.sum(sent_now) - jnp.sum(deliv_now) - (stock_new - stock_old)
-                       - jnp.sum(dropped_now) - jnp.sum(discarded_now))
+    # (per flow, then one sum over the flows)
+    stock = lambda x, tr, w, k: (jnp.sum(x, axis=1) + jnp.sum(tr, axis=1)  # noqa: E731
+                                 + lk.wire_in_flight(w, k, net.wire_n, net.wire_phi))
+    residual = jnp.abs(jnp.sum(sent_now - deliv_now - dropped_now - discarded_now
+                               - (stock(x_new, transit_new, wire, c["k"])
+                                  - stock(c["x"], c["transit"], c["wire"], c["k"] - 1))))
     # per queue (link, or link x class): a flow drains through its own class's queue
     last = _last_bytes(sig_net, tr["served"], tr["served_l"], usable, sig_inc, tr["alloc"],
                        jnp.minimum(law_state.rate, net.line_rate), dt, tr["span"])
@@ -1563,6 +1629,7 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
                law=law_state, fc=fc_state, ring=ring,
                max_residual=jnp.maximum(c["max_residual"], residual),
                max_queue=jnp.maximum(c["max_queue"], q_new),
+               solver_iterations=c["solver_iterations"] + tr["rounds"].astype(jnp.int32),
                stranded_time=c["stranded_time"] + jnp.where(active & stranded, dt, 0.0),
                stranded=active & stranded)
     if static.policy is not None:
@@ -1582,8 +1649,11 @@ def _per_unit_params(params, n_links, n_classes):
     return jax.tree_util.tree_map(rep, params)
 
 
-def _in_flight(c):
-    return jnp.sum(c["transit"], axis=1) + jnp.sum(c["wire"], axis=0)
+def _in_flight(net, c):
+    """``[flows]`` bytes in transit between hops or on the receiver wire after the
+    state's last step."""
+    return jnp.sum(c["transit"], axis=1) + lk.wire_in_flight(c["wire"], c["k"] - 1,
+                                                              net.wire_n, net.wire_phi)
 
 
 def _idle_for_good(net, c, t_end):
@@ -1592,7 +1662,7 @@ def _idle_for_good(net, c, t_end):
     f = net.flows
     rel = release_times(net.deps, c["finish"], f["arrival"], f["delay"])
     flows_idle = jnp.all(c["done"] | (rel >= t_end))
-    empty = (jnp.all(c["x"] == 0) & jnp.all(c["transit"] == 0) & jnp.all(c["wire"] == 0))
+    empty = jnp.all(c["x"] == 0) & jnp.all(_in_flight(net, c) == 0)
     fc = c["fc"]
     calm = jnp.all(fc.pause == 0) & jnp.all(fc.history == 0)
     return flows_idle & empty & calm
@@ -1625,7 +1695,8 @@ def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparam
         return c, jax.tree_util.tree_map(lambda a: a[-1], snaps)
 
     def skip(c):
-        c = dict(c, k=c["k"] + inner)
+        # idle: nothing is on a wire, and the wires' history (indexed by step) restarts
+        c = dict(c, k=c["k"] + inner, wire=jnp.zeros_like(c["wire"]))
         return c, (_idle_snapshot(net, sched, c, dt) if keep_traj else None)
 
     # the horizon of this run (a resumed run continues from its state's step)
@@ -1640,7 +1711,7 @@ def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparam
             return c, None
         totals = dict(sent=jnp.sum(c["sent"]), delivered=jnp.sum(c["delivered"]),
                       queued=jnp.sum(c["x"]), dropped=jnp.sum(c["dropped"]),
-                      in_flight=jnp.sum(_in_flight(c)), discarded=jnp.sum(c["discarded"]))
+                      in_flight=jnp.sum(_in_flight(net, c)), discarded=jnp.sum(c["discarded"]))
         return c, dict(snap, **totals)
 
     c, traj = jax.lax.scan(chunk, carry, jnp.arange(n_outer, dtype=jnp.int32))
@@ -1653,11 +1724,11 @@ def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparam
     info = FluidInfo(max_residual=c["max_residual"], stalled=~jnp.all(c["done"]),
                      paused_time=paused, max_queue=c["max_queue"],
                      stranded_time=c["stranded_time"], stranded=c["stranded"],
-                     discard_mode=c["rx_phi"])
+                     discard_mode=c["rx_phi"], solver_iterations=c["solver_iterations"])
     return FluidResult(start=start, finish=c["finish"], fct=c["finish"] - f["arrival"],
                        sent=c["sent"], delivered=c["delivered"], dropped=c["dropped"],
                        queued=jnp.sum(c["x"], axis=1),
                        link_queue=net.hops.link_sum(c["x"]),
                        law_state=c["law"], trajectory=trajectory, info=info,
-                       routing_state=c.get("route"), state=c, in_flight=_in_flight(c),
+                       routing_state=c.get("route"), state=c, in_flight=_in_flight(net, c),
                        discarded=c["discarded"])

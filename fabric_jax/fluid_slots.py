@@ -79,7 +79,7 @@ from . import flowcontrol as fcm
 from . import links as lk
 from .cc import base as ccbase
 from .fluid import (SIGNALS, FluidInfo, FluidResult, check_fifo_bands, check_single_path,
-                    hop_entries, prepare_classes, simulate_fluid)
+                    hop_entries, prepare_classes, ring_initial, simulate_fluid)
 from .incidence import Incidence
 from .sim import prepare_flows
 
@@ -96,8 +96,8 @@ FLOW_AXIS = dict(remaining=0, x=0, xb=0, transit=0, wire=1, start=0, finish=0, d
                  stranded_time=0, stranded=0)
 #: Entries of the fluid state that are not per flow and carry over windows unchanged:
 #: the step counter, flow-control state per link, the conservation residual, the
-#: largest queue per link.
-GLOBAL_KEYS = frozenset({"k", "fc", "max_residual", "max_queue"})
+#: largest queue per link, the per-step solves' iteration counts.
+GLOBAL_KEYS = frozenset({"k", "fc", "max_residual", "max_queue", "solver_iterations"})
 #: Arrival time of pin and free-slot columns, s: never released in any real run.
 INERT_ARRIVAL = 1e9
 #: Default window length, steps.
@@ -149,7 +149,7 @@ def _classify(state):
 
 
 def fresh_columns(key: str, leaf: np.ndarray, cols, *, size, line_rate, base_rtt,
-                  law_leaf=None, ring_name: str | None = None) -> None:
+                  law_leaf=None) -> None:
     """Writes, in place, the state of flows that have not started into columns ``cols``
     of the per-flow ``leaf`` under state entry ``key`` (the values of
     :func:`fabric_jax.fluid.simulate_fluid`'s initial carry).
@@ -160,8 +160,8 @@ def fresh_columns(key: str, leaf: np.ndarray, cols, *, size, line_rate, base_rtt
       cols: ``[n]`` columns (slots) along the flow axis.
       size, line_rate, base_rtt: ``[n]`` the entering flows' values.
       law_leaf: ``[n, ...]`` the law's initial state leaf (``law.init``) for ``law``.
-      ring_name: the signal of a ``ring`` leaf (``rtt`` starts at the base RTT,
-        ``rx_share`` at the line rate, the others at 0).
+        The ``ring`` (``[ring_len, flows, signals]``) starts at
+        :func:`fabric_jax.fluid.ring_initial` (base RTT, line rate, zeros).
     """
     axis = FLOW_AXIS[key]
     if key == "remaining":
@@ -170,10 +170,9 @@ def fresh_columns(key: str, leaf: np.ndarray, cols, *, size, line_rate, base_rtt
         val = np.full(len(cols), np.inf)
     elif key == "law":
         val = law_leaf
-    elif key == "ring" and ring_name == "rtt":
-        val = np.broadcast_to(base_rtt, (leaf.shape[0], len(cols)))
-    elif key == "ring" and ring_name == "rx_share":
-        val = np.broadcast_to(line_rate, (leaf.shape[0], len(cols)))
+    elif key == "ring":
+        val = np.broadcast_to(np.asarray(ring_initial(base_rtt, line_rate, leaf.dtype)),
+                              (leaf.shape[0], len(cols), leaf.shape[2]))
     else:
         val = 0
     idx = [slice(None)] * leaf.ndim
@@ -378,10 +377,11 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                      law_def, [np.zeros((n_cols,) + a.shape[1:], a.dtype)
                                for a in law_init_leaves]),
                  fc=jax.device_get(fcm.init_state(fc, n_units, fdt)),
-                 ring={name: fz(ring_len, n_cols) for name in SIGNALS},
+                 ring=fz(ring_len, n_cols, len(SIGNALS)),
                  max_residual=np.zeros((), fdt), max_queue=fz(n_links),
+                 solver_iterations=np.zeros(2, np.int32),
                  stranded_time=fz(n_cols), stranded=np.zeros(n_cols, bool))
-    law_pos, ring_name = {}, {}
+    law_pos = {}
 
     def adopt(state):
         """Host copies of a state's leaves (in flatten order) and its treedef."""
@@ -391,8 +391,6 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
             for i, ((key, _), path) in enumerate(zip(got, paths)):
                 if key == "law":
                     law_pos[i] = len(law_pos)
-                elif key == "ring":
-                    ring_name[i] = str(getattr(path[1], "key", ""))
         return got, tdef
 
     leaves, treedef = adopt(carry)
@@ -409,8 +407,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
             if key in FLOW_AXIS:
                 fresh_columns(key, leaf, cols, **kw,
                               law_leaf=(law_init_leaves[law_pos[i]][src]
-                                        if key == "law" else None),
-                              ring_name=ring_name.get(i))
+                                        if key == "law" else None))
 
     # ---- the run's [flows] results (flows never admitted keep these defaults)
     out = dict(start=release.copy(), finish=np.full(n_flows, np.inf), sent=np.zeros(n_flows),
@@ -436,7 +433,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                     "stranded_time", "stranded", "done"):
             out[key][f] = col(key, cols)
         out["queued"][f] = col("x", cols).sum(axis=1)
-        out["in_flight"][f] = col("transit", cols).sum(axis=1) + col("wire", cols).sum(axis=0)
+        out["in_flight"][f] = in_flight[cols]
         out["rx_phi"][:, f] = col("rx_phi", cols)
         for i, (key, leaf) in enumerate(leaves):
             if key == "law":
@@ -454,8 +451,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
         if last is not None:
             # leave: finished flows with nothing left in the fabric
             live = col_flow[:max_active] >= 0
-            stock = (col("x", slot_ids).sum(axis=1) + col("transit", slot_ids).sum(axis=1)
-                     + col("wire", slot_ids).sum(axis=0))
+            stock = col("x", slot_ids).sum(axis=1) + in_flight[slot_ids]
             leaving = slot_ids[live & col("done", slot_ids) & (stock == 0)]
             scatter(leaving)
             col_flow[leaving] = -1
@@ -476,7 +472,10 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
             # nothing in the fabric, nothing to admit, flow control at rest: the window
             # would change nothing a flow sees (fluid's stop_when_idle rule); skip it
             k += steps
-            leaves[[key for key, _ in leaves].index("k")][1][...] = k
+            keys = [key for key, _ in leaves]
+            leaves[keys.index("k")][1][...] = k
+            # the wires' history is indexed by step: what it holds was delivered
+            leaves[keys.index("wire")][1][...] = 0
             continue
         tgt = free[:entering.size]
         col_flow[tgt] = entering
@@ -493,6 +492,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                                  f"differs ({err}); update fluid_slots") from err
             raise
         leaves, treedef = adopt(last.state)
+        in_flight = np.asarray(last.in_flight)
         n_windows += 1
         k += steps
     scatter(slot_ids[col_flow[:max_active] >= 0])
@@ -504,7 +504,8 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
     info = FluidInfo(max_residual=as_f(g["max_residual"]), stalled=jnp.asarray(~out["done"].all()),
                      paused_time=as_f(paused), max_queue=as_f(g["max_queue"]),
                      stranded_time=as_f(out["stranded_time"]),
-                     stranded=jnp.asarray(out["stranded"]), discard_mode=as_f(out["rx_phi"]))
+                     stranded=jnp.asarray(out["stranded"]), discard_mode=as_f(out["rx_phi"]),
+                     solver_iterations=jnp.asarray(g["solver_iterations"]))
     law_state = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(law_init),
                                              [as_f(a) if np.issubdtype(a.dtype, np.floating)
                                               else jnp.asarray(a) for a in law_out])

@@ -22,8 +22,8 @@ Per hop the loop keeps two byte counts:
 
 A flow's path also has a one-way latency (propagation + serialisation of its links,
 plus host processing): the bytes that leave the last queue ride a per-flow **wire**
-(:func:`wire_push` / :func:`wire_pop`), a ring buffer of ``[depth, flows]`` bytes
-delivered after ``n + phi`` steps (``n`` integer steps, the fraction ``phi`` split
+(:func:`wire_step`, :func:`wire_in_flight`), a ``[depth, flows]`` history of what
+entered it, delivered after ``n + phi`` steps (``n`` integer steps, the fraction ``phi`` split
 linearly over the two neighbouring steps, exact for traffic spread uniformly over a
 step).
 
@@ -51,12 +51,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .segments import segment_reduce, segment_table, tables_wanted
+
 __all__ = ["HopTable", "hop_table", "nic_links", "wire_taps", "serve", "serve_through",
            "past_first", "fifo_take", "merge_bands", "reconcile_bands",
            "band_sums",
            "service_span",
            "DEFAULT_FIFO_BANDS",
-           "wire_push", "wire_pop", "path_latencies", "path_delay"]
+           "wire_step", "wire_in_flight", "path_latencies", "path_delay"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +73,11 @@ class HopTable:
       last: ``[flows, hops]`` bool, the last hop of its path.
       seg: hops per path (the table has ``hops / seg`` paths per flow).
       n_links: number of links.
+      by_link, by_prev: :class:`fabric_jax.segments.SegmentTable` of ``link`` and
+        ``prev``: the link-side sums as gathers on accelerators
+        (:func:`fabric_jax.segments.segment_reduce`), built on the host by
+        :func:`hop_table` when :func:`fabric_jax.segments.tables_wanted`; ``None``:
+        scatter-adds (the CPU's form, or a table built from traced weights).
     """
 
     link: Any
@@ -79,6 +86,8 @@ class HopTable:
     last: Any
     seg: int = dataclasses.field(metadata=dict(static=True))
     n_links: int = dataclasses.field(metadata=dict(static=True))
+    by_link: Any = None
+    by_prev: Any = None
 
     @property
     def n_paths(self) -> int:
@@ -88,14 +97,24 @@ class HopTable:
         """``[flows, hops]`` -> ``[flows, paths, seg]``."""
         return a.reshape(a.shape[0], self.n_paths, self.seg)
 
+    def _flat(self, values):
+        """``[flows, hops, ...]`` -> ``[flows * hops, ...]``."""
+        return values.reshape((self.link.size,) + values.shape[2:])
+
     def link_sum(self, values):
-        """``[links]`` sums of ``[flows, hops]`` values over each link's entries."""
-        return _segment(values, self.link, self.n_links)
+        """``[links, ...]`` sums of ``[flows, hops, ...]`` values over each link's
+        entries."""
+        return segment_reduce(self._flat(values), self.link, self.n_links, self.by_link)
+
+    def link_max(self, values):
+        """``[links, ...]`` maxima of ``[flows, hops, ...]`` values over each link's
+        entries (``-inf`` where a link has none)."""
+        return segment_reduce(self._flat(values), self.link, self.n_links, self.by_link, "max")
 
     def pool_sum(self, values):
-        """``[links]`` sums over the entries whose *previous* hop is the link (the
+        """``[links, ...]`` sums over the entries whose *previous* hop is the link (the
         downstream switch's ingress pool charged to that link)."""
-        return _segment(values, self.prev, self.n_links)
+        return segment_reduce(self._flat(values), self.prev, self.n_links, self.by_prev)
 
     def gather(self, link_values, fill=0.0):
         """``[flows, hops]`` value of each hop's link (``fill`` on padding)."""
@@ -113,26 +132,38 @@ class HopTable:
 jax.tree_util.register_dataclass(HopTable)
 
 
-def _segment(values, idx, n):
-    return jax.ops.segment_sum(values.ravel(), idx.ravel(), num_segments=n + 1)[:n]
-
-
 def hop_table(link_tab: np.ndarray, weight, seg: int, n_links: int) -> HopTable:
     """Builds the :class:`HopTable` from a host ``[flows, hops]`` link table (NumPy,
     ``n_links`` on padding) and the hop weights (0 = no hop)."""
     link = np.asarray(link_tab)
     n_flows, n_hops = link.shape
-    valid = jnp.asarray(link < n_links) & (jnp.asarray(weight) != 0)
-    link_j = jnp.where(valid, jnp.asarray(link, jnp.int32), n_links)
-    l3 = link_j.reshape(n_flows, n_hops // seg, seg)
-    prev = jnp.concatenate([jnp.full(l3.shape[:2] + (1,), n_links, jnp.int32), l3[:, :, :-1]],
-                           axis=2).reshape(n_flows, n_hops)
-    prev = jnp.where(valid, prev, n_links)
+    if isinstance(weight, jax.core.Tracer):
+        valid = jnp.asarray(link < n_links) & (weight != 0)
+        link_j = jnp.where(valid, jnp.asarray(link, jnp.int32), n_links)
+        l3 = link_j.reshape(n_flows, n_hops // seg, seg)
+        prev = jnp.concatenate([jnp.full(l3.shape[:2] + (1,), n_links, jnp.int32),
+                                l3[:, :, :-1]], axis=2).reshape(n_flows, n_hops)
+        prev = jnp.where(valid, prev, n_links)
+        v3 = valid.reshape(l3.shape)
+        nxt = jnp.concatenate([v3[:, :, 1:], jnp.zeros(l3.shape[:2] + (1,), bool)], axis=2)
+        last = valid & ~nxt.reshape(n_flows, n_hops)
+        return HopTable(link=link_j, prev=prev, valid=valid, last=last, seg=int(seg),
+                        n_links=int(n_links))
+    # host: the layout and its segment tables (link-side sums as gathers)
+    valid = (link < n_links) & (np.asarray(weight) != 0)
+    link_h = np.where(valid, link, n_links).astype(np.int32)
+    l3 = link_h.reshape(n_flows, n_hops // seg, seg)
+    prev = np.concatenate([np.full(l3.shape[:2] + (1,), n_links, np.int32), l3[:, :, :-1]],
+                          axis=2).reshape(n_flows, n_hops)
+    prev = np.where(valid, prev, n_links).astype(np.int32)
     v3 = valid.reshape(l3.shape)
-    nxt = jnp.concatenate([v3[:, :, 1:], jnp.zeros(l3.shape[:2] + (1,), bool)], axis=2)
+    nxt = np.concatenate([v3[:, :, 1:], np.zeros(l3.shape[:2] + (1,), bool)], axis=2)
     last = valid & ~nxt.reshape(n_flows, n_hops)
-    return HopTable(link=link_j, prev=prev, valid=valid, last=last, seg=int(seg),
-                    n_links=int(n_links))
+    tables = tables_wanted()
+    return HopTable(link=jnp.asarray(link_h), prev=jnp.asarray(prev), valid=jnp.asarray(valid),
+                    last=jnp.asarray(last), seg=int(seg), n_links=int(n_links),
+                    by_link=segment_table(link_h, n_links) if tables else None,
+                    by_prev=segment_table(prev, n_links) if tables else None)
 
 
 def nic_links(link_tab: np.ndarray, seg: int, n_links: int, nic=None) -> np.ndarray:
@@ -212,9 +243,7 @@ DEFAULT_FIFO_BANDS = 8
 
 def band_sums(hops: HopTable, bands):
     """``[links, K]`` bytes in each band of each link's queue (``bands`` ``[flows, hops, K]``)."""
-    n_bands = bands.shape[-1]
-    flat = bands.reshape(-1, n_bands)
-    return jax.ops.segment_sum(flat, hops.link.ravel(), num_segments=hops.n_links + 1)[:-1]
+    return hops.link_sum(bands)
 
 
 def _gather_rows(hops: HopTable, per_link, fill=0.0):
@@ -445,13 +474,39 @@ def past_first(hops: HopTable, overloaded):
     return after.reshape(hops.link.shape)
 
 
-def wire_push(wire, k, taps_n, taps_phi, bytes_):
-    """Puts ``bytes_`` ``[flows]`` on the wire at step ``k``: they leave it after
-    ``taps_n + taps_phi`` steps (:func:`wire_taps`)."""
+def wire_step(wire, k, taps_n, taps_phi, bytes_):
+    """Step ``k`` of the receiver wires: ``bytes_`` ``[flows]`` enter, and each flow's
+    wire delivers what entered ``taps_n + taps_phi`` steps ago (:func:`wire_taps`).
+
+    ``wire`` ``[depth, flows]`` is the history of what entered each wire, row ``j %
+    depth`` holding step ``j`` (``depth >= max(taps_n) + 2``, so a row is read before it
+    is overwritten; zeros before the first step).  Bytes that enter at step ``j`` leave
+    ``1 - phi`` of them at step ``j + n`` and ``phi`` at ``j + n + 1`` (exact for
+    bytes spread uniformly over a step), so step ``k`` delivers ``(1 - phi) h[k - n] +
+    phi h[k - n - 1]``: one row written and two read per step (a ring of arrival slots
+    would need two scatter-adds per step).
+
+    Returns:
+      ``(wire, delivered [flows])``.
+    """
     depth, n_flows = wire.shape
+    wire = jax.lax.dynamic_update_slice(wire, bytes_[None].astype(wire.dtype),
+                                        (k % depth, jnp.zeros((), jnp.int32)))
     ar = jnp.arange(n_flows)
-    wire = wire.at[(k + taps_n) % depth, ar].add(bytes_ * (1.0 - taps_phi))
-    return wire.at[(k + taps_n + 1) % depth, ar].add(bytes_ * taps_phi)
+    delivered = ((1.0 - taps_phi) * wire[(k - taps_n) % depth, ar]
+                 + taps_phi * wire[(k - taps_n - 1) % depth, ar])
+    return wire, delivered
+
+
+def wire_in_flight(wire, k, taps_n, taps_phi):
+    """``[flows]`` bytes still on each wire after step ``k`` (:func:`wire_step`): what
+    entered in the last ``taps_n`` steps, and ``phi`` of what entered ``taps_n`` steps
+    ago."""
+    depth = wire.shape[0]
+    age = (k - jnp.arange(depth)[:, None]) % depth            # [depth, 1] steps ago
+    weight = jnp.where(age < taps_n[None, :], 1.0,
+                       jnp.where(age == taps_n[None, :], taps_phi[None, :], 0.0))
+    return jnp.sum(weight.astype(wire.dtype) * wire, axis=0)
 
 
 def path_delay(hops: HopTable, queue_l, capacity, path_latency):
@@ -470,7 +525,3 @@ def path_delay(hops: HopTable, queue_l, capacity, path_latency):
     return path_latency + jnp.sum(per_hop, axis=2)
 
 
-def wire_pop(wire, k):
-    """``(wire, arrived)``: the ``[flows]`` bytes leaving the wire at step ``k``."""
-    slot = k % wire.shape[0]
-    return wire.at[slot].set(0.0), wire[slot]

@@ -1,0 +1,342 @@
+"""Benchmark: the engine at GPU sizes, first call and steady state apart, GPU beside CPU.
+
+One command (issue 24), at most about 8 minutes on one GPU, writing ``results/gpu.json``
+as each part finishes (a timeout keeps what ran):
+
+``solve``
+    exact :func:`fabric_jax.max_min_fair` on ``fat_tree(16)`` with 10^4, 10^5, 10^6
+    random host pairs (one ECMP path each) and ``fat_tree(32)`` with 10^6: first call,
+    steady state, iterations (the bottleneck depth), time per iteration, bytes per flow.
+``fluid``
+    :func:`fabric_jax.simulate_fluid` with DCQCN + PFC and with HPCC (no flow control),
+    ``dt = 1 us``, on the same instances (10^4 and 10^5 flows on ``fat_tree(16)``,
+    10^6 on ``fat_tree(32)`` on an accelerator): time per step (the difference of a
+    ``2n`` and an ``n``-step run, so compile and fixed costs cancel), flow-steps per
+    second, fusions of the compiled run and of one step, kernel launches per step (the
+    step's fusions plus the per-step solves' fusions times their measured iterations,
+    :mod:`experiments._hlo`), bytes per flow (XLA's memory analysis of the run: its
+    arguments and temporaries over the flows).
+``events``
+    :func:`fabric_jax.simulate_flows` (exact, event-driven) on the coupled instances of
+    ``experiments/bench_flowsim.py`` (3k, 10k flows).
+``batched``
+    :func:`fabric_jax.simulate_flows_batched` over 8 seeds against the same seeds one by
+    one, and :func:`fabric_jax.sweep` of 8 same-shaped fluid scenarios (seeds of the
+    sizes) against one run: the cost per scenario.
+
+Every part runs on the default backend and, when that is an accelerator, on this
+machine's CPU backend too (``cpu_*`` keys), for the ratio.  ``--small``: CPU-sized
+instances (a smoke run: the test suite runs it).  ``--baseline-rev REV`` also runs the
+``fluid`` part on the code of git revision ``REV`` (exported to a temporary folder, run
+in a subprocess) and reports the ratio of its time per step to this code's
+(``baseline_step_s`` / ``step_s``), so "not slower than before" is measured in one run.
+
+Usage::
+
+    PYTHONPATH=. python experiments/bench_gpu.py [--small] [--parts solve,fluid,events,batched]
+        [--json results/gpu.json] [--baseline-rev REV]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
+    import _hlo
+    from _bench import device_info, write_json
+except ImportError:  # pragma: no cover
+    from experiments import _hlo
+    from experiments._bench import device_info, write_json
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import fabric_jax as fj  # noqa: E402
+from fabric_jax.paths import PathsTruncatedWarning  # noqa: E402
+
+PARTS = ("solve", "fluid", "events", "batched")
+
+
+# ------------------------------------------------------------------ instances
+def pair_instance(k: int, n_flows: int, seed: int = 0):
+    """``fat_tree(k)`` and ``n_flows`` random host pairs, one seeded ECMP path each:
+    ``(topology, incidence, capacity [links] B/s)``."""
+    topo = fj.fat_tree(k)
+    rng = np.random.default_rng(seed)
+    n = topo.n_hosts
+    src = rng.integers(0, n, n_flows)
+    dst = (src + rng.integers(1, n, n_flows)) % n
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PathsTruncatedWarning)
+        paths = fj.shortest_paths(topo, src, dst, max_paths=1, seed=seed)
+    inc = fj.Incidence.from_paths(paths, np.ones((n_flows, 1)), n_links=topo.n_links)
+    return topo, inc, np.asarray(topo.capacity, np.float32)
+
+
+def _block(x):
+    return jax.tree_util.tree_map(
+        lambda a: a.block_until_ready() if hasattr(a, "block_until_ready") else a, x)
+
+
+def timed(fn, repeats: int = 2):
+    """``(first_s, steady_s, out)``: the first call (trace + compile + run), then the
+    median of ``repeats`` calls."""
+    t0 = time.perf_counter()
+    out = _block(fn())
+    first = time.perf_counter() - t0
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = _block(fn())
+        runs.append(time.perf_counter() - t0)
+    return first, float(np.median(runs)), out
+
+
+def _bytes(compiled, n_flows):
+    try:
+        m = compiled.memory_analysis()
+        return (m.argument_size_in_bytes + m.temp_size_in_bytes) / max(n_flows, 1)
+    except Exception:  # pragma: no cover - backends without memory analysis
+        return None
+
+
+# ---------------------------------------------------------------------- parts
+def part_solve(small, backends):
+    sizes = [(8, 2_000), (8, 20_000)] if small else [(16, 10_000), (16, 100_000),
+                                                     (16, 1_000_000), (32, 1_000_000)]
+    rows = []
+    for k, n in sizes:
+        topo, inc, cap = pair_instance(k, n)
+        row = dict(k=k, links=topo.n_links, flows=n)
+        for name, dev in backends.items():
+            if name == "cpu" and n > 1_000_000:
+                continue
+            with jax.default_device(dev):
+                first, steady, res = timed(lambda: fj.max_min_fair(inc, cap))
+                it = int(res.info.iterations)
+                compiled = jax.jit(lambda c: fj.max_min_fair(inc, c)).lower(cap).compile()
+            row.update({f"{name}_first_s": first, f"{name}_steady_s": steady,
+                        "iterations": it, f"{name}_per_iteration_s": steady / max(it, 1),
+                        "bytes_per_flow": _bytes(compiled, n),
+                        "fusions": _hlo.kernel_counts(compiled.as_text())["fusions"]})
+        rows.append(row)
+        yield rows
+
+
+FLUID_CASES = {"dcqcn_pfc": dict(law="dcqcn", flow_control="pfc"),
+               "hpcc": dict(law="hpcc", flow_control="none")}
+
+
+def fluid_row(k, n, case, steps, dev):
+    """One fluid measurement on device ``dev`` (also run by ``--baseline-rev``)."""
+    topo, inc, cap = pair_instance(k, n)
+    kw = dict(dt=1e-6, buffer=np.asarray(topo.buffer, float) if np.all(
+        np.isfinite(np.asarray(topo.buffer, float))) else 1e6,
+        link_latency=np.asarray(topo.latency, float), nic_links=topo,
+        **FLUID_CASES[case])
+    size = np.full(inc.n_flows, 1e12, np.float32)
+    with jax.default_device(dev):
+        def run(n_steps):
+            return fj.simulate_fluid(inc, cap, size, n_steps=n_steps, **kw)
+        first, t1, r1 = timed(lambda: run(steps), repeats=1)
+        _, t2, r2 = timed(lambda: run(2 * steps), repeats=1)
+    step_s = max(t2 - t1, 1e-9) / steps
+    row = dict(k=k, flows=n, case=case, n_steps=steps, first_s=first, step_s=step_s,
+               flow_steps_per_s=n / step_s, dt_s=1e-6)
+    it = getattr(r2.info, "solver_iterations", None)
+    if it is not None:
+        row["solve_iterations_per_step"] = float(np.asarray(it)[0]) / (2 * steps)
+        row["nic_rounds_per_step"] = float(np.asarray(it)[1]) / (2 * steps)
+    return row
+
+
+def fluid_hlo(k, n, case, steps):
+    """Fusion counts and bytes per flow of the compiled fluid run (spied on the engine's
+    jitted core)."""
+    import fabric_jax.fluid as fl
+    topo, inc, cap = pair_instance(k, n)
+    captured = {}
+    orig = fl._run
+
+    def spy(*a):
+        captured["a"] = a
+        return orig(*a)
+    fl._run = spy
+    try:
+        fj.simulate_fluid(inc, cap, np.full(inc.n_flows, 1e12, np.float32), dt=1e-6,
+                          n_steps=steps, buffer=1e6, link_latency=np.asarray(topo.latency),
+                          nic_links=topo, **FLUID_CASES[case])
+    finally:
+        fl._run = orig
+    compiled = orig.lower(*captured["a"]).compile()
+    counts = _hlo.kernel_counts(compiled.as_text())
+    return counts, _bytes(compiled, n)
+
+
+def part_fluid(small, backends, baseline=None):
+    sizes = [(8, 2_000, 10), (8, 10_000, 10)] if small else [(16, 10_000, 50),
+                                                             (16, 100_000, 20),
+                                                             (32, 1_000_000, 10)]
+    rows = []
+    for case in FLUID_CASES:
+        for k, n, steps in sizes:
+            row = None
+            for name, dev in backends.items():
+                if name == "cpu" and n > 100_000:
+                    continue
+                r = fluid_row(k, n, case, steps, dev)
+                if row is None:
+                    row = {key: r[key] for key in ("k", "flows", "case", "n_steps", "dt_s")}
+                    row.update({key: r[key] for key in r if key.endswith("per_step")})
+                prefix = "" if name == "default" else "cpu_"
+                row.update({prefix + key: r[key] for key in
+                            ("first_s", "step_s", "flow_steps_per_s")})
+            counts, bpf = fluid_hlo(k, n, case, steps)
+            trips = {"allocate": row.get("solve_iterations_per_step", 1.0),
+                     "nic_send": row.get("nic_rounds_per_step", 1.0)}
+            per_step = _hlo.launches_per_step(counts, trips)
+            row.update(fusions=counts["fusions"], fusions_outside_loops=counts["entry"],
+                       step_fusions=per_step["step_fusions"],
+                       launches_per_step=per_step["launches_per_step"],
+                       bytes_per_flow=bpf)
+            if baseline is not None and n <= 100_000:
+                b = baseline(k, n, case, steps)
+                if b is not None:
+                    row["baseline_step_s"] = b["step_s"]
+                    row["baseline_over_new"] = b["step_s"] / row["step_s"]
+            rows.append(row)
+            yield rows
+
+
+def part_events(small, backends):
+    from bench_flowsim import coupled_instance
+    rows = []
+    for n in ([300, 1_000] if small else [3_000, 10_000]):
+        inc, c, a, s = coupled_instance(n, 0)
+        c, a, s = (x.astype(np.float32) for x in (c, a, s))
+        row = dict(flows=n)
+        for name, dev in backends.items():
+            with jax.default_device(dev):
+                first, steady, r = timed(lambda: fj.simulate_flows(inc, c, a, s, max_active=n),
+                                         repeats=1)
+            prefix = "" if name == "default" else "cpu_"
+            row.update({prefix + "first_s": first, prefix + "steady_s": steady,
+                        "events": int(r.n_events)})
+        rows.append(row)
+        yield rows
+
+
+def part_batched(small, backends):
+    from bench_flowsim import coupled_instance
+    n, b = (500, 4) if small else (10_000, 8)
+    inc, c, a, s = coupled_instance(n, 0)
+    sizes = np.stack([coupled_instance(n, i)[3] for i in range(b)]).astype(np.float32)
+    caps = np.broadcast_to(c.astype(np.float32), (b, c.size))
+    arrs = np.zeros((b, n), np.float32)
+    rows = []
+    first, steady, _ = timed(lambda: fj.simulate_flows_batched(inc, caps, arrs, sizes,
+                                                                max_active=n), repeats=1)
+    t0 = time.perf_counter()
+    for i in range(b):
+        _block(fj.simulate_flows(inc, caps[i], arrs[i], sizes[i], max_active=n).finish)
+    loop = (time.perf_counter() - t0) / b
+    rows.append(dict(kind="events", flows=n, batch=b, first_s=first,
+                     per_scenario_s=steady / b, loop_per_scenario_s=loop,
+                     loop_over_batched=loop / (steady / b)))
+    yield rows
+    # fluid scenarios of one shape (the sizes differ) through fabric_jax.sweep
+    k, nf, steps = (4, 200, 50) if small else (16, 10_000, 50)
+    topo, inc2, cap2 = pair_instance(k, nf)
+    rng = np.random.default_rng(0)
+    sizes2 = rng.uniform(1e5, 1e7, (b, nf)).astype(np.float32)
+    kw = dict(dt=1e-6, n_steps=steps, law="dcqcn", flow_control="pfc", buffer=1e6,
+              link_latency=np.asarray(topo.latency), nic_links=topo)
+
+    def one(size):
+        return fj.simulate_fluid(inc2, cap2, size, **kw).finish
+    first, single, _ = timed(lambda: one(sizes2[0]), repeats=1)
+    first_b, batched, _ = timed(lambda: fj.sweep(one, sizes2), repeats=1)
+    rows.append(dict(kind="fluid_sweep", flows=nf, batch=b, n_steps=steps,
+                     single_s=single, first_single_s=first, first_sweep_s=first_b,
+                     sweep_per_scenario_s=batched / b,
+                     single_over_per_scenario=single / (batched / b)))
+    yield rows
+
+
+# ----------------------------------------------------------------- baseline
+def baseline_runner(rev: str):
+    """A function running :func:`fluid_row` on the code of git revision ``rev`` (in a
+    subprocess, on the CPU backend), or ``None`` if the revision cannot be exported."""
+    root = Path(__file__).resolve().parents[1]
+    tmp = Path(tempfile.mkdtemp(prefix="bench_baseline_"))
+    try:
+        archive = subprocess.run(["git", "-C", str(root), "archive", rev], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+    except (subprocess.CalledProcessError, FileNotFoundError) as err:
+        print(f"baseline: cannot export {rev}: {err}", file=sys.stderr)
+        return None
+    # this file's instances and timing, applied to the baseline's package
+    (tmp / "experiments" / "_bench_gpu_here.py").write_text(Path(__file__).read_text())
+    (tmp / "experiments" / "_hlo.py").write_text((Path(__file__).parent / "_hlo.py").read_text())
+
+    def run(k, n, case, steps):
+        code = ("import json, sys, jax; sys.path.insert(0, 'experiments');"
+                "import _bench_gpu_here as b;"
+                f"print(json.dumps(b.fluid_row({k}, {n}, {case!r}, {steps}, jax.devices('cpu')[0])))")
+        env = dict(os.environ, PYTHONPATH=str(tmp))
+        out = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=env,
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            print(out.stderr[-2000:], file=sys.stderr)
+            return None
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    return run
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--small", action="store_true", help="CPU-sized smoke run")
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help=f"comma-separated subset of {','.join(PARTS)}")
+    ap.add_argument("--json", default="results/gpu.json")
+    ap.add_argument("--baseline-rev", default=None,
+                    help="also time the fluid part on this git revision's code (CPU)")
+    a = ap.parse_args(argv)
+    parts = [p for p in a.parts.split(",") if p]
+    bad = [p for p in parts if p not in PARTS]
+    if bad:
+        ap.error(f"--parts: unknown {bad}; choose from {list(PARTS)}")
+    accel = jax.devices()[0]
+    backends = {"default": accel}
+    if accel.platform != "cpu":
+        backends["cpu"] = jax.devices("cpu")[0]
+    out = dict(device=device_info(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               small=a.small, parts={})
+    baseline = baseline_runner(a.baseline_rev) if a.baseline_rev else None
+    gens = dict(solve=lambda: part_solve(a.small, backends),
+                fluid=lambda: part_fluid(a.small, backends, baseline),
+                events=lambda: part_events(a.small, backends),
+                batched=lambda: part_batched(a.small, backends))
+    t0 = time.time()
+    for p in parts:
+        for rows in gens[p]():
+            out["parts"][p] = rows
+            out["wall_s"] = time.time() - t0
+            write_json(a.json, out)
+            print(p, json.dumps(rows[-1], default=float), flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()
