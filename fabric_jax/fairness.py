@@ -61,6 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .incidence import Incidence, as_incidence, check_entries
+from .segments import segment_reduce, segment_table, tables_wanted
 
 __all__ = ["max_min_fair", "MaxMinResult", "MaxMinInfo", "SATURATION_RTOL", "joining_share",
            "water_fill"]
@@ -187,7 +188,33 @@ def max_min_fair(incidence, capacity, demand=None, *, iterations: int | None = N
             return jax.vmap(lambda c, d: _max_min_fair(inc, c, d, iterations, max_iter))(
                 capacity, demand)
         return _max_min_fair_blocks(inc, capacity, demand, max_iter * b)
-    return _max_min_fair(inc, capacity, demand, iterations, max_iter)
+    inc, compaction = _for_backend(inc)
+    return _max_min_fair(inc, capacity, demand, iterations, max_iter, compaction)
+
+
+#: Below this many entries a one-off solve keeps the CPU's layout on every backend (the
+#: host-side table costs more than it saves).
+TABLE_MIN_ENTRIES = 1 << 16
+
+
+def _for_backend(inc: Incidence):
+    """Host: ``(incidence, compaction)`` for a one-off solve on the default backend.
+
+    On the CPU: the incidence as it is and ``"fine"`` compaction (scatters into a small
+    output stay in cache; shrinking buffers cut the work of the long tail).  On an
+    accelerator, for a large concrete incidence: its segment table attached
+    (:func:`fabric_jax.segments.segment_table`, the link-side sums become gathers, no
+    atomic adds contending on hot links) and no compaction, since the table indexes the
+    full entry set and every compaction level is one more loop (a kernel launch and a
+    host synchronisation per iteration)."""
+    if (not tables_wanted() or inc.by_link is not None or inc.nnz < TABLE_MIN_ENTRIES
+            or isinstance(inc.link_idx, jax.core.Tracer)
+            or isinstance(inc.weight, jax.core.Tracer)):
+        return inc, ("none" if inc.by_link is not None else "fine")
+    li = np.asarray(inc.link_idx)
+    active = np.asarray(inc.weight) != 0
+    table = segment_table(np.where(active, li, inc.n_links), inc.n_links)
+    return dataclasses.replace(inc, by_link=table), "none"
 
 
 def block_diagonal(inc: Incidence, batch: int) -> Incidence:
@@ -218,9 +245,11 @@ def _max_min_fair_blocks(inc: Incidence, capacity, demand, max_iter) -> MaxMinRe
                         saturated=res.saturated.reshape(b, -1), info=info)
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4))
-def _max_min_fair(inc: Incidence, capacity, demand, iterations, max_iter) -> MaxMinResult:
-    return solve(inc, capacity, demand, iterations=iterations, max_iter=max_iter)
+@functools.partial(jax.jit, static_argnums=(3, 4, 5))
+def _max_min_fair(inc: Incidence, capacity, demand, iterations, max_iter,
+                  compaction="fine") -> MaxMinResult:
+    return solve(inc, capacity, demand, iterations=iterations, max_iter=max_iter,
+                 compaction=compaction)
 
 
 #: Below this many entries the solver stops compacting (a level's loop is cheap).
@@ -258,14 +287,16 @@ def _levels(n: int, unit: int = 1, fine: bool | str = True) -> list[int]:
     return sizes
 
 
-def _link_sum(values, li, n_links, axis_name):
-    """Per-link sum of per-entry ``values`` (over all shards when ``axis_name`` is set)."""
-    out = jax.ops.segment_sum(values, li, num_segments=n_links)
+def _link_sum(values, li, n_links, axis_name, table=None):
+    """Per-link sum of per-entry ``values`` (over all shards when ``axis_name`` is set;
+    with ``table``, the :class:`fabric_jax.segments.SegmentTable` of ``li``, a gather on
+    accelerators)."""
+    out = segment_reduce(values, li, n_links, table, in_range=True)
     return out if axis_name is None else jax.lax.psum(out, axis_name)
 
 
-def _link_min(values, li, n_links, axis_name):
-    out = jax.ops.segment_min(values, li, num_segments=n_links)
+def _link_min(values, li, n_links, axis_name, table=None):
+    out = segment_reduce(values, li, n_links, table, "min", in_range=True)
     return out if axis_name is None else jax.lax.pmin(out, axis_name)
 
 
@@ -277,7 +308,7 @@ def _any_shard(x, axis_name):
 
 
 def _iteration(li, fi, weight, active, capacity, demand, n_links, n_flows, rate, frozen,
-               axis_name=None):
+               axis_name=None, table=None):
     """One bottleneck-freezing iteration over COO entries (see the module docstring).
 
     Returns the new ``rate``, ``frozen``, the links' load from flows frozen before this
@@ -290,7 +321,7 @@ def _iteration(li, fi, weight, active, capacity, demand, n_links, n_flows, rate,
     # One scatter for both per-link sums: open weight and load of frozen flows.
     both = jnp.stack([jnp.where(entry_open, weight, 0.0),
                       jnp.where(active & entry_frozen, weight * rate[fi], 0.0)], axis=1)
-    sums = _link_sum(both, li, n_links, axis_name)
+    sums = _link_sum(both, li, n_links, axis_name, table)
     open_weight, frozen_load = sums[:, 0], sums[:, 1]
     has_open = open_weight > 0
     safe_w = jnp.where(has_open, open_weight, 1.0)  # double-where: no NaN/inf grads
@@ -300,7 +331,7 @@ def _iteration(li, fi, weight, active, capacity, demand, n_links, n_flows, rate,
     target = jnp.minimum(link_level, demand)
     # A link is a bottleneck now if its level is the smallest of all its flows'.
     link_floor = _link_min(jnp.where(entry_open, target[fi], jnp.inf), li, n_links,
-                           axis_name)
+                           axis_name, table)
     bottleneck = has_open & (level <= link_floor)
     on_bottleneck = jax.ops.segment_max((entry_open & bottleneck[li]).astype(jnp.int8), fi,
                                         num_segments=n_flows) > 0
@@ -312,7 +343,7 @@ def _iteration(li, fi, weight, active, capacity, demand, n_links, n_flows, rate,
 
 
 def _iteration_rows(li, weight, active, capacity, demand, n_links, rate, frozen,
-                    axis_name=None):
+                    axis_name=None, table=None):
     """:func:`_iteration` for the flow-major layout: ``li``/``weight``/``active`` are
     ``[flows, width]``, so per-flow gathers are broadcasts and per-flow reductions are
     dense; only the two per-link reductions scatter.  ``li`` must be in range (padding
@@ -322,7 +353,7 @@ def _iteration_rows(li, weight, active, capacity, demand, n_links, rate, frozen,
     # frozen flows): ~30% cheaper on CPU than a two-column scatter.
     both = jax.lax.complex(jnp.where(entry_open, weight, 0.0),
                            jnp.where(active & frozen[:, None], weight * rate[:, None], 0.0))
-    sums = _link_sum(both.reshape(-1), li.reshape(-1), n_links, axis_name)
+    sums = _link_sum(both.reshape(-1), li.reshape(-1), n_links, axis_name, table)
     open_weight, frozen_load = jnp.real(sums), jnp.imag(sums)
     has_open = open_weight > 0
     safe_w = jnp.where(has_open, open_weight, 1.0)  # double-where: no NaN/inf grads
@@ -332,7 +363,7 @@ def _iteration_rows(li, weight, active, capacity, demand, n_links, rate, frozen,
     link_level = jnp.min(level_e, axis=1, initial=jnp.inf)                    # [flows]
     target = jnp.minimum(link_level, demand)
     link_floor = _link_min(jnp.where(entry_open, target[:, None], jnp.inf).reshape(-1),
-                           li.reshape(-1), n_links, axis_name)
+                           li.reshape(-1), n_links, axis_name, table)
     bottleneck = has_open & (level <= link_floor)
     on_bottleneck = jnp.any(entry_open & jnp.take(bottleneck, li, mode="clip"), axis=1)
     freeze = ~frozen & (on_bottleneck | (demand <= link_level))
@@ -374,9 +405,12 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_n
         def cond(c, stop_at=stop_at):
             return _any_shard(jnp.sum(~c[1]) > stop_at, axis_name) & (c[2] < max_iter)
 
-        def body(c, li=li, w=w, act=act, residual=residual, d=d):
+        # the incidence's segment table holds the entries of the first level only
+        table = inc.by_link if level == 0 else None
+
+        def body(c, li=li, w=w, act=act, residual=residual, d=d, table=table):
             r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, c[0], c[1],
-                                   axis_name)
+                                   axis_name, table)
             return r, f, c[2] + 1
 
         r, f, it = jax.lax.while_loop(cond, body, (r, f, it))
@@ -429,7 +463,8 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
 
             def step(c):
                 r, f, _, _ = _iteration(inc.link_idx, inc.flow_idx, weight, active, capacity,
-                                        demand, n_links, n_flows, c[0], c[1], axis_name)
+                                        demand, n_links, n_flows, c[0], c[1], axis_name,
+                                        inc.by_link)
                 return r, f, c[2] + 1
             if axis_name is not None:  # collectives inside: no data-dependent skip
                 return step((rate, frozen, it))
@@ -456,9 +491,11 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
                 return (_any_shard((c[3] > stop_at) & jnp.any(~c[1]), axis_name)
                         & (c[2] < max_iter))
 
-            def body(c, li=li, fi=fi, w=w, act=act, residual=residual):
+            table = inc.by_link if level == 0 else None
+
+            def body(c, li=li, fi=fi, w=w, act=act, residual=residual, table=table):
                 r, f, _, n_open = _iteration(li, fi, w, act, residual, demand, n_links,
-                                             n_flows, c[0], c[1], axis_name)
+                                             n_flows, c[0], c[1], axis_name, table)
                 return r, f, c[2] + 1, n_open
 
             n_open0 = jnp.sum(act & ~frozen[fi])
@@ -630,7 +667,7 @@ def solve_warm(inc: Incidence, capacity, demand, rate, frozen, *, max_iter=None,
     return MaxMinResult(rates=rate, link_load=new_load, saturated=saturated, info=info)
 
 
-def joining_share(inc: Incidence, capacity, rates):
+def joining_share(inc: Incidence, capacity, rates, load=None):
     """``[flows]`` the rate each flow would get if it alone raised its demand, link by link.
 
     Given a max-min allocation ``rates`` (e.g. :func:`solve`'s, with some flows held
@@ -664,6 +701,7 @@ def joining_share(inc: Incidence, capacity, rates):
       inc: :class:`~fabric_jax.Incidence` ``[links, flows]``.
       capacity: ``[links]`` capacity the allocation ``rates`` was computed for, bytes/s.
       rates: ``[flows]`` the allocation, bytes/s.
+      load: optional ``[links]`` ``link_load(rates)`` when the caller has it.
 
     Returns:
       ``[flows]`` bytes/s, ``>= rates``.
@@ -673,12 +711,11 @@ def joining_share(inc: Incidence, capacity, rates):
     on = inc.active
     w = jnp.where(on, inc.weight.astype(dtype), 1.0)
     r_e = rates[inc.flow_idx]
-    lam = jax.ops.segment_max(jnp.where(on, r_e, 0.0), inc.link_idx,
-                              num_segments=inc.n_links)
+    lam = inc.link_max(jnp.where(on, r_e, 0.0))
     lam_e = lam[inc.link_idx]
     top = on & (r_e >= lam_e * (1.0 - rtol))
     top_w = inc.link_sum(jnp.where(top, w, 0.0))[inc.link_idx]
-    load = inc.link_load(rates)
+    load = inc.link_load(rates) if load is None else load
     spare = jnp.maximum(capacity - load, 0.0)
     spare_e = spare[inc.link_idx]
     saturated = (spare <= rtol * jnp.abs(capacity))[inc.link_idx]

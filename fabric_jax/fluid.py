@@ -902,7 +902,7 @@ def _init_carry(law, fc, shape: _Shape, hops: lk.HopTable, size, line_rate, base
                  start=jnp.full((n_flows,), inf), finish=jnp.full((n_flows,), inf),
                  done=jnp.zeros((n_flows,), bool), sent=zf, passed=zf, delivered=zf,
                  dropped=zf, discarded=zf, rx_phi=jnp.zeros((2, n_flows), fdt),
-                 law=law.init(line_rate, params),
+                 law=pack_law(law.init(line_rate, params)),
                  fc=fcm.init_state(fc, n_links * shape.n_classes, fdt), ring=ring0,
                  max_residual=jnp.asarray(0.0, fdt), max_queue=jnp.zeros((n_links,), fdt),
                  solver_iterations=jnp.zeros((2,), jnp.int32),
@@ -911,6 +911,26 @@ def _init_carry(law, fc, shape: _Shape, hops: lk.HopTable, size, line_rate, base
         carry.update(route=rstate0, load=jnp.zeros((n_links,), fdt),
                      mark_l=jnp.zeros((n_links,), fdt), rate=zf)
     return carry
+
+
+def pack_law(state, offered=None):
+    """A law's state (a pytree of ``[flows]`` leaves) and the flows' offered rates as
+    one ``[fields + 1, flows]`` array: the form the loop carries
+    (``FluidResult.state["law"]``), so that the step computes the senders in one kernel
+    instead of one per field (the last row: the offer of the step that wrote it, 0 in
+    an initial state)."""
+    leaves = jax.tree_util.tree_leaves(state)
+    if offered is None:
+        offered = jnp.zeros_like(leaves[0])
+    return jnp.stack(leaves + [offered])
+
+
+def unpack_law(packed, template):
+    """Inverse of :func:`pack_law`: the law's state with the structure (and dtypes) of
+    ``template`` (e.g. ``law.init(...)``)."""
+    leaves, treedef = jax.tree_util.tree_flatten(template)
+    return jax.tree_util.tree_unflatten(
+        treedef, [packed[i].astype(a.dtype) for i, a in enumerate(leaves)])
 
 
 def _clock(net, c, dt):
@@ -945,7 +965,7 @@ def _route(static, net, c, x, cap_k, active, t, path_ok, rparams, dt):
     w_static = jnp.where(hops.valid, 1.0, 0.0).astype(fdt)
     inc = Incidence(hops.link.ravel(), jnp.repeat(jnp.arange(n_flows, dtype=jnp.int32),
                                                   hops.link.shape[1]),
-                    w_static.ravel(), hops.n_links, n_flows, hops.link.shape[1])
+                    w_static.ravel(), hops.n_links, n_flows, hops.link.shape[1], hops.by_link)
     if static.policy is None:
         stranded = (jnp.zeros((n_flows,), bool) if path_ok is None else ~path_ok[:, 0])
         return jnp.ones((n_flows, 1), fdt), inc, stranded, None
@@ -993,8 +1013,8 @@ def _offer(static, net, c, t, start, started, active, stranded, params, smooth, 
         mark=got["mark"], rtt=got["rtt"], base_rtt=net.base_rtt, util=got["util"],
         rate=got["rate"], loss=got["loss"], rx_share=got["rx_share"],
         line_rate=net.line_rate, hops=_hop_count(net.hops).astype(dt.dtype))
-    law_state = law.step(c["law"], sig, dt, params, smooth)
     law0 = law.init(net.line_rate, params)
+    law_state = law.step(unpack_law(c["law"], law0), sig, dt, params, smooth)
 
     def pick(a, b):
         s = started.reshape(started.shape + (1,) * (jnp.ndim(a) - 1))
@@ -1004,7 +1024,10 @@ def _offer(static, net, c, t, start, started, active, stranded, params, smooth, 
     offered = jnp.minimum(jnp.minimum(law_state.rate, net.line_rate) * live,
                           c["remaining"] / dt)
     offered = jnp.where(active & ~stranded, jnp.maximum(offered, 0.0), 0.0)
-    return fz.pack((law_state, offered))
+    # the senders' new state and offers in one kernel (the barrier keeps XLA from
+    # reading the rows through the stack, which would split it again)
+    packed = jax.lax.optimization_barrier(pack_law(law_state, offered))
+    return unpack_law(packed, law0), packed[-1], packed
 
 
 #: Compaction of the step's max-min solve (:func:`fabric_jax.fairness.solve`): none.  A
@@ -1045,7 +1068,9 @@ def _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp, dt):
     return dict(served=served, x=x_new, xb=_tail_bands(hops, left_b, x_new, span[2]),
                 alloc=alloc, tx=served_l / dt + tx_cut, served_l=served_l, load_o=load_o,
                 dropped=dropped, transit=carry, send=send, span=span,
-                rounds=jnp.stack([solve_it, nic_rounds]))
+                rounds=jnp.stack([solve_it, nic_rounds]),
+                # one path per flow: the cut-through load is the allocation's link load
+                load_cut=tx_cut if hops.n_paths == 1 else None)
 
 
 def _path_incidence(hops, inc):
@@ -1055,7 +1080,8 @@ def _path_incidence(hops, inc):
     n_flows, n_paths, seg = inc.n_flows, hops.n_paths, hops.seg
     sub = (jnp.arange(n_flows * n_paths, dtype=jnp.int32).reshape(n_flows, n_paths, 1)
            * jnp.ones((1, 1, seg), jnp.int32)).ravel()
-    return Incidence(inc.link_idx, sub, inc.weight, inc.n_links, n_flows * n_paths, seg)
+    return Incidence(inc.link_idx, sub, inc.weight, inc.n_links, n_flows * n_paths, seg,
+                     inc.by_link)
 
 
 def _path_split(hops, inc):
@@ -1233,14 +1259,13 @@ def _buffers(static, net, bh, switch, x_new, arrived_left, fcp, offered):
     (:func:`fabric_jax.flowcontrol.dynamic_limit`)."""
     mode = static.fc.mode
     if mode in ("pfc", "drop", "trim"):
+        both = jnp.stack([x_new, arrived_left], axis=-1)   # one reduction for the two
         if mode == "pfc":   # ingress pool overflow (headroom exhausted)
-            level = bh.pool_sum(x_new)
-            arr_l = bh.pool_sum(arrived_left)
+            level, arr_l = jnp.moveaxis(bh.pool_sum(both), -1, 0)
             room = fcp.buffer
             to_link = bh.prev
         else:               # egress tail drop / trim at switch ports only
-            level = bh.link_sum(x_new)
-            arr_l = bh.link_sum(arrived_left)
+            level, arr_l = jnp.moveaxis(bh.link_sum(both), -1, 0)
             if static.shared:
                 room = fcm.dynamic_limit(level, jnp.maximum(level - arr_l, 0.0), net.sb_egress,
                                          net.sb_alpha, net.sb_size)
@@ -1536,7 +1561,7 @@ def _finish_in_step(t, start, need, passed_now, dt, *, queued, drain, cut, cut_r
     return jnp.clip(t_in, t, t + dt)
 
 
-def _last_bytes(net, served, served_l, usable, inc_k, alloc, pace, dt, span):
+def _last_bytes(net, served, served_l, usable, inc_k, alloc, pace, dt, span, load=None):
     """The per-flow inputs of :func:`_finish_in_step` from the step's transmit stage
     (``span``: the FIFO positions of :func:`fabric_jax.links.service_span`)."""
     hops = net.hops
@@ -1556,7 +1581,8 @@ def _last_bytes(net, served, served_l, usable, inc_k, alloc, pace, dt, span):
     # the rate the flow sends its last bytes at: its share if it wanted its pacing rate
     # (the other flows at its bottleneck give way to it), not its last step's allocation
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
-    cut_rate = jnp.clip(joining_share(inc_k, fresh, alloc), alloc, jnp.maximum(pace, alloc))
+    cut_rate = jnp.clip(joining_share(inc_k, fresh, alloc, load), alloc,
+                        jnp.maximum(pace, alloc))
     return dict(queued=jnp.sum(last_served, axis=1), drain=drain, cut=alloc * dt,
                 cut_rate=cut_rate, q_lo=q_lo, q_hi=q_hi)
 
@@ -1568,8 +1594,8 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     cap_k, x, transit, fault_drop, path_ok = _apply_faults(net, sched, c)
     split, inc_k, stranded, rstate = _route(static, net, c, x, cap_k, active, t, path_ok,
                                             rparams, dt)
-    law_state, offered = _offer(static, net, c, t, start, started, active, stranded, params,
-                                smooth, dt)
+    law_state, offered, law_packed = _offer(static, net, c, t, start, started, active,
+                                            stranded, params, smooth, dt)
     uh, n_cls = net.uhops, static.n_classes
     cap_u = cap_k if n_cls == 1 else jnp.repeat(cap_k, n_cls)
     pool = uh.pool_sum(x + transit)
@@ -1603,7 +1629,8 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
                                   - stock(c["x"], c["transit"], c["wire"], c["k"] - 1))))
     # per queue (link, or link x class): a flow drains through its own class's queue
     last = _last_bytes(sig_net, tr["served"], tr["served_l"], usable, sig_inc, tr["alloc"],
-                       jnp.minimum(law_state.rate, net.line_rate), dt, tr["span"])
+                       jnp.minimum(law_state.rate, net.line_rate), dt, tr["span"],
+                       tr.get("load_cut"))
     remaining = jnp.maximum(c["remaining"] - sent_now + dropped_now + discarded_now, 0.0)
     in_net = jnp.sum(x_new, axis=1) + jnp.sum(transit_new, axis=1)
     passed, completes, finish = _complete(net, c, t, start, active, passed_now, last, dt,
@@ -1615,8 +1642,9 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     if n_cls > 1:  # routing sees a link's worst class
         mark_l = jnp.max(mark_l.reshape(hops.n_links, n_cls), axis=1)
     # react: flow control sees the new ingress pools
-    pool_new = uh.pool_sum(x_new + transit_new)
-    fc_state = fcm.update(static.fc, c["fc"], pool_new, uh.pool_sum(tr["served"]), cap_u,
+    pool_new, pool_out = jnp.moveaxis(
+        uh.pool_sum(jnp.stack([x_new + transit_new, tr["served"]], axis=-1)), -1, 0)
+    fc_state = fcm.update(static.fc, c["fc"], pool_new, pool_out, cap_u,
                           usable, _shared_params(static, net, fcp, pool_new), dt, smooth)
     q_new = hops.link_sum(x_new)
     new = dict(c, k=c["k"] + 1,
@@ -1626,7 +1654,7 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
                done=c["done"] | completes, sent=c["sent"] + sent_now, passed=passed,
                delivered=c["delivered"] + deliv_now, dropped=c["dropped"] + dropped_now,
                discarded=c["discarded"] + discarded_now, rx_phi=rx_phi,
-               law=law_state, fc=fc_state, ring=ring,
+               law=law_packed, fc=fc_state, ring=ring,
                max_residual=jnp.maximum(c["max_residual"], residual),
                max_queue=jnp.maximum(c["max_queue"], q_new),
                solver_iterations=c["solver_iterations"] + tr["rounds"].astype(jnp.int32),
@@ -1668,7 +1696,7 @@ def _idle_for_good(net, c, t_end):
     return flows_idle & empty & calm
 
 
-def _idle_snapshot(net, sched, c, dt):
+def _idle_snapshot(static, net, sched, c, dt, params):
     """The snapshot an idle chunk would end with (see ``stop_when_idle``)."""
     n_flows, fdt = c["sent"].shape[0], c["sent"].dtype
     cap = net.capacity if sched is None else net.capacity * fm.capacity_factor(sched,
@@ -1676,7 +1704,7 @@ def _idle_snapshot(net, sched, c, dt):
     zf = jnp.zeros((n_flows,), fdt)
     return dict(t=c["k"].astype(fdt) * dt, rate=zf, throughput=zf,
                 queue=jnp.zeros_like(net.capacity), usable=cap.astype(fdt), mark=zf,
-                law_state=c["law"])
+                law_state=unpack_law(c["law"], static.law.init(net.line_rate, params)))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
@@ -1697,7 +1725,7 @@ def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparam
     def skip(c):
         # idle: nothing is on a wire, and the wires' history (indexed by step) restarts
         c = dict(c, k=c["k"] + inner, wire=jnp.zeros_like(c["wire"]))
-        return c, (_idle_snapshot(net, sched, c, dt) if keep_traj else None)
+        return c, (_idle_snapshot(static, net, sched, c, dt, params) if keep_traj else None)
 
     # the horizon of this run (a resumed run continues from its state's step)
     t_end = (carry["k"] + n_outer * inner).astype(dt.dtype) * dt
@@ -1729,6 +1757,7 @@ def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparam
                        sent=c["sent"], delivered=c["delivered"], dropped=c["dropped"],
                        queued=jnp.sum(c["x"], axis=1),
                        link_queue=net.hops.link_sum(c["x"]),
-                       law_state=c["law"], trajectory=trajectory, info=info,
+                       law_state=unpack_law(c["law"], static.law.init(net.line_rate, params)),
+                       trajectory=trajectory, info=info,
                        routing_state=c.get("route"), state=c, in_flight=_in_flight(net, c),
                        discarded=c["discarded"])

@@ -79,7 +79,8 @@ from . import flowcontrol as fcm
 from . import links as lk
 from .cc import base as ccbase
 from .fluid import (SIGNALS, FluidInfo, FluidResult, check_fifo_bands, check_single_path,
-                    hop_entries, prepare_classes, ring_initial, simulate_fluid)
+                    hop_entries, pack_law, prepare_classes, ring_initial, simulate_fluid,
+                    unpack_law)
 from .incidence import Incidence
 from .sim import prepare_flows
 
@@ -90,9 +91,10 @@ __all__ = ["simulate_fluid_windowed", "SlotResult", "FLOW_AXIS", "GLOBAL_KEYS",
 #: the carry of :func:`fabric_jax.fluid.simulate_fluid`; key -> axis, the same for every
 #: leaf below the key): ``[flows, hops]`` queued / in-transit bytes per hop, the
 #: ``[depth, flows]`` receiver wire, the ``[2, flows]`` receiver discard state, the
-#: law's ``[flows]`` state, the ``[ring, flows]`` feedback ring, ``[flows]`` counters.
+#: law's ``[fields, flows]`` state (:func:`fabric_jax.fluid.pack_law`), the
+#: ``[ring, flows, signals]`` feedback ring, ``[flows]`` counters.
 FLOW_AXIS = dict(remaining=0, x=0, xb=0, transit=0, wire=1, start=0, finish=0, done=0, sent=0,
-                 passed=0, delivered=0, dropped=0, discarded=0, rx_phi=1, law=0, ring=1,
+                 passed=0, delivered=0, dropped=0, discarded=0, rx_phi=1, law=1, ring=1,
                  stranded_time=0, stranded=0)
 #: Entries of the fluid state that are not per flow and carry over windows unchanged:
 #: the step counter, flow-control state per link, the conservation residual, the
@@ -159,7 +161,8 @@ def fresh_columns(key: str, leaf: np.ndarray, cols, *, size, line_rate, base_rtt
       leaf: the host array to modify.
       cols: ``[n]`` columns (slots) along the flow axis.
       size, line_rate, base_rtt: ``[n]`` the entering flows' values.
-      law_leaf: ``[n, ...]`` the law's initial state leaf (``law.init``) for ``law``.
+      law_leaf: ``[fields, n]`` the law's packed initial state (``pack_law(law.init)``)
+        for ``law``.
         The ``ring`` (``[ring_len, flows, signals]``) starts at
         :func:`fabric_jax.fluid.ring_initial` (base RTT, line rate, zeros).
     """
@@ -359,9 +362,8 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
     # ring (the engine's rule: max feedback delay in whole steps + rto + 2) and the
     # receiver wire (links.wire_taps) of the whole run (pinned).
     fdt = cap.dtype
-    law_init = jax.device_get(law.init(jnp.asarray(line_rate, fdt), params))
-    law_init_leaves = jax.tree_util.tree_leaves(law_init)
-    law_def = jax.tree_util.tree_structure(law_init)
+    law_init = law.init(jnp.asarray(line_rate, fdt), params)
+    law_packed = np.asarray(pack_law(law_init))            # [fields, flows]
     fb_steps = np.maximum(np.floor(base_rtt / dt + 1e-9), 1).astype(np.int64)
     ring_len = int(fb_steps.max(initial=1) + fc.rto_steps + 2)
     wire_depth = lk.wire_taps(one_way, dt)[2]
@@ -373,25 +375,15 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                  finish=fz(n_cols), done=np.zeros(n_cols, bool), sent=fz(n_cols),
                  passed=fz(n_cols), delivered=fz(n_cols), dropped=fz(n_cols),
                  discarded=fz(n_cols), rx_phi=fz(2, n_cols),
-                 law=jax.tree_util.tree_unflatten(
-                     law_def, [np.zeros((n_cols,) + a.shape[1:], a.dtype)
-                               for a in law_init_leaves]),
+                 law=np.zeros((law_packed.shape[0], n_cols), law_packed.dtype),
                  fc=jax.device_get(fcm.init_state(fc, n_units, fdt)),
                  ring=fz(ring_len, n_cols, len(SIGNALS)),
                  max_residual=np.zeros((), fdt), max_queue=fz(n_links),
                  solver_iterations=np.zeros(2, np.int32),
                  stranded_time=fz(n_cols), stranded=np.zeros(n_cols, bool))
-    law_pos = {}
-
     def adopt(state):
         """Host copies of a state's leaves (in flatten order) and its treedef."""
-        got, tdef = _classify(jax.device_get(state))
-        if not law_pos:
-            paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
-            for i, ((key, _), path) in enumerate(zip(got, paths)):
-                if key == "law":
-                    law_pos[i] = len(law_pos)
-        return got, tdef
+        return _classify(jax.device_get(state))
 
     leaves, treedef = adopt(carry)
 
@@ -403,11 +395,10 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
         src = np.where(real, col_flow[cols], col_src[cols])
         kw = dict(size=np.where(real, size_all[src], 0.0), line_rate=line_rate[src],
                   base_rtt=base_rtt[src])
-        for i, (key, leaf) in enumerate(leaves):
+        for key, leaf in leaves:
             if key in FLOW_AXIS:
                 fresh_columns(key, leaf, cols, **kw,
-                              law_leaf=(law_init_leaves[law_pos[i]][src]
-                                        if key == "law" else None))
+                              law_leaf=law_packed[:, src] if key == "law" else None)
 
     # ---- the run's [flows] results (flows never admitted keep these defaults)
     out = dict(start=release.copy(), finish=np.full(n_flows, np.inf), sent=np.zeros(n_flows),
@@ -416,7 +407,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                in_flight=np.zeros(n_flows), stranded_time=np.zeros(n_flows),
                stranded=np.zeros(n_flows, bool), done=np.zeros(n_flows, bool),
                rx_phi=np.zeros((2, n_flows)))
-    law_out = [np.array(a) for a in law_init_leaves]
+    law_out = np.array(law_packed)
 
     def col(key, cols):
         i = [kk for kk, _ in leaves].index(key)
@@ -435,9 +426,9 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
         out["queued"][f] = col("x", cols).sum(axis=1)
         out["in_flight"][f] = in_flight[cols]
         out["rx_phi"][:, f] = col("rx_phi", cols)
-        for i, (key, leaf) in enumerate(leaves):
+        for key, leaf in leaves:
             if key == "law":
-                law_out[law_pos[i]][f] = _take(leaf, 0, cols)
+                law_out[:, f] = _take(leaf, 1, cols)
 
     order = np.argsort(release, kind="stable")
     next_in = 0                       # flows order[:next_in] have been admitted
@@ -506,9 +497,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                      stranded_time=as_f(out["stranded_time"]),
                      stranded=jnp.asarray(out["stranded"]), discard_mode=as_f(out["rx_phi"]),
                      solver_iterations=jnp.asarray(g["solver_iterations"]))
-    law_state = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(law_init),
-                                             [as_f(a) if np.issubdtype(a.dtype, np.floating)
-                                              else jnp.asarray(a) for a in law_out])
+    law_state = unpack_law(as_f(law_out), law_init)
     return SlotResult(start=as_f(out["start"]), finish=as_f(out["finish"]),
                       fct=as_f(out["finish"] - arr_all), sent=as_f(out["sent"]),
                       delivered=as_f(out["delivered"]), dropped=as_f(out["dropped"]),

@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .segments import segment_reduce
+
 __all__ = ["Incidence", "as_incidence", "check_entries"]
 
 
@@ -49,6 +51,10 @@ class Incidence:
         row_width)``, padding entries have weight 0), so per-flow reductions are dense
         ``[flows, row_width]`` reductions.  Every host-side constructor produces this
         layout; ``None`` means arbitrary COO order.
+      by_link: optional :class:`fabric_jax.segments.SegmentTable` of ``link_idx``: the
+        per-link reductions gather on accelerators instead of scattering
+        (:func:`fabric_jax.segments.segment_reduce`; e.g. the fluid step's incidence,
+        built from its hop table).
     """
 
     link_idx: Any
@@ -57,6 +63,7 @@ class Incidence:
     n_links: int = dataclasses.field(metadata=dict(static=True))
     n_flows: int = dataclasses.field(metadata=dict(static=True))
     row_width: int | None = dataclasses.field(default=None, metadata=dict(static=True))
+    by_link: Any = None
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -239,7 +246,13 @@ class Incidence:
 
     def link_sum(self, per_entry):
         """Sums an ``[nnz]`` array into ``[links]``."""
-        return jax.ops.segment_sum(per_entry, self.link_idx, num_segments=self.n_links)
+        return segment_reduce(per_entry, self.link_idx, self.n_links, self.by_link,
+                              in_range=True)
+
+    def link_max(self, per_entry):
+        """Per-link maximum of an ``[nnz]`` array (``-inf`` for a link without entries)."""
+        return segment_reduce(per_entry, self.link_idx, self.n_links, self.by_link, "max",
+                              in_range=True)
 
     def _rows(self, per_entry):
         """``[flows, row_width]`` view of an ``[nnz]`` array in the flow-major layout, or
@@ -263,7 +276,8 @@ class Incidence:
     def link_min(self, per_entry, mask):
         """Per-link minimum of ``per_entry`` over entries where ``mask`` (else +inf)."""
         x = jnp.where(mask, per_entry, jnp.inf)
-        return jax.ops.segment_min(x, self.link_idx, num_segments=self.n_links)
+        return segment_reduce(x, self.link_idx, self.n_links, self.by_link, "min",
+                              in_range=True)
 
     def flow_min(self, per_entry, mask):
         """Per-flow minimum of ``per_entry`` over entries where ``mask`` (else +inf)."""

@@ -341,7 +341,7 @@ def reconcile_bands(bands, queue):
     return out.at[..., -1].add(jnp.where(over, 0.0, queue - tot))
 
 
-def service_span(hops: HopTable, bands, head, sent_a, sent_l, lb=None):
+def service_span(hops: HopTable, bands, head, sent_a, sent_l, lb=None, s_q=None):
     """``(p0, p1)`` ``[flows, hops]``: where in its link's service of the step each entry's
     sent bytes lie, in bytes from the start of the step's service (``0 .. s_l``).
 
@@ -364,7 +364,8 @@ def service_span(hops: HopTable, bands, head, sent_a, sent_l, lb=None):
     """
     lb = band_sums(hops, bands) if lb is None else lb
     before = jnp.cumsum(lb, axis=1) - lb
-    s_q = hops.link_sum(jnp.sum(head, axis=-1))
+    if s_q is None:
+        s_q = hops.link_sum(jnp.sum(head, axis=-1))
     end = before + _fill(s_q[:, None] - before, lb)
     has = head > 0
     any_b = jnp.any(has, axis=-1)
@@ -377,7 +378,7 @@ def service_span(hops: HopTable, bands, head, sent_a, sent_l, lb=None):
     return p0, p1, lb - (end - before)
 
 
-def serve(hops: HopTable, bands, transit, usable, dt, head=None, lb=None):
+def serve(hops: HopTable, bands, transit, usable, dt, head=None, lb=None, sent_q=None):
     """One step of the egress queues: FIFO.
 
     Link ``l`` holds ``q_l`` standing bytes in bands (oldest first, :func:`fifo_take`)
@@ -399,6 +400,7 @@ def serve(hops: HopTable, bands, transit, usable, dt, head=None, lb=None):
       head: optional ``[flows, hops, K]`` what :func:`fifo_take` takes from ``bands``
         at ``usable`` (precomputed when ``usable`` does not depend on the arrivals).
       lb: optional :func:`band_sums` of ``bands``.
+      sent_q: optional ``[links]`` bytes ``head`` takes per link (with ``head``).
 
     Returns:
       ``(sent_e, left_b, left_a, sent_l, head, sent_a)``: ``[flows, hops]`` bytes sent by
@@ -410,7 +412,8 @@ def serve(hops: HopTable, bands, transit, usable, dt, head=None, lb=None):
     if head is None:
         head = fifo_take(hops, bands, budget, lb)
     sent_b = jnp.sum(head, axis=-1)
-    sent_q = hops.link_sum(sent_b)
+    if sent_q is None:
+        sent_q = hops.link_sum(sent_b)
     a_l = hops.link_sum(transit)
     room = budget - sent_q
     s_a = _fill(room, a_l)                  # min(a_l, max(room, 0)), see fifo_take
@@ -455,14 +458,16 @@ def serve_through(hops: HopTable, bands, transit, usable, dt, sweeps: int):
     cap_of = usable if callable(usable) else (lambda load: usable)
     inflow = transit
     out = cap = None
+    # what the standing queues send does not depend on the arrivals: summed once
+    sent_q = None if head is None else hops.link_sum(jnp.sum(head, axis=-1))
     for _ in range(max(int(sweeps), 1)):
         used = inflow
         cap = cap_of(hops.link_sum(queue + used))
-        out = serve(hops, bands, used, cap, dt, head, lb)
+        out = serve(hops, bands, used, cap, dt, head, lb, sent_q)
         inflow = transit + hops.to_next_hop(jnp.where(hops.last, 0.0, out[0]))
     carry = jnp.maximum(inflow - used, 0.0)
     sent_e, left_b, left_a, sent_l, head, sent_a = out
-    span = service_span(hops, bands, head, sent_a, sent_l, lb)
+    span = service_span(hops, bands, head, sent_a, sent_l, lb, sent_q)
     return sent_e, left_b, left_a, sent_l, used, carry, cap, span
 
 

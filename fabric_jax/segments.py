@@ -219,7 +219,8 @@ def tables_wanted() -> bool:
     return FORCE == "gather" or (FORCE is None and jax.default_backend() != "cpu")
 
 
-def segment_reduce(values, segment_ids, n_segments: int, table=None, op: str = "sum"):
+def segment_reduce(values, segment_ids, n_segments: int, table=None, op: str = "sum", *,
+                   in_range: bool = False):
     """``[segments, ...]`` reduction of ``values`` ``[entries, ...]`` by ``segment_ids``
     ``[entries]`` (an id outside ``[0, n_segments)``: no segment).
 
@@ -229,15 +230,21 @@ def segment_reduce(values, segment_ids, n_segments: int, table=None, op: str = "
     in order, into a small output that stays in cache (measured 2x faster than the
     gather at 10^5 flows x 6 hops on 6,144 links), while a GPU's scatter is an atomic
     add per entry, contended on hot links.  Empty segments give 0 (sum) or +-inf.
+    ``in_range``: the caller guarantees every id lies in ``[0, n_segments)`` (no padding
+    segment to drop).
     """
     if op not in _SCATTER:
         raise ValueError(f"op must be one of {sorted(_SCATTER)}; got {op!r}")
     values = jnp.asarray(values)
     ids = jnp.asarray(segment_ids).reshape(-1)
-    ids = jnp.where((ids >= 0) & (ids < n_segments), ids, n_segments)
+    if in_range:
+        def scatter(v):
+            return _SCATTER[op](v, ids, num_segments=n_segments)
+    else:
+        ids = jnp.where((ids >= 0) & (ids < n_segments), ids, n_segments)
 
-    def scatter(v):
-        return _SCATTER[op](v, ids, num_segments=n_segments + 1)[:n_segments]
+        def scatter(v):
+            return _SCATTER[op](v, ids, num_segments=n_segments + 1)[:n_segments]
 
     if table is None or FORCE == "scatter":
         return scatter(values)

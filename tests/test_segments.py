@@ -125,3 +125,25 @@ def test_wire_history_delivers_after_the_delay_and_counts_what_is_in_flight():
         ref[j + n, np.arange(5)] += pushes[j] * (1 - phi)
         ref[j + n + 1, np.arange(5)] += pushes[j] * phi
     np.testing.assert_allclose(np.array(delivered), ref[:12], atol=1e-6)
+
+
+def test_one_off_solve_in_the_accelerator_layout_matches_the_cpu_layout(monkeypatch):
+    # max_min_fair on an accelerator attaches a segment table and skips compaction;
+    # forced here on the CPU (a fresh shape, so the program is traced again)
+    import fabric_jax as fj
+    from fabric_jax import fairness
+    monkeypatch.setattr(fairness, "TABLE_MIN_ENTRIES", 1000)
+    rng = np.random.default_rng(4)
+    n_flows, n_links, hops = 2_003, 300, 4
+    links = np.argsort(rng.random((n_flows, n_links)), axis=1)[:, :hops]
+    links[:500, 0] = 7                                    # a hot link
+    inc = fj.Incidence.from_coo(links.reshape(-1), np.repeat(np.arange(n_flows), hops),
+                                None, n_links=n_links, n_flows=n_flows)
+    cap = rng.uniform(1e9, 1e10, n_links).astype(np.float32)
+    ref = fj.max_min_fair(inc, cap)
+    with sg.forced("gather"):
+        inc_t, compaction = fairness._for_backend(inc)
+        assert inc_t.by_link is not None and compaction == "none"
+        got = fj.max_min_fair(inc, cap)
+    np.testing.assert_allclose(np.asarray(got.rates), np.asarray(ref.rates), rtol=2e-5)
+    assert int(got.info.iterations) == int(ref.info.iterations)
