@@ -209,16 +209,19 @@ def _split(prob: LocateProblem, cap, tau):
     return w / jnp.sum(w, axis=1, keepdims=True)
 
 
-def _fair_share_rates(prob: LocateProblem, cap, split, tau):
-    """``r_f = softmin_l cap_l / W_l`` over the flow's entries (log-space soft-min)."""
+def _scaled_rates(prob: LocateProblem, cap, split, rate0, tau):
+    """``r_f = r0_f softmin(1, min_l cap_l / load0_l)`` over the links the flow uses:
+    each link whose capacity in force falls below its nominal load ``load0_l = sum_f
+    A_lf r0_f`` slows every flow on it in proportion (log-space soft-min, temperature
+    ``tau``; the hard min at ``tau -> 0``)."""
     ew = split[prob.e_flow, prob.e_path]
-    load_w = jax.ops.segment_sum(ew, prob.e_link, num_segments=prob.n_links)
-    log_share = jnp.log(jnp.maximum(cap, 1e-30)) - jnp.log(jnp.maximum(load_w, 1e-30))
-    x = log_share[prob.e_link]
-    m = jax.ops.segment_min(x, prob.e_flow, num_segments=prob.n_flows)
-    z = jnp.exp(-(x - m[prob.e_flow]) / tau)
-    s = jax.ops.segment_sum(z, prob.e_flow, num_segments=prob.n_flows)
-    return jnp.exp(m - tau * jnp.log(s))
+    load0 = jax.ops.segment_sum(ew * rate0[prob.e_flow], prob.e_link,
+                                num_segments=prob.n_links)
+    x = (jnp.log(jnp.maximum(cap, 1e-30)) - jnp.log(jnp.maximum(load0, 1e-30)))[prob.e_link]
+    m = jnp.minimum(jax.ops.segment_min(x, prob.e_flow, num_segments=prob.n_flows), 0.0)
+    z = jax.ops.segment_sum(jnp.exp(-(x - m[prob.e_flow]) / tau), prob.e_flow,
+                            num_segments=prob.n_flows) + jnp.exp(m / tau)
+    return rate0 * jnp.exp(m - tau * jnp.log(z))
 
 
 def _predict(prob: LocateProblem, rates, split, cap, times, sat=None):
@@ -243,16 +246,21 @@ def _predict(prob: LocateProblem, rates, split, cap, times, sat=None):
     return finish, bytes_, congested
 
 
-def truth(prob: LocateProblem, phi, times=()):
-    """The exact flow-level observation (max-min rates, hard saturation): ``(finish,
-    bytes, congested)`` at capacity factors ``phi`` ``[links]``."""
+def _exact_rates(prob: LocateProblem, phi):
+    """Exact weighted max-min rates ``[flows]`` at capacity factors ``phi``."""
     cap = jnp.asarray(prob.capacity * np.asarray(phi, float), jnp.result_type(float))
     split = _split(prob, cap, None)
     inc = _merge_entries(prob.e_link, prob.e_flow,
                          np.asarray(split, float)[prob.e_flow, prob.e_path],
                          prob.n_links, prob.n_flows)
     res = max_min_fair(inc, cap)
-    rates = jnp.maximum(res.rates, 1e-30)
+    return jnp.maximum(res.rates, 1e-30), res, split, cap
+
+
+def truth(prob: LocateProblem, phi, times=()):
+    """The exact flow-level observation (max-min rates, hard saturation): ``(finish,
+    bytes, congested)`` at capacity factors ``phi`` ``[links]``."""
+    rates, res, split, cap = _exact_rates(prob, phi)
     return _predict(prob, rates, split, cap, np.asarray(times, float),
                     sat=jnp.asarray(res.saturated, rates.dtype))
 
@@ -543,18 +551,6 @@ def _confidence(score, detect):
     return order, fault, ((d1 - d2) / d1 if fault and d1 > 0 else 0.0)
 
 
-def _loss_terms(prob, obs: Observation):
-    """Device arrays of the observation and the normalisers of the loss."""
-    sig = max(obs.noise, 0.01)
-    return dict(
-        f_idx=jnp.asarray(obs.flow_idx), f_log=jnp.asarray(np.log(obs.flow_finish)),
-        r_idx=np.asarray(obs.rank_idx), r_log=jnp.asarray(np.log(obs.rank_finish)),
-        l_idx=jnp.asarray(obs.link_idx), times=np.asarray(obs.times),
-        bytes=jnp.asarray(np.nan_to_num(obs.bytes)), b_ok=jnp.asarray(np.isfinite(obs.bytes)),
-        cong=jnp.asarray(np.nan_to_num(obs.congested)),
-        c_ok=jnp.asarray(np.isfinite(obs.congested)), sig=sig)
-
-
 def locate(topology, workload, observed, preset: str = "roce", *, routing: str | None = None,
            steps: int = DEFAULT_STEPS, learning_rate: float = 0.1, sparsity: float = 1.0,
            detect: float | None = None, seed: int = 0, dt: float = 1e-6,
@@ -586,8 +582,6 @@ def locate(topology, workload, observed, preset: str = "roce", *, routing: str |
         not match (unknown flows, ranks or links, NaN, negative or non-monotone values,
         a sampling period below ``dt``).
     """
-    import optax
-
     t0 = time.perf_counter()
     if preset not in PRESET_ROUTING:
         raise ValueError(f"preset must be one of {sorted(PRESET_ROUTING)}; got {preset!r}")
@@ -606,70 +600,101 @@ def locate(topology, workload, observed, preset: str = "roce", *, routing: str |
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1; got {steps!r}")
     detect = max(0.05, 3 * obs.noise) if detect is None else float(detect)
-    lt = _loss_terms(prob, obs)
-    cap0 = jnp.asarray(prob.capacity, jnp.result_type(float))
-    n_obs = obs.flow_idx.size + obs.rank_idx.size
-    r_idx = lt["r_idx"]
-    rank_of = jnp.asarray(np.searchsorted(r_idx, prob.src)) if r_idx.size else None
-    rank_valid = jnp.asarray(np.isin(prob.src, r_idx)) if r_idx.size else None
-    n_ranks = max(int(r_idx.size), 1)
-    scale_b = (cap0[lt["l_idx"]][:, None] * jnp.asarray(lt["times"])[None, :]
-               if obs.link_idx.size else None)
+    sig = max(obs.noise, 0.01)
+    has = (bool(obs.flow_idx.size), bool(obs.rank_idx.size), bool(obs.link_idx.size))
+    run = _solver(prob, has, tuple(np.round(obs.times, 15)), tuple(obs.rank_idx.tolist()),
+                  int(steps), float(learning_rate))
+    dtype = jnp.result_type(float)
+    arrays = dict(
+        f_idx=jnp.asarray(obs.flow_idx, jnp.int32),
+        f_log=jnp.asarray(np.log(obs.flow_finish), dtype),
+        r_log=jnp.asarray(np.log(obs.rank_finish), dtype),
+        l_idx=jnp.asarray(obs.link_idx, jnp.int32),
+        bytes=jnp.asarray(np.nan_to_num(obs.bytes), dtype),
+        b_ok=jnp.asarray(np.isfinite(obs.bytes)),
+        cong=jnp.asarray(np.nan_to_num(obs.congested), dtype),
+        c_ok=jnp.asarray(np.isfinite(obs.congested)))
+    theta, value = run(arrays, jnp.asarray(sparsity, dtype), jnp.asarray(sig, dtype))
+    phi = np.asarray(PHI_MIN + (1 - PHI_MIN) * jax.nn.sigmoid(theta), float)
+    order, fault, conf = _confidence(1.0 - phi, detect)
+    return LocateResult(order, phi, bool(fault), float(conf), detect, int(steps),
+                        time.perf_counter() - t0, "gradient", float(value))
 
-    # anchor: the model's prediction at nominal capacities is replaced by the exact
-    # max-min one (the fair-share model supplies what a fault changes)
-    ex_fin, ex_by, ex_cg = truth(prob, np.ones(prob.n_links), lt["times"])
+
+_SOLVERS: dict = {}
+
+
+def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
+    """The whole descent as one jitted ``lax.scan`` (cached per problem and observation
+    layout, so many observations of one problem share a compilation)."""
+    import optax
+
+    key = (id(prob), has, times, ranks, steps, learning_rate)
+    hit = _SOLVERS.get(key)
+    if hit is not None and hit[0] is prob:
+        return hit[1]
+    has_f, has_r, has_c = has
+    times = np.asarray(times, float)
+    cap0 = jnp.asarray(prob.capacity, jnp.result_type(float))
+    r_idx = np.asarray(ranks, np.int64)
+    rank_of = jnp.asarray(np.searchsorted(r_idx, prob.src)) if has_r else None
+    rank_valid = jnp.asarray(np.isin(prob.src, r_idx)) if has_r else None
+    n_ranks = max(int(r_idx.size), 1)
+    # nominal rates: exact max-min at nominal capacities (the model is exact there)
+    rate0 = _exact_rates(prob, np.ones(prob.n_links))[0]
+    t_row = jnp.asarray(times, cap0.dtype)[None, :]
 
     def model(theta, tau):
         phi = PHI_MIN + (1 - PHI_MIN) * jax.nn.sigmoid(theta)
         cap = cap0 * phi
         split = _split(prob, cap, tau)
-        rates = _fair_share_rates(prob, cap, split, tau)
-        return phi, _predict(prob, rates, split, cap, lt["times"])
+        rates = _scaled_rates(prob, cap, split, rate0, tau)
+        return phi, _predict(prob, rates, split, cap, times)
 
-    def loss(theta, tau):
+    def loss(theta, tau, obs, sparsity, sig):
         phi, (fin, by, cg) = model(theta, tau)
-        _, (fin1, by1, cg1) = model(jnp.full_like(theta, 50.0), tau)
-        fin = fin * ex_fin / fin1
-        by = by - by1 + ex_by
-        cg = cg - cg1 + ex_cg
         chi = 0.0
-        if obs.flow_idx.size:
-            chi = chi + jnp.sum((jnp.log(fin[lt["f_idx"]]) - lt["f_log"]) ** 2)
-        if r_idx.size:
+        if has_f:
+            chi = chi + jnp.sum((jnp.log(fin[obs["f_idx"]]) - obs["f_log"]) ** 2)
+        if has_r:
             rf = jax.ops.segment_max(jnp.where(rank_valid, fin, 0.0), rank_of,
                                      num_segments=n_ranks)
-            chi = chi + jnp.sum((jnp.log(rf) - lt["r_log"]) ** 2)
-        if obs.link_idx.size:
-            rb = (by[lt["l_idx"]] - lt["bytes"]) / scale_b
-            rc = (cg[lt["l_idx"]] - lt["cong"]) / jnp.asarray(lt["times"])[None, :]
+            chi = chi + jnp.sum((jnp.log(rf) - obs["r_log"]) ** 2)
+        rob = 0.0
+        if has_c:
+            li = obs["l_idx"]
+            rb = (by[li] - obs["bytes"]) / (cap0[li][:, None] * t_row)
+            rc = (cg[li] - obs["cong"]) / t_row
             # robust (Cauchy) terms: where the fair-share model cannot follow max-min's
             # redistribution the residual is large, and must not outvote the rest
-            sc = max(lt["sig"], COUNTER_SIGMA)
-            cauchy = lambda r: jnp.log1p((r / sc) ** 2)  # noqa: E731
-            rob = jnp.sum(jnp.where(lt["b_ok"], cauchy(rb), 0.0)) \
-                + jnp.sum(jnp.where(lt["c_ok"], cauchy(rc), 0.0))
-        else:
-            rob = 0.0
-        return chi / lt["sig"] ** 2 + rob + sparsity * jnp.sum(1.0 - phi)
+            sc = jnp.maximum(sig, COUNTER_SIGMA)
+            rob = (jnp.sum(jnp.where(obs["b_ok"], jnp.log1p((rb / sc) ** 2), 0.0))
+                   + jnp.sum(jnp.where(obs["c_ok"], jnp.log1p((rc / sc) ** 2), 0.0)))
+        return chi / sig ** 2 + rob + sparsity * jnp.sum(1.0 - phi)
 
-    grad = jax.jit(jax.value_and_grad(loss))
-    theta = jnp.full((prob.n_links,), 4.0, cap0.dtype)
     opt = optax.adam(learning_rate)
-    state = opt.init(theta)
-    value = jnp.nan
-    for i in range(steps):
-        frac = i / max(steps - 1, 1)
-        tau = TAU_START * (TAU_END / TAU_START) ** frac
-        value, g = grad(theta, jnp.asarray(tau, cap0.dtype))
-        g = jnp.where(jnp.isfinite(g), g, 0.0)
-        upd, state = opt.update(g, state, theta)
-        theta = optax.apply_updates(theta, upd)
-    phi = np.asarray(PHI_MIN + (1 - PHI_MIN) * jax.nn.sigmoid(theta), float)
-    order, fault, conf = _confidence(1.0 - phi, detect)
-    del n_obs
-    return LocateResult(order, phi, bool(fault), float(conf), detect, int(steps),
-                        time.perf_counter() - t0, "gradient", float(value))
+    grad = jax.value_and_grad(loss)
+
+    @jax.jit
+    def run(obs, sparsity, sig):
+        theta = jnp.full((prob.n_links,), 4.0, cap0.dtype)
+
+        def step(carry, i):
+            theta, state = carry
+            frac = i.astype(cap0.dtype) / max(steps - 1, 1)
+            tau = TAU_START * (TAU_END / TAU_START) ** frac
+            value, g = grad(theta, tau, obs, sparsity, sig)
+            g = jnp.where(jnp.isfinite(g), g, 0.0)
+            upd, state = opt.update(g, state, theta)
+            return (optax.apply_updates(theta, upd), state), value
+
+        (theta, _), values = jax.lax.scan(step, (theta, opt.init(theta)),
+                                          jnp.arange(steps))
+        return theta, values[-1]
+
+    _SOLVERS.clear()          # one problem at a time (bounded memory)
+    _SOLVERS[key] = (prob, run)
+    return run
 
 
 def _nominal_log_slowdown(prob: LocateProblem, obs: Observation):
