@@ -69,7 +69,7 @@ from ._tuning_model import (TUNE_SOLVER_ITERATIONS, TUNE_TEMPERATURE, WORKLOADS,
                             load_tuning_scenario, tuning_scenario)
 from ._tuning_model import OBJECTIVES as TUNE_OBJECTIVES
 from ._locate import (PRESET_COUNTERS, PRESET_ROUTING, ROUTINGS, LocateProblem, LocateResult,
-                      Observation, diagnostic_workload, load_observation, locate,
+                      Observation, diagnostic_workload, load_observation, locate, locate_batch,
                       locate_problem, observe, parse_observation, tomography, vote_count)
 from ._tune import (TuneResult, check_objective, ease_of_tuning, evaluations_to_reach,
                     nelder_mead, random_search, tune)
@@ -93,6 +93,7 @@ __all__ = [
     "load_tuning_scenario", "nelder_mead", "preset_tunables", "random_search",
     "resolve_params", "tune", "tuning_scenario",
     "LocateProblem", "LocateResult", "Observation", "PRESET_COUNTERS", "PRESET_ROUTING",
-    "ROUTINGS", "diagnostic_workload", "load_observation", "locate", "locate_problem",
+    "ROUTINGS", "diagnostic_workload", "load_observation", "locate", "locate_batch",
+    "locate_problem",
     "observe", "parse_observation", "tomography", "vote_count",
 ]

@@ -69,7 +69,8 @@ from ..incidence import Incidence
 from ..paths import shortest_paths
 from ..routing import make_routing
 
-__all__ = ["LocateProblem", "LocateResult", "Observation", "locate", "observe", "tomography",
+__all__ = ["LocateProblem", "LocateResult", "Observation", "locate", "locate_batch", "observe",
+           "tomography",
            "vote_count", "diagnostic_workload", "locate_problem", "load_observation",
            "parse_observation", "ROUTINGS", "PRESET_ROUTING", "PRESET_COUNTERS",
            "DEFAULT_STEPS", "PHI_MIN"]
@@ -599,26 +600,55 @@ def locate(topology, workload, observed, preset: str = "roce", *, routing: str |
         raise ValueError("observed must be an Observation, a dict or a JSON file path")
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1; got {steps!r}")
-    detect = max(0.05, 3 * obs.noise) if detect is None else float(detect)
-    sig = max(obs.noise, 0.01)
-    has = (bool(obs.flow_idx.size), bool(obs.rank_idx.size), bool(obs.link_idx.size))
-    run = _solver(prob, has, tuple(np.round(obs.times, 15)), tuple(obs.rank_idx.tolist()),
-                  int(steps), float(learning_rate))
+    return locate_batch(prob, [obs], steps=steps, learning_rate=learning_rate,
+                        sparsity=sparsity, detect=detect, _t0=t0)[0]
+
+
+def _obs_arrays(obs: Observation) -> dict:
+    return dict(
+        f_idx=np.asarray(obs.flow_idx, np.int32), f_log=np.log(obs.flow_finish),
+        r_log=np.log(obs.rank_finish), l_idx=np.asarray(obs.link_idx, np.int32),
+        bytes=np.nan_to_num(obs.bytes), b_ok=np.isfinite(obs.bytes),
+        cong=np.nan_to_num(obs.congested), c_ok=np.isfinite(obs.congested),
+        sig=np.asarray(max(obs.noise, 0.01)))
+
+
+def locate_batch(problem: LocateProblem, observations: list, *, steps: int = DEFAULT_STEPS,
+                 learning_rate: float = 0.1, sparsity: float = 1.0,
+                 detect: float | None = None, _t0=None) -> list:
+    """:func:`locate` for many observations of one problem at once (``vmap`` over the
+    observations; they must share their layout: the same observed flows, ranks, links
+    and sampling instants).  Returns one :class:`LocateResult` per observation (each
+    ``wall_time`` is the batch's over its size)."""
+    t0 = time.perf_counter() if _t0 is None else _t0
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1; got {steps!r}")
+    first = observations[0]
+    has = (bool(first.flow_idx.size), bool(first.rank_idx.size), bool(first.link_idx.size))
+    for o in observations[1:]:
+        if not (np.array_equal(o.flow_idx, first.flow_idx)
+                and np.array_equal(o.rank_idx, first.rank_idx)
+                and np.array_equal(o.link_idx, first.link_idx)
+                and np.array_equal(o.times, first.times)):
+            raise ValueError("locate_batch: observations must share their layout (flows, "
+                             "ranks, links, sampling instants)")
+    run = _solver(problem, has, tuple(np.round(first.times, 15)),
+                  tuple(first.rank_idx.tolist()), int(steps), float(learning_rate))
     dtype = jnp.result_type(float)
-    arrays = dict(
-        f_idx=jnp.asarray(obs.flow_idx, jnp.int32),
-        f_log=jnp.asarray(np.log(obs.flow_finish), dtype),
-        r_log=jnp.asarray(np.log(obs.rank_finish), dtype),
-        l_idx=jnp.asarray(obs.link_idx, jnp.int32),
-        bytes=jnp.asarray(np.nan_to_num(obs.bytes), dtype),
-        b_ok=jnp.asarray(np.isfinite(obs.bytes)),
-        cong=jnp.asarray(np.nan_to_num(obs.congested), dtype),
-        c_ok=jnp.asarray(np.isfinite(obs.congested)))
-    theta, value = run(arrays, jnp.asarray(sparsity, dtype), jnp.asarray(sig, dtype))
-    phi = np.asarray(PHI_MIN + (1 - PHI_MIN) * jax.nn.sigmoid(theta), float)
-    order, fault, conf = _confidence(1.0 - phi, detect)
-    return LocateResult(order, phi, bool(fault), float(conf), detect, int(steps),
-                        time.perf_counter() - t0, "gradient", float(value))
+    stacked = {k: np.stack([_obs_arrays(o)[k] for o in observations])
+               for k in _obs_arrays(first)}
+    stacked = {k: jnp.asarray(v, dtype if v.dtype.kind == "f" else v.dtype)
+               for k, v in stacked.items()}
+    theta, value = jax.vmap(run, in_axes=(0, None))(stacked, jnp.asarray(sparsity, dtype))
+    phis = np.asarray(PHI_MIN + (1 - PHI_MIN) * jax.nn.sigmoid(theta), float)
+    wall = (time.perf_counter() - t0) / len(observations)
+    out = []
+    for phi, v, o in zip(phis, np.asarray(value), observations):
+        thr = max(0.05, 3 * o.noise) if detect is None else float(detect)
+        order, fault, conf = _confidence(1.0 - phi, thr)
+        out.append(LocateResult(order, phi, bool(fault), float(conf), thr, int(steps), wall,
+                                "gradient", float(v)))
+    return out
 
 
 _SOLVERS: dict = {}
@@ -651,7 +681,8 @@ def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
         rates = _scaled_rates(prob, cap, split, rate0, tau)
         return phi, _predict(prob, rates, split, cap, times)
 
-    def loss(theta, tau, obs, sparsity, sig):
+    def loss(theta, tau, obs, sparsity):
+        sig = obs["sig"]
         phi, (fin, by, cg) = model(theta, tau)
         chi = 0.0
         if has_f:
@@ -675,15 +706,14 @@ def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
     opt = optax.adam(learning_rate)
     grad = jax.value_and_grad(loss)
 
-    @jax.jit
-    def run(obs, sparsity, sig):
+    def run(obs, sparsity):
         theta = jnp.full((prob.n_links,), 4.0, cap0.dtype)
 
         def step(carry, i):
             theta, state = carry
             frac = i.astype(cap0.dtype) / max(steps - 1, 1)
             tau = TAU_START * (TAU_END / TAU_START) ** frac
-            value, g = grad(theta, tau, obs, sparsity, sig)
+            value, g = grad(theta, tau, obs, sparsity)
             g = jnp.where(jnp.isfinite(g), g, 0.0)
             upd, state = opt.update(g, state, theta)
             return (optax.apply_updates(theta, upd), state), value
@@ -692,6 +722,7 @@ def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
                                           jnp.arange(steps))
         return theta, values[-1]
 
+    run = jax.jit(run)
     _SOLVERS.clear()          # one problem at a time (bounded memory)
     _SOLVERS[key] = (prob, run)
     return run
@@ -731,7 +762,7 @@ def tomography(problem: LocateProblem, observed: Observation, *,
         raise ValueError("tomography needs per-flow completion times (observed.flows)")
     y = _nominal_log_slowdown(problem, observed)
     a = _flow_link_matrix(problem, observed.flow_idx)
-    sol = lsq_linear(a, y, bounds=(0.0, np.inf), lsmr_tol="auto", max_iter=500)
+    sol = lsq_linear(a, y, bounds=(0.0, np.inf), lsmr_tol="auto", max_iter=100, tol=1e-6)
     x = np.maximum(sol.x, 0.0)
     deg = 1.0 - np.exp(-x)
     detect = max(0.05, 3 * observed.noise) if detect is None else float(detect)
