@@ -37,6 +37,8 @@ def add_tune_parser(sub):
     p.add_argument("--baseline", type=int, metavar="N", default=0,
                    help="also run random search and Nelder-Mead with N evaluations each "
                         "and report the evaluations each method needs")
+    p.add_argument("--list", action="store_true",
+                   help="print the preset's knobs (default, range, source) and exit")
     p.add_argument("--all", action="store_true",
                    help="the ease-of-tuning table over every preset (default regret, "
                         "configuration risk, transfer regret)")
@@ -129,6 +131,9 @@ def tune_main(args) -> int:
             resolve_params(model.tunables, params)
     except (ValueError, ScenarioError) as err:
         return _fail("tune", err)
+    if args.list:
+        print(format_knobs(model.tunables if not args.all else []))
+        return 0
     if args.all:
         table = ease_of_tuning(model.scenario, objective=args.objective,
                                n_settings=args.settings,
@@ -175,6 +180,16 @@ def _jsonable(x):
     if isinstance(x, (np.floating, np.integer)):
         return x.item()
     return str(x)
+
+
+def format_knobs(tunables) -> str:
+    """A markdown table of knobs: name, default, range, space, unit, source."""
+    lines = ["| knob | default | range | space | unit | source of the range |",
+             "|---|---|---|---|---|---|"]
+    for t in tunables:
+        lines.append(f"| `{t.name}` | {t.default:.4g} | {t.lo:.3g} .. {t.hi:.3g} | {t.space} "
+                     f"| {t.unit} | {t.source}{'; kept >= 1.1 x ' + t.above if t.above else ''} |")
+    return "\n".join(lines)
 
 
 def format_ease_table(table: dict, objective: str) -> str:
