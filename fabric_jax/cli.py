@@ -1,5 +1,6 @@
 """Command line: ``fabric-jax compare [--scenario FILE] [--model NAME] [--json PATH]
-[--plots DIR] [--classes] [--workers N]``.
+[--plots DIR] [--classes] [--workers N]``; ``fabric-jax tune`` and ``fabric-jax locate``
+(:mod:`fabric_jax.optimize._cli`).
 
 A thin argparse layer over :mod:`fabric_jax.compare` (and :mod:`fabric_jax.plots`).
 A bad scenario value prints one line naming the key and its accepted values and exits
@@ -48,7 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--no-ideal", action="store_true",
                       help="skip the ideal-fabric baseline column (non-blocking crossbar, "
                            "exact max-min)")
+    _add_optimize_parsers(sub)
     return parser
+
+
+def _add_optimize_parsers(sub):
+    """``tune`` and ``locate`` (issue 29), defined in :mod:`fabric_jax.optimize._cli`."""
+    from .optimize._cli import add_locate_parser, add_tune_parser
+    add_tune_parser(sub)
+    add_locate_parser(sub)
 
 
 def main(argv=None) -> int:
@@ -58,6 +67,9 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command in ("tune", "locate"):
+        from .optimize import _cli
+        return _cli.tune_main(args) if args.command == "tune" else _cli.locate_main(args)
     from . import compare
     t0 = time.time()
     try:  # every value, every preset's options: checked before the first run

@@ -1,4 +1,6 @@
-"""Routing optimisation: learn split weights by gradient descent, compare with the optimum.
+"""Optimisation through the differentiable emulator: routing, parameter tuning, fault location.
+
+Routing optimisation: learn split weights by gradient descent, compare with the optimum.
 
 The differentiable emulator turns routing into an optimisation problem.  A routing over
 candidate paths is a ``[pairs, paths]`` split; link load is linear in it, so the maximum
@@ -39,6 +41,17 @@ Example::
     lp = solve_mlu_lp(prob)
     print(res.mlu, lp.mlu)          # learned vs optimal MLU
     print(res.report())             # per-link before/after, per-pair splits
+
+Parameter tuning (issue 29; ``docs/tuning.md``): :func:`tune` sets a preset's
+congestion- and flow-control knobs (each with its physical range and source,
+:mod:`._tunables`) by gradient descent through the smooth fluid model
+(:mod:`._tuning_model`), :func:`random_search` and :func:`nelder_mead` are the
+derivative-free baselines on the same evaluations, :func:`ease_of_tuning` builds the
+ease-of-tuning table (default regret, configuration risk, transfer regret).
+
+Fault localisation (issue 29): :func:`locate` ranks links by their estimated capacity
+factor from what an operator observes (:mod:`._locate`), against network tomography
+and vote counting (:func:`tomography`, :func:`vote_count`).
 """
 
 from ._baselines import adaptive_split, ecmp_split, spray_split
@@ -51,6 +64,15 @@ from ._problem import ProblemArrays, RoutingProblem, problem_from_paths, routing
 from ._report import routing_report
 from ._train import (OBJECTIVES, RoutingResult, anneal, default_optimizer, init_logits,
                      optimize_routing, optimize_routing_batched)
+from ._tunables import Tunable, preset_tunables, resolve_params
+from ._tuning_model import (TUNE_SOLVER_ITERATIONS, TUNE_TEMPERATURE, WORKLOADS, TuningModel,
+                            load_tuning_scenario, tuning_scenario)
+from ._tuning_model import OBJECTIVES as TUNE_OBJECTIVES
+from ._locate import (PRESET_COUNTERS, PRESET_ROUTING, ROUTINGS, LocateProblem, LocateResult,
+                      Observation, diagnostic_workload, load_observation, locate, locate_batch,
+                      locate_problem, observe, parse_observation, tomography, vote_count)
+from ._tune import (TuneResult, check_objective, ease_of_tuning, evaluations_to_reach,
+                    nelder_mead, random_search, tune)
 
 
 def baseline_splits(problem: RoutingProblem, *, seed: int = 0) -> dict:
@@ -66,4 +88,12 @@ __all__ = [
     "optimize_routing", "optimize_routing_batched", "problem_from_paths", "routing_problem",
     "routing_report", "smooth_max", "solve_max_min_lp", "solve_mlu_lp", "tenant_mlu",
     "train_routing_policy", "utilization",
+    "TUNE_OBJECTIVES", "TUNE_SOLVER_ITERATIONS", "TUNE_TEMPERATURE", "TuneResult", "Tunable",
+    "TuningModel", "WORKLOADS", "check_objective", "ease_of_tuning", "evaluations_to_reach",
+    "load_tuning_scenario", "nelder_mead", "preset_tunables", "random_search",
+    "resolve_params", "tune", "tuning_scenario",
+    "LocateProblem", "LocateResult", "Observation", "PRESET_COUNTERS", "PRESET_ROUTING",
+    "ROUTINGS", "diagnostic_workload", "load_observation", "locate", "locate_batch",
+    "locate_problem",
+    "observe", "parse_observation", "tomography", "vote_count",
 ]

@@ -1,0 +1,341 @@
+"""The ``fabric-jax tune`` and ``fabric-jax locate`` subcommands (thin layers).
+
+Every argument and file is checked before any simulation runs; a bad value prints one
+line naming the field and the fix and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["add_tune_parser", "add_locate_parser", "tune_main", "locate_main",
+           "load_locate_scenario", "LOCATE_SCENARIO_KEYS"]
+
+
+def add_tune_parser(sub):
+    p = sub.add_parser(
+        "tune", help="tune a preset's congestion/flow-control parameters by gradient descent",
+        description="Tunes a preset's knobs (physical ranges: docs/tuning.md) on a scenario "
+                    "(default: the small tuning scenario, docs/scenarios/tune_small.toml) "
+                    "by gradient descent through the smooth fluid model.")
+    p.add_argument("--scenario", metavar="FILE", help="TOML scenario (compare schema)")
+    p.add_argument("--preset", default="roce", help="preset to tune (default roce)")
+    p.add_argument("--objective", default="step_time",
+                   help="step_time | p99_fct | mix (default step_time)")
+    p.add_argument("--params", metavar="LIST",
+                   help="knobs to tune, comma separated, each NAME or NAME=LO:HI (SI "
+                        "units); default every knob of the preset")
+    p.add_argument("--iterations", type=int, default=None,
+                   help="gradient steps (default 30; --all: 20)")
+    p.add_argument("--baseline", type=int, metavar="N", default=0,
+                   help="also run random search and Nelder-Mead with N evaluations each "
+                        "and report the evaluations each method needs")
+    p.add_argument("--list", action="store_true",
+                   help="print the preset's knobs (default, range, source) and exit")
+    p.add_argument("--all", action="store_true",
+                   help="the ease-of-tuning table over every preset (default regret, "
+                        "configuration risk, transfer regret)")
+    p.add_argument("--settings", type=int, default=64,
+                   help="--all: random settings for the configuration risk (default 64)")
+    p.add_argument("--no-transfer", action="store_true", help="--all: skip transfer regret")
+    p.add_argument("--json", metavar="PATH", help="write the result as JSON")
+    p.add_argument("--plots", metavar="DIR", help="write figures (PNG) into DIR")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def add_locate_parser(sub):
+    p = sub.add_parser(
+        "locate", help="locate degraded links from completion times and port counters",
+        description="Ranks links by estimated capacity factor (gradient descent through "
+                    "the flow-level model), next to tomography (NNLS) and vote counting.")
+    p.add_argument("--scenario", metavar="FILE", required=True,
+                   help="TOML locate scenario ([topology], [workload], [locate]; "
+                        "docs/tuning.md)")
+    p.add_argument("--observed", metavar="FILE",
+                   help="observation JSON (flows / ranks / counters; docs/tuning.md)")
+    p.add_argument("--plant", metavar="LINK=FACTOR,...",
+                   help="instead of --observed: synthesise observations of these "
+                        "degraded links (exact flow-level model)")
+    p.add_argument("--noise", type=float, default=0.0, help="--plant: relative noise")
+    p.add_argument("--no-counters", action="store_true", help="--plant: no port counters")
+    p.add_argument("--write-observed", metavar="PATH", help="--plant: save the observation")
+    p.add_argument("--json", metavar="PATH", help="write the result as JSON")
+    return p
+
+
+def _fail(cmd, err) -> int:
+    print(f"fabric-jax {cmd}: error: {str(err).splitlines()[0]}", file=sys.stderr)
+    return 2
+
+
+def _parse_params(text):
+    if not text:
+        return None
+    out = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "=" in item:
+            name, rng = item.split("=", 1)
+            try:
+                lo, hi = (float(x) for x in rng.split(":"))
+            except ValueError:
+                raise ValueError(f"--params {item!r}: a bound is NAME=LO:HI with two "
+                                 f"numbers (SI units)") from None
+            out[name.strip()] = (lo, hi)
+        else:
+            out[item] = None
+    return out
+
+
+def tune_main(args) -> int:
+    from . import _plots
+    from ._tune import (check_objective, ease_of_tuning, evaluations_to_reach, nelder_mead,
+                        random_search, tune)
+    from ._tuning_model import TuningModel
+    from ..fabrics import PRESETS
+    from ..study.scenario import ScenarioError
+
+    t0 = time.time()
+    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr,
+                                                                 flush=True))
+    try:
+        if args.iterations is not None and args.iterations < 1:
+            raise ValueError(f"--iterations must be >= 1; got {args.iterations}")
+        if args.baseline < 0:
+            raise ValueError(f"--baseline must be >= 0; got {args.baseline}")
+        if args.settings < 2:
+            raise ValueError(f"--settings must be >= 2; got {args.settings}")
+        if args.all:
+            if args.params:
+                raise ValueError("--params applies to one preset; --all tunes every knob")
+            model = TuningModel.build(args.scenario, "roce")
+            check_objective(model, args.objective)
+        else:
+            if args.preset not in PRESETS:
+                raise ValueError(f"--preset must be one of {sorted(PRESETS)}; got "
+                                 f"{args.preset!r}")
+            params = _parse_params(args.params)
+            model = TuningModel.build(args.scenario, args.preset)
+            check_objective(model, args.objective)
+            from ._tunables import resolve_params
+            resolve_params(model.tunables, params)
+    except (ValueError, ScenarioError) as err:
+        return _fail("tune", err)
+    if args.list:
+        print(format_knobs(model.tunables if not args.all else []))
+        return 0
+    if args.all:
+        table = ease_of_tuning(model.scenario, objective=args.objective,
+                               n_settings=args.settings,
+                               iterations=args.iterations or 20,
+                               transfer=not args.no_transfer, progress=say)
+        print(format_ease_table(table, args.objective))
+        out = dict(objective=args.objective, table=table)
+        if args.plots:
+            print(f"wrote {_plots.ease_figure(table, Path(args.plots) / 'ease_of_tuning.png')}")
+    else:
+        res = tune(None, args.preset, args.objective, params, model=model,
+                   iterations=args.iterations or 30,
+                   progress=lambda i, v: say(f"  evaluation {i}: {v:.6g}"))
+        print(res.report())
+        out = dict(gradient=res.to_dict())
+        runs = {"gradient": res}
+        if args.baseline:
+            rnd = random_search(None, args.preset, args.objective, params, model=model,
+                                budget=args.baseline)
+            nm = nelder_mead(None, args.preset, args.objective, params, model=model,
+                             budget=args.baseline)
+            runs.update(random=rnd, nelder_mead=nm)
+            for name, r in (("random", rnd), ("nelder_mead", nm)):
+                n_b = r.best_evaluation
+                n_g = evaluations_to_reach(res, r.after)
+                print(f"{name:12s}: best {r.after:.6g} at evaluation {n_b}; gradient "
+                      f"reaches it at {n_g if n_g is not None else 'never'}")
+                out[name] = r.to_dict()
+                out[name]["gradient_reaches_at"] = n_g
+        if args.plots:
+            path = Path(args.plots) / f"tune_{args.preset}_{args.objective}.png"
+            print(f"wrote {_plots.trajectory_figure(runs, path, title=args.preset)}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=1, default=_jsonable))
+        print(f"wrote {args.json}")
+    print(f"({time.time() - t0:.1f} s)", file=sys.stderr)
+    return 0
+
+
+def _jsonable(x):
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    return str(x)
+
+
+def format_knobs(tunables) -> str:
+    """A markdown table of knobs: name, default, range, space, unit, source."""
+    lines = ["| knob | default | range | space | unit | source of the range |",
+             "|---|---|---|---|---|---|"]
+    for t in tunables:
+        lines.append(f"| `{t.name}` | {t.default:.4g} | {t.lo:.3g} .. {t.hi:.3g} | {t.space} "
+                     f"| {t.unit} | {t.source}{'; kept >= 1.1 x ' + t.above if t.above else ''} |")
+    return "\n".join(lines)
+
+
+def format_ease_table(table: dict, objective: str) -> str:
+    """The ease-of-tuning table as text."""
+    workloads = sorted({w for row in table.values() for w in row.get("transfer", {})})
+    head = (f"{'preset':11s} {'knobs':>5s} {'default':>8s} {'risk p10':>8s} {'p50':>6s} "
+            f"{'p90':>6s} " + " ".join(f"{w[:12]:>12s}" for w in workloads))
+    lines = [f"ease of tuning, objective {objective} (ratios to the tuned optimum)", head]
+    for p, row in table.items():
+        tr = " ".join(f"{row['transfer'][w]['regret']:12.3f}" if w in row["transfer"]
+                      else f"{'-':>12s}" for w in workloads)
+        lines.append(f"{p:11s} {row['knobs']:5d} {row['default_regret']:8.3f} "
+                     f"{row['risk_p10']:8.3f} {row['risk_p50']:6.3f} {row['risk_p90']:6.3f} "
+                     f"{tr}")
+    return "\n".join(lines)
+
+
+#: Keys of a locate scenario file, with their types.
+LOCATE_SCENARIO_KEYS = {
+    "topology": {"n_leaves": int, "n_spines": int, "hosts_per_leaf": int,
+                 "link_gbps": float, "fabric_gbps": float, "latency_us": float},
+    "workload": {"shifts": int, "size_mb": float},
+    "locate": {"preset": str, "routing": str, "seed": int, "dt_us": float, "steps": int},
+}
+_LOCATE_DEFAULTS = {"topology": dict(link_gbps=400.0, fabric_gbps=400.0, latency_us=1.0),
+                    "workload": dict(shifts=4, size_mb=1.0),
+                    "locate": dict(preset="roce", routing="", seed=0, dt_us=1.0, steps=300)}
+
+
+def load_locate_scenario(path) -> dict:
+    """Reads a locate scenario TOML (sections ``[topology]`` ``n_leaves``, ``n_spines``,
+    ``hosts_per_leaf``, ``link_gbps``, ``fabric_gbps`` (leaf-spine links, default 400),
+    ``latency_us``; ``[workload]`` ``shifts``,
+    ``size_mb``; ``[locate]`` ``preset``, ``routing``, ``seed``, ``dt_us``, ``steps``).
+
+    Raises:
+      ValueError: naming the key: unknown, missing, wrong type or out of range.
+    """
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ValueError(f"locate scenario {path}: {err}") from None
+    out = {}
+    for sec, keys in LOCATE_SCENARIO_KEYS.items():
+        body = dict(_LOCATE_DEFAULTS.get(sec, {}))
+        given = data.get(sec, {})
+        if not isinstance(given, dict):
+            raise ValueError(f"locate scenario: [{sec}] must be a table")
+        for k, v in given.items():
+            if k not in keys:
+                raise ValueError(f"locate scenario key '{sec}.{k}': unknown; accepted "
+                                 f"{sorted(keys)}")
+            typ = keys[k]
+            ok = (isinstance(v, typ) and not isinstance(v, bool)) or (
+                typ is float and isinstance(v, int) and not isinstance(v, bool))
+            if ok and typ is not str:
+                ok = math.isfinite(v) and (v >= 0 if k in ("seed", "latency_us") else v > 0)
+            if not ok:
+                bound = ">= 0" if k in ("seed", "latency_us") else "> 0"
+                what = "a string" if typ is str else f"a{'n integer' if typ is int else ' number'} {bound}"
+                raise ValueError(f"locate scenario key '{sec}.{k}': must be {what}; got {v!r}")
+            body[k] = float(v) if typ is float else v
+        missing = sorted(set(keys) - set(body))
+        if missing:
+            raise ValueError(f"locate scenario key '{sec}.{missing[0]}': missing")
+        out[sec] = body
+    return out
+
+
+def build_locate(scn: dict):
+    """``(topology, workload, problem, preset, routing)`` of a locate scenario."""
+    from ..topology import leaf_spine
+    from ._locate import PRESET_ROUTING, ROUTINGS, diagnostic_workload, locate_problem
+    t, w, loc = scn["topology"], scn["workload"], scn["locate"]
+    if loc["preset"] not in PRESET_ROUTING:
+        raise ValueError(f"locate scenario key 'locate.preset': one of "
+                         f"{sorted(PRESET_ROUTING)}; got {loc['preset']!r}")
+    routing = loc["routing"] or PRESET_ROUTING[loc["preset"]]
+    if routing not in ROUTINGS:
+        raise ValueError(f"locate scenario key 'locate.routing': one of {list(ROUTINGS)}; "
+                         f"got {routing!r}")
+    topo = leaf_spine(t["n_leaves"], t["n_spines"], t["hosts_per_leaf"],
+                      link_gbps=t["link_gbps"], fabric_gbps=t["fabric_gbps"],
+                      latency_us=t["latency_us"])
+    wl = diagnostic_workload(topo.n_hosts, shifts=w["shifts"], size=w["size_mb"] * 1e6,
+                             hosts_per_leaf=t["hosts_per_leaf"])
+    prob = locate_problem(topo, wl, routing=routing, seed=loc["seed"],
+                          dt=loc["dt_us"] * 1e-6)
+    return topo, wl, prob, loc["preset"], routing
+
+
+def _parse_plant(text, n_links):
+    phi = np.ones(n_links)
+    for item in text.split(","):
+        try:
+            link, fac = item.split("=")
+            link, fac = int(link), float(fac)
+        except ValueError:
+            raise ValueError(f"--plant {item!r}: use LINK=FACTOR (an integer link id and a "
+                             f"capacity factor in [0.1, 1])") from None
+        if not 0 <= link < n_links:
+            raise ValueError(f"--plant: link {link} unknown (valid 0 .. {n_links - 1})")
+        if not 0.0 < fac <= 1.0:
+            raise ValueError(f"--plant: factor {fac} must be in (0, 1]")
+        phi[link] = fac
+    return phi
+
+
+def locate_main(args) -> int:
+    from ._locate import load_observation, locate, observe, tomography, vote_count
+
+    t0 = time.time()
+    try:
+        if (args.observed is None) == (args.plant is None):
+            raise ValueError("give exactly one of --observed FILE or --plant LINK=FACTOR")
+        if not (0 <= args.noise < 1):
+            raise ValueError(f"--noise must be in [0, 1); got {args.noise}")
+        scn = load_locate_scenario(args.scenario)
+        topo, wl, prob, preset, routing = build_locate(scn)
+        if args.observed:
+            obs = load_observation(args.observed, prob)
+        else:
+            phi = _parse_plant(args.plant, prob.n_links)
+    except ValueError as err:
+        return _fail("locate", err)
+    if args.plant:
+        obs = observe(prob, phi, noise=args.noise, counters=not args.no_counters)
+        if args.write_observed:
+            Path(args.write_observed).write_text(json.dumps(obs.to_json()))
+            print(f"wrote {args.write_observed}")
+    res = locate(None, None, obs, preset, routing=routing, problem=prob,
+                 steps=scn["locate"]["steps"])
+    out = {"gradient": res.to_dict()}
+    print(f"locate ({preset}, {routing}, {prob.n_hosts} hosts, {prob.n_links} links, "
+          f"{prob.n_flows} flows): fault {'reported' if res.fault else 'not reported'}, "
+          f"confidence {res.confidence:.2f}, {res.evaluations} evaluations, "
+          f"{res.wall_time:.1f} s")
+    for link, fac in res.top(5):
+        print(f"  link {link:5d} ({int(topo.link_src[link])} -> {int(topo.link_dst[link])}): "
+              f"capacity factor {fac:.3f}")
+    if obs.flow_idx.size:
+        for base in (tomography(prob, obs), vote_count(prob, obs)):
+            out[base.method] = base.to_dict()
+            print(f"  {base.method:10s}: top {[l for l, _ in base.top(3)]}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1, default=_jsonable))
+        print(f"wrote {args.json}")
+    print(f"({time.time() - t0:.1f} s)", file=sys.stderr)
+    return 0
