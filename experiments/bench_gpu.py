@@ -111,11 +111,13 @@ def _bytes(compiled, n_flows):
 
 
 # ---------------------------------------------------------------------- parts
-def part_solve(small, backends):
+def part_solve(small, backends, max_flows=None):
     sizes = [(8, 2_000), (8, 20_000)] if small else [(16, 10_000), (16, 100_000),
                                                      (16, 1_000_000), (32, 1_000_000)]
     rows = []
     for k, n in sizes:
+        if max_flows is not None and n > max_flows:
+            continue
         topo, inc, cap = pair_instance(k, n)
         row = dict(k=k, links=topo.n_links, flows=n)
         for name, dev in backends.items():
@@ -124,7 +126,7 @@ def part_solve(small, backends):
             with jax.default_device(dev):
                 first, steady, res = timed(lambda: fj.max_min_fair(inc, cap))
                 it = int(res.info.iterations)
-                compiled = jax.jit(lambda c: fj.max_min_fair(inc, c)).lower(cap).compile()
+                compiled = jax.jit(fj.max_min_fair).lower(inc, cap).compile()
             row.update({f"{name}_first_s": first, f"{name}_steady_s": steady,
                         "iterations": it, f"{name}_per_iteration_s": steady / max(it, 1),
                         "bytes_per_flow": _bytes(compiled, n),
@@ -183,13 +185,15 @@ def fluid_hlo(k, n, case, steps):
     return counts, _bytes(compiled, n)
 
 
-def part_fluid(small, backends, baseline=None):
+def part_fluid(small, backends, baseline=None, max_flows=None):
     sizes = [(8, 2_000, 10), (8, 10_000, 10)] if small else [(16, 10_000, 50),
                                                              (16, 100_000, 20),
                                                              (32, 1_000_000, 10)]
     rows = []
     for case in FLUID_CASES:
         for k, n, steps in sizes:
+            if max_flows is not None and n > max_flows:
+                continue
             row = None
             for name, dev in backends.items():
                 if name == "cpu" and n > 100_000:
@@ -312,6 +316,8 @@ def main(argv=None):
     ap.add_argument("--json", default="results/gpu.json")
     ap.add_argument("--baseline-rev", default=None,
                     help="also time the fluid part on this git revision's code (CPU)")
+    ap.add_argument("--max-flows", type=int, default=None,
+                    help="skip instances with more flows (e.g. 100000 on a CPU)")
     a = ap.parse_args(argv)
     parts = [p for p in a.parts.split(",") if p]
     bad = [p for p in parts if p not in PARTS]
@@ -324,8 +330,8 @@ def main(argv=None):
     out = dict(device=device_info(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                small=a.small, parts={})
     baseline = baseline_runner(a.baseline_rev) if a.baseline_rev else None
-    gens = dict(solve=lambda: part_solve(a.small, backends),
-                fluid=lambda: part_fluid(a.small, backends, baseline),
+    gens = dict(solve=lambda: part_solve(a.small, backends, a.max_flows),
+                fluid=lambda: part_fluid(a.small, backends, baseline, a.max_flows),
                 events=lambda: part_events(a.small, backends),
                 batched=lambda: part_batched(a.small, backends))
     t0 = time.time()

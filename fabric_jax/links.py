@@ -66,7 +66,8 @@ class HopTable:
     """Static layout of the hops of every flow (device arrays; ``seg``/``n_links`` static).
 
     Attributes:
-      link: ``[flows, hops]`` int32 link of each hop, ``n_links`` on padding.
+      link: ``[flows, hops]`` int32 link of each hop, ``n_links`` on padding (ids in
+        ``[0, n_links]``, which the link-side sums rely on).
       prev: ``[flows, hops]`` int32 link of the previous hop on the same path,
         ``n_links`` at a path's first hop (bytes there belong to no ingress pool).
       valid: ``[flows, hops]`` bool, the hop exists.
@@ -104,17 +105,20 @@ class HopTable:
     def link_sum(self, values):
         """``[links, ...]`` sums of ``[flows, hops, ...]`` values over each link's
         entries."""
-        return segment_reduce(self._flat(values), self.link, self.n_links, self.by_link)
+        return segment_reduce(self._flat(values), self.link, self.n_links, self.by_link,
+                              padded=True)
 
     def link_max(self, values):
         """``[links, ...]`` maxima of ``[flows, hops, ...]`` values over each link's
         entries (``-inf`` where a link has none)."""
-        return segment_reduce(self._flat(values), self.link, self.n_links, self.by_link, "max")
+        return segment_reduce(self._flat(values), self.link, self.n_links, self.by_link, "max",
+                              padded=True)
 
     def pool_sum(self, values):
         """``[links, ...]`` sums over the entries whose *previous* hop is the link (the
         downstream switch's ingress pool charged to that link)."""
-        return segment_reduce(self._flat(values), self.prev, self.n_links, self.by_prev)
+        return segment_reduce(self._flat(values), self.prev, self.n_links, self.by_prev,
+                              padded=True)
 
     def gather(self, link_values, fill=0.0):
         """``[flows, hops]`` value of each hop's link (``fill`` on padding)."""

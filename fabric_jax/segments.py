@@ -220,7 +220,7 @@ def tables_wanted() -> bool:
 
 
 def segment_reduce(values, segment_ids, n_segments: int, table=None, op: str = "sum", *,
-                   in_range: bool = False):
+                   in_range: bool = False, padded: bool = False):
     """``[segments, ...]`` reduction of ``values`` ``[entries, ...]`` by ``segment_ids``
     ``[entries]`` (an id outside ``[0, n_segments)``: no segment).
 
@@ -231,7 +231,8 @@ def segment_reduce(values, segment_ids, n_segments: int, table=None, op: str = "
     gather at 10^5 flows x 6 hops on 6,144 links), while a GPU's scatter is an atomic
     add per entry, contended on hot links.  Empty segments give 0 (sum) or +-inf.
     ``in_range``: the caller guarantees every id lies in ``[0, n_segments)`` (no padding
-    segment to drop).
+    segment to drop); ``padded``: in ``[0, n_segments]``, ``n_segments`` marking padding
+    (a hop table's layout).
     """
     if op not in _SCATTER:
         raise ValueError(f"op must be one of {sorted(_SCATTER)}; got {op!r}")
@@ -241,7 +242,8 @@ def segment_reduce(values, segment_ids, n_segments: int, table=None, op: str = "
         def scatter(v):
             return _SCATTER[op](v, ids, num_segments=n_segments)
     else:
-        ids = jnp.where((ids >= 0) & (ids < n_segments), ids, n_segments)
+        if not padded:
+            ids = jnp.where((ids >= 0) & (ids < n_segments), ids, n_segments)
 
         def scatter(v):
             return _SCATTER[op](v, ids, num_segments=n_segments + 1)[:n_segments]
