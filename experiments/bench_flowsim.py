@@ -65,7 +65,7 @@ time: exact x158 (~N^2.2), SimGrid x75 (~N^1.9).  Where the time goes:
 ``fabric_jax.sim``, "Cost per event".  Earlier runs (before the slot table carried its
 rows), for comparison: 07:27 UTC, quieter: exact 0.085 / 0.79 / 8.7 s vs SimGrid
 0.41 / 1.38 / 22.9 s wall at 1k / 3k / 10k.  CPU/GPU crossover: not measured, no GPU
-lent (``experiments/bench_gpu.sh`` is ready).
+lent (``experiments/bench_gpu.py`` is ready).
 """
 
 from __future__ import annotations

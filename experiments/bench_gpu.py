@@ -3,6 +3,13 @@
 One command (issue 24), at most about 8 minutes on one GPU, writing ``results/gpu.json``
 as each part finishes (a timeout keeps what ran):
 
+``kernels``
+    the fusions of the compiled ``simulate_fluid`` run on the issue's proxy instance
+    (``fat_tree(8)``, ``experiments/bench_dynamics.py``; DCQCN + PFC, HPCC): in all,
+    outside the loops, in one step, in each loop inside the step, and the launches one
+    step costs at the measured iterations of those loops (:mod:`experiments._hlo`);
+    with ``--baseline-rev`` the baseline's counts beside them.
+
 ``solve``
     exact :func:`fabric_jax.max_min_fair` on ``fat_tree(16)`` with 10^4, 10^5, 10^6
     random host pairs (one ECMP path each) and ``fat_tree(32)`` with 10^6: first call,
@@ -64,7 +71,7 @@ import jax.numpy as jnp  # noqa: E402
 import fabric_jax as fj  # noqa: E402
 from fabric_jax.paths import PathsTruncatedWarning  # noqa: E402
 
-PARTS = ("solve", "fluid", "events", "batched")
+PARTS = ("kernels", "solve", "fluid", "events", "batched")
 
 
 # ------------------------------------------------------------------ instances
@@ -214,12 +221,60 @@ def part_fluid(small, backends, baseline=None, max_flows=None):
                        launches_per_step=per_step["launches_per_step"],
                        bytes_per_flow=bpf)
             if baseline is not None and n <= 100_000:
-                b = baseline(k, n, case, steps)
+                b = baseline("fluid_row", (k, n, case, steps))
                 if b is not None:
                     row["baseline_step_s"] = b["step_s"]
                     row["baseline_over_new"] = b["step_s"] / row["step_s"]
             rows.append(row)
             yield rows
+
+
+def kernel_row(k, law, fc):
+    """Kernel counts of the compiled fluid run on the issue-24 proxy instance
+    (``experiments/bench_dynamics.py``'s ``fat_tree(k)`` permutation + 16-to-1 incast),
+    with the per-step solves' measured iterations (also run by ``--baseline-rev``)."""
+    import fabric_jax.fluid as fl
+    from bench_dynamics import workload
+    topo, inc, cap, lat = workload(k, 16, 0, None)
+    captured = {}
+    orig = fl._run
+
+    def spy(*a):
+        captured["a"] = a
+        return orig(*a)
+    fl._run = spy
+    steps = 200
+    try:
+        res = fj.simulate_fluid(inc, cap, np.full(inc.n_flows, 1e6), dt=1e-6, n_steps=steps,
+                                law=law, flow_control=fc, buffer=1e6,
+                                link_latency=np.asarray(topo.latency), nic_links=topo)
+    finally:
+        fl._run = orig
+    counts = _hlo.kernel_counts(orig.lower(*captured["a"]).compile().as_text())
+    it = getattr(res.info, "solver_iterations", None)
+    trips = ({} if it is None else
+             {"allocate": float(np.asarray(it)[0]) / steps,
+              "nic_send": float(np.asarray(it)[1]) / steps})
+    per_step = _hlo.launches_per_step(counts, trips)
+    return dict(k=k, flows=inc.n_flows, law=law, flow_control=fc, fusions=counts["fusions"],
+                fusions_outside_loops=counts["entry"], step_fusions=per_step["step_fusions"],
+                inner_loops=[(lp["fusions"], lp["cond_fusions"]) for lp in per_step["inner"]],
+                launches_per_step=per_step["launches_per_step"] if trips else None,
+                **{f"{key}_iterations_per_step": v for key, v in trips.items()})
+
+
+def part_kernels(small, backends, baseline=None):
+    rows = []
+    for law, fc in (("dcqcn", "pfc"), ("hpcc", "none")):
+        row = kernel_row(8, law, fc)
+        if baseline is not None:
+            b = baseline("kernel_row", (8, law, fc))
+            if b is not None:
+                row.update({"baseline_" + key: b[key] for key in
+                            ("fusions", "fusions_outside_loops", "step_fusions",
+                             "inner_loops")})
+        rows.append(row)
+        yield rows
 
 
 def part_events(small, backends):
@@ -294,10 +349,11 @@ def baseline_runner(rev: str):
     (tmp / "experiments" / "_bench_gpu_here.py").write_text(Path(__file__).read_text())
     (tmp / "experiments" / "_hlo.py").write_text((Path(__file__).parent / "_hlo.py").read_text())
 
-    def run(k, n, case, steps):
+    def run(fn, args):
+        extra = ", jax.devices('cpu')[0]" if fn == "fluid_row" else ""
         code = ("import json, sys, jax; sys.path.insert(0, 'experiments');"
                 "import _bench_gpu_here as b;"
-                f"print(json.dumps(b.fluid_row({k}, {n}, {case!r}, {steps}, jax.devices('cpu')[0])))")
+                f"print(json.dumps(b.{fn}(*{tuple(args)!r}{extra}), default=float))")
         env = dict(os.environ, PYTHONPATH=str(tmp))
         out = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=env,
                              capture_output=True, text=True)
@@ -315,7 +371,7 @@ def main(argv=None):
                     help=f"comma-separated subset of {','.join(PARTS)}")
     ap.add_argument("--json", default="results/gpu.json")
     ap.add_argument("--baseline-rev", default=None,
-                    help="also time the fluid part on this git revision's code (CPU)")
+                    help="also run the kernels and fluid parts on this git revision's code (CPU)")
     ap.add_argument("--max-flows", type=int, default=None,
                     help="skip instances with more flows (e.g. 100000 on a CPU)")
     a = ap.parse_args(argv)
@@ -330,7 +386,8 @@ def main(argv=None):
     out = dict(device=device_info(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                small=a.small, parts={})
     baseline = baseline_runner(a.baseline_rev) if a.baseline_rev else None
-    gens = dict(solve=lambda: part_solve(a.small, backends, a.max_flows),
+    gens = dict(kernels=lambda: part_kernels(a.small, backends, baseline),
+                solve=lambda: part_solve(a.small, backends, a.max_flows),
                 fluid=lambda: part_fluid(a.small, backends, baseline, a.max_flows),
                 events=lambda: part_events(a.small, backends),
                 batched=lambda: part_batched(a.small, backends))

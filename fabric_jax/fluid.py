@@ -11,10 +11,13 @@ State (an explicit dict pytree, ``FluidResult.state``).  Per flow and hop of its
 (the padded hop table of :mod:`fabric_jax.links`): ``queue[f, h]``, bytes standing in
 the egress queue of the hop's link, and ``transit[f, h]``, bytes on the wire towards
 it at the end of a step (zero unless the route graph has cycles,
-:func:`fabric_jax.links.serve_through`).  Per flow: what entered the wire to the receiver in the last steps
-(``wire``, a ``[depth, flows]`` history, :func:`fabric_jax.links.wire_step`), the sender (``remaining``, the law's state), the feedback ring
-(signals emitted in the last ``ring_len`` steps), counters.  Per link: flow-control
-state.
+:func:`fabric_jax.links.serve_through`).  Per flow: what entered the wire to the
+receiver in the last steps (``wire``, a ``[depth, flows]`` history,
+:func:`fabric_jax.links.wire_step`), the sender (``remaining``; ``law``, the law's state
+and the offer, :func:`pack_law`), the feedback ring (the signals emitted in the last
+``ring_len`` steps, ``[ring_len, flows, signals]``), counters.  Per link: flow-control
+state.  The carry is laid out for few kernels per step (one array per kind of record,
+written once per step; see "Kernels" below).
 
 One step of length ``dt`` is a short sequence of stages (functions below):
 
@@ -192,6 +195,19 @@ it back as ``init_state`` continues the run at step ``k`` (simulated time ``k dt
 arrivals, fault times and trajectory times stay absolute).  On CPU a run cut into
 pieces is bit-identical to the uninterrupted run.
 
+Kernels.  On a GPU each XLA fusion costs about one kernel launch (~5 us whatever its
+size), so the step is laid out to compile into few of them (issue 24; counted by
+``experiments/bench_gpu.py --parts kernels``, budgeted by ``tests/test_kernels.py``):
+decisions the host can make are static (whether every flow leaves through one NIC port,
+how many queue sweeps its paths need), records written together are one array (the
+feedback ring, the senders' state and offers), the receiver wire is a history written
+one row per step (no scatter-adds), independent link sums share one reduction, and
+link-side sums over the hop table are segment tables
+(:mod:`fabric_jax.segments`: gathers and row reductions on an accelerator, no atomic
+adds contending on hot links; scatters on the CPU, where they are faster).  The per-step
+max-min solves stay exact (a while loop to convergence; ``FluidInfo.solver_iterations``
+counts their iterations).
+
 Sources: the fluid queue (Lindley recursion per step) and the max-min share follow the
 flow-level models of SimGrid (Velho et al., ACM TOMACS 2013) and of the DCQCN fluid
 model (Zhu et al., CoNEXT 2016, a delay-differential system whose delays are the
@@ -217,7 +233,6 @@ from .fairness import joining_share, solve, solve_flat, water_fill
 from .incidence import Incidence
 from . import links as lk
 from . import qos
-from . import fuse as fz
 from . import receiver as rx
 from .sim import prepare_flows, release_times
 

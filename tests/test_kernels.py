@@ -2,10 +2,12 @@
 
 A GPU step costs about one kernel launch per XLA fusion, so the number of fusions in the
 step's compiled loop body is what keeps the engine launch-bound or not.  The counts are
-those of the CPU backend (``experiments/_hlo.py``; a GPU fuses more), on the scenario of
-``experiments/bench_dynamics.py`` (``fat_tree``, a permutation and an incast, DCQCN +
-PFC).  Before issue 24 the step held 190 fusions (333 in the whole program); the budget
-below is the issue's.
+those of the CPU backend (``experiments/_hlo.py``; a GPU fuses more), on the issue's
+instance, the scenario of ``experiments/bench_dynamics.py`` (``fat_tree(8)``, a
+permutation of its 128 hosts and a 16-to-1 incast, DCQCN + PFC).  Before issue 24 the
+step held 190 fusions (333 in the whole program); the budget below is the issue's.  (The
+CPU backend's count grows with the instance -- it splits large reductions for its
+threads -- so the budget is checked on the issue's instance.)
 """
 
 import numpy as np
@@ -21,7 +23,7 @@ STEP_BUDGET = 150
 
 
 def _compiled_text(law, fc):
-    topo, inc, cap, lat = bench_dynamics.workload(4, 4, 0, None)
+    topo, inc, cap, lat = bench_dynamics.workload(8, 16, 0, None)
     captured = {}
     orig = fl._run
 
