@@ -1,5 +1,6 @@
 """Command line: ``fabric-jax compare [--scenario FILE] [--model NAME] [--json PATH]
-[--plots DIR] [--classes] [--workers N]``.
+[--plots DIR] [--classes] [--workers N]`` and ``fabric-jax scale [--gpus LIST] ...``
+(:mod:`fabric_jax.scale`).
 
 A thin argparse layer over :mod:`fabric_jax.compare` (and :mod:`fabric_jax.plots`).
 A bad scenario value prints one line naming the key and its accepted values and exits
@@ -48,7 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--no-ideal", action="store_true",
                       help="skip the ideal-fabric baseline column (non-blocking crossbar, "
                            "exact max-min)")
+    _scale_parser(sub)
     return parser
+
+
+def _scale_parser(sub):
+    """``fabric-jax scale``: its own block (:mod:`fabric_jax.scale._cli`)."""
+    from .scale import _cli
+    _cli.add_parser(sub)
 
 
 def main(argv=None) -> int:
@@ -58,6 +66,9 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "scale":
+        from .scale import _cli
+        return _cli.run(args)
     from . import compare
     t0 = time.time()
     try:  # every value, every preset's options: checked before the first run
