@@ -6,3 +6,5 @@ from ._step import (DEFAULT_EP, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP,
 from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROUTING,
                    HORIZON_FACTOR, IDEAL, RailRun, ideal_rails, point_metrics, route_flows,
                    run_scale, scale_point, simulate_rails)
+from ._validate import (balls_into_bins, random_bisection, ring_shift, uplinks_used,
+                        window_efficiency)

@@ -284,8 +284,8 @@ def rail_symmetric_paths(table: PathTable, src, dst, key_src, key_dst, max_paths
                          seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Candidate paths of each flow, the same spines on every rail.
 
-    ``max_paths`` paths per flow (``None`` or more than ``planes x spines``: every
-    path), spread evenly over the planes and, inside a plane, over the spines at an
+    ``max_paths`` paths per flow and plane (``None`` or more than the spines: every
+    path), spread evenly over the spines of each plane at an
     offset hashed from ``(key_src, key_dst, seed)``: the servers of the two ends, not
     the NICs, so the flows of every rail between the same two servers get the same
     spines (what keeps rails interchangeable under a capped path set).  The cap is a
@@ -297,9 +297,7 @@ def rail_symmetric_paths(table: PathTable, src, dst, key_src, key_dst, max_paths
     """
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     P, S = table.n_planes, table.n_spines
-    total = P * S
-    k = total if max_paths is None else max(P, min(int(max_paths), total))
-    per_plane = -(-k // P)
+    per_plane = S if max_paths is None else max(1, min(int(max_paths), S))
     j = np.arange(per_plane)
     off = (_pair_hash(key_src, key_dst, seed) % np.uint64(S)).astype(np.int64)
     spine = (off[:, None] + (j[None, :] * S) // per_plane) % S            # [F, per]

@@ -26,8 +26,9 @@ __all__ = ["DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "CONGESTED_DELAY", "HASHED_ROUT
 #: Default fluid step, microseconds (``docs/scale.md``, "dt": every headline figure
 #: moves by <= 3 % when it is halved).
 DEFAULT_DT_US = 0.5
-#: Candidate paths per flow under adaptive routing and spraying (rail-symmetric
-#: subset, :func:`~fabric_jax.scale.rail_symmetric_paths`); hashed routing picks from
+#: Candidate paths per flow and plane under adaptive routing and spraying
+#: (rail-symmetric subset, :func:`~fabric_jax.scale.rail_symmetric_paths`; a cost of the
+#: fluid model, whose per-step work grows with paths x hops); hashed routing picks from
 #: every spine.
 DEFAULT_MAX_PATHS = 4
 #: A switch port is congested while a byte would wait longer than this behind its queue
@@ -114,6 +115,8 @@ class RailRun:
       wall_s: seconds of the run (compile included).
       rails: the rails simulated (``None``: the whole fabric).
       n_links: links of the simulated (sub-)fabric.
+      t: ``[saves]`` snapshot times, s (``None`` for the ideal fabric).
+      goodput: ``[saves]`` bytes/s delivered over all flows at each snapshot.
     """
 
     flows: StepFlows
@@ -126,6 +129,8 @@ class RailRun:
     wall_s: float
     rails: tuple | None
     n_links: int
+    t: np.ndarray | None = None
+    goodput: np.ndarray | None = None
 
 
 def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
@@ -186,7 +191,9 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                    paused_time=float(np.sum(np.asarray(res.info.paused_time))),
                    congested_bytes=congested, port_bytes=port_bytes, n_steps=n_steps,
                    wall_s=time.perf_counter() - t0,
-                   rails=None if rails is None else tuple(view.rails), n_links=topo.n_links)
+                   rails=None if rails is None else tuple(view.rails), n_links=topo.n_links,
+                   t=np.asarray(tr.t, float),
+                   goodput=np.asarray(tr.throughput, float).sum(axis=1))
 
 
 def ideal_rails(step: StepFlows, nic_rate: float, *, rails=(0,)) -> RailRun:
