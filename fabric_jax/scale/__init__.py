@@ -5,6 +5,7 @@ from ._step import (DEFAULT_EP, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP,
                     PHASES, StepFlows, scale_plan, step_flows)
 from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROUTING,
                    HORIZON_FACTOR, IDEAL, RailRun, ideal_rails, point_metrics, route_flows,
-                   run_scale, scale_point, simulate_rails)
+                   run_scale, scale_point, simulate_rails,
+                   simulate_rails_on_devices)
 from ._validate import (balls_into_bins, random_bisection, ring_shift, uplinks_used,
                         window_efficiency)

@@ -21,7 +21,7 @@ from ._step import StepFlows, scale_plan, step_flows
 
 __all__ = ["DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "CONGESTED_DELAY", "HASHED_ROUTING",
            "HORIZON_FACTOR", "RailRun", "route_flows", "simulate_rails", "ideal_rails",
-           "point_metrics", "scale_point", "run_scale", "IDEAL"]
+           "point_metrics", "scale_point", "simulate_rails_on_devices", "run_scale", "IDEAL"]
 
 #: Default fluid step, microseconds (``docs/scale.md``, "dt": every headline figure
 #: moves by <= 3 % when it is halved).
@@ -131,6 +131,7 @@ class RailRun:
     n_links: int
     t: np.ndarray | None = None
     goodput: np.ndarray | None = None
+    device: str = ""
 
 
 def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
@@ -194,6 +195,38 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                    rails=None if rails is None else tuple(view.rails), n_links=topo.n_links,
                    t=np.asarray(tr.t, float),
                    goodput=np.asarray(tr.throughput, float).sum(axis=1))
+
+
+def simulate_rails_on_devices(step: StepFlows, topology, fabric, *, rails, devices=None,
+                              **kw) -> list:
+    """Each rail of ``rails`` alone (:func:`simulate_rails`), rail ``i`` on device ``i mod
+    len(devices)`` (default ``jax.devices()``), the devices' runs at once (threads: XLA
+    runs outside Python's lock).
+
+    The rails are independent representatives (under hashed routing, different samples
+    of the collisions; :func:`scale_point`), so they shard across devices without any
+    communication: the way one host's devices, or with ``jax.distributed`` every
+    process's, split a cluster too large for one device rail by rail.  Each run is the
+    program :func:`simulate_rails` compiles for one rail, whichever device runs it.
+
+    Returns:
+      ``[RailRun]`` in the order of ``rails``; ``RailRun.device`` names the device.
+    """
+    import jax
+    devs = list(jax.devices() if devices is None else devices)
+    if not devs:
+        raise ValueError("devices: expected at least one device")
+    rails = [int(r) for r in np.atleast_1d(rails)]
+
+    def one(item):
+        i, r = item
+        dev = devs[i % len(devs)]
+        with jax.default_device(dev):
+            run = simulate_rails(step, topology, fabric, rails=(r,), **kw)
+        return dataclasses.replace(run, device=str(dev))
+
+    with ThreadPoolExecutor(max_workers=len(devs)) as pool:
+        return list(pool.map(one, enumerate(rails)))
 
 
 def ideal_rails(step: StepFlows, nic_rate: float, *, rails=(0,)) -> RailRun:
