@@ -9,7 +9,7 @@ GPUs, planes beyond), every NIC of the rail sends ``--size-mb`` at ``t = 0``:
 * **ring shift** (:func:`fabric_jax.scale.ring_shift`): each server to the server one
   scalable unit on, so a leaf's 64 flows all go to the next leaf.  Per-flow ECMP puts
   64 balls into 64 uplinks: the expected share of uplinks in use, which is the
-  aggregate throughput with max-min sharing, is ``1 - (1 - 1/n)^n`` = 0.6347 at
+  aggregate throughput with max-min sharing, is ``1 - (1 - 1/n)^n`` = 0.6350 at
   ``n = 64`` (``-> 1 - 1/e = 0.632``).  Counted on the host from the hashes
   (``ecmp_uplinks_used``) and simulated;
 * **random bisection** (:func:`fabric_jax.scale.random_bisection`, Hoefler et al.'s

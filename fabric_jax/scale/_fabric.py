@@ -285,10 +285,14 @@ def rail_symmetric_paths(table: PathTable, src, dst, key_src, key_dst, max_paths
     """Candidate paths of each flow, the same spines on every rail.
 
     ``max_paths`` paths per flow and plane (``None`` or more than the spines: every
-    path), spread evenly over the spines of each plane at an
-    offset hashed from ``(key_src, key_dst, seed)``: the servers of the two ends, not
-    the NICs, so the flows of every rail between the same two servers get the same
-    spines (what keeps rails interchangeable under a capped path set).  The cap is a
+    path): spines ``(o + j s) mod S``, ``j < max_paths``, with the offset ``o`` and the
+    stride ``s`` (coprime to the ``S`` spines, so the spines are distinct) hashed from
+    ``(key_src, key_dst, seed)``: the servers of the two ends, not the NICs, so the
+    flows of every rail between the same two servers get the same spines (what keeps
+    rails interchangeable under a capped path set).  A hashed stride makes the
+    candidate sets of different pairs overlap partly, so adaptive routing can move load
+    between them (an evenly spaced set, stride ``S / max_paths``, would split the spines
+    into disjoint groups inside which every flow sees the same queues).  The cap is a
     cost of the fluid model (its per-step work grows with paths x hops), not a
     mechanism; a pair on one leaf has one path per plane.
 
@@ -299,8 +303,13 @@ def rail_symmetric_paths(table: PathTable, src, dst, key_src, key_dst, max_paths
     P, S = table.n_planes, table.n_spines
     per_plane = S if max_paths is None else max(1, min(int(max_paths), S))
     j = np.arange(per_plane)
-    off = (_pair_hash(key_src, key_dst, seed) % np.uint64(S)).astype(np.int64)
-    spine = (off[:, None] + (j[None, :] * S) // per_plane) % S            # [F, per]
+    h = _pair_hash(key_src, key_dst, seed)
+    off = (h % np.uint64(S)).astype(np.int64)
+    coprime = np.array([c for c in range(1, max(S, 2)) if np.gcd(c, S) == 1] or [1])
+    stride = coprime[((h >> np.uint64(32)) % np.uint64(coprime.size)).astype(np.int64)]
+    if per_plane == S:
+        stride = np.ones_like(stride)                  # every spine, in order
+    spine = (off[:, None] + j[None, :] * stride[:, None]) % S              # [F, per]
     plane = np.broadcast_to(np.arange(P)[:, None], (P, per_plane)).reshape(-1)
     spine = np.tile(spine, (1, P))                                         # [F, P*per]
     links = _path_links(table, src[:, None], dst[:, None], plane[None, :], spine)
