@@ -338,3 +338,26 @@ def test_rails_on_four_devices_equal_one_device():
     assert r["devices"] == 4 and len(r["used"]) == 4
     assert r["equal"]            # each rail's run is the same program wherever it runs
     assert r["differ"]           # ECMP: the rails are different samples
+
+
+@pytest.mark.slow
+def test_fluid_ecmp_throughput_is_the_uplinks_in_use_and_spray_is_line_rate():
+    # ring shift on rail 0 of 1,024 GPUs (2 leaves x 64 NICs, 64 spines), routing alone
+    # (no CC, infinite buffers): under ECMP each spine carries the flows that hashed onto
+    # it, so the aggregate throughput is the share of uplinks in use, counted on the host;
+    # spraying over every spine reaches line rate
+    topo = sc.scale_topology(1024)
+    size, nic, dt = 2.5e6, 50e9, 0.5e-6
+    flows = sc.ring_shift(topo, size)
+    t = size / nic
+    eff = {}
+    for preset in ("roce", "uec"):
+        fab = get_fabric(preset, cc="none", flow_control="none")
+        run = sc.simulate_rails(flows, topo, fab, rails=(0,), dt=dt,
+                                n_steps=int(t / dt) + 20, max_paths=None)
+        eff[preset] = sc.window_efficiency(run, nic, 0.1 * t, 0.9 * t)
+    tab = sc.clos_paths(topo)
+    links = sc.ecmp_paths(tab, flows.src, flows.dst, np.zeros(flows.n_flows, int),
+                          sc._run._sport(0, np.arange(flows.n_flows)))
+    assert eff["roce"] == pytest.approx(sc.uplinks_used(topo, flows, links), abs=0.01)
+    assert eff["uec"] == pytest.approx(1.0, abs=0.01)

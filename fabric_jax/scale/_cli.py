@@ -34,9 +34,9 @@ def add_parser(sub):
                    help=f"comma-separated GPU counts, {MIN_GPUS} to {MAX_GPUS} (default "
                         f"1024,4096,16384,32768); counts that are not whole servers are "
                         f"rounded down to whole servers, and the table says so")
+    rails = sorted(k for k, v in SYSTEMS.items() if v.nics_per_server == v.gpus_per_server)
     p.add_argument("--system", default="hgx_h100",
-                   help=f"server design: one of {', '.join(sorted(k for k, v in SYSTEMS.items() if v.nics_per_server == v.gpus_per_server))} "
-                        f"(default hgx_h100)")
+                   help=f"server design: one of {', '.join(rails)} (default hgx_h100)")
     p.add_argument("--fabrics", default=",".join(PRESETS),
                    help=f"comma-separated presets (default {','.join(PRESETS)})")
     p.add_argument("--model", default=_step.DEFAULT_MODEL,
@@ -198,9 +198,15 @@ def _clean(x):
 
 
 def format_table(results: dict) -> str:
-    """The scale table: one row per GPU count and preset, the ideal fabric after them."""
+    """The scale table: one row per GPU count and preset, the ideal fabric after them.
+
+    Columns: step time (ms), GPU utilisation (%), p50 / p99 over ranks of the step's
+    communication time (ms) and their ratio, effective bandwidth (fraction of line
+    rate), share of port-bytes that met a congested port (%), port-seconds paused by
+    PFC or starved of credits per step over the whole fabric (s), the fabric's share
+    of $/token (%), and whether the simulated rails give the cluster exactly."""
     head = (f"{'GPUs':>6} {'fabric':<11} {'step ms':>8} {'util %':>6} {'p50 ms':>7} "
-            f"{'p99 ms':>7} {'p99/p50':>7} {'eff bw':>6} {'congst %':>8} {'PFC ms':>8} "
+            f"{'p99 ms':>7} {'p99/p50':>7} {'eff bw':>6} {'congst %':>8} {'pause s':>8} "
             f"{'fabric $ %':>10} {'exact':>5}")
     lines = [head, "-" * len(head)]
     for pt in results["points"]:
@@ -216,7 +222,7 @@ def format_table(results: dict) -> str:
                 f"{f(m['gpu_utilization'], 100):>6} {f(m['p50_completion'], 1e3, 2):>7} "
                 f"{f(m['p99_completion'], 1e3, 2):>7} {f(m['p99_over_p50'], 1, 3):>7} "
                 f"{f(m['effective_bandwidth'], 1, 3):>6} {f(m['congested_share'], 100):>8} "
-                f"{f(m['pfc_pause_time'], 1e3, 2):>8} {f(m['fabric_cost_share'], 100):>10} "
+                f"{f(m['pfc_pause_time'], 1, 2):>8} {f(m['fabric_cost_share'], 100):>10} "
                 f"{'yes' if red['exact'] else 'no':>5}")
     for pt in results["points"]:
         lines.append(f"{pt['gpus']} GPUs: {pt['topology']}; plan tp={pt['plan']['tp']} "
