@@ -316,11 +316,21 @@ _DEVICES = textwrap.dedent("""
     spread = sc.simulate_rails_on_devices(st, topo, "roce", **kw)
     alone = [sc.simulate_rails(st, topo, "roce", rails=(r,), dt=1e-6, n_steps=400)
              for r in range(4)]
+    # the rails are different samples: ECMP sends rail 0's and rail 1's flows between
+    # the same servers over different spines (host side; at this size the step's time
+    # is set by the hot experts' NICs, so their finish times may still agree)
+    dst = np.asarray(topo.link_dst)
+    spines = []
+    for r in (0, 1):
+        ids = np.flatnonzero(st.rail == r)
+        _, ps = sc.route_flows(st.subset(ids), topo, "roce", flow_ids=ids)
+        lk = np.asarray(ps.links)[:, 0, :]
+        spines.append(np.where(lk[:, 2] >= 0, dst[lk[:, 1]], -1))
     print(json.dumps({"devices": jax.device_count(),
                       "used": sorted({r.device for r in spread}),
                       "equal": all(np.array_equal(a.finish, b.finish)
                                    for a, b in zip(spread, alone)),
-                      "differ": not np.array_equal(alone[0].finish, alone[1].finish)}))
+                      "differ": bool(np.any(spines[0] != spines[1]))}))
 """)
 
 
@@ -337,7 +347,7 @@ def test_rails_on_four_devices_equal_one_device():
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["devices"] == 4 and len(r["used"]) == 4
     assert r["equal"]            # each rail's run is the same program wherever it runs
-    assert r["differ"]           # ECMP: the rails are different samples
+    assert r["differ"]           # ECMP: the rails are different samples of the hash
 
 
 @pytest.mark.slow
