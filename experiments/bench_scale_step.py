@@ -14,10 +14,11 @@ Units: seconds, bytes.
    two-tier / multi-plane build holds at the default radix is built with 128 servers
    per scalable unit and 8 planes (``--big-spl``).
 2. **Memory per flow** (``--memory``): a fresh process per (GPU count, preset) runs
-   rail 0's fluid run for ``--steps`` steps; peak RSS after minus before the run, over
-   the flows simulated (and XLA's own figure is not exposed by the fluid engine, so the
-   RSS increase includes its compiler's working memory: an upper bound).  The slope
-   between two sizes removes fixed costs.
+   rail 0's fluid run for ``--steps`` steps; the peak resident memory during the run
+   (``/proc/self/status`` polled every 20 ms) minus the resident memory before it, over
+   the flows simulated (XLA's own figure is not exposed by the fluid engine, so the
+   increase includes the compiler's working memory).  The slope between two sizes
+   removes the fixed costs.
 3. **100k GPUs on paper**: flows per rail and in all at 98,304 GPUs (12,288 HGX
    servers) times the measured bytes per flow, over 90 % of an H200's 141 GB.
 
@@ -50,17 +51,32 @@ from fabric_jax.paths import PathsTruncatedWarning, shortest_paths  # noqa: E402
 H200_BYTES = 141e9
 
 _MEM = textwrap.dedent("""
-    import json, resource, sys, numpy as np
+    import gc, json, sys, threading, time, numpy as np
     from fabric_jax import scale as sc
+
+    def rss():
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
     G, preset, steps = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     topo = sc.scale_topology(G)
     mdl, plan = sc.scale_plan(n_gpus=G)
     st = sc.step_flows(mdl, plan)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    gc.collect()
+    before, peak, done = rss(), [0], []
+
+    def poll():                      # the run's peak resident memory, every 20 ms
+        while not done:
+            peak[0] = max(peak[0], rss())
+            time.sleep(0.02)
+    th = threading.Thread(target=poll)
+    th.start()
     run = sc.simulate_rails(st, topo, preset, rails=(0,), dt=0.5e-6, n_steps=steps)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    done.append(1)
+    th.join()
     print(json.dumps(dict(gpus=G, preset=preset, flows=int(run.flows.n_flows),
-                          rss_before=before, rss_after=after, wall_s=run.wall_s)))
+                          rss_before=before, rss_after=peak[0], wall_s=run.wall_s)))
 """)
 
 
