@@ -1,4 +1,4 @@
-"""Shared pieces of the issue-5 experiment scripts (ecmp_collisions, scale_sweep,
+"""Shared pieces of the issue-5 experiment scripts (ecmp_collisions, allreduce_sweep,
 isolation, gpu_value).
 
 Units: bytes, seconds, bytes/s in every array and JSON value (keys carry a unit suffix

@@ -9,7 +9,7 @@ Units everywhere: bytes, seconds, bytes per second (see :mod:`fabric_jax.units`)
 
 from . import (cc, fabrics, flowcontrol, metrics, optimize, routing, scaling, smooth, units,
                workloads)
-from . import checkpoint, compare, faults, study
+from . import checkpoint, compare, faults, scale, study
 from . import collectives, economics, qos, receiver, systems
 from .compare import Scenario, default_scenario, load_scenario, run_compare, simulate_case
 from .fabrics import PRESETS, Fabric, get_fabric, infiniband, roce, spectrum_x, uec

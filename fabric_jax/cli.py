@@ -1,6 +1,7 @@
 """Command line: ``fabric-jax compare [--scenario FILE] [--model NAME] [--json PATH]
 [--plots DIR] [--classes] [--workers N]``; ``fabric-jax tune`` and ``fabric-jax locate``
-(:mod:`fabric_jax.optimize._cli`).
+(:mod:`fabric_jax.optimize._cli`); ``fabric-jax scale [--gpus LIST] ...``
+(:mod:`fabric_jax.scale`).
 
 A thin argparse layer over :mod:`fabric_jax.compare` (and :mod:`fabric_jax.plots`).
 A bad scenario value prints one line naming the key and its accepted values and exits
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="skip the ideal-fabric baseline column (non-blocking crossbar, "
                            "exact max-min)")
     _add_optimize_parsers(sub)
+    _scale_parser(sub)
     return parser
 
 
@@ -58,6 +60,12 @@ def _add_optimize_parsers(sub):
     from .optimize._cli import add_locate_parser, add_tune_parser
     add_tune_parser(sub)
     add_locate_parser(sub)
+
+
+def _scale_parser(sub):
+    """``fabric-jax scale``: its own block (:mod:`fabric_jax.scale._cli`)."""
+    from .scale import _cli
+    _cli.add_parser(sub)
 
 
 def main(argv=None) -> int:
@@ -70,6 +78,9 @@ def main(argv=None) -> int:
     if args.command in ("tune", "locate"):
         from .optimize import _cli
         return _cli.tune_main(args) if args.command == "tune" else _cli.locate_main(args)
+    if args.command == "scale":
+        from .scale import _cli
+        return _cli.run(args)
     from . import compare
     t0 = time.time()
     try:  # every value, every preset's options: checked before the first run

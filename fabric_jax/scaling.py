@@ -2,7 +2,7 @@
 
 Units: bytes, seconds, bytes/s; efficiencies are fractions of line rate.
 
-Shared by ``experiments/scale_sweep.py`` and the scaling curve of ``fabric-jax compare
+Shared by ``experiments/allreduce_sweep.py`` and the scaling curve of ``fabric-jax compare
 --plots`` (:func:`fabric_jax.compare.scaling_study`).
 
 **What is simulated.**  ``G`` GPUs in servers of a named system (default ``hgx_h100``:

@@ -73,7 +73,7 @@ def test_isolation_quick(tmp_path):
 
 
 @pytest.mark.slow
-def test_scale_sweep_quick(tmp_path):
+def test_allreduce_sweep_quick(tmp_path):
     # 16 and 32 GPUs (hgx_h100 servers), all-reduce through the fluid model per preset:
     # the percentiles are over every rank (no sampled subset: the old sampled rows' p99
     # came from one rail's collectives), p99 >= p50, the ideal fabric is a lower bound,
@@ -81,7 +81,7 @@ def test_scale_sweep_quick(tmp_path):
     # dt = 1 us (the default is 0.25 us): these properties hold at any step and the
     # coarser one keeps the slow suite 4x cheaper.
     out = tmp_path / "scale.json"
-    _load("scale_sweep").main(["--quick", "--fabrics", "infiniband", "roce",
+    _load("allreduce_sweep").main(["--quick", "--fabrics", "infiniband", "roce",
                                "--all-reduce-mb", "8", "--dt-us", "1", "--json", str(out),
                                "--plots", str(tmp_path)])
     data = json.loads(out.read_text())
@@ -100,7 +100,7 @@ def test_scale_sweep_quick(tmp_path):
         rows = [r for r in data["rows"] if r["fabric"] == name]
         assert [r["p99_us"] for r in rows] == pytest.approx(
             [1e6 * t for t in v["p99_completion_time"]])
-    assert (tmp_path / "scale_sweep.png").is_file()
+    assert (tmp_path / "allreduce_sweep.png").is_file()
 
 
 @pytest.mark.slow  # heavy; the slow suite runs it

@@ -1,0 +1,71 @@
+"""AI-factory scale: one training step at 1,024 to 32,768 GPUs, every preset, in minutes.
+
+``fabric-jax scale`` (:mod:`fabric_jax.scale._cli`) answers the project's question --
+why adding GPUs does not make training proportionally faster -- at the sizes AI
+factories are built at.  Per GPU count it builds:
+
+* **the fabric a real build uses** (:func:`scale_topology`): servers of a named system
+  (:mod:`fabric_jax.systems`, one NIC per GPU) on a rail-optimised Clos of 128-port
+  switches, scalable units of 64 servers, two tiers while a spine's ports hold every
+  rail leaf (8,192 GPUs of 8-GPU servers), then planes (16,384 GPUs: 2, 32,768: 4) or,
+  on request, three tiers;
+* **one training step** (:func:`scale_plan`, :func:`step_flows`): a model (default
+  Mixtral 8x7B) with TP inside the server, PP across, data parallel over the rest and
+  expert parallel in groups of 8, weak-scaled (fixed micro-batches per replica); the
+  network part is the MoE all-to-all with Zipf-skewed experts and the pipeline sends,
+  then the DP reduce-scatter and all-gather, as flows with their dependencies (built
+  vectorised: 409,600 flows at 32,768 GPUs in under a second);
+* **each preset's fluid run and the ideal fabric** (:func:`scale_point`), and the
+  step's figures (:func:`point_metrics`): step time, GPU utilisation, p50 / p99 of the
+  communication time over ranks, effective bandwidth, share of port-bytes that met a
+  congested port, PFC pause time, the fabric's share of $/token.
+
+**The rail reduction, and when it is exact.**  With TP = 8 inside an 8-GPU server,
+every DP, EP and PP group has one rank per server and every network flow stays on one
+rail (NCCL's PXN moves the data to the NIC on the receiver's rail over NVLink first).
+On a two-tier or multi-plane rail-optimised fabric each link belongs to one rail (a
+NIC's links to its rail, a rail leaf's uplinks and the spines' downlinks to it to the
+leaf's rail): the rails are disjoint networks, and the fluid model's coupling is only
+through shared links (the max-min solve, queues, PFC, credits, marking and routing
+signals are all per link or per flow).  So a rail's flows run alone on the rail's
+sub-fabric (:func:`rail_view`, links kept in order) exactly as they run inside the full
+fabric -- same paths, hashes and candidate sets, computed on the full fabric
+(:func:`route_flows`) -- which ``tests/test_scale.py`` checks against the full run.
+Every rail then carries the same flows between the same servers; whether the rails'
+*runs* are identical depends on routing:
+
+* spraying and adaptive routing over candidate sets chosen per *server pair*
+  (:func:`rail_symmetric_paths`): every rail is routed alike, so one rail's run is
+  every rail's and the cluster's figures follow from rail 0 exactly (``exact``);
+* per-flow ECMP: a flow's hash includes its NIC addresses, so each rail draws its own
+  collisions; one rail is one sample of eight (``exact = False``, ``--rails all``
+  simulates every rail; the rails are independent, so they spread over devices,
+  :func:`simulate_rails_on_devices`);
+* three tiers: the rails share the spine-to-super-spine links, so no rail runs alone;
+  the whole fabric is simulated.
+
+Pods are not reduced: one job fills the cluster, and its pipeline sends and DP rings
+cross every pod (or scalable unit), so no pod runs alone.
+
+Units: bytes, seconds, bytes/s.
+"""
+from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, clos_paths, ecmp_paths,
+                      link_rails, rail_symmetric_paths, rail_view, scale_topology)
+from ._step import (DEFAULT_EP, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP, DEFAULT_SKEW,
+                    PHASES, StepFlows, scale_plan, step_flows)
+from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROUTING,
+                   HORIZON_FACTOR, IDEAL, RailRun, ideal_rails, point_metrics, route_flows,
+                   run_scale, scale_point, simulate_rails,
+                   simulate_rails_on_devices)
+from ._validate import (balls_into_bins, random_bisection, ring_shift, uplinks_used,
+                        window_efficiency)
+
+__all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_paths",
+           "link_rails", "rail_symmetric_paths", "rail_view", "scale_topology",
+           "DEFAULT_EP", "DEFAULT_MICROBATCHES", "DEFAULT_MODEL", "DEFAULT_PP",
+           "DEFAULT_SKEW", "PHASES", "StepFlows", "scale_plan", "step_flows",
+           "CONGESTED_DELAY", "DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "HASHED_ROUTING",
+           "HORIZON_FACTOR", "IDEAL", "RailRun", "ideal_rails", "point_metrics",
+           "route_flows", "run_scale", "scale_point", "simulate_rails",
+           "simulate_rails_on_devices", "balls_into_bins", "random_bisection", "ring_shift",
+           "uplinks_used", "window_efficiency"]

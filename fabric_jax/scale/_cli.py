@@ -1,0 +1,281 @@
+"""``fabric-jax scale``: one training step at 16 to 32,768 GPUs, every preset and the ideal
+fabric, as a table (and JSON, figures)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+__all__ = ["add_parser", "run", "format_table", "plot", "MIN_GPUS", "MAX_GPUS"]
+
+#: GPU counts the command accepts.
+MIN_GPUS, MAX_GPUS = 16, 32768
+
+
+def add_parser(sub):
+    """The ``scale`` subcommand on an argparse ``subparsers`` object."""
+    from ..fabrics import PRESETS
+    from ..systems import SYSTEMS
+    from ..workloads.model import MODELS
+    from . import _run, _step
+    p = sub.add_parser(
+        "scale", help="one training step at 16 to 32,768 GPUs on every preset and the "
+                      "ideal fabric",
+        description="Simulates one training step of a model filling the cluster (TP "
+                    "inside the server, PP across, DP reduce-scatter + all-gather, MoE "
+                    "all-to-all with skewed experts) on the rail-optimised fabric a real "
+                    "build uses at each size (two tiers up to the switch radix, planes "
+                    "or three tiers beyond), on each preset and the ideal fabric; one "
+                    "representative rail when the rails are interchangeable "
+                    "(docs/scale.md).")
+    p.add_argument("--gpus", default="1024,4096,16384,32768",
+                   help=f"comma-separated GPU counts, {MIN_GPUS} to {MAX_GPUS} (default "
+                        f"1024,4096,16384,32768); counts that are not whole servers are "
+                        f"rounded down to whole servers, and the table says so")
+    rails = sorted(k for k, v in SYSTEMS.items() if v.nics_per_server == v.gpus_per_server)
+    p.add_argument("--system", default="hgx_h100",
+                   help=f"server design: one of {', '.join(rails)} (default hgx_h100)")
+    p.add_argument("--fabrics", default=",".join(PRESETS),
+                   help=f"comma-separated presets (default {','.join(PRESETS)})")
+    p.add_argument("--model", default=_step.DEFAULT_MODEL,
+                   help=f"one of {', '.join(sorted(MODELS))} (default {_step.DEFAULT_MODEL})")
+    p.add_argument("--dt-us", type=float, default=_run.DEFAULT_DT_US,
+                   help=f"fluid step, microseconds (default {_run.DEFAULT_DT_US:g})")
+    p.add_argument("--rails", default="1",
+                   help="rails simulated: a count (the first N rails) or 'all' (default 1: "
+                        "exact when the rails are interchangeable, see the 'exact' column)")
+    p.add_argument("--max-paths", type=int, default=_run.DEFAULT_MAX_PATHS,
+                   help=f"candidate paths per flow under adaptive routing / spraying "
+                        f"(default {_run.DEFAULT_MAX_PATHS})")
+    p.add_argument("--switch-radix", type=int, default=128,
+                   help="switch ports at the NIC speed (default 128: 128 x 400G)")
+    p.add_argument("--beyond-radix", default="planes",
+                   help="what grows past the radix: planes (default) or tiers")
+    p.add_argument("--slice-us", type=float, default=250.0,
+                   help="line-rate time of the simulated slice of the step's traffic, "
+                        "microseconds (default 250)")
+    p.add_argument("--pp", type=int, default=_step.DEFAULT_PP,
+                   help=f"pipeline stages wanted (default {_step.DEFAULT_PP})")
+    p.add_argument("--ep", type=int, default=_step.DEFAULT_EP,
+                   help=f"expert-parallel group wanted (default {_step.DEFAULT_EP})")
+    p.add_argument("--microbatches", type=int, default=_step.DEFAULT_MICROBATCHES,
+                   help=f"micro-batches per replica and step (default "
+                        f"{_step.DEFAULT_MICROBATCHES})")
+    p.add_argument("--skew", type=float, default=_step.DEFAULT_SKEW,
+                   help=f"Zipf exponent of the expert load (default {_step.DEFAULT_SKEW:g})")
+    p.add_argument("--overlap", type=float, default=0.0,
+                   help="fraction of compute the communication may overlap, [0, 1] "
+                        "(default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed (hashes, expert popularity)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="presets run at once, in threads (default 1)")
+    p.add_argument("--no-ideal", action="store_true", help="skip the ideal fabric rows")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    p.add_argument("--plots", metavar="DIR", help="write the figures into DIR")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _parse(args):
+    """Checked values of the command line; :class:`_Bad` naming the flag otherwise."""
+    from ..fabrics import PRESETS
+    from ..systems import SYSTEMS
+    from ..workloads.model import MODELS
+    sysm = SYSTEMS.get(args.system)
+    if sysm is None or sysm.nics_per_server != sysm.gpus_per_server:
+        ok = sorted(k for k, v in SYSTEMS.items() if v.nics_per_server == v.gpus_per_server)
+        raise _Bad(f"--system must be one of {ok}; got {args.system!r}")
+    try:
+        gpus = [int(x) for x in str(args.gpus).split(",") if x.strip()]
+    except ValueError:
+        raise _Bad(f"--gpus must be comma-separated integers; got {args.gpus!r}") from None
+    if not gpus or any(not MIN_GPUS <= x <= MAX_GPUS for x in gpus):
+        raise _Bad(f"--gpus must lie in [{MIN_GPUS}, {MAX_GPUS}]; got {args.gpus!r}")
+    g = sysm.gpus_per_server
+    rounded = [max(2, x // g) * g for x in gpus]
+    fabrics = [x.strip() for x in str(args.fabrics).split(",") if x.strip()]
+    bad = [x for x in fabrics if x not in PRESETS]
+    if not fabrics or bad:
+        raise _Bad(f"--fabrics must name presets among {list(PRESETS)}; got {args.fabrics!r}")
+    if args.model not in MODELS:
+        raise _Bad(f"--model must be one of {sorted(MODELS)}; got {args.model!r}")
+    for flag, v in (("--dt-us", args.dt_us), ("--slice-us", args.slice_us)):
+        if not (math.isfinite(v) and v > 0):
+            raise _Bad(f"{flag} must be > 0; got {v!r}")
+    for flag, v in (("--max-paths", args.max_paths), ("--pp", args.pp), ("--ep", args.ep),
+                    ("--microbatches", args.microbatches), ("--workers", args.workers)):
+        if v < 1:
+            raise _Bad(f"{flag} must be >= 1; got {v!r}")
+    if args.switch_radix < 4:
+        raise _Bad(f"--switch-radix must be >= 4; got {args.switch_radix!r}")
+    if args.beyond_radix not in ("planes", "tiers"):
+        raise _Bad(f"--beyond-radix must be 'planes' or 'tiers'; got {args.beyond_radix!r}")
+    if not (math.isfinite(args.skew) and args.skew >= 0):
+        raise _Bad(f"--skew must be >= 0; got {args.skew!r}")
+    if not 0 <= args.overlap <= 1:
+        raise _Bad(f"--overlap must lie in [0, 1]; got {args.overlap!r}")
+    if args.seed < 0:
+        raise _Bad(f"--seed must be >= 0; got {args.seed!r}")
+    if args.rails == "all":
+        rails = "all"
+    else:
+        try:
+            n = int(args.rails)
+        except ValueError:
+            raise _Bad(f"--rails must be a count or 'all'; got {args.rails!r}") from None
+        if not 1 <= n <= g:
+            raise _Bad(f"--rails must lie in [1, {g}] (rails of {sysm.name}) or be 'all'; "
+                       f"got {args.rails!r}")
+        rails = tuple(range(n))
+    return dict(gpus=rounded, asked=gpus, fabrics=fabrics, rails=rails, system=sysm.name)
+
+
+def run(args) -> int:
+    """Runs the subcommand (``args`` from :func:`add_parser`); returns the exit status."""
+    from ..study.progress import Progress
+    from . import _run
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        v = _parse(args)
+    except _Bad as err:
+        print(f"fabric-jax scale: error: {err}", file=sys.stderr)
+        return 2
+    for asked, got in zip(v["asked"], v["gpus"]):
+        if asked != got:
+            print(f"note: {asked} GPUs are not whole {v['system']} servers; simulating "
+                  f"{got}", file=sys.stderr)
+    n_runs = len(v["gpus"]) * (len(v["fabrics"]) + 1)
+    bar = Progress(n_runs, enabled=not args.quiet)
+    points = []
+    try:
+        for g in v["gpus"]:
+            points.append(_run.scale_point(
+                g, v["fabrics"], system=v["system"], model=args.model,
+                dt=args.dt_us * 1e-6, rails=v["rails"], max_paths=args.max_paths,
+                seed=args.seed, switch_radix=args.switch_radix,
+                beyond_radix=args.beyond_radix,
+                plan_options=dict(pp=args.pp, ep=args.ep, microbatches=args.microbatches,
+                                  overlap=args.overlap),
+                step_options=dict(skew=args.skew, slice_time=args.slice_us * 1e-6),
+                ideal=not args.no_ideal, workers=args.workers, progress=bar.update))
+    except ValueError as err:
+        print(f"fabric-jax scale: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    import jax
+    results = dict(points=points, inputs=dict(vars(args), command=None),
+                   wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0,
+                   device=str(jax.devices()[0]))
+    results["inputs"].pop("func", None)
+    print(format_table(results))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(_clean(results), fh, indent=1)
+        print(f"wrote {args.json}")
+    if args.plots:
+        for path in plot(results, args.plots):
+            print(f"wrote {path}")
+    print(f"wall {results['wall_s']:.1f} s, CPU {results['cpu_s']:.1f} s on "
+          f"{results['device']}", file=sys.stderr)
+    return 0
+
+
+def _clean(x):
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        return _clean(x.item())
+    return x
+
+
+def format_table(results: dict) -> str:
+    """The scale table: one row per GPU count and preset, the ideal fabric after them.
+
+    Columns: step time (ms), GPU utilisation (%), p50 / p99 over ranks of the step's
+    communication time (ms) and their ratio, effective bandwidth (fraction of line
+    rate), share of port-bytes that met a congested port (%), port-seconds paused by
+    PFC or starved of credits per step over the whole fabric (s), the fabric's share
+    of $/token (%), and whether the simulated rails give the cluster exactly."""
+    head = (f"{'GPUs':>6} {'fabric':<11} {'step ms':>8} {'util %':>6} {'p50 ms':>7} "
+            f"{'p99 ms':>7} {'p99/p50':>7} {'eff bw':>6} {'congst %':>8} {'pause s':>8} "
+            f"{'fabric $ %':>10} {'exact':>5}")
+    lines = [head, "-" * len(head)]
+    for pt in results["points"]:
+        rows = list(pt["fabrics"].items())
+        if "ideal" in pt:
+            rows.append(("ideal", pt["ideal"]))
+        for name, m in rows:
+            red = pt["reduction"].get(name, {"exact": True})
+            f = lambda x, s=1.0, d=1: ("-" if x is None or not math.isfinite(x)  # noqa
+                                       else f"{x * s:.{d}f}")
+            lines.append(
+                f"{pt['gpus']:>6} {name:<11} {f(m['step_time'], 1e3):>8} "
+                f"{f(m['gpu_utilization'], 100):>6} {f(m['p50_completion'], 1e3, 2):>7} "
+                f"{f(m['p99_completion'], 1e3, 2):>7} {f(m['p99_over_p50'], 1, 3):>7} "
+                f"{f(m['effective_bandwidth'], 1, 3):>6} {f(m['congested_share'], 100):>8} "
+                f"{f(m['pfc_pause_time'], 1, 2):>8} {f(m['fabric_cost_share'], 100):>10} "
+                f"{'yes' if red['exact'] else 'no':>5}")
+    for pt in results["points"]:
+        lines.append(f"{pt['gpus']} GPUs: {pt['topology']}; plan tp={pt['plan']['tp']} "
+                     f"pp={pt['plan']['pp']} dp={pt['plan']['dp']} ep={pt['plan']['ep']}, "
+                     f"{pt['slices']} slices, rails simulated "
+                     f"{'all' if pt['rails'] is None else pt['rails']}")
+        for name, red in pt["reduction"].items():
+            if not red["exact"]:
+                lines.append(f"  {name}: not exact: {red['reason']}")
+    return "\n".join(lines)
+
+
+def plot(results: dict, out) -> list:
+    """Step time and GPU utilisation vs GPU count per preset (log x), and the p99/p50
+    ratio vs GPU count; returns the PNG paths."""
+    from pathlib import Path
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..plots import save_figure
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    pts = results["points"]
+    gpus = [p["gpus"] for p in pts]
+    names = list(pts[0]["fabrics"]) + (["ideal"] if "ideal" in pts[0] else [])
+
+    def series(name, key, scale=1.0):
+        return [scale * (p["ideal"] if name == "ideal" else p["fabrics"][name])[key]
+                for p in pts]
+
+    style = lambda i, name: dict(color="0.3", ls="--", marker="s") if name == "ideal" \
+        else dict(color=f"C{i}", marker="o")  # noqa: E731
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, name in enumerate(names):
+        ax.plot(gpus, series(name, "step_time", 1e3), label=name, **style(i, name))
+        bx.plot(gpus, series(name, "gpu_utilization", 100), label=name, **style(i, name))
+    for a, lab in ((ax, "step time (ms)"), (bx, "GPU utilisation (%)")):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("GPUs")
+        a.set_ylabel(lab)
+        a.legend(fontsize=8)
+    dt = results["inputs"].get("dt_us")
+    fig.suptitle(f"one training step, fluid model per preset (dt = {dt:g} us) vs ideal "
+                 f"fabric", fontsize=10)
+    paths = [save_figure(fig, out / "scale_step.png")]
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for i, name in enumerate(names):
+        ax.plot(gpus, series(name, "p99_over_p50"), label=name, **style(i, name))
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("p99 / p50 of the step's communication over ranks")
+    ax.legend(fontsize=8)
+    paths.append(save_figure(fig, out / "scale_tail.png"))
+    return paths

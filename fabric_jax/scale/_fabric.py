@@ -1,0 +1,343 @@
+"""Fabrics at AI-factory scale: the build, its rails, and vectorised path tables (host side).
+
+Units: bytes, seconds, bytes/s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..paths import mix64
+from ..topology import Topology
+
+__all__ = ["DEFAULT_SWITCH_RADIX", "scale_topology", "RailView", "rail_view", "PathTable",
+           "clos_paths", "rail_symmetric_paths", "ecmp_paths"]
+
+#: Ports per switch at the NIC speed: 128 x 400G, a 51.2 Tb/s ASIC (Quantum-X800 in
+#: 400G mode, Spectrum-4).  Half go down, half up: a non-blocking rail leaf serves
+#: ``radix / 2`` servers (a scalable unit), and two tiers hold ``radix^2 / 2`` NICs
+#: (8,192 GPUs of 8-NIC servers).
+DEFAULT_SWITCH_RADIX = 128
+
+
+def scale_topology(n_gpus: int, system="hgx_h100", *,
+                   switch_radix: int | None = DEFAULT_SWITCH_RADIX,
+                   beyond_radix: str = "planes", servers_per_leaf: int | None = None,
+                   latency_us: float | None = None) -> Topology:
+    """``n_gpus`` GPUs of ``system`` on the rail-optimised fabric a real build uses.
+
+    The build of :func:`fabric_jax.scaling.sweep_topology` with scalable units of
+    ``servers_per_leaf`` servers (default ``switch_radix / 2``: the rail leaf's down
+    ports, its other half going up to as many spines; at least two units), NIC hosts
+    only (TP traffic stays on NVLink, which the step's compute time carries, so the
+    server model's GPU, NVSwitch and PCIe nodes are not built).  Two tiers while a
+    spine's ports (one per rail leaf) fit the radix; beyond it ``beyond_radix``:
+    ``"planes"`` (default: 2, 4 or 8 independent planes of ``NIC / P`` ports, the radix
+    times ``P`` at that speed: Spectrum-X multiplane, Alibaba HPN, DeepSeek's multi-plane
+    fat-tree, sources in :func:`fabric_jax.topology.leaf_spine`) or ``"tiers"`` (pods
+    under a super-spine layer, whose spine-to-super-spine links every rail shares).
+
+    Args:
+      n_gpus: a multiple of the system's GPUs per server, at least two servers.
+      system: a :data:`fabric_jax.systems.SYSTEMS` name.
+      switch_radix: ports per switch at the NIC speed (``None``: unchecked, two tiers).
+      beyond_radix: ``"planes"`` or ``"tiers"``.
+      servers_per_leaf: servers per scalable unit (default ``switch_radix // 2``, or
+        64 with no radix).
+      latency_us: fabric latency per link (default the system's).
+
+    Raises:
+      ValueError: bad sizes or names, naming the argument.
+    """
+    from ..scaling import sweep_topology
+    from ..systems import get_system
+    sysm = get_system(system)
+    if sysm.nics_per_server != sysm.gpus_per_server:
+        raise ValueError(f"system: {sysm.name} has {sysm.nics_per_server} NICs for "
+                         f"{sysm.gpus_per_server} GPUs; the scale study needs one NIC per "
+                         f"GPU (rails)")
+    if switch_radix is not None and (isinstance(switch_radix, bool)
+                                     or int(switch_radix) != switch_radix or switch_radix < 4):
+        raise ValueError(f"switch_radix must be an integer >= 4 or None; got {switch_radix!r}")
+    spl = servers_per_leaf
+    if spl is None:
+        spl = 64 if switch_radix is None else max(1, int(switch_radix) // 2)
+    kw = {} if latency_us is None else {"latency_us": float(latency_us)}
+    # gpus_per_server=None: the fabric's hosts stay NICs (no server model)
+    return sweep_topology(int(n_gpus), system=sysm, servers_per_leaf=int(spl),
+                          switch_radix=switch_radix, beyond_radix=beyond_radix,
+                          gpus_per_server=None, **kw)
+
+
+# ------------------------------------------------------------------ rails
+@dataclasses.dataclass(frozen=True)
+class RailView:
+    """Some rails of a rail-optimised fabric as a fabric of their own.
+
+    Attributes:
+      topology: the sub-fabric (:class:`~fabric_jax.Topology`): the rails' NICs, their
+        rail leaves, every switch above, and the links among them; links keep their
+        order (``links`` is increasing), so any rule that ranks links (ECMP's choice
+        of the next hop) ranks them alike.
+      links: ``[sub links]`` id of each sub-fabric link in the full fabric.
+      hosts: ``[sub hosts]`` id of each sub-fabric host (NIC) in the full fabric.
+      link_of: ``[full links]`` sub-fabric id of each full-fabric link, -1 if absent.
+      host_of: ``[full hosts]`` sub-fabric host id, -1 if absent.
+      rails: the rails kept.
+      shared: ``[sub links]`` bool, a link that no rail owns (not attached to a NIC or a
+        rail leaf: the spine-to-super-spine links of a three-tier build), so traffic of
+        other rails may cross it.
+      link_rail: ``[full links]`` rail that owns each link of the full fabric (-1:
+        shared).
+    """
+
+    topology: Topology
+    links: np.ndarray
+    hosts: np.ndarray
+    link_of: np.ndarray
+    host_of: np.ndarray
+    rails: tuple
+    shared: np.ndarray
+    link_rail: np.ndarray
+
+    @property
+    def disjoint(self) -> bool:
+        """The kept rails own every link they have: no other rail's traffic can cross
+        them (two tiers or planes)."""
+        return not bool(self.shared.any())
+
+
+def link_rails(topology: Topology, nics_per_server: int) -> np.ndarray:
+    """``[links]`` rail owning each link: a NIC's links belong to its rail (host index
+    ``% nics_per_server``), a rail leaf's links to the rail of the NICs below it, any
+    other link (between two switches above the leaves) to no rail (-1)."""
+    hosts = np.asarray(topology.hosts)
+    src, dst = np.asarray(topology.link_src), np.asarray(topology.link_dst)
+    node_rail = np.full(topology.n_nodes, -1, np.int64)
+    node_rail[hosts] = np.arange(hosts.size) % int(nics_per_server)
+    is_host = np.asarray(topology.node_is_host, bool)
+    up = is_host[src]                                 # NIC -> rail leaf
+    node_rail[dst[up]] = node_rail[src[up]]           # a leaf serves one rail
+    return np.maximum(node_rail[src], node_rail[dst])
+
+
+def rail_view(topology: Topology, rails) -> RailView:
+    """The sub-fabric of ``rails`` (:class:`RailView`); host index ``h`` is on rail ``h %
+    nics_per_server`` (``topology.params["nics_per_server"]``).
+
+    Raises:
+      ValueError: a topology that is not rail-optimised, or a rail out of range.
+    """
+    if topology.kind != "rail_optimized" or "nics_per_server" not in topology.params:
+        raise ValueError("topology: rails exist on rail_optimized fabrics only")
+    nics = int(topology.params["nics_per_server"])
+    rails = tuple(sorted({int(r) for r in np.atleast_1d(rails)}))
+    if not rails or rails[0] < 0 or rails[-1] >= nics:
+        raise ValueError(f"rails: expected rail ids in [0, {nics}); got {rails}")
+    lr = link_rails(topology, nics)
+    keep_rail = np.zeros(nics + 1, bool)
+    keep_rail[list(rails)] = True
+    src, dst = np.asarray(topology.link_src), np.asarray(topology.link_dst)
+    is_host = np.asarray(topology.node_is_host, bool)
+    node_keep = np.zeros(topology.n_nodes, bool)
+    owned = keep_rail[np.where(lr >= 0, lr, nics)]
+    node_keep[src[owned]] = True
+    node_keep[dst[owned]] = True
+    # switches above the leaves: every one the kept rails' leaves reach, and above
+    above = ~is_host & (np.asarray(topology.node_tier) >= 2)
+    node_keep |= above
+    links = np.flatnonzero(node_keep[src] & node_keep[dst] & ((lr < 0) | owned))
+    nodes = np.flatnonzero(node_keep)
+    new_node = np.full(topology.n_nodes, -1, np.int64)
+    new_node[nodes] = np.arange(nodes.size)
+    link_of = np.full(topology.n_links, -1, np.int64)
+    link_of[links] = np.arange(links.size)
+    rev = np.asarray(topology.link_reverse)[links]
+    host_nodes = np.asarray(topology.hosts)
+    hosts = np.flatnonzero(node_keep[host_nodes])
+    host_of = np.full(host_nodes.size, -1, np.int64)
+    host_of[hosts] = np.arange(hosts.size)
+    names = topology.node_names
+    sub = Topology(
+        node_names=tuple(names[i] for i in nodes), node_is_host=is_host[nodes],
+        node_tier=np.asarray(topology.node_tier)[nodes], hosts=new_node[host_nodes[hosts]],
+        link_src=new_node[src[links]], link_dst=new_node[dst[links]],
+        capacity=np.asarray(topology.capacity)[links],
+        latency=np.asarray(topology.latency)[links], buffer=np.asarray(topology.buffer)[links],
+        link_up=np.asarray(topology.link_up)[links],
+        link_reverse=np.where(rev >= 0, link_of[np.maximum(rev, 0)], -1),
+        host_server=np.asarray(topology.host_server)[hosts],
+        name=f"{topology.name}, rails {list(rails)}", kind=topology.kind,
+        params=dict(topology.params, rails=list(rails)), updown=topology.updown,
+        host_transit=topology.host_transit)
+    return RailView(topology=sub, links=links, hosts=hosts, link_of=link_of,
+                    host_of=host_of, rails=rails, shared=lr[links] < 0, link_rail=lr)
+
+
+# ------------------------------------------------------------------ paths
+@dataclasses.dataclass(frozen=True)
+class PathTable:
+    """Closed-form equal-cost paths of a two-tier (optionally multi-plane) Clos.
+
+    A path from NIC ``a`` to NIC ``b`` in plane ``p`` is ``a -> leaf -> b`` when both
+    sit on one leaf, else ``a -> leaf(a) -> spine j -> leaf(b) -> b`` for every spine
+    ``j`` of the plane (each leaf has one uplink to each spine of its plane).
+
+    Attributes:
+      host_up: ``[hosts, planes]`` link NIC -> its leaf, per plane.
+      host_down: ``[hosts, planes]`` link leaf -> NIC.
+      host_leaf: ``[hosts, planes]`` leaf node of each NIC per plane.
+      leaf_up: ``[leaves, spines]`` link from each leaf to spine ``j`` of its plane
+        (leaves indexed by ``leaf_index``).
+      spine_down: ``[leaves, spines]`` link from spine ``j`` of the leaf's plane down to
+        the leaf.
+      leaf_index: ``[nodes]`` row of each leaf node in ``leaf_up``, -1 otherwise.
+      n_planes, n_spines: sizes (spines per plane).
+    """
+
+    host_up: np.ndarray
+    host_down: np.ndarray
+    host_leaf: np.ndarray
+    leaf_up: np.ndarray
+    spine_down: np.ndarray
+    leaf_index: np.ndarray
+    n_planes: int
+    n_spines: int
+
+
+def clos_paths(topology: Topology) -> PathTable | None:
+    """The :class:`PathTable` of a two-tier Clos (``tiers == 2``, one cable from each
+    leaf to each spine of its plane); ``None`` when the fabric is not of that form
+    (three tiers, parallel cables): use :func:`fabric_jax.shortest_paths` then."""
+    if int(topology.params.get("tiers", 2)) != 2:
+        return None
+    src, dst = np.asarray(topology.link_src), np.asarray(topology.link_dst)
+    is_host = np.asarray(topology.node_is_host, bool)
+    tier = np.asarray(topology.node_tier)
+    hosts = np.asarray(topology.hosts)
+    n_hosts = hosts.size
+    host_row = np.full(topology.n_nodes, -1, np.int64)
+    host_row[hosts] = np.arange(n_hosts)
+    up = np.flatnonzero(is_host[src])
+    order = up[np.lexsort((up, host_row[src[up]]))]          # host-major, cable order
+    per = np.bincount(host_row[src[order]], minlength=n_hosts)
+    planes = int(topology.params.get("planes", 1))
+    if per.size == 0 or per.min() != planes or per.max() != planes:
+        return None
+    host_up = order.reshape(n_hosts, planes)
+    host_leaf = dst[host_up]
+    down = np.flatnonzero(is_host[dst])
+    order_d = down[np.lexsort((down, host_row[dst[down]]))]
+    host_down = order_d.reshape(n_hosts, planes)
+    if not np.array_equal(src[host_down], host_leaf):
+        return None
+    leaves = np.unique(host_leaf)
+    leaf_index = np.full(topology.n_nodes, -1, np.int64)
+    leaf_index[leaves] = np.arange(leaves.size)
+    lu = np.flatnonzero((leaf_index[src] >= 0) & (tier[dst] == 2))
+    lu = lu[np.lexsort((dst[lu], leaf_index[src[lu]]))]
+    counts = np.bincount(leaf_index[src[lu]], minlength=leaves.size)
+    n_spines = int(counts.max(initial=0))
+    if n_spines == 0 or counts.min() != n_spines:
+        return None
+    leaf_up = lu.reshape(leaves.size, n_spines)
+    spine = dst[leaf_up]
+    if np.any(spine[:, 1:] == spine[:, :-1]):
+        return None                                       # parallel cables
+    key = src.astype(np.int64) * topology.n_nodes + dst
+    srt = np.argsort(key, kind="stable")
+    want = spine.astype(np.int64) * topology.n_nodes + leaves[:, None]
+    pos = np.searchsorted(key[srt], want)
+    spine_down = srt[np.minimum(pos, srt.size - 1)]
+    if not np.array_equal(key[spine_down], want):
+        return None
+    return PathTable(host_up=host_up, host_down=host_down, host_leaf=host_leaf,
+                     leaf_up=leaf_up, spine_down=spine_down, leaf_index=leaf_index,
+                     n_planes=planes, n_spines=n_spines)
+
+
+def _path_links(table: PathTable, src, dst, plane, spine) -> np.ndarray:
+    """``[..., 4]`` links of the path ``src -> dst`` in ``plane`` via ``spine`` (arrays
+    broadcast together); a same-leaf pair gets ``[up, down, -1, -1]``."""
+    src, dst, plane, spine = np.broadcast_arrays(src, dst, plane, spine)
+    la = table.leaf_index[table.host_leaf[src, plane]]
+    lb = table.leaf_index[table.host_leaf[dst, plane]]
+    same = la == lb
+    up, down = table.host_up[src, plane], table.host_down[dst, plane]
+    mid1 = table.leaf_up[la, spine]
+    mid2 = table.spine_down[lb, spine]
+    return np.stack([up, np.where(same, down, mid1), np.where(same, -1, mid2),
+                     np.where(same, -1, down)], axis=-1).astype(np.int32)
+
+
+def _pair_hash(a, b, seed) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        k = (np.asarray(a, np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+             ^ np.asarray(b, np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
+             ^ mix64(np.asarray(seed, np.uint64) + np.uint64(0x632BE59BD9B4E019)))
+        return mix64(k)
+
+
+def rail_symmetric_paths(table: PathTable, src, dst, key_src, key_dst, max_paths: int,
+                         seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate paths of each flow, the same spines on every rail.
+
+    ``max_paths`` paths per flow and plane (``None`` or more than the spines: every
+    path): spines ``(o + j s) mod S``, ``j < max_paths``, with the offset ``o`` and the
+    stride ``s`` (coprime to the ``S`` spines, so the spines are distinct) hashed from
+    ``(key_src, key_dst, seed)``: the servers of the two ends, not the NICs, so the
+    flows of every rail between the same two servers get the same spines (what keeps
+    rails interchangeable under a capped path set).  A hashed stride makes the
+    candidate sets of different pairs overlap partly, so adaptive routing can move load
+    between them (an evenly spaced set, stride ``S / max_paths``, would split the spines
+    into disjoint groups inside which every flow sees the same queues).  The cap is a
+    cost of the fluid model (its per-step work grows with paths x hops), not a
+    mechanism; a pair on one leaf has one path per plane.
+
+    Returns:
+      ``(links [flows, paths, 4], path_mask [flows, paths])``.
+    """
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    P, S = table.n_planes, table.n_spines
+    per_plane = S if max_paths is None else max(1, min(int(max_paths), S))
+    j = np.arange(per_plane)
+    h = _pair_hash(key_src, key_dst, seed)
+    off = (h % np.uint64(S)).astype(np.int64)
+    coprime = np.array([c for c in range(1, max(S, 2)) if np.gcd(c, S) == 1] or [1])
+    stride = coprime[((h >> np.uint64(32)) % np.uint64(coprime.size)).astype(np.int64)]
+    if per_plane == S:
+        stride = np.ones_like(stride)                  # every spine, in order
+    spine = (off[:, None] + j[None, :] * stride[:, None]) % S              # [F, per]
+    plane = np.broadcast_to(np.arange(P)[:, None], (P, per_plane)).reshape(-1)
+    spine = np.tile(spine, (1, P))                                         # [F, P*per]
+    links = _path_links(table, src[:, None], dst[:, None], plane[None, :], spine)
+    la = table.leaf_index[table.host_leaf[src, 0]]
+    lb = table.leaf_index[table.host_leaf[dst, 0]]
+    same = la == lb
+    first = np.zeros((1, per_plane * P), bool)
+    first[0, ::per_plane] = True
+    mask = np.where(same[:, None], first, True)
+    links = np.where(mask[:, :, None], links, -1).astype(np.int32)
+    return links, mask
+
+
+def ecmp_paths(table: PathTable, src, dst, plane, sport,
+               tier_seed: int = 23) -> np.ndarray:
+    """``[flows, 4]`` the path a per-flow ECMP hash picks for each flow in ``plane``.
+
+    The rail leaf hashes the flow's 5-tuple (``src``, ``dst`` NIC addresses and the
+    RoCEv2 UDP source port ``sport``, with the tier's seed) onto one of its ``spines``
+    uplinks (every uplink of a non-blocking two-tier Clos is an equal-cost next hop);
+    the spine's way down to the destination leaf is unique.  Balls into bins: with
+    ``n`` flows on ``n`` uplinks the expected share of uplinks in use is ``1 - (1 -
+    1/n)^n`` (``experiments/ecmp_collisions.py``).  The same hash family as
+    :func:`fabric_jax.routing.ecmp_choice`; resolved on the host over every spine, so
+    each flow keeps one path (no faults here, so resilient hashing never moves it).
+    """
+    h = _pair_hash(np.asarray(src, np.uint64) * np.uint64(65537) + np.asarray(sport, np.uint64),
+                   dst, tier_seed)
+    spine = (h % np.uint64(table.n_spines)).astype(np.int64)
+    return _path_links(table, np.asarray(src, np.int64), np.asarray(dst, np.int64),
+                       np.asarray(plane, np.int64), spine)

@@ -1,0 +1,445 @@
+"""The scale study's runs: each preset on representative rails, the ideal fabric, metrics.
+
+Units: bytes, seconds, bytes/s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .. import economics as econ
+from .. import metrics as mx
+from ..fabrics import get_fabric
+from ..paths import PathSet, PathsTruncatedWarning, mix64, shortest_paths
+from ._fabric import clos_paths, ecmp_paths, rail_symmetric_paths, rail_view, scale_topology
+from ._step import StepFlows, scale_plan, step_flows
+
+__all__ = ["DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "CONGESTED_DELAY", "HASHED_ROUTING",
+           "HORIZON_FACTOR", "RailRun", "route_flows", "simulate_rails", "ideal_rails",
+           "point_metrics", "scale_point", "simulate_rails_on_devices", "run_scale", "IDEAL"]
+
+#: Default fluid step, microseconds (``docs/scale.md``, "dt": every headline figure
+#: moves by <= 3 % when it is halved).
+DEFAULT_DT_US = 0.5
+#: Candidate paths per flow and plane under adaptive routing and spraying
+#: (rail-symmetric subset, :func:`~fabric_jax.scale.rail_symmetric_paths`; a cost of the
+#: fluid model, whose per-step work grows with paths x hops); hashed routing picks from
+#: every spine.
+DEFAULT_MAX_PATHS = 4
+#: A switch port is congested while a byte would wait longer than this behind its queue
+#: (``q_l / C_l``), s: one microsecond, about the fabric's one-way base latency and the
+#: depth at which the presets' ECN / telemetry start reacting (DCQCN's K_min of 100 KB at
+#: 400 Gb/s is 2 us): an assumption, named here.
+CONGESTED_DELAY = 1e-6
+#: Routing policies that pin each flow to the path its hash picks.
+HASHED_ROUTING = ("ecmp",)
+#: Horizon of a fluid run over the ideal fabric's slice time (doubled once when a run
+#: leaves flows unfinished; the run stops early once the fabric is idle).
+HORIZON_FACTOR = 2.0
+#: Trajectory snapshot period, steps (for the congested-port share).
+SAVE_EVERY = 20
+#: Key of the ideal fabric in the results.
+IDEAL = "ideal"
+
+
+def _sport(seed: int, flow_id) -> np.ndarray:
+    """RoCEv2 UDP source port of each flow (its ECMP entropy): a hash of the flow's
+    global id and the seed, so any subset of flows gets the ports the full set has."""
+    with np.errstate(over="ignore"):
+        h = mix64(np.asarray(flow_id, np.uint64) * np.uint64(0xD1B54A32D192ED03)
+                  + np.uint64(int(seed) & 0xFFFFFFFF) * np.uint64(0x9E3779B97F4A7C15))
+    return (49152 + h % np.uint64(16384)).astype(np.int64)
+
+
+def route_flows(step: StepFlows, topology, fabric, *, max_paths=DEFAULT_MAX_PATHS,
+                seed: int = 0, flow_ids=None):
+    """``(flows, PathSet)`` of ``step``'s flows on ``topology`` (full-fabric link ids)
+    for ``fabric``'s routing.
+
+    Two-tier Clos (:func:`~fabric_jax.scale.clos_paths`): hashed routing
+    (:data:`HASHED_ROUTING`) gets, per flow and plane, the one path its per-flow hash
+    picks among every spine (:func:`~fabric_jax.scale.ecmp_paths`); on ``P`` planes each
+    flow is first split into ``P`` stripes, one per plane (:meth:`StepFlows.stripes`).
+    Adaptive routing and spraying get the rail-symmetric candidate set of
+    :func:`~fabric_jax.scale.rail_symmetric_paths` (``max_paths``).  Other fabrics
+    (three tiers): :func:`fabric_jax.shortest_paths` with ``max_paths`` for every policy
+    (ECMP then hashes among that subset).
+
+    Args:
+      flow_ids: ``[flows]`` global id of each flow (default ``arange``): the ECMP source
+        port is a function of it, so a subset routes as it does in the full set.
+    """
+    fab = get_fabric(fabric)
+    ids = np.arange(step.n_flows) if flow_ids is None else np.asarray(flow_ids)
+    table = clos_paths(topology)
+    g = step.gpus_per_server
+    if table is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PathsTruncatedWarning)
+            ps = shortest_paths(topology, step.src, step.dst, max_paths=max_paths, seed=seed)
+        return step, ps
+    if fab.routing in HASHED_ROUTING:
+        P = table.n_planes
+        flows = step.stripes(P)
+        sid = np.repeat(ids, P) * P + np.tile(np.arange(P), ids.size)
+        links = ecmp_paths(table, flows.src, flows.dst, np.tile(np.arange(P), ids.size),
+                           _sport(seed, sid))[:, None, :]
+        mask = np.ones((flows.n_flows, 1), bool)
+    else:
+        flows = step
+        links, mask = rail_symmetric_paths(table, flows.src, flows.dst, flows.src // g,
+                                           flows.dst // g, max_paths, seed)
+    return flows, PathSet(src=flows.src.astype(np.int32), dst=flows.dst.astype(np.int32),
+                          links=links, path_mask=mask, hop_mask=links >= 0,
+                          n_paths=mask.sum(1).astype(np.int32))
+
+
+@dataclasses.dataclass(frozen=True)
+class RailRun:
+    """One preset's fluid run of some rails (:func:`simulate_rails`).
+
+    Attributes:
+      flows: the flows simulated (stripes of hashed routing included), full-fabric host
+        ids.
+      start, finish: ``[flows]`` seconds.
+      paused_time: link-seconds paused (PFC) or credit-starved over the run.
+      congested_bytes: bytes served by switch ports while congested
+        (:data:`CONGESTED_DELAY`), sampled every :data:`SAVE_EVERY` steps.
+      port_bytes: bytes the flows carry across switch ports (each hop counted).
+      n_steps: the horizon simulated.
+      wall_s: seconds of the run (compile included).
+      rails: the rails simulated (``None``: the whole fabric).
+      n_links: links of the simulated (sub-)fabric.
+      t: ``[saves]`` snapshot times, s (``None`` for the ideal fabric).
+      goodput: ``[saves]`` bytes/s delivered over all flows at each snapshot.
+    """
+
+    flows: StepFlows
+    start: np.ndarray
+    finish: np.ndarray
+    paused_time: float
+    congested_bytes: float
+    port_bytes: float
+    n_steps: int
+    wall_s: float
+    rails: tuple | None
+    n_links: int
+    t: np.ndarray | None = None
+    goodput: np.ndarray | None = None
+    device: str = ""
+
+
+def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
+                   n_steps: int, max_paths=DEFAULT_MAX_PATHS, seed: int = 0,
+                   fifo_bands: int | None = None) -> RailRun:
+    """``fabric``'s fluid run of the flows of ``rails`` on their sub-fabric.
+
+    The flows of the rails (``step.rail``) run alone on the rails' own links
+    (:func:`~fabric_jax.scale.rail_view`), through the compare study's engine
+    (:func:`fabric_jax.study.run.simulate_paths`: the preset's routing, congestion
+    control at the NIC rate, flow control, receiver, per-link latency, each flow capped
+    at its cut).  ``rails=None`` runs every flow on the whole fabric.  Routing:
+    :func:`route_flows` on the full fabric (so hashes and candidate sets are those of
+    the full run), links renumbered in order.
+    """
+    from ..study.run import simulate_paths
+    fab = get_fabric(fabric)
+    t0 = time.perf_counter()
+    if rails is None:
+        ids = np.arange(step.n_flows)
+        sub_step, topo, link_of, host_of = step, topology, None, None
+    else:
+        view = rail_view(topology, rails)
+        ids = np.flatnonzero(np.isin(step.rail, view.rails))
+        sub_step, topo = step.subset(ids), view.topology
+        link_of, host_of = view.link_of, view.host_of
+        if view.shared.any():
+            warnings.warn("simulate_rails: the rails share links with other rails "
+                          "(three tiers); their traffic is left out of this run",
+                          stacklevel=2)
+    flows, ps = route_flows(sub_step, topology, fab, max_paths=max_paths, seed=seed,
+                            flow_ids=ids)
+    links = np.asarray(ps.links)
+    if link_of is not None:
+        links = np.where(links >= 0, link_of[np.maximum(links, 0)], -1).astype(np.int32)
+        if np.any(np.asarray(ps.hop_mask) & (links < 0)):
+            raise ValueError("rails: a path leaves the rails' sub-fabric")
+        ps = dataclasses.replace(ps, links=links,
+                                 src=host_of[np.asarray(ps.src)].astype(np.int32),
+                                 dst=host_of[np.asarray(ps.dst)].astype(np.int32))
+    n_steps = int(-(-int(n_steps) // SAVE_EVERY) * SAVE_EVERY)
+    opts = {} if fifo_bands is None else {"fifo_bands": int(fifo_bands)}
+    res = simulate_paths(topo, ps, fab, flows.size, dt=float(dt), n_steps=n_steps,
+                         arrival=np.zeros(flows.n_flows), deps=flows.deps, seed=seed,
+                         save_every=SAVE_EVERY, fluid_options=opts)
+    tr = res.trajectory
+    cap = np.asarray(topo.capacity, float)
+    q = np.asarray(tr.queue, float)
+    usable = np.asarray(tr.usable, float)
+    switch = ~np.asarray(topo.node_is_host, bool)[np.asarray(topo.link_src)]
+    hot = (q > CONGESTED_DELAY * cap[None, :]) & switch[None, :]
+    congested = float(np.sum(np.where(hot, usable, 0.0)) * SAVE_EVERY * float(dt))
+    hops = (np.asarray(ps.hop_mask) & (np.asarray(ps.links) >= 0))[:, 0, :]
+    switch_hops = np.maximum(hops.sum(axis=1) - 1, 0)      # every hop but the NIC's
+    port_bytes = float(np.sum(flows.size * switch_hops))
+    return RailRun(flows=flows, start=np.asarray(res.start, float),
+                   finish=np.asarray(res.finish, float),
+                   paused_time=float(np.sum(np.asarray(res.info.paused_time))),
+                   congested_bytes=congested, port_bytes=port_bytes, n_steps=n_steps,
+                   wall_s=time.perf_counter() - t0,
+                   rails=None if rails is None else tuple(view.rails), n_links=topo.n_links,
+                   t=np.asarray(tr.t, float),
+                   goodput=np.asarray(tr.throughput, float).sum(axis=1))
+
+
+def simulate_rails_on_devices(step: StepFlows, topology, fabric, *, rails, devices=None,
+                              **kw) -> list:
+    """Each rail of ``rails`` alone (:func:`simulate_rails`), rail ``i`` on device ``i mod
+    len(devices)`` (default ``jax.devices()``), the devices' runs at once (threads: XLA
+    runs outside Python's lock).
+
+    The rails are independent representatives (under hashed routing, different samples
+    of the collisions; :func:`scale_point`), so they shard across devices without any
+    communication: the way one host's devices, or with ``jax.distributed`` every
+    process's, split a cluster too large for one device rail by rail.  Each run is the
+    program :func:`simulate_rails` compiles for one rail, whichever device runs it.
+
+    Returns:
+      ``[RailRun]`` in the order of ``rails``; ``RailRun.device`` names the device.
+    """
+    import jax
+    devs = list(jax.devices() if devices is None else devices)
+    if not devs:
+        raise ValueError("devices: expected at least one device")
+    rails = [int(r) for r in np.atleast_1d(rails)]
+
+    def one(item):
+        i, r = item
+        dev = devs[i % len(devs)]
+        with jax.default_device(dev):
+            run = simulate_rails(step, topology, fabric, rails=(r,), **kw)
+        return dataclasses.replace(run, device=str(dev))
+
+    with ThreadPoolExecutor(max_workers=len(devs)) as pool:
+        return list(pool.map(one, enumerate(rails)))
+
+
+def ideal_rails(step: StepFlows, nic_rate: float, *, rails=(0,)) -> RailRun:
+    """The ideal fabric for the flows of ``rails``: every NIC of those rails on one
+    non-blocking crossbar at its line rate (all planes) with ideal congestion control,
+    exact max-min recomputed at every flow start and completion
+    (:func:`fabric_jax.simulate_flows`; the compare study's baseline,
+    :func:`fabric_jax.study.run.simulate_ideal`).  Rails never meet on a crossbar, so
+    one rail's run is exact for it."""
+    from ..sim import simulate_flows
+    from ..study.run import crossbar_incidence
+    t0 = time.perf_counter()
+    ids = np.arange(step.n_flows) if rails is None else np.flatnonzero(
+        np.isin(step.rail, np.asarray(rails)))
+    sub = step.subset(ids)
+    hosts, inv = np.unique(np.concatenate([sub.src, sub.dst]), return_inverse=True)
+    hs, hd = inv[:sub.n_flows], inv[sub.n_flows:]
+    inc = crossbar_incidence(hs, hd, hosts.size)
+    # one slot per flow and from-scratch solves: compilation dominates, as in the
+    # compare baseline (fabric_jax.study.run.simulate_ideal)
+    res = simulate_flows(inc, np.full(2 * hosts.size, float(nic_rate)),
+                         np.zeros(sub.n_flows), sub.size, deps=sub.deps,
+                         demand=np.full(sub.n_flows, float(nic_rate)),
+                         max_active=max(sub.n_flows, 1), warm_start=False)
+    return RailRun(flows=sub, start=np.asarray(res.start, float),
+                   finish=np.asarray(res.finish, float), paused_time=0.0,
+                   congested_bytes=0.0, port_bytes=float(np.sum(sub.size)), n_steps=0,
+                   wall_s=time.perf_counter() - t0,
+                   rails=None if rails is None else tuple(int(r) for r in rails),
+                   n_links=2 * hosts.size)
+
+
+def _rank_completion(run: RailRun, step: StepFlows) -> np.ndarray:
+    """``[n_gpus]`` seconds from the slice's start until each rank's last incoming flow
+    finished (0 for a rank with no network traffic); ranks on rails that were not
+    simulated take the value of the rank on the first simulated rail of their server
+    (the rails are interchangeable: :func:`scale_point`)."""
+    n, g = step.n_gpus, step.gpus_per_server
+    comp = np.zeros(n)
+    fin = np.where(np.isfinite(run.finish), run.finish, np.inf)
+    np.maximum.at(comp, run.flows.dst_rank, fin)
+    if run.rails is None:
+        return comp
+    sim = np.zeros(g, bool)
+    sim[list(run.rails)] = True
+    rank = np.arange(n)
+    rep = (rank // g) * g + run.rails[0]
+    return np.where(sim[rank % g], comp, comp[rep])
+
+
+def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
+                  nic_rate: float, *, n_rails: int, gpu_price_per_hour=None) -> dict:
+    """The headline figures of one run, for the whole step and the whole cluster.
+
+    * ``step_time``: ``max(C, (1 - f) C + k T)`` with ``C`` the compute time, ``f`` the
+      overlap, ``k`` the slices and ``T`` the slice's communication time (the last rank's
+      last incoming flow); ``gpu_utilization`` = ``C / step_time``; tokens/s.
+    * ``p50_completion`` / ``p99_completion``: percentiles over every rank of the step's
+      communication time at that rank (``k x`` its slice time, NumPy's linear
+      interpolation), and their ratio.
+    * ``effective_bandwidth``: the busiest NIC's bytes (sent or received) at line rate
+      over the communication time (:func:`fabric_jax.metrics.collective_effective_bandwidth`).
+    * ``congested_share``: bytes served by congested switch ports over the bytes that
+      crossed switch ports (each hop counted; :data:`CONGESTED_DELAY`).
+    * ``pfc_pause_time``: port-seconds paused (PFC) or credit-starved per step over the
+      whole fabric (the simulated rails' figure times ``n_rails / rails simulated``).
+    * ``fabric_cost_share``: the fabric's part of $/token
+      (:func:`fabric_jax.economics.token_costs`, preset prices; NaN for the ideal
+      fabric, which has none).
+    """
+    k = step.slices
+    comp = _rank_completion(run, step)
+    finished = bool(np.all(np.isfinite(run.finish)))
+    t_slice = float(np.max(comp)) if comp.size else 0.0
+    t_comm = k * t_slice
+    C, f = step.compute_time, float(step.info["overlap"])
+    step_time = max(C, (1.0 - f) * C + t_comm) if finished else float("inf")
+    pct = mx.percentiles(k * comp, (50, 99))
+    p50, p99 = float(pct["p50"]), float(pct["p99"])
+    fl = run.flows
+    sent = np.bincount(fl.src, weights=fl.size, minlength=step.n_gpus)
+    recv = np.bincount(fl.dst, weights=fl.size, minlength=step.n_gpus)
+    line_time = float(np.max(np.maximum(sent, recv), initial=0.0)) / float(nic_rate)
+    eff = float(mx.collective_effective_bandwidth(np.array([t_slice]),
+                                                  np.array([line_time]))) \
+        if finished and t_slice > 0 else 0.0
+    scale_rails = n_rails / (len(run.rails) if run.rails is not None else n_rails)
+    out = dict(step_time=step_time, compute_time=C,
+               gpu_utilization=float(C / step_time) if finished else 0.0,
+               tokens_per_second=float(step.tokens_per_step / step_time) if finished else 0.0,
+               comm_time=t_comm if finished else float("inf"),
+               p50_completion=p50, p99_completion=p99,
+               p99_over_p50=float(p99 / p50) if p50 > 0 else float("nan"),
+               effective_bandwidth=eff,
+               congested_share=float(run.congested_bytes / run.port_bytes)
+               if run.port_bytes > 0 else 0.0,
+               pfc_pause_time=float(run.paused_time * k * scale_rails),
+               unfinished_flows=int(np.sum(~np.isfinite(run.finish))),
+               simulated_flows=int(fl.n_flows), n_steps=int(run.n_steps),
+               wall_s=float(run.wall_s), fabric_cost_share=float("nan"),
+               cost_per_million_tokens=float("nan"))
+    if preset in econ.FABRIC_PRICES and finished:
+        params = econ.EconomicsParams() if gpu_price_per_hour is None else \
+            econ.EconomicsParams(gpu_price_per_hour=float(gpu_price_per_hour))
+        rep = econ.token_costs(step_time, step.tokens_per_step, step.n_gpus, topology,
+                               preset, params=params)
+        out.update(fabric_cost_share=float(rep["fabric_cost_share"]),
+                   cost_per_million_tokens=float(rep["cost_per_million_tokens"]))
+    return out
+
+
+def _reduction(step: StepFlows, topology, preset_routing: str, rails, max_paths) -> dict:
+    """Whether simulating ``rails`` gives the whole cluster exactly (``exact``) and why."""
+    g = step.gpus_per_server
+    if rails is None:
+        return dict(exact=True, reason="every rail simulated (the full run)")
+    view_ok = int(topology.params.get("tiers", 2)) == 2
+    if not view_ok:
+        return dict(exact=False, reason="three tiers: rails share the spine-to-super-spine "
+                    "links, whose other-rail traffic the run leaves out")
+    # every rail carries the same pattern: rail r's flows are rail 0's with each NIC
+    # moved to the same server's rail-r NIC, in the same order, with the same deps
+    counts = np.bincount(step.rail, minlength=g)
+    same = bool(np.all(counts == counts[0]))
+    if same and counts[0]:
+        order = np.argsort(step.rail, kind="stable")
+        pos = np.empty(step.n_flows, np.int64)
+        pos[order] = np.arange(step.n_flows) - np.repeat(np.cumsum(counts) - counts,
+                                                         counts)
+        r = step.rail[order].reshape(g, -1)
+        srv_s = (step.src // g)[order].reshape(g, -1)
+        srv_d = (step.dst // g)[order].reshape(g, -1)
+        size = step.size[order].reshape(g, -1)
+        d = step.deps[order]
+        dep_rail = np.where(d >= 0, step.rail[np.maximum(d, 0)], -1)
+        dpos = np.where(d >= 0, pos[np.maximum(d, 0)], -1).reshape(g, counts[0], -1)
+        same = (np.all(srv_s == srv_s[:1]) and np.all(srv_d == srv_d[:1])
+                and np.all(size == size[:1]) and np.all(dpos == dpos[:1])
+                and np.all((dep_rail < 0) | (dep_rail == step.rail[order][:, None])))
+        del r
+    if not same:
+        return dict(exact=False, reason="the rails carry different traffic patterns")
+    if preset_routing in HASHED_ROUTING and len(rails) < g:
+        return dict(exact=False, reason=f"{preset_routing}: each rail's flows hash with "
+                    f"their own addresses, so the rails' collisions differ; "
+                    f"{len(rails)} of {g} rails simulated (--rails all for every rail)")
+    if clos_paths(topology) is None and len(rails) < g:
+        return dict(exact=False, reason="candidate paths from shortest_paths differ per "
+                    "rail (not a two-tier Clos)")
+    return dict(exact=True, reason="rails share no link and carry the same flows, "
+                "routed alike: one rail's run is every rail's")
+
+
+def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: float = 0.5e-6,
+                rails=(0,), max_paths=DEFAULT_MAX_PATHS, seed: int = 0,
+                switch_radix=128, beyond_radix="planes", plan_options=None,
+                step_options=None, horizon_factor=HORIZON_FACTOR, ideal: bool = True,
+                workers: int = 1, progress=None, fifo_bands=None) -> dict:
+    """Every preset (and the ideal fabric) on ``n_gpus`` GPUs: one training step.
+
+    Returns:
+      ``{"gpus", "system", "topology", "plan", "slices", "rails", "fabrics": {preset:
+      metrics}, "ideal": metrics, "reduction": {preset: {exact, reason}}, "wall_s"}``.
+    """
+    from ..systems import get_system
+    t0 = time.perf_counter()
+    sysm = get_system(system)
+    topo = scale_topology(n_gpus, sysm, switch_radix=switch_radix, beyond_radix=beyond_radix)
+    kw = dict(model=model) if model is not None else {}
+    mdl, plan = scale_plan(n_gpus=n_gpus, gpus_per_server=sysm.gpus_per_server, **kw,
+                           **(plan_options or {}))
+    nic_rate = sysm.nic_gbps * 1e9 / 8.0
+    gpu = "b200" if "b200" in sysm.name else "h100_sxm"
+    step = step_flows(mdl, plan, gpu, nic_rate=nic_rate, seed=seed, **(step_options or {}))
+    g = sysm.gpus_per_server
+    rails = tuple(range(g)) if rails == "all" else rails
+    if rails is not None and int(topo.params.get("tiers", 2)) != 2:
+        rails = None                               # three tiers: no exact reduction
+    upd = progress or (lambda label: None)
+    out = dict(gpus=int(n_gpus), system=sysm.name, topology=topo.name,
+               plan=dict(step.info), slices=step.slices, n_flows=step.n_flows,
+               rails=None if rails is None else list(rails), fabrics={}, reduction={})
+    base = ideal_rails(step, nic_rate, rails=rails)
+    t_ideal = float(np.max(base.finish))
+    if ideal:
+        out[IDEAL] = point_metrics(base, step, topo, None, nic_rate, n_rails=g)
+    upd(f"{n_gpus} GPUs: ideal fabric")
+
+    def one(name):
+        fab = get_fabric(name)
+        steps = int(np.ceil(horizon_factor * t_ideal / dt)) + 40
+        for _ in range(2):
+            run = simulate_rails(step, topo, fab, rails=rails, dt=dt, n_steps=steps,
+                                 max_paths=max_paths, seed=seed, fifo_bands=fifo_bands)
+            if np.all(np.isfinite(run.finish)):
+                break
+            steps *= 2
+        met = point_metrics(run, step, topo, name, nic_rate, n_rails=g)
+        upd(f"{n_gpus} GPUs: {name}")
+        return name, met, _reduction(step, topo, fab.routing, rails, max_paths)
+
+    if workers > 1 and len(presets) > 1:
+        with ThreadPoolExecutor(max_workers=int(workers)) as pool:
+            done = list(pool.map(one, presets))
+    else:
+        done = [one(p) for p in presets]
+    for name, met, red in done:
+        out["fabrics"][name] = met
+        out["reduction"][name] = red
+    out["wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def run_scale(gpus, presets, *, progress=None, **kw) -> dict:
+    """:func:`scale_point` at each GPU count: ``{"points": [...]}`` in order."""
+    return {"points": [scale_point(int(g), presets, progress=progress, **kw) for g in gpus]}

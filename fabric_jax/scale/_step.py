@@ -1,0 +1,340 @@
+"""One training step of a model filling the cluster, as network flows (host side, vectorised).
+
+Units: bytes, seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..workloads.model import (ParallelPlan, comm_bytes, get_gpu, get_model, step_flops)
+
+__all__ = ["DEFAULT_MODEL", "DEFAULT_PP", "DEFAULT_EP", "DEFAULT_MICROBATCHES",
+           "DEFAULT_SKEW", "StepFlows", "scale_plan", "step_flows", "PHASES"]
+
+#: Default model: Mixtral 8x7B (Jiang et al. 2024; :data:`fabric_jax.workloads.model.MODELS`),
+#: a mixture-of-experts model, so the step has the expert-parallel all-to-all.
+DEFAULT_MODEL = "mixtral_8x7b"
+#: Pipeline stages wanted (fewer when the GPU count or the layers do not allow them).
+DEFAULT_PP = 4
+#: Expert-parallel group wanted (Mixtral's 8 experts, one per rank).
+DEFAULT_EP = 8
+#: Micro-batches per data-parallel replica and step (weak scaling: the global batch
+#: grows with the data-parallel degree, ``B = dp x micro_batch x m``; 2 x pp keeps the
+#: 1F1B bubble ``(pp - 1) / m`` under one half).
+DEFAULT_MICROBATCHES = 8
+#: Zipf exponent of the expert load (``s ~ 1`` is the skew commonly reported for
+#: token-to-expert routing: :func:`fabric_jax.workloads.zipf_expert_load`).
+DEFAULT_SKEW = 1.0
+
+#: Phase ids of :attr:`StepFlows.phase`.
+PHASES = {0: "ep_all_to_all", 1: "pp_send", 2: "dp_reduce_scatter", 3: "dp_all_gather"}
+
+
+def scale_plan(model=DEFAULT_MODEL, n_gpus: int = 1024, gpus_per_server: int = 8, *,
+               tp: int | None = None, pp: int = DEFAULT_PP, ep: int = DEFAULT_EP,
+               micro_batch: int = 1, microbatches: int = DEFAULT_MICROBATCHES,
+               overlap: float = 0.0, **plan_fields):
+    """``(model, plan)`` of one job filling ``n_gpus`` GPUs, weak-scaled.
+
+    Tensor parallel inside the server (``tp``, default ``min(gpus_per_server, heads)``
+    dividing it); pipeline parallel ``pp'``, the largest divisor of the layers with
+    ``pp' <= pp`` that leaves at least two data-parallel ranks; data parallel over the
+    rest; expert parallel ``ep'``, the largest divisor of both ``dp`` and the experts
+    with ``ep' <= ep`` (1 for a dense model).  The global batch grows with ``dp``
+    (``dp x micro_batch x microbatches`` sequences: each replica's work per step is
+    fixed, the way a cluster is scaled out), so the compute per GPU and step is the
+    same at every size and what changes with size is the network's part.
+
+    Returns:
+      ``(ModelConfig, ParallelPlan)``, checked (:meth:`ParallelPlan.check`).
+
+    Raises:
+      ValueError: sizes that do not fit, naming the argument.
+    """
+    mdl = get_model(model)
+    n, g = int(n_gpus), int(gpus_per_server)
+    if n < 1 or n % g:
+        raise ValueError(f"n_gpus: {n_gpus!r} is not a multiple of {g} GPUs per server")
+    if tp is None:
+        tp = max(d for d in range(1, g + 1) if g % d == 0 and mdl.n_heads % d == 0)
+    tp = int(tp)
+    if n % tp:
+        raise ValueError(f"tp: {tp} does not divide n_gpus={n}")
+    lanes = n // tp
+    pp = max([d for d in range(1, min(int(pp), lanes) + 1)
+              if mdl.n_layers % d == 0 and lanes % d == 0 and lanes // d >= 2] or [1])
+    dp = lanes // pp
+    ep_ = 1
+    if mdl.n_experts > 1:
+        ep_ = max(d for d in range(1, min(int(ep), dp) + 1)
+                  if dp % d == 0 and mdl.n_experts % d == 0)
+    mb, m = int(micro_batch), int(microbatches)
+    if mb < 1 or m < 1:
+        raise ValueError(f"micro_batch, microbatches: must be >= 1; got {mb}, {m}")
+    mdl = mdl.replace(global_batch=dp * mb * m)
+    plan = ParallelPlan(tp=tp, pp=pp, dp=dp, ep=ep_, micro_batch=mb, gpus_per_server=g,
+                        overlap=float(overlap), **plan_fields)
+    plan.check(mdl)
+    return mdl, plan
+
+
+@dataclasses.dataclass(frozen=True)
+class StepFlows:
+    """The network flows of one slice of a training step (:func:`step_flows`).
+
+    The step's network bytes run as ``slices`` equal back-to-back slices (gradient
+    buckets, micro-batches' all-to-alls); the flows carry one slice.
+
+    Attributes:
+      src, dst: ``[flows]`` NIC (host index) sending / receiving.
+      src_rank, dst_rank: ``[flows]`` GPU ranks whose data the flow carries.
+      size: ``[flows]`` bytes (one slice).
+      deps: ``[flows, width]`` flows that must finish first (-1 padded).
+      phase: ``[flows]`` :data:`PHASES` id.
+      rail: ``[flows]`` rail (NIC index in the server) the flow runs on.
+      n_gpus, gpus_per_server: sizes.
+      slices: ``k``: the step's network bytes are ``k`` times the flows'.
+      compute_time: seconds of compute per step and GPU (math at the achievable
+        fraction of peak, the 1F1B bubble, TP over NVLink).
+      tokens_per_step: tokens of the global batch.
+      info: the model, plan and derived quantities (JSON-friendly).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    src_rank: np.ndarray
+    dst_rank: np.ndarray
+    size: np.ndarray
+    deps: np.ndarray
+    phase: np.ndarray
+    rail: np.ndarray
+    n_gpus: int
+    gpus_per_server: int
+    slices: int
+    compute_time: float
+    tokens_per_step: float
+    info: dict
+
+    @property
+    def n_flows(self) -> int:
+        return int(self.src.size)
+
+    def subset(self, keep) -> "StepFlows":
+        """The flows of ``keep`` (bool mask or indices, increasing), deps renumbered;
+        a dependency outside the subset raises (the subset must be closed)."""
+        idx = np.flatnonzero(keep) if np.asarray(keep).dtype == bool else np.asarray(keep)
+        new = np.full(self.n_flows, -1, np.int64)
+        new[idx] = np.arange(idx.size)
+        d = self.deps[idx]
+        nd = np.where(d >= 0, new[np.maximum(d, 0)], -1)
+        if np.any((d >= 0) & (nd < 0)):
+            raise ValueError("keep: a kept flow depends on a flow left out")
+        cut = lambda a: np.asarray(a)[idx]  # noqa: E731
+        return dataclasses.replace(self, src=cut(self.src), dst=cut(self.dst),
+                                   src_rank=cut(self.src_rank), dst_rank=cut(self.dst_rank),
+                                   size=cut(self.size), deps=nd.astype(np.int32),
+                                   phase=cut(self.phase), rail=cut(self.rail))
+
+    def stripes(self, n: int) -> "StepFlows":
+        """Each flow split into ``n`` stripes of ``size / n`` (flow ``f`` becomes ``f n +
+        s``); a flow waits for every stripe of each flow it depended on.  NCCL opens
+        one connection per port of a multi-port (multi-plane) NIC and stripes its
+        channels over them; a hashed (ECMP) flow then stays in its stripe's plane."""
+        n = int(n)
+        if n == 1:
+            return self
+        rep = lambda a: np.repeat(np.asarray(a), n)  # noqa: E731
+        d = self.deps
+        wide = np.where(d[:, :, None] >= 0, d[:, :, None] * n + np.arange(n), -1)
+        wide = np.repeat(wide.reshape(d.shape[0], -1), n, axis=0)
+        return dataclasses.replace(self, src=rep(self.src), dst=rep(self.dst),
+                                   src_rank=rep(self.src_rank), dst_rank=rep(self.dst_rank),
+                                   size=rep(self.size) / n, deps=wide.astype(np.int32),
+                                   phase=rep(self.phase), rail=rep(self.rail))
+
+
+def _ordered_pairs(groups: np.ndarray):
+    """Every ordered pair (a, b), a != b, of each row: ``(a, b, row, position of b)``."""
+    n_groups, n = groups.shape
+    i, j = np.nonzero(~np.eye(n, dtype=bool))
+    a = groups[:, i].reshape(-1)
+    b = groups[:, j].reshape(-1)
+    return a, b, np.repeat(np.arange(n_groups), i.size), np.tile(j, n_groups)
+
+
+def _rings(groups: np.ndarray, server: np.ndarray):
+    """Rail-aligned rings of each group (hierarchical collective): ``[rings, n]``
+    ranks and the fraction of the payload each ring carries.
+
+    A group whose members sit ``m`` per server (in server order) runs ``m`` rings over
+    the servers, ring ``j`` through the ``j``-th member of each server, each carrying
+    ``1/m`` of the payload (the intra-server part runs on NVLink); a group with an
+    uneven number per server runs one ring over every member (its hops inside a server
+    are NVLink and dropped)."""
+    n_groups, n = groups.shape
+    srv = server[groups]
+    first = srv[:, :1]
+    per = int(np.sum(srv[0] == first[0])) if n else 1
+    even = (n % per == 0 and np.all(np.diff(srv, axis=1) >= 0)
+            and np.all(srv.reshape(n_groups, n // per, per)
+                       == srv.reshape(n_groups, n // per, per)[:, :, :1]))
+    if even and per > 1:
+        rings = groups.reshape(n_groups, n // per, per).transpose(0, 2, 1)
+        return rings.reshape(n_groups * per, n // per), 1.0 / per
+    return groups, 1.0
+
+
+def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAULT_SKEW,
+               seed: int = 0, slice_time: float | None = 250e-6,
+               nic_rate: float = 50e9) -> StepFlows:
+    """The network traffic of one training step (one slice of it), vectorised.
+
+    Ranks in Megatron order (``rank = (p dp + d) tp + t``, :meth:`ParallelPlan.groups`)
+    on server ``rank // gpus_per_server``, NIC ``rank % gpus_per_server`` of it (one NIC
+    per GPU: the rails).  Bytes per GPU and step from
+    :func:`fabric_jax.workloads.model.comm_bytes`; collectives:
+
+    * **expert-parallel all-to-all** in each EP group (``4 L/pp m`` all-to-alls per
+      step, aggregated): rank ``a`` sends rank ``b`` the share of ``b``'s experts in a
+      Zipf(``skew``) expert popularity (one popularity per pipeline stage, i.e. per
+      set of layers, the same in every EP group and TP lane: the hot experts are a
+      property of the layer; :func:`fabric_jax.workloads.zipf_expert_load`);
+    * **pipeline sends** between consecutive stages of each lane, activations forward
+      and gradients back (``m`` per direction), concurrent with the all-to-all;
+    * **data-parallel reduce-scatter then all-gather** (the distributed optimizer /
+      FSDP) of the dense gradient shard over each DP group and of the expert shard over
+      each expert-DP group, as steady-state pipelined rings (every rank streams ``(n -
+      1)/n`` of the payload to its successor; :func:`fabric_jax.workloads.
+      steady_state_all_reduce`), hierarchical when a group has several members per
+      server (:func:`_rings`).  A rank's reduce-scatter starts when the all-to-all and
+      pipeline flows into it have finished, its all-gather when the reduce-scatter
+      flow into it has.
+
+    Flows between two GPUs of one server are NVLink and left out.  A flow between
+    servers leaves through the sender server's NIC on the *receiver's* rail (NCCL's
+    PXN: the data crosses NVLink to that NIC first), so every network flow stays on
+    one rail.
+
+    Slices (an assumption, the compare study's, :func:`fabric_jax.study.scenario.
+    model_slices`): the step's network bytes run as ``k`` equal back-to-back slices
+    (gradient buckets, the micro-batches' all-to-alls), each meeting the same fabric
+    state; the flows carry one, ``k = ceil(t_comm / slice_time)`` with ``t_comm`` the
+    step's bytes per GPU at ``nic_rate``.  Exact for a bandwidth-bound steady state;
+    per-message latencies (ring steps, all-to-all start-up) are not modelled.
+
+    Args:
+      model, plan: from :func:`scale_plan`.
+      gpu: :data:`fabric_jax.workloads.model.GPUS` name.
+      skew: Zipf exponent of the expert load (0: uniform).
+      seed: seed of the expert popularity.
+      slice_time: line-rate seconds of one slice (``None``: one slice, the whole step).
+      nic_rate: NIC line rate for the slicing, bytes/s.
+
+    Returns:
+      :class:`StepFlows`.
+    """
+    mdl, gpu = get_model(model), get_gpu(gpu)
+    plan.check(mdl)
+    g = plan.gpus_per_server
+    n = plan.n_gpus
+    server = np.arange(n) // g
+    slot = np.arange(n) % g
+    cb = comm_bytes(mdl, plan)
+    m = plan.n_microbatches(mdl)
+    groups = plan.groups()
+    parts = []                                     # (a, b, size, phase)
+
+    if cb["ep_alltoall_count"]:
+        total = cb["ep_alltoall_bytes"] * cb["ep_alltoall_count"]
+        a, b, row, pos = _ordered_pairs(groups["ep"])
+        # EP groups are [pp, tp, dp/ep] rows: the stage of row r is r // (tp dp/ep)
+        stage = row // (plan.tp * (plan.dp // plan.ep))
+        rng = np.random.default_rng(seed)
+        E = mdl.n_experts
+        w = np.arange(1, E + 1, dtype=np.float64) ** -float(skew)
+        w /= w.sum()
+        perm = rng.permuted(np.broadcast_to(np.arange(E), (plan.pp, E)), axis=1)
+        load = np.empty((plan.pp, E))
+        np.put_along_axis(load, perm, np.broadcast_to(w, (plan.pp, E)), axis=1)
+        per_rank = load.reshape(plan.pp, plan.ep, E // plan.ep).sum(axis=2)
+        parts.append((a, b, total * per_rank[stage, pos], 0))
+    if cb["pp_send_count"]:
+        per = cb["pp_send_bytes"] * cb["pp_send_count"] / 2.0
+        lanes = groups["pp"]
+        a, b = lanes[:, :-1].reshape(-1), lanes[:, 1:].reshape(-1)
+        parts.append((np.concatenate([a, b]), np.concatenate([b, a]),
+                      np.full(2 * a.size, per), 1))
+    rings = []                                     # (ring table, payload per ring)
+    for key, nbytes in (("dp", cb["dp_allreduce_bytes"]), ("edp", cb["edp_allreduce_bytes"])):
+        if nbytes:
+            r, frac = _rings(groups[key], server)
+            if r.shape[1] >= 2:
+                rings.append((r, (r.shape[1] - 1) / r.shape[1] * nbytes * frac))
+    # layout: phases 0/1, then every ring family's reduce-scatter, then its all-gather;
+    # all-gather flow (i, j) of a family (from ring i's j-th rank) waits for the
+    # reduce-scatter flow (i, j - 1) into that rank
+    src_r, dst_r, size, phase, ag_dep = [], [], [], [], []
+    for a, b, s, ph in parts:
+        src_r.append(a), dst_r.append(b), size.append(np.broadcast_to(s, a.shape))
+        phase.append(np.full(a.size, ph)), ag_dep.append(np.full(a.size, -1))
+    off = sum(a.size for a, *_ in parts)
+    rs_off = []
+    for r, s in rings:
+        a, b = r.reshape(-1), np.roll(r, -1, axis=1).reshape(-1)
+        src_r.append(a), dst_r.append(b), size.append(np.full(a.size, s))
+        phase.append(np.full(a.size, 2)), ag_dep.append(np.full(a.size, -1))
+        rs_off.append(off)
+        off += a.size
+    for (r, s), o in zip(rings, rs_off):
+        n_r, k_r = r.shape
+        a, b = r.reshape(-1), np.roll(r, -1, axis=1).reshape(-1)
+        i, j = np.divmod(np.arange(a.size), k_r)
+        src_r.append(a), dst_r.append(b), size.append(np.full(a.size, s))
+        phase.append(np.full(a.size, 3)), ag_dep.append(o + i * k_r + (j - 1) % k_r)
+    cat = lambda xs, dt: (np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))  # noqa
+    src_r, dst_r = cat(src_r, np.int64), cat(dst_r, np.int64)
+    size, phase, ag_dep = cat(size, np.float64), cat(phase, np.int32), cat(ag_dep, np.int64)
+    # flows inside a server ride NVLink: left out (a dependency on one is dropped)
+    net = (server[src_r] != server[dst_r]) & (size > 0)
+    new_id = np.where(net, np.cumsum(net) - 1, -1)
+    ag_dep = np.where(ag_dep >= 0, new_id[np.maximum(ag_dep, 0)], -1)[net]
+    src_r, dst_r, size, phase = src_r[net], dst_r[net], size[net], phase[net]
+    n_flows = src_r.size
+    # a rank's reduce-scatter waits for the all-to-all and pipeline flows into it
+    f01 = np.flatnonzero(phase <= 1)
+    order = f01[np.argsort(dst_r[f01], kind="stable")]
+    cnt = np.bincount(dst_r[order], minlength=n)
+    into = np.full((n, max(int(cnt.max(initial=0)), 1)), -1, np.int64)
+    into[dst_r[order], np.arange(order.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)] = order
+    deps = np.concatenate([np.where((phase == 2)[:, None], into[src_r], -1),
+                           ag_dep[:, None]], axis=1)
+    deps = -np.sort(-deps, axis=1)
+    width = int((deps >= 0).sum(axis=1).max(initial=0))
+    deps = deps[:, :width].astype(np.int32)
+
+    src = server[src_r] * g + slot[dst_r]          # PXN: the receiver's rail
+    dst = dst_r.astype(np.int64)
+    rail = slot[dst_r]
+    step_bytes = cb["dp_bytes_sent"] + cb["ep_bytes_sent"] + cb["pp_bytes_sent"]
+    t_comm = step_bytes / float(nic_rate)
+    k = 1 if slice_time is None else max(1, math.ceil(t_comm / float(slice_time) - 1e-9))
+    flops = step_flops(mdl, recompute=plan.recompute)
+    math_time = flops / n / (gpu.peak_flops * plan.achievable_fraction)
+    bubble = (plan.pp - 1) / m
+    compute = math_time * (1.0 + bubble) + cb["tp_bytes_sent"] / gpu.nvlink_bandwidth
+    info = dict(model=mdl.name, gpu=gpu.name, tp=plan.tp, pp=plan.pp, dp=plan.dp,
+                ep=plan.ep, micro_batch=plan.micro_batch, microbatches=m,
+                global_batch=mdl.global_batch, overlap=plan.overlap, skew=float(skew),
+                step_flops=flops, math_time=math_time, pipeline_bubble=bubble,
+                compute_time=compute, comm_bytes_per_gpu=step_bytes,
+                line_rate_comm_time=t_comm, slices=k, **{f"bytes_{k_}": v for k_, v in
+                                                         cb.items()})
+    return StepFlows(src=src.astype(np.int32), dst=dst.astype(np.int32),
+                     src_rank=src_r.astype(np.int32), dst_rank=dst_r.astype(np.int32),
+                     size=size / k, deps=deps, phase=phase, rail=rail.astype(np.int32),
+                     n_gpus=n, gpus_per_server=g, slices=k, compute_time=compute,
+                     tokens_per_step=float(mdl.tokens_per_step), info=info)

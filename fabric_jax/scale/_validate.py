@@ -1,0 +1,82 @@
+"""Validation patterns at scale: ring shifts and random bisections on one rail.
+
+Units: bytes, seconds, bytes/s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._step import StepFlows
+
+__all__ = ["ring_shift", "random_bisection", "window_efficiency", "balls_into_bins",
+           "uplinks_used"]
+
+
+def _flows(src, dst, size, n_hosts, g) -> StepFlows:
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    n = src.size
+    return StepFlows(src=src.astype(np.int32), dst=dst.astype(np.int32),
+                     src_rank=src.astype(np.int32), dst_rank=dst.astype(np.int32),
+                     size=np.full(n, float(size)), deps=np.full((n, 0), -1, np.int32),
+                     phase=np.zeros(n, np.int32), rail=(dst % g).astype(np.int32),
+                     n_gpus=int(n_hosts), gpus_per_server=int(g), slices=1,
+                     compute_time=0.0, tokens_per_step=1.0, info={"overlap": 0.0})
+
+
+def ring_shift(topology, size: float, *, rail: int = 0, shift=None) -> StepFlows:
+    """Every NIC of ``rail`` sends ``size`` bytes to the same-rail NIC ``shift`` servers
+    on (default one scalable unit: every flow crosses the spines, and the flows of a
+    leaf all go to the next leaf, so a spine's uplink and downlink carry the same
+    flows: the balls-into-bins set-up of :func:`balls_into_bins`)."""
+    g = int(topology.params["nics_per_server"])
+    n_srv = topology.n_hosts // g
+    shift = int(topology.params["servers_per_leaf"]) if shift is None else int(shift)
+    srv = np.arange(n_srv)
+    return _flows(srv * g + rail, ((srv + shift) % n_srv) * g + rail, size,
+                  topology.n_hosts, g)
+
+
+def random_bisection(topology, size: float, seed: int = 0, *, rail: int = 0) -> StepFlows:
+    """A random bisect pattern on ``rail`` (Hoefler, Schneider, Lumsdaine, Cluster 2008):
+    the NICs split into two random halves, each NIC of one half paired with a random
+    NIC of the other, both directions sending ``size`` bytes."""
+    g = int(topology.params["nics_per_server"])
+    n_srv = topology.n_hosts // g
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(n_srv)
+    a, b = perm[: n_srv // 2], perm[n_srv // 2: 2 * (n_srv // 2)]
+    src = np.concatenate([a, b]) * g + rail
+    dst = np.concatenate([b, a]) * g + rail
+    return _flows(src, dst, size, topology.n_hosts, g)
+
+
+def window_efficiency(run, nic_rate: float, t0: float, t1: float) -> float:
+    """Delivered throughput of all flows averaged over snapshots in ``[t0, t1]`` (all
+    flows still sending), over ``flows x nic_rate``: the mean per-flow bandwidth as a
+    fraction of line rate (the quantity balls-into-bins and effective bisection
+    bandwidth predict)."""
+    keep = (run.t >= t0) & (run.t <= t1)
+    if not keep.any():
+        raise ValueError(f"t0, t1: no snapshot in [{t0}, {t1}] s")
+    return float(np.mean(run.goodput[keep]) / (run.flows.n_flows * float(nic_rate)))
+
+
+def balls_into_bins(n: int) -> float:
+    """Expected share of ``n`` bins hit by ``n`` balls thrown uniformly: ``1 - (1 -
+    1/n)^n`` (``-> 1 - 1/e = 0.632``)."""
+    n = int(n)
+    return 1.0 - (1.0 - 1.0 / n) ** n
+
+
+def uplinks_used(topology, flows: StepFlows, links: np.ndarray) -> float:
+    """Share of the leaf uplinks that carry at least one flow, over the uplinks of the
+    leaves that send (host side, from each flow's path ``links [flows, 4]``: its second
+    hop is the leaf's uplink when it crosses the spines)."""
+    up = links[:, 1][links[:, 2] >= 0]
+    src_leaf = np.asarray(topology.link_src)[up]
+    n_up = np.bincount(np.asarray(topology.link_src)[np.flatnonzero(
+        np.asarray(topology.node_tier)[np.asarray(topology.link_dst)] == 2)],
+        minlength=topology.n_nodes)
+    leaves = np.unique(src_leaf)
+    return float(np.unique(up).size / n_up[leaves].sum())

@@ -1,0 +1,373 @@
+"""The AI-factory scale study (:mod:`fabric_jax.scale`): builds, host-side builders,
+the one-rail reduction against the full run, ECMP against balls into bins, the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fabric_jax import scale as sc
+from fabric_jax.fabrics import get_fabric
+from fabric_jax.paths import PathsTruncatedWarning, shortest_paths
+from fabric_jax.workloads.model import comm_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------ builds
+@pytest.mark.parametrize("gpus,planes,spines,leaves", [
+    (16, 1, 1, 16),          # 2 servers: units of 1 server, 8 rails x 2 units
+    (1024, 1, 64, 16),       # 128 servers: 2 units of 64 (radix 128 = 64 down + 64 up)
+    (8192, 1, 64, 128),      # 16 units x 8 rails = 128 leaves = a spine's 128 ports
+    (16384, 2, 64, 256),     # beyond the radix: 2 planes of 256 x 200G ports
+    (32768, 4, 64, 512),     # 4 planes of 512 x 100G ports
+])
+def test_scale_topology_two_tiers_up_to_the_radix_then_planes(gpus, planes, spines, leaves):
+    topo = sc.scale_topology(gpus)
+    p = topo.params
+    assert (p["planes"], p["tiers"], p["n_spines"]) == (planes, 2, spines)
+    assert topo.n_hosts == gpus                            # one NIC per GPU
+    tab = sc.clos_paths(topo)
+    assert (tab.n_planes, tab.n_spines) == (planes, spines)
+    assert tab.leaf_up.shape == (leaves * planes, spines)
+    # closed-form link count: NIC cables and leaf-spine cables, both directions
+    assert topo.n_links == 2 * (gpus * planes + leaves * planes * spines)
+
+
+def test_scale_topology_tiers_and_bad_input():
+    topo = sc.scale_topology(16384, beyond_radix="tiers")
+    assert topo.params["tiers"] == 3 and topo.params["planes"] == 1
+    assert sc.clos_paths(topo) is None                     # not a two-tier Clos
+    with pytest.raises(ValueError, match="n_gpus"):
+        sc.scale_topology(100)
+    with pytest.raises(ValueError, match="beyond_radix"):
+        sc.scale_topology(16384, beyond_radix="wider")
+    with pytest.raises(ValueError, match="switch_radix"):
+        sc.scale_topology(1024, switch_radix=2)
+
+
+@pytest.mark.parametrize("gpus,kw", [(256, {}), (128, dict(switch_radix=16))])
+def test_clos_paths_equal_shortest_paths(gpus, kw):
+    # every equal-cost path, as sets, for every ordered pair of rail 0 and a few more:
+    # the closed form against the generic enumeration (128 GPUs at radix 16 has planes)
+    topo = sc.scale_topology(gpus, **kw)
+    tab = sc.clos_paths(topo)
+    g = topo.params["nics_per_server"]
+    hosts = np.arange(0, topo.n_hosts, g)
+    a, b = np.meshgrid(hosts, hosts, indexing="ij")
+    keep = a != b
+    src, dst = a[keep], b[keep]
+    src, dst = np.concatenate([src, [1, 2]]), np.concatenate([dst, [g + 1, 3 * g + 2]])
+    links, mask = sc.rail_symmetric_paths(tab, src, dst, src // g, dst // g, None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PathsTruncatedWarning)
+        ps = shortest_paths(topo, src, dst)
+    ref_l, ref_m = np.asarray(ps.links), np.asarray(ps.path_mask)
+    assert np.array_equal(mask.sum(1), ref_m.sum(1))
+    for f in range(src.size):
+        mine = {tuple(x[x >= 0]) for x in links[f][mask[f]]}
+        ref = {tuple(x[x >= 0]) for x in ref_l[f][ref_m[f]]}
+        assert mine == ref
+
+
+def test_rail_symmetric_paths_cap_and_symmetry():
+    topo = sc.scale_topology(1024)
+    tab = sc.clos_paths(topo)
+    src = np.array([0, 1, 0, 8 * 70])
+    dst = np.array([8 * 100, 8 * 100 + 1, 8, 8 * 71])
+    links, mask = sc.rail_symmetric_paths(tab, src, dst, src // 8, dst // 8, 4)
+    assert mask.sum(1).tolist() == [4, 4, 1, 1]            # one leaf: one path
+    # rails 0 and 1 between the same two servers cross the same spines
+    spine = np.asarray(topo.link_dst)[links[:2, :, 1]]
+    assert np.array_equal(spine[0], spine[1])
+    assert len(set(spine[0])) == 4                         # spread, distinct
+
+
+def test_rail_view_owns_links_and_keeps_order():
+    topo = sc.scale_topology(256)
+    view = sc.rail_view(topo, [3])
+    assert view.disjoint and view.topology.n_hosts == 32
+    assert np.all(np.diff(view.links) > 0)                 # order kept (ECMP ranks)
+    assert np.all(view.link_rail[view.links] == 3)
+    # two-tier: rail 3 owns its NIC and leaf links, 1 / 8 of the fabric's links
+    assert view.links.size * 8 == topo.n_links
+    three = sc.rail_view(sc.scale_topology(16384, beyond_radix="tiers"), [0])
+    assert not three.disjoint                              # shared super-spine links
+    with pytest.raises(ValueError, match="rails"):
+        sc.rail_view(topo, [8])
+
+
+# ------------------------------------------------------------------ the step
+@pytest.mark.parametrize("gpus", [16, 64, 1024])
+def test_step_flows_closed_form_counts_and_bytes(gpus):
+    mdl, plan = sc.scale_plan(n_gpus=gpus)
+    st = sc.step_flows(mdl, plan, slice_time=None)         # one slice: the whole step
+    g, n = plan.gpus_per_server, plan.n_gpus
+    assert plan.tp == g and plan.n_gpus == gpus
+    assert mdl.global_batch == plan.dp * sc.DEFAULT_MICROBATCHES  # weak scaling
+    cb = comm_bytes(mdl, plan)
+    # tp = 8 = a server: every DP / PP / EP group has one rank per server, so every
+    # flow crosses the network and the counts are closed forms
+    ep_flows = n // plan.ep * plan.ep * (plan.ep - 1) if plan.ep > 1 else 0
+    pp_flows = 2 * (n // plan.pp) * (plan.pp - 1)
+    edp = plan.dp // plan.ep
+    rings = n // plan.dp * plan.dp + (n // edp * edp if edp > 1 else 0)
+    assert np.bincount(st.phase, minlength=4).tolist() == [ep_flows, pp_flows, rings,
+                                                           rings]
+    # bytes each rank sends in the step equal the model's per-GPU figures (pipeline
+    # sends: the stage average, as comm_bytes counts them)
+    sent = np.bincount(st.src_rank, weights=st.size, minlength=n)
+    assert sent.mean() == pytest.approx(cb["dp_bytes_sent"] + cb["ep_bytes_sent"]
+                                        + cb["pp_bytes_sent"], rel=1e-9)
+    assert np.all(st.rail == st.src % g) and np.all(st.rail == st.dst % g)
+    assert np.all(st.src // g != st.dst // g)              # NVLink pairs left out
+    # the all-gather from x waits for the reduce-scatter flow into x
+    ag = np.flatnonzero(st.phase == 3)
+    d = st.deps[ag]
+    dep = d[np.arange(ag.size), (d >= 0).argmax(axis=1)]
+    assert np.all(st.phase[dep] == 2) and np.all(st.dst_rank[dep] == st.src_rank[ag])
+
+
+def test_step_flows_expert_skew_and_slices():
+    mdl, plan = sc.scale_plan(n_gpus=1024)
+    uniform = sc.step_flows(mdl, plan, skew=0.0)
+    skewed = sc.step_flows(mdl, plan, skew=1.0)
+    a2a = lambda s: np.bincount(s.dst_rank[s.phase == 0], s.size[s.phase == 0],  # noqa
+                                minlength=1024)
+    # the same bytes, concentrated on the ranks of the hot experts
+    assert a2a(skewed).sum() == pytest.approx(a2a(uniform).sum(), rel=1e-9)
+    assert a2a(skewed).max() > 2.0 * a2a(uniform).max()
+    assert np.ptp(a2a(uniform)[a2a(uniform) > 0]) < 1e-6 * a2a(uniform).max()
+    k = skewed.slices
+    t = skewed.info["line_rate_comm_time"]
+    assert k == int(np.ceil(t / 250e-6)) and k > 1
+
+
+def test_subset_and_stripes_keep_dependencies():
+    mdl, plan = sc.scale_plan(n_gpus=64)
+    st = sc.step_flows(mdl, plan)
+    sub = st.subset(st.rail == 2)
+    assert sub.n_flows * 8 == st.n_flows and np.all(sub.rail == 2)
+    two = sub.stripes(2)
+    assert two.n_flows == 2 * sub.n_flows and two.size.sum() == pytest.approx(sub.size.sum())
+    f = int(np.flatnonzero((sub.deps >= 0).any(axis=1))[0])
+    want = {2 * d + s for d in sub.deps[f][sub.deps[f] >= 0] for s in (0, 1)}
+    for s in (0, 1):
+        assert set(two.deps[2 * f + s][two.deps[2 * f + s] >= 0]) == want
+    with pytest.raises(ValueError, match="keep"):
+        st.subset(np.flatnonzero(st.phase == 3))            # all-gather without its deps
+
+
+# ------------------------------------------------------------------ ECMP
+@pytest.mark.parametrize("gpus", [8192, 32768])
+def test_ecmp_uplink_occupancy_is_balls_into_bins(gpus):
+    # a ring shift of one scalable unit on rail 0: each leaf's 64 flows hash onto its 64
+    # uplinks; the share in use is 1 - (1 - 1/64)^64 = 0.6350 in expectation.  Pooled
+    # over 4 seeds x (16 or 64 leaves x planes): standard error < 0.006.
+    topo = sc.scale_topology(gpus)
+    tab = sc.clos_paths(topo)
+    flows = sc.ring_shift(topo, 1e6)
+    used = []
+    for seed in range(4):
+        for p in range(tab.n_planes):
+            links = sc.ecmp_paths(tab, flows.src, flows.dst, np.full(flows.n_flows, p),
+                                  sc._run._sport(seed, np.arange(flows.n_flows)))
+            used.append(sc.uplinks_used(topo, flows, links))
+    theory = sc.balls_into_bins(tab.n_spines)
+    assert theory == pytest.approx(0.6350, abs=1e-4)
+    assert np.mean(used) == pytest.approx(theory, abs=0.02)
+    assert sc.balls_into_bins(10 ** 6) == pytest.approx(1 - np.exp(-1), abs=1e-6)
+
+
+# ------------------------------------------------------------------ reduction
+def _small_step():
+    mdl, plan = sc.scale_plan(n_gpus=32, pp=2)
+    return sc.scale_topology(32, switch_radix=8), sc.step_flows(mdl, plan, slice_time=30e-6)
+
+
+@pytest.mark.parametrize("preset", ["roce", "spectrum_x"])
+def test_rail_reduction_inputs_are_the_full_runs(preset):
+    # host side (fast): rail 2's flows, paths (hashed or candidate sets) and deps on its
+    # sub-fabric are exactly those rows of the full fabric's, link ids mapped in order;
+    # with a hash-free candidate set rail 2's paths are rail 0's moved to rail 2
+    topo, st = _small_step()
+    fab = get_fabric(preset)
+    full_flows, full = sc.route_flows(st, topo, fab)
+    ids = np.flatnonzero(st.rail == 2)
+    sub_flows, sub = sc.route_flows(st.subset(ids), topo, fab, flow_ids=ids)
+    rows = np.flatnonzero(full_flows.rail == 2)
+    assert np.array_equal(np.asarray(sub.links), np.asarray(full.links)[rows])
+    assert np.array_equal(sub_flows.size, full_flows.size[rows])
+    view = sc.rail_view(topo, [2])
+    mapped = np.where(sub.links >= 0, view.link_of[np.maximum(sub.links, 0)], -1)
+    assert np.all(mapped[np.asarray(sub.hop_mask)] >= 0)    # inside the sub-fabric
+    assert sc._run._reduction(st, topo, fab.routing, (0,), None)["exact"] == (
+        preset != "roce")
+    if preset != "roce":
+        r0 = np.asarray(full.links)[full_flows.rail == 0]
+        lr = sc.link_rails(topo, 8)
+        assert np.all(lr[np.asarray(full.links)[rows][np.asarray(full.hop_mask)[rows]]] == 2)
+        # same spines: the switch each path climbs to is the same for rails 0 and 2
+        dst = np.asarray(topo.link_dst)
+        top = lambda L: np.where(L[:, :, 2] >= 0, dst[np.maximum(L[:, :, 1], 0)], -1)  # noqa
+        assert np.array_equal(top(r0), top(np.asarray(full.links)[rows]))
+
+
+@pytest.mark.slow
+def test_rail_reduction_equals_full_run():
+    # 4 servers x 8 rails, units of 2 servers, two tiers of 2 planes (radix 8);
+    # spraying over every path, no CC or flow control (a small program: this is about
+    # the reduction, the presets' dynamics are in the slow test below): one rail on its
+    # sub-fabric gives rail 0 of the full run, and every rail of the full run equals
+    # rail 0 (interchangeable)
+    topo, st = _small_step()
+    fab = get_fabric("uec", cc="none", flow_control="none")
+    kw = dict(dt=1e-6, n_steps=200, max_paths=None, fifo_bands=1)
+    full = sc.simulate_rails(st, topo, fab, rails=None, **kw)
+    one = sc.simulate_rails(st, topo, fab, rails=(0,), **kw)
+    assert np.all(np.isfinite(full.finish))
+    per = [full.finish[full.flows.rail == r] for r in range(8)]
+    np.testing.assert_allclose(one.finish, per[0], rtol=1e-6)
+    for r in range(1, 8):
+        np.testing.assert_allclose(per[r], per[0], rtol=1e-6)
+    m_full = sc.point_metrics(full, st, topo, "uec", 50e9, n_rails=8)
+    m_one = sc.point_metrics(one, st, topo, "uec", 50e9, n_rails=8)
+    for key in ("step_time", "p50_completion", "p99_completion", "effective_bandwidth",
+                "congested_share"):
+        assert m_one[key] == pytest.approx(m_full[key], rel=1e-6)
+    red = sc._run._reduction(st, topo, "spray", (0,), None)
+    assert red["exact"]
+    assert not sc._run._reduction(st, topo, "ecmp", (0,), None)["exact"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["infiniband", "roce", "spectrum_x", "uec"])
+def test_rail_reduction_equals_full_run_every_preset(preset):
+    # 128 GPUs (two units of 8 servers, traffic over the spines), each preset's whole
+    # dynamics: rail 0 alone equals rail 0 of the full run (ECMP included: hashes and
+    # candidate sets are computed on the full fabric), and for every preset but the
+    # hashed one the other rails equal rail 0 too
+    mdl, plan = sc.scale_plan(n_gpus=128)
+    st = sc.step_flows(mdl, plan, slice_time=20e-6)
+    topo = sc.scale_topology(128, switch_radix=16)
+    kw = dict(dt=0.5e-6, n_steps=1600)
+    full = sc.simulate_rails(st, topo, preset, rails=None, **kw)
+    one = sc.simulate_rails(st, topo, preset, rails=(0,), **kw)
+    assert np.all(np.isfinite(full.finish))
+    per = [full.finish[full.flows.rail == r] for r in range(8)]
+    np.testing.assert_allclose(one.finish, per[0], rtol=1e-5)
+    if get_fabric(preset).routing not in sc.HASHED_ROUTING:
+        for r in range(1, 8):
+            np.testing.assert_allclose(per[r], per[0], rtol=1e-5)
+
+
+# ------------------------------------------------------------------ CLI
+@pytest.mark.parametrize("argv,flag", [
+    (["--gpus", "8"], "--gpus"), (["--gpus", "65536"], "--gpus"),
+    (["--gpus", "1k"], "--gpus"), (["--system", "dgx_a100x"], "--system"),
+    (["--fabrics", "roce,ethernet"], "--fabrics"), (["--model", "gpt5"], "--model"),
+    (["--dt-us", "0"], "--dt-us"), (["--rails", "9"], "--rails"),
+    (["--rails", "some"], "--rails"), (["--max-paths", "0"], "--max-paths"),
+    (["--beyond-radix", "wide"], "--beyond-radix"), (["--overlap", "2"], "--overlap"),
+    (["--skew", "-1"], "--skew"), (["--slice-us", "-5"], "--slice-us"),
+])
+def test_cli_bad_input_exits_2_naming_the_flag(argv, flag, capsys):
+    from fabric_jax.cli import main
+    assert main(["scale", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0]
+
+
+@pytest.mark.slow
+def test_cli_scale_json_and_plots(tmp_path):
+    import json
+
+    from fabric_jax.cli import main
+    out = tmp_path / "s.json"
+    assert main(["scale", "--gpus", "16,32", "--fabrics", "roce,uec", "--dt-us", "1",
+                 "--slice-us", "20", "--json", str(out), "--plots", str(tmp_path),
+                 "--quiet"]) == 0
+    data = json.loads(out.read_text())
+    assert [p["gpus"] for p in data["points"]] == [16, 32]
+    for p in data["points"]:
+        for m in list(p["fabrics"].values()) + [p["ideal"]]:
+            assert m["unfinished_flows"] == 0
+            assert 0 < m["gpu_utilization"] <= 1
+            assert m["p99_completion"] >= m["p50_completion"] > 0
+            assert m["step_time"] >= m["compute_time"]
+    assert (tmp_path / "scale_step.png").is_file() and (tmp_path / "scale_tail.png").is_file()
+
+
+# ------------------------------------------------------------------ devices
+_DEVICES = textwrap.dedent("""
+    import json, jax, numpy as np
+    from fabric_jax import scale as sc
+    mdl, plan = sc.scale_plan(n_gpus=32, pp=2)
+    st = sc.step_flows(mdl, plan, slice_time=30e-6)
+    topo = sc.scale_topology(32, switch_radix=8)
+    kw = dict(rails=(0, 1, 2, 3), dt=1e-6, n_steps=400)
+    spread = sc.simulate_rails_on_devices(st, topo, "roce", **kw)
+    alone = [sc.simulate_rails(st, topo, "roce", rails=(r,), dt=1e-6, n_steps=400)
+             for r in range(4)]
+    # the rails are different samples: ECMP sends rail 0's and rail 1's flows between
+    # the same servers over different spines (host side; at this size the step's time
+    # is set by the hot experts' NICs, so their finish times may still agree)
+    dst = np.asarray(topo.link_dst)
+    spines = []
+    for r in (0, 1):
+        ids = np.flatnonzero(st.rail == r)
+        _, ps = sc.route_flows(st.subset(ids), topo, "roce", flow_ids=ids)
+        lk = np.asarray(ps.links)[:, 0, :]
+        spines.append(np.where(lk[:, 2] >= 0, dst[lk[:, 1]], -1))
+    print(json.dumps({"devices": jax.device_count(),
+                      "used": sorted({r.device for r in spread}),
+                      "equal": all(np.array_equal(a.finish, b.finish)
+                                   for a, b in zip(spread, alone)),
+                      "differ": bool(np.any(spines[0] != spines[1]))}))
+""")
+
+
+@pytest.mark.slow
+def test_rails_on_four_devices_equal_one_device():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
+                                                        os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", _DEVICES], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["devices"] == 4 and len(r["used"]) == 4
+    assert r["equal"]            # each rail's run is the same program wherever it runs
+    assert r["differ"]           # ECMP: the rails are different samples of the hash
+
+
+@pytest.mark.slow
+def test_fluid_ecmp_throughput_is_the_uplinks_in_use_and_spray_is_line_rate():
+    # ring shift on rail 0 of 1,024 GPUs (2 leaves x 64 NICs, 64 spines), routing alone
+    # (no CC, infinite buffers): under ECMP each spine carries the flows that hashed onto
+    # it, so the aggregate throughput is the share of uplinks in use, counted on the host;
+    # spraying over every spine reaches line rate
+    topo = sc.scale_topology(1024)
+    size, nic, dt = 2.5e6, 50e9, 0.5e-6
+    flows = sc.ring_shift(topo, size)
+    t = size / nic
+    eff = {}
+    for preset in ("roce", "uec"):
+        fab = get_fabric(preset, cc="none", flow_control="none")
+        run = sc.simulate_rails(flows, topo, fab, rails=(0,), dt=dt,
+                                n_steps=int(t / dt) + 20, max_paths=None)
+        eff[preset] = sc.window_efficiency(run, nic, 0.1 * t, 0.9 * t)
+    tab = sc.clos_paths(topo)
+    links = sc.ecmp_paths(tab, flows.src, flows.dst, np.zeros(flows.n_flows, int),
+                          sc._run._sport(0, np.arange(flows.n_flows)))
+    assert eff["roce"] == pytest.approx(sc.uplinks_used(topo, flows, links), abs=0.01)
+    assert eff["uec"] == pytest.approx(1.0, abs=0.01)
