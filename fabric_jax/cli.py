@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     if args.plots:
         from . import plots
         curve = compare.scaling_study(scn, progress=not args.quiet)
-        presets = {k: v for k, v in results.items() if k != compare.IDEAL}
+        presets = {k: v for k, v in results.items() if not compare.is_ideal(k)}
         for path in plots.compare_figures(presets, details, args.plots, scaling=curve):
             print(f"wrote {path}")
     print(f"({time.time() - t0:.1f} s)", file=sys.stderr)

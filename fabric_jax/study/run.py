@@ -1,15 +1,22 @@
 """The simulation driver of the compare study: fluid runs per preset, the ideal-fabric
 baseline, and the metrics of each run (every metric computed by :mod:`fabric_jax.metrics`).
 
-Ideal-fabric baseline (:func:`simulate_ideal`): the same flows, arrivals, dependencies
-and path latencies on a non-blocking crossbar (each NIC has one up and one down link at
-line rate into a single switch of unbounded capacity) with ideal congestion control:
-exact max-min sharing, recomputed at every flow arrival and completion
-(:func:`fabric_jax.simulate_flows`).  What it loses against line rate is the workload's
-own skew (incast fan-in, all-to-all expert imbalance, ring dependencies); what a preset
-loses against it is the fabric's (routing collisions, congestion control, flow control).
-The baseline runs the host-based collectives (ring all-reduce); a SHARP preset moves
-fewer bytes (the switches reduce), so its all-reduce can beat it.
+Ideal fabric (:func:`simulate_ideal`): the same flows, arrivals, dependencies and path
+latencies on a non-blocking crossbar (each NIC has one up and one down link at line rate
+into a single switch of unbounded capacity) with ideal congestion control: exact max-min
+sharing, recomputed at every flow arrival and completion
+(:func:`fabric_jax.simulate_flows`).
+
+Per-preset ideal (:func:`run_ideal`, the ``ideal`` columns of ``fabric-jax compare``):
+the training job **alone** on that crossbar, with the collective algorithm of the
+presets it stands for (SHARP's in-network reduction for a preset with ``sharp``, the
+ring otherwise), so it is the best that algorithm can do at NIC line rate: a bound on
+each training row of those presets (completion times, effective and bus bandwidth, GPU
+utilisation, step time, cost), up to one fluid step.  Its neighbour rows are the bounds
+by definition: FCT slowdown 1 (a flow alone at line rate), isolation 1 (a job alone),
+no pause.  (The whole workload on the crossbar under max-min sharing is not a bound:
+a preset whose queues are FIFO or whose classes favour the training job can finish it
+sooner than processor sharing with its neighbours does.)
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ from .scenario import Scenario, default_scenario, validate_scenario
 __all__ = ["simulate_case", "simulate_paths", "flow_line_rate", "simulate_ideal",
            "crossbar_incidence", "case_metrics", "class_isolation", "fabric_cost_metrics", "full_step_times",
            "run_compare", "run_preset", "run_ideal", "save_period", "default_workers",
-           "scaling_study", "scaling_topologies", "IDEAL"]
+           "scaling_study", "scaling_topologies", "IDEAL", "IDEAL_SHARP", "ideal_key",
+           "is_ideal"]
 
 #: Key of the ideal-fabric baseline in :func:`run_compare`'s results.
 IDEAL = "ideal"
@@ -333,25 +341,67 @@ def run_preset(case: Case, fab, scn: Scenario, name: str, update=None) -> tuple[
     return metrics, dict(case=case, result=res)
 
 
-def run_ideal(case: Case, scn: Scenario) -> dict:
-    """The ideal-fabric column of :func:`run_compare` (:func:`simulate_ideal`, and its
-    alone runs with ``simulation.isolation``): ``{metric: value}``."""
-    res = simulate_ideal(case)
-    alone = {}
-    if scn.simulation["isolation"]:
-        alone = {job: simulate_ideal(case, alone_arrival(case, job)).finish
-                 for job in (0, 1) if np.any(case.job_of == job)}
-    out = case_metrics(case, scn, res.start, res.finish, alone_finish=alone)
+#: Key of the per-preset ideal of the presets with SHARP (in-network reduction) in
+#: :func:`run_compare`'s results; :data:`IDEAL` is the ideal of the others (ring).
+IDEAL_SHARP = "ideal_sharp"
+
+
+def ideal_key(sharp: bool) -> str:
+    """The results key of the per-preset ideal of a preset with (or without) SHARP."""
+    return IDEAL_SHARP if sharp else IDEAL
+
+
+def is_ideal(key: str) -> bool:
+    """Whether a key of :func:`run_compare`'s results is an ideal column."""
+    return key in (IDEAL, IDEAL_SHARP)
+
+
+def run_ideal(case: Case, scn: Scenario, presets=(), *, sharp: bool = False) -> dict:
+    """A per-preset ideal column of :func:`run_compare` (module docstring): the training
+    job alone on the non-blocking crossbar (:func:`simulate_ideal`) with the case's
+    collective algorithm; the neighbour rows at their bounds by definition.
+
+    Args:
+      case: built with the algorithm of the presets it stands for (``build_case(scn,
+        sharp)``).
+      scn: its scenario.
+      presets: the names of those presets (for the column's description).
+      sharp: whether ``case`` was built with SHARP (names the algorithm).
+
+    Returns:
+      ``{metric: value}`` plus ``"algorithm"`` (``"sharp"`` or ``"ring"``),
+      ``"presets"`` and ``"description"`` (what the column is, one line).
+    """
+    res = simulate_ideal(case, alone_arrival(case, 0))
+    out = case_metrics(case, scn, res.start, res.finish)
+    train = case.job_of == 0
+    nan = float("nan")
+    others = bool(np.any(~train))
+    iso = scn.simulation["isolation"]
+    out.update(fct_slowdown_p50=1.0 if others else nan, fct_slowdown_p99=1.0 if others else nan,
+               isolation=1.0 if iso else nan, isolation_train=1.0 if iso else nan,
+               isolation_tenant=1.0 if iso and np.any(case.job_of == 1) else nan,
+               pfc_pause_time=0.0,
+               unfinished_flows=int(np.sum(~np.isfinite(np.asarray(res.finish)[train]))))
     out.update(fabric_cost_metrics(case, scn, IDEAL, out))
     out["isolation_per_class"] = class_isolation(case, None, out)
+    algo = "sharp" if sharp else "ring"
+    out.update(algorithm=algo, presets=list(presets), description=(
+        f"the training job alone on a non-blocking crossbar at NIC line rate, exact "
+        f"max-min, {'SHARP in-network reduction' if sharp else 'ring all-reduce'}"
+        + (f" as {', '.join(presets)}" if presets else "") + ": a bound on the training "
+        f"rows; FCT slowdown and isolation 1, no pause, by definition"))
     return out
 
 
 def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=False,
                 ideal: bool = False, workers: int | None = None) -> dict:
     """Runs every preset of the scenario; returns ``{preset: {metric: value}}`` and, with
-    ``ideal=True`` (as ``fabric-jax compare`` does), the ideal-fabric baseline under the
-    key ``"ideal"`` (same metric keys, :func:`simulate_ideal`).
+    ``ideal=True`` (as ``fabric-jax compare`` does), the per-preset ideals
+    (:func:`run_ideal`, same metric keys): under :data:`IDEAL` (``"ideal"``) the ideal
+    of the presets without SHARP (ring), under :data:`IDEAL_SHARP` that of the presets
+    with SHARP, each present when a preset needs it; each preset's entry names its own
+    under ``"ideal_column"``.
 
     The scenario is validated (:func:`~fabric_jax.study.scenario.validate_scenario`,
     including every preset's options) before the first run.
@@ -377,23 +427,24 @@ def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=Fals
                          f"got {workers!r}")
     fabs = {name: get_fabric(name, **scn.overrides.get(name, {})) for name in scn.presets}
     runs_per = 3 if scn.simulation["isolation"] else 1
-    bar = Progress(len(fabs) * runs_per + int(ideal), enabled=progress)
+    sharps = sorted({fab.sharp for fab in fabs.values()}) if ideal else []
+    bar = Progress(len(fabs) * runs_per + len(sharps), enabled=progress,
+                   label="compare")
     cases = {}   # host side, before the threads (path enumeration, warnings capture)
     for fab in fabs.values():
         if fab.sharp not in cases:
             cases[fab.sharp] = build_case(scn, fab.sharp)
-    if ideal and False not in cases:
-        cases[False] = build_case(scn, False)
 
     def task(name):
-        if name is None:
-            out = run_ideal(cases[False], scn)
-            bar.update("ideal fabric")
+        if isinstance(name, bool):                       # the ideal of that algorithm
+            out = run_ideal(cases[name], scn, [n for n, f in fabs.items() if f.sharp == name],
+                            sharp=name)
+            bar.update(f"ideal ({out['algorithm']})")
             return out, None
         fab = fabs[name]
         return run_preset(cases[fab.sharp], fab, scn, name, bar.update)
 
-    names = list(fabs) + ([None] if ideal else [])
+    names = list(fabs) + sharps
     n_workers = default_workers(len(names)) if workers is None else int(workers)
     if n_workers == 1:
         outs = [task(name) for name in names]
@@ -402,9 +453,12 @@ def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=Fals
             outs = list(pool.map(task, names))
     results, details = {}, {}
     for name, (metrics, detail) in zip(names, outs):
-        results[IDEAL if name is None else name] = metrics
+        results[ideal_key(name) if isinstance(name, bool) else name] = metrics
         if detail is not None:
             details[name] = detail
+    if ideal:
+        for name, fab in fabs.items():
+            results[name]["ideal_column"] = ideal_key(fab.sharp)
     return (results, details) if keep else results
 
 
