@@ -38,9 +38,10 @@ def cli_run(tmp_path_factory):
     import io
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        rc = cli.main(["compare", "--scenario", str(scn), "--json", str(out_json), "--quiet"])
+        rc = cli.main(["compare", "--scenario", str(scn), "--json", str(out_json), "--quiet",
+                       "--plots", str(tmp / "plots")])
     assert rc == 0
-    return buf.getvalue(), json.loads(out_json.read_text())
+    return buf.getvalue(), json.loads(out_json.read_text()), tmp / "plots"
 
 
 def _check_cli_output(text, data, presets, ideals):
@@ -70,8 +71,22 @@ def _check_cli_output(text, data, presets, ideals):
 
 
 def test_cli_end_to_end(cli_run):
-    text, data = cli_run
+    text, data, plots = cli_run
     _check_cli_output(text, data, ["infiniband", "uec"], ["ideal", "ideal_sharp"])
+    # --plots draws the compare's figures; the scaling curve only with --scaling-curve
+    for name in ("fabric_bars.png", "fct_cdf.png"):
+        assert (plots / name).stat().st_size > 0 and name in text
+    assert not (plots / "scaling_curve.png").exists()
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--scaling-curve"], "--plots"), (["--plots", "x", "--scaling-curve",
+                                        "--scaling-factors", "0,1"], "--scaling-factors"),
+    (["--plots", "x", "--scaling-curve", "--scaling-factors", "a"], "--scaling-factors")])
+def test_cli_scaling_curve_options_are_checked_first(args, match, capsys):
+    assert cli.main(["compare", "--quiet"] + args) == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1
 
 
 def test_each_preset_is_no_better_than_its_own_ideal(cli_run):
@@ -79,7 +94,7 @@ def test_each_preset_is_no_better_than_its_own_ideal(cli_run):
     ring for uec) with the training job alone on the crossbar: no preset beats it on a
     training row, up to one fluid step (dt = 4 us); FCT slowdowns are >= 1.  (Isolation
     >= 1 is checked where isolation runs: test_compare_classes_reports_isolation_per_class.)"""
-    _, data = cli_run
+    _, data, _ = cli_run
     dt = IDEAL_DATA["simulation"]["dt_us"] * 1e-6
     assert data["infiniband"]["ideal_column"] == "ideal_sharp"
     assert data["uec"]["ideal_column"] == "ideal"
@@ -103,14 +118,14 @@ def test_each_preset_is_no_better_than_its_own_ideal(cli_run):
 
 
 @pytest.mark.slow
-def test_cli_end_to_end_with_plots(tmp_path, capsys):
-    # with --plots the command also runs the scaling study and draws figures
+def test_cli_end_to_end_with_scaling_curve(tmp_path, capsys):
+    # with --plots --scaling-curve the command also runs the scaling study
     presets = ["roce", "uec"]
     scn = tmp_path / "tiny.toml"
     scn.write_text(scenario_toml({**TINY_DATA, "fabrics": {"presets": presets}}))
     out_json = tmp_path / "r.json"
     rc = cli.main(["compare", "--scenario", str(scn), "--json", str(out_json), "--quiet",
-                   "--plots", str(tmp_path / "plots")])
+                   "--plots", str(tmp_path / "plots"), "--scaling-curve"])
     assert rc == 0
     text = capsys.readouterr().out
     _check_cli_output(text, json.loads(out_json.read_text()), presets, ["ideal"])

@@ -490,9 +490,9 @@ def scaling_topologies(scn: Scenario, factors=(0.5, 1.0, 2.0, 4.0)) -> list:
 
 def scaling_study(scn: Scenario | None = None, *, factors=(0.5, 1.0, 2.0, 4.0),
                   progress: bool = False) -> dict:
-    """The scaling curve of ``fabric-jax compare --plots``: one all-reduce of the
-    scenario's ``all_reduce_mb`` per GPU on the scenario's fabric at ``train_servers``
-    scaled by each factor (:func:`scaling_topologies`), every preset.
+    """The scaling curve of ``fabric-jax compare --plots DIR --scaling-curve``: one
+    all-reduce of the scenario's ``all_reduce_mb`` per GPU on the scenario's fabric at
+    ``train_servers`` scaled by each factor (:func:`scaling_topologies`), every preset.
 
     Engine: :func:`fabric_jax.scaling.scaling_curves` -- the all-reduce as
     :mod:`fabric_jax.collectives` builds it (chunked transfers, per-step latency, the
@@ -501,13 +501,19 @@ def scaling_study(scn: Scenario | None = None, *, factors=(0.5, 1.0, 2.0, 4.0),
     ``dt_us``, next to the ideal fabric.  The rest of the workload (all-to-all,
     tenant, background) is not in the curve.
 
+    Cost: a scale study.  Each preset's fluid run carries every transfer of every size
+    (thousands per size at the default scenario's 96-768 GPUs) for about three times
+    the slowest ideal all-reduce; on a 2-core CPU one preset at 96 GPUs alone takes
+    minutes.  The progress bar counts one unit per preset (and one for the ideal
+    fabric) and estimates the time left from the units done.
+
     Returns:
       :func:`fabric_jax.scaling.scaling_curves`' dict (``gpus``, ``fabrics``, ``ideal``).
     """
     scn = default_scenario() if scn is None else validate_scenario(scn)
     topos = scaling_topologies(scn, factors)
-    bar = Progress(len(topos) * len(scn.presets), enabled=progress)
-    return scaling.scaling_curves(
-        topos, scn.presets, scn.workload["all_reduce_mb"] * 1e6,
-        dt=scn.simulation["dt_us"] * 1e-6, seed=scn.simulation["seed"],
-        overrides=scn.overrides, progress=bar.update)
+    with Progress(1 + len(scn.presets), enabled=progress, label="scaling curve") as bar:
+        return scaling.scaling_curves(
+            topos, scn.presets, scn.workload["all_reduce_mb"] * 1e6,
+            dt=scn.simulation["dt_us"] * 1e-6, seed=scn.simulation["seed"],
+            overrides=scn.overrides, progress=bar.update)
