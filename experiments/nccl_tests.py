@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 
 from fabric_jax import collectives, systems  # noqa: E402
 from fabric_jax.metrics import busbw_factor  # noqa: E402
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 NCCL_OPS = {"all_reduce": "sum", "all_gather": "none", "reduce_scatter": "sum",
             "alltoall": "none", "all_to_all": "none", "broadcast": "none"}
@@ -63,12 +64,14 @@ def run(system="hgx_h100", nodes=1, op="all_reduce", fabrics=("infiniband",),
     hosts = None if gpus is None else np.arange(int(gpus))
     n = topo.n_hosts if gpus is None else int(gpus)
     rows = []
+    bar = Progress(len(fabrics), label="nccl_tests")
     for fab in fabrics:
         t0 = time.perf_counter()
         sizes = sizes_between(min_bytes, max_bytes, factor)
         res = collectives.sweep(topo, op, sizes, hosts=hosts, fabric=fab,
                                 algorithm=algorithm, protocol=protocol)
         wall = time.perf_counter() - t0
+        bar.update(f"sweep on {fab}")
         for s, r in zip(sizes, res):
             rows.append(dict(fabric=fab, system=system, nodes=nodes, ranks=n, op=op,
                              size_bytes=s, count=s // dtype_bytes, type="float",
@@ -104,9 +107,10 @@ def published_table(system: str, size=8 * 1024**3) -> list[dict]:
     beside it, never as the figure compared: on one HGX H100 it is NVLS, whose busbw
     counts bytes the NVSwitch reduces, above any ring measurement."""
     out = []
-    for p in systems.PUBLISHED:
-        if p["system"] != system:
-            continue
+    rows = [p for p in systems.PUBLISHED if p["system"] == system]
+    bar = Progress(len(rows), label="published rows")
+    for p in rows:
+        bar.last = f"{p['nodes']} node(s) {p['op']}"
         topo = systems.build(system, p["nodes"])
         hosts = None if p["gpus"] is None else np.arange(p["gpus"])
         r = collectives.run_collective(topo, p["op"], size, hosts=hosts,
@@ -115,6 +119,7 @@ def published_table(system: str, size=8 * 1024**3) -> list[dict]:
         out.append(dict(p, simulated=r.busbw, ratio=r.busbw / p["busbw"],
                         chosen=f"{r.algorithm}/{r.protocol}", default=d.busbw,
                         default_algorithm=f"{d.algorithm}/{d.protocol}"))
+        bar.update(f"{p['nodes']} node(s) {p['op']}")
     return out
 
 

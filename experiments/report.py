@@ -161,6 +161,18 @@ def run_one(name: str, quick: bool) -> dict:
 
 
 # ------------------------------------------------------------------ rendering
+class Missing(Exception):
+    """An experiment has no result yet (its name is the message)."""
+
+
+def need(name: str):
+    """``(data, meta)`` of an experiment's last successful run; :class:`Missing` if none."""
+    data, meta = load(name)
+    if meta is None:
+        raise Missing(name)
+    return data, meta
+
+
 def load(name: str):
     """``(data, meta)`` of an experiment's last successful run, or ``(None, None)``."""
     j, m = RESULTS / f"{name}.json", RESULTS / f"{name}.meta.json"
@@ -211,7 +223,12 @@ def headline() -> str:
     for fn in HEADLINE:
         try:
             row = fn()
-        except (KeyError, TypeError, ValueError, IndexError, StopIteration) as err:
+        except Missing as err:
+            row = ((fn.__doc__ or fn.__name__).strip().split("\n")[0],
+                   "*not run yet on this checkout*",
+                   f"`python experiments/report.py --only {err}`")
+        except (KeyError, TypeError, ValueError, IndexError, StopIteration,
+                AttributeError, ZeroDivisionError) as err:
             row = (fn.__doc__ or fn.__name__).strip().split("\n")[0], \
                 f"*could not read its result ({type(err).__name__}: {err}); rerun it*", ""
         if row is not None:
@@ -246,6 +263,7 @@ def block(name):
 
 def render(pages=PAGES) -> list[str]:
     """Rewrites every marked block of ``pages``; returns the names of unknown markers."""
+    load_blocks()
     unknown = []
     for page in pages:
         path = ROOT / page
@@ -266,11 +284,20 @@ def render(pages=PAGES) -> list[str]:
     return unknown
 
 
-# Blocks and headline rows live in experiments/_report_blocks.py (one function per block).
-try:
-    import _report_blocks  # noqa: E402,F401
-except ImportError:  # pragma: no cover - imported as experiments.report
-    from experiments import _report_blocks  # noqa: E402,F401
+def load_blocks():
+    """Registers the blocks and headline rows of ``experiments/_report_blocks.py`` (one
+    function per block) in this module's :data:`BLOCKS` / :data:`HEADLINE`."""
+    if BLOCKS:
+        return
+    import types
+    this = sys.modules.get(__name__)
+    if this is None or getattr(this, "BLOCKS", None) is not BLOCKS:   # loaded by path
+        this = types.SimpleNamespace(**globals())
+    sys.modules["report"] = this           # what _report_blocks imports as ``report``
+    sys.modules.pop("_report_blocks", None)
+    if str(ROOT / "experiments") not in sys.path:
+        sys.path.insert(0, str(ROOT / "experiments"))
+    import _report_blocks  # noqa: F401
 
 
 # ------------------------------------------------------------------ main
