@@ -27,6 +27,11 @@ for _name in R.EXPERIMENTS:
         R.BLOCKS[_name] = (lambda n: lambda: R.stdout_block(n))(_name)
 
 
+# the convergence table keeps its headline metrics (marked *), the rest is in the JSON
+R.BLOCKS["convergence"] = lambda: R.stdout_block(
+    "convergence", keep=r"\*|worst|^preset|relative change|^dt = ")
+
+
 @R.block("compare")
 def compare_block():
     from fabric_jax.compare import format_table
@@ -201,12 +206,14 @@ def _queue():
 def _reorder():
     """Go-back-N goodput vs closed form"""
     d, _ = R.need("reordering")
-    rows = [r for r in d["spread"] if not r["reorder"] and r["theory"] > 0]
-    err = max(abs(r["goodput"] / r["theory"] - 1) for r in rows if r["theory"] > 1e-3)
-    return ("Sprayed flow into a go-back-N NIC: goodput against the spread of path delays, "
-            "closed form",
-            f"largest relative difference {100 * err:.2f} % over {len(rows)} spreads",
-            R._cmd("reordering"))
+    # the closed form is at line rate: RoCE (DCQCN runs at line rate here); HPCC's
+    # eta < 1 keeps Spectrum-X below it by design
+    rows = [r for r in d["spread"] if r["preset"] == "roce" and not r["reorder"]]
+    err = max(abs(r["goodput"] / r["theory"] - 1) for r in rows)
+    return ("A flow sprayed over 4 paths into a go-back-N NIC (RoCE): goodput against the "
+            "spread of path delays, closed form of the receiver model",
+            ", ".join(f"{r['goodput']:.4f} vs {r['theory']:.4f}" for r in rows)
+            + f" (largest relative difference {100 * err:.2f} %)", R._cmd("reordering"))
 
 
 @R._headline
