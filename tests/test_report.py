@@ -8,6 +8,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from .helpers import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,3 +77,24 @@ def test_readme_is_short_and_keeps_its_test_command():
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text)
     for page in ("docs/validation.md", "docs/performance.md", "docs/models.md"):
         assert page in text
+
+
+def test_progress_bar_estimates_the_time_left():
+    import io
+
+    from fabric_jax.study.progress import Progress, format_seconds
+    out = io.StringIO()
+    bar = Progress(4, stream=out, label="demo", estimate_s=120)
+    assert bar.remaining_s() == pytest.approx(120, abs=2)   # the a-priori guess
+    bar.t0 -= 10.0                                    # 10 s in, one unit of four done
+    bar.update("first", 1)
+    assert bar.remaining_s() == pytest.approx(30, rel=0.05)
+    assert "demo [######" in out.getvalue() and "1/4 first" in out.getvalue()
+    assert "left" in out.getvalue()
+    bar.update("rest", 3)
+    assert out.getvalue().endswith("\n") and "done" in out.getvalue()
+    assert format_seconds(42) == "42 s" and format_seconds(185) == "3 min 05 s"
+    assert format_seconds(3720) == "1 h 02 min"
+    quiet = io.StringIO()
+    Progress(2, stream=quiet, enabled=False).update("x")
+    assert quiet.getvalue() == ""
