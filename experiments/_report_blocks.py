@@ -117,7 +117,7 @@ def scale_summary():
 
 @R.block("optimize-summary")
 def optimize_summary():
-    return R.stdout_block("optimize_routing", keep=r"MLU|LP|learn|scenario|gap|steps|---|\|")
+    return R.stdout_block("optimize_routing", keep=r"^(?!\[).+")     # no "[name] done"
 
 
 # ------------------------------------------------------------------ headline rows
