@@ -143,6 +143,7 @@ from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.routing import get_policy, make_routing  # noqa: E402
 from fabric_jax.topology import leaf_spine  # noqa: E402
 from fabric_jax.units import MB, gbps  # noqa: E402
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 SCENARIOS = ("remote_congestion", "failed_link", "hot_spot")
 POLICIES = ("ecmp", "flowlet", "spray", "ib_ar", "ib_ar_credit", "spectrum_x_ar",
@@ -347,6 +348,7 @@ def main(argv=None) -> dict:
     n_steps = int(math.ceil(horizon / dt))
     results, rows, traces = {}, [], {}
     kw = dict(seed=a.seed, spines=a.spines, line=line, slow_delay_us=a.slow_delay_us)
+    bar = Progress(len(SCENARIOS) * len(pols), label="adaptive_routing")
     for sc in SCENARIOS:
         paths, arrival, sizes, rate, faults = scenario(
             sc, topo, base, a.spines, size=size, line=line, bg_load=a.bg_load,
@@ -364,6 +366,7 @@ def main(argv=None) -> dict:
                 r["t99_s_dt4"] = r4["t99_s"]
                 r["dt_check"] = abs(r4["completion_s"] / r["completion_s"] - 1.0)
             results[sc][p] = r
+            bar.update(f"{sc}: {p}")
             rows.append(dict(scenario=sc, policy=p, completion_us=r["completion_s"] * 1e6,
                              t99_us=r["t99_s"] * 1e6,
                              eff_bw=r["effective_bw"], bg_us=r["bg_completion_s"] * 1e6,

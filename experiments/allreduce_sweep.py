@@ -60,6 +60,7 @@ except ImportError:  # pragma: no cover
 from fabric_jax import scaling  # noqa: E402
 from fabric_jax.collectives import PROTOCOLS  # noqa: E402
 from fabric_jax.fabrics import PRESETS  # noqa: E402
+from fabric_jax.study.progress import Progress  # noqa: E402
 from fabric_jax.systems import SYSTEMS  # noqa: E402
 
 #: Default fluid step, microseconds (module docstring, "Step").
@@ -148,9 +149,7 @@ def main(argv=None) -> dict:
         gpus.append(g)
         g *= 2
     t_start = time.perf_counter()
-
-    def progress(label):
-        print(f"  {label} ({time.perf_counter() - t_start:.0f} s)", flush=True)
+    progress = Progress(1 + len(a.fabrics), label="allreduce_sweep").update  # ideal + presets
 
     topos = [scaling.sweep_topology(g, system=a.system, servers_per_leaf=a.servers_per_leaf,
                                     switch_radix=a.switch_radix,

@@ -67,6 +67,7 @@ from fabric_jax.fairness import solve  # noqa: E402
 from fabric_jax.incidence import Incidence  # noqa: E402
 from fabric_jax.study.case import alone_arrival, build_case  # noqa: E402
 from fabric_jax.study.run import save_period, simulate_case, simulate_ideal  # noqa: E402
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 _EVENTS = collections.defaultdict(float)
 #: The jax.monitoring events that make up a compilation (trace, lower, XLA compile).
@@ -175,6 +176,7 @@ def bench_variant(scn, variant: str) -> tuple[list, dict]:
         setattr(fluid, attr, value)
     try:
         cases, rows, finish = {}, [], {}
+        bar = Progress(len(scn.presets), label=f"bench_compare ({variant})")
         for name in scn.presets:
             sharp = get_fabric(name, **scn.overrides.get(name, {})).sharp
             if sharp not in cases:
@@ -182,6 +184,7 @@ def bench_variant(scn, variant: str) -> tuple[list, dict]:
             jax.clear_caches()
             row, finish[name] = bench_preset(scn, cases[sharp], name)
             rows.append(dict(row, variant=variant))
+            bar.update(name)
             print(table([rows[-1]], list(rows[-1])), flush=True)
     finally:
         for attr, value in _CURRENT.items():

@@ -47,6 +47,7 @@ import math
 import time
 
 from fabric_jax.compare import default_scenario, run_compare
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 #: Metrics whose convergence decides the default dt (issue 11, "Convergence").
 HEADLINE = ("effective_bandwidth", "collective_completion_time",
@@ -124,11 +125,13 @@ def main(argv=None):
         ap.error("--extra-halvings must be 0, 1, 2 or 3")
     divs = [2 ** k for k in range(3 + args.extra_halvings)]
     runs, wall = {}, {}
+    bar = Progress(sum(divs), label="convergence")      # a run's cost grows with 1 / dt
     for div in divs:
         dt = dt0 / div
         t0 = time.perf_counter()
         runs[dt] = run_compare(with_dt(scn, dt, horizon, args.isolation), progress=False)
         wall[dt] = time.perf_counter() - t0
+        bar.update(f"dt = {dt:g} us", div)
         print(f"dt = {dt:g} us: {wall[dt]:.1f} s", flush=True)
     fine = runs[dt0 / 4]
     finest = runs[dt0 / divs[-1]]

@@ -42,6 +42,7 @@ from fabric_jax.cc import dcqcn  # noqa: E402
 from fabric_jax.fluid import simulate_fluid  # noqa: E402
 from fabric_jax.incidence import Incidence  # noqa: E402
 from fabric_jax.units import KB, gbps, to_gbps  # noqa: E402
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 
 def dumbbell(n_flows: int, link_gbps: float):
@@ -131,12 +132,13 @@ def main(argv=None):
         ap.error("--variant paper is the [ZHU16] 40 Gb/s set; use --link-gbps 40")
     kw = dict(duration=a.duration, dt=a.dt, delay_us=a.delay_us, rtol=a.rtol,
               link_gbps=a.link_gbps, variant=a.variant)
-    if a.sweep:
-        runs = [run(n, **kw) for n in range(a.sweep[0], a.sweep[1] + 1)]
-        result = dict(runs=runs, match=all(r["match"] for r in runs))
-    else:
-        result = run(a.flows, **kw)
-        runs = [result]
+    counts = range(a.sweep[0], a.sweep[1] + 1) if a.sweep else [a.flows]
+    bar = Progress(len(counts), label="dcqcn_fixed_point")
+    runs = []
+    for n in counts:
+        runs.append(run(n, **kw))
+        bar.update(f"N = {n}")
+    result = dict(runs=runs, match=all(r["match"] for r in runs)) if a.sweep else runs[0]
     print(f"{'N':>3} {'q_sim KB':>9} {'q_fp KB':>9} {'R_C Gb/s (min..max)':>21} {'fp':>7} "
           f"{'R_T Gb/s (min..max)':>21} {'fp':>7} {'alpha':>7} {'fp':>7} match")
     for r in runs:

@@ -67,6 +67,7 @@ from fabric_jax.paths import shortest_paths  # noqa: E402
 from fabric_jax.routing import make_routing, weighted_ecmp_params  # noqa: E402
 from fabric_jax.topology import leaf_spine  # noqa: E402
 from fabric_jax.units import MB, gbps  # noqa: E402
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 #: Fluid steps per ideal completion time (dt = ideal / STEPS_PER_IDEAL).
 STEPS_PER_IDEAL = 20
@@ -229,10 +230,12 @@ def main(argv=None) -> dict:
         ap.error("--n and --sweep values must be >= 2 (n spines)")
     ns = sorted(set(sweep) | {a.n})
     rows = []
+    bar = Progress(len(ns), label="ecmp_collisions")
     for n in ns:
         seeds = a.seeds or (48 if a.quick else max(32, 2048 // n))
         rows.append(run(n, seeds=seeds, seed=a.seed, size_mb=a.size_mb, link_gbps=a.link_gbps,
                         adaptive_policy=a.adaptive_policy))
+        bar.update(f"n = {n}")
     main_row = next(r for r in rows if r["n"] == a.n)
     results = dict(main_row)
     results["sweep"] = rows

@@ -34,6 +34,7 @@ except ImportError:  # pragma: no cover
 
 from fabric_jax.compare import run_compare
 from fabric_jax.links import DEFAULT_FIFO_BANDS
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 
 def with_bands(scn, bands: int, dt_us: float | None, horizon_us: float | None):
@@ -70,10 +71,12 @@ def main(argv=None):
         ap.error("--dt-us must be > 0")
     scn = chosen_scenario(ap, args)
     runs, wall = {}, {}
+    bar = Progress(len(bands), label="fifo_bands")
     for k in bands:
         t0 = time.perf_counter()
         runs[k] = run_compare(with_bands(scn, k, args.dt_us, args.horizon_us), progress=False)
         wall[k] = time.perf_counter() - t0
+        bar.update(f"{k} bands")
         print(f"fifo_bands = {k}: {wall[k]:.1f} s (compile + run)", flush=True)
     ref = runs[bands[-1]]
     change = {str(k): {p: {m: rel(float(v), float(ref[p][m])) for m, v in per.items()

@@ -55,6 +55,7 @@ from fabric_jax.fabrics import PRESETS  # noqa: E402
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.workloads.model import GPUS, MODELS, ParallelPlan, get_model  # noqa: E402
 from fabric_jax.workloads.training import model_training_step  # noqa: E402
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 HOUR = 3600.0
 
@@ -155,9 +156,11 @@ def main(argv=None) -> dict:
     topo = fj.rail_optimized(n_servers, plan.gpus_per_server, servers_per_leaf=spl)
     gpu = GPUS[a.gpu]
     fabrics, info = {}, None
+    bar = Progress(len(a.fabrics), label="gpu_value")
     for name in a.fabrics:
         fabrics[name], info = run_fabric(model, plan, gpu, topo, name, n_steps=a.n_steps,
                                          params=params, seed=a.seed, max_paths=a.max_paths)
+        bar.update(name)
     steps_run = a.train_tokens / model.tokens_per_step
     for v in fabrics.values():
         exposed = max(v["exposed_comm_time"], 0.0)

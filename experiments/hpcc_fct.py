@@ -67,6 +67,7 @@ import fabric_jax as fj  # noqa: E402
 from fabric_jax import metrics  # noqa: E402
 from fabric_jax.units import gbps  # noqa: E402
 from fabric_jax.workloads import FlowSizeCDF, poisson_background  # noqa: E402
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
     from _common import check_positive, finish, parser, plots_dir
@@ -236,10 +237,12 @@ def simulate(topo, flows: dict, laws, *, dt: float, horizon: float, host_gbps: f
     bg = ~flows["is_incast"] & meas
     isel = flows["is_incast"] & meas
     out = {}
+    bar = Progress(len(laws), label="hpcc_fct")
     for law in laws:
         t0 = time.perf_counter()
         res = run_fluid(topo, inc, latency, size, law=law, link_gbps=host_gbps, dt=dt,
                         n_steps=n_steps, arrival=flows["arrival"], max_active=max_active)
+        bar.update(law)
         fct = np.asarray(res.fct, float)
         done = np.isfinite(fct)
         # a flow still running at the horizon took at least (horizon - arrival): its

@@ -36,6 +36,7 @@ import numpy as np
 import fabric_jax as fj  # noqa: E402
 from fabric_jax import metrics  # noqa: E402
 from fabric_jax.units import gbps  # noqa: E402
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
     from _common import check_positive, finish, parser, plots_dir
@@ -87,10 +88,12 @@ def run(laws, *, n_senders=16, link_gbps=100.0, latency_us=1.0, duration_us=1000
     out = {"n_senders": n_senders, "link_gbps": link_gbps, "latency_us": latency_us,
            "duration_us": n_steps * dt_us, "dt_us": dt_us, "fair_share_gbps": link_gbps / n_senders,
            "laws": {}}
+    bar = Progress(len(laws), label="hpcc_incast")
     for law in laws:
         t0 = time.perf_counter()
         res = run_fluid(topo, inc, latency, size, law=law, link_gbps=link_gbps, dt=dt,
                         n_steps=n_steps, save_every=save_every)
+        bar.update(law)
         tr = res.trajectory
         t = np.asarray(tr.t)
         rate = np.asarray(tr.rate, float)            # [saves, flows] bytes/s

@@ -45,6 +45,7 @@ from fabric_jax.fabrics import PRESETS  # noqa: E402
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.workloads.inference import disaggregated_serving  # noqa: E402
 from fabric_jax.workloads.model import GPUS, MODELS  # noqa: E402
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 QS = (0.5, 0.9, 0.99)
 
@@ -117,9 +118,11 @@ def main(argv=None) -> dict:
     line = float(topo.capacity[0])
     ideal_kv = run.workload.size.reshape(-1, tp).max(axis=1) / line
     fabrics = {}
+    bar = Progress(len(a.fabrics), label="inference")
     for name in a.fabrics:
         finish = simulate_workload(topo, run.workload, name, max_paths=a.max_paths,
                                    seed=a.seed)
+        bar.update(name)
         res = run.serve(finish, first_token=a.first_token)
         fabrics[name] = dict(ttft=_pct(res["ttft"]), token_latency=_pct(res["token_latency"]),
                              kv_transfer_time=_pct(res["kv_transfer_time"]),

@@ -68,6 +68,7 @@ except ImportError:  # pragma: no cover
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax import compare  # noqa: E402
 from fabric_jax.fabrics import PRESETS, TENANT_CLASSES, get_fabric  # noqa: E402
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 #: Fabric overrides of each variant (module docstring).
 VARIANTS = {"one class": {},
@@ -106,6 +107,7 @@ def run(scn, presets, variants=("one class",)) -> dict:
     """Runs each preset variant with and without the neighbour; per-preset metrics
     (the first variant's at the top level, all under ``variants``)."""
     out, cases = {}, {}
+    bar = Progress(len(presets) * len(variants), label="isolation")
     for name in presets:
         per = {}
         for var in variants:
@@ -113,6 +115,7 @@ def run(scn, presets, variants=("one class",)) -> dict:
             if fab.sharp not in cases:
                 cases[fab.sharp] = compare.build_case(scn, fab.sharp)
             per[var] = _metrics(cases[fab.sharp], scn, fab)
+            bar.update(f"{name}: {var}")
         out[name] = dict(per[variants[0]], variants=per)
     return out
 

@@ -85,6 +85,7 @@ from fabric_jax.paths import shortest_paths  # noqa: E402
 from fabric_jax.routing import make_routing  # noqa: E402
 from fabric_jax.topology import leaf_spine  # noqa: E402
 from fabric_jax.units import MB, gbps  # noqa: E402
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 POLICIES = ("ecmp", "adaptive", "spray", "static")
 #: Throughput window starts this long after the failure (queues re-form), seconds.
@@ -196,10 +197,12 @@ def main(argv=None) -> dict:
     horizon = (float(load.max()) + 1.0) * ideal + (t_rec - t_fail) + 20 * dt
     n_steps = int(math.ceil(horizon / dt))
     rows, traces, results = [], {}, {}
+    bar = Progress(len(POLICIES), label="link_failure")
     for policy in POLICIES:
         r, trace = run_policy(policy, paths, capacity, failed, size=size, dt=dt,
                               n_steps=n_steps, t_fail=t_fail, t_rec=t_rec, seed=a.seed,
                               adaptive_policy=a.adaptive_policy, seeds=a.seeds, line=line)
+        bar.update(policy)
         results[policy] = r
         traces[policy] = trace
         rows.append(dict(policy=policy, completion_us=r["completion_s"] * 1e6,

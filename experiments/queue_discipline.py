@@ -44,6 +44,7 @@ except ImportError:  # pragma: no cover
 from fabric_jax import Incidence, simulate_fluid
 from fabric_jax.links import DEFAULT_FIFO_BANDS
 from fabric_jax.units import KB, US, gbps
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 
 def fifo_finish(start, size, rate, latency):
@@ -83,16 +84,19 @@ def main(argv=None) -> dict:
     horizon = start + 40 * (fifo - start) + 10 * US
     rows, res = [], {"fifo_finish": fifo, "fluid": {}, "fluid_one_band": {},
                      "fifo_bands": DEFAULT_FIFO_BANDS}
+    bar = Progress(2 * sum(args.refine) + 1, label="queue_discipline")  # cost ~ 1 / dt
     for key, bands, label in (("fluid", None, f"{DEFAULT_FIFO_BANDS} FIFO bands"),
                               ("fluid_one_band", 1, "1 band (well-mixed tank)")):
         for div in args.refine:
             dt = args.dt_us * US / div
             f = run(size, rate, lat, start, dt, horizon, bands=bands)
+            bar.update(f"{label}, dt/{div}", div)
             res[key][f"{dt:g}"] = f
             rows.append({"model": f"fluid, {label}, dt = {dt / US:g} us", "finish_us": f / US,
                          "fct_us": (f - start) / US,
                          "x FIFO FCT": (f - start) / (fifo - start)})
     alone = run(size, rate, lat, start, args.dt_us * US, horizon, greedy=False)
+    bar.update("alone")
     res["fluid_alone"], res["alone_closed_form"] = alone, start + 2 * lat + size / rate
     rows.append({"model": f"fluid, S alone (G 1 byte), dt = {args.dt_us:g} us",
                  "finish_us": alone / US, "fct_us": (alone - start) / US,

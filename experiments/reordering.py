@@ -58,6 +58,7 @@ from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.routing import make_routing, weighted_ecmp_params  # noqa: E402
 from fabric_jax.topology import leaf_spine  # noqa: E402
 from fabric_jax.units import MB, US, gbps  # noqa: E402
+from fabric_jax.study.progress import Progress  # noqa: E402
 
 SPREADS_NS = (0.0, 50.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0)
 QUICK_SPREADS_NS = (0.0, 100.0, 200.0)
@@ -83,6 +84,7 @@ def spread_study(presets, spreads_ns, *, link_gbps=400.0, n_spines=4, n_steps=20
     nic = np.tile(_nic_mask(topo), blocks)
     line = gbps(link_gbps)
     rows = []
+    bar = Progress(2 * len(presets), label="reordering: spread")
     for name in presets:
         for reorder in (True, False):
             fab = get_fabric(name, routing="spray", reorder=reorder)
@@ -101,6 +103,7 @@ def spread_study(presets, spreads_ns, *, link_gbps=400.0, n_spines=4, n_steps=20
                                  link_latency=lat, nic_links=nic, routing=routing,
                                  save_every=10, **fab.receiver_options())
             wall = time.perf_counter() - t0
+            bar.update(f"{name}, reorder {'on' if reorder else 'off'}")
             t = np.asarray(res.trajectory.t)
             thr = np.asarray(res.trajectory.throughput, float)[t > n_steps * DT / 2]
             goodput = thr.mean(axis=0) / line
@@ -139,6 +142,7 @@ def lossy_study(buffers_kb, *, link_gbps=400.0, size=1 * MB, n_steps=400, fan_in
     buf = np.repeat(np.asarray(buffers_kb, float) * 1e3, topo.n_links)
     line = gbps(link_gbps)
     rows = []
+    bar = Progress(2, label="reordering: lossy")
     for lr in ("selective", "go_back_n"):
         fab = get_fabric("roce", flow_control="drop", loss_recovery=lr,
                          cc_options=dict(k_min=ECN_KB[0] * 1e3, k_max=ECN_KB[1] * 1e3))
@@ -149,6 +153,7 @@ def lossy_study(buffers_kb, *, link_gbps=400.0, size=1 * MB, n_steps=400, fan_in
                              law=fab.law(), params=fab.law_params(line_rate=line),
                              flow_control=fab.flow_control, buffer=buf, link_latency=lat,
                              nic_links=nic, routing=routing, **fab.receiver_options())
+        bar.update(lr)
         per = lambda a: np.asarray(a, float).reshape(blocks, fan_in)  # noqa: E731
         fct = per(res.fct)
         one_way = 4e-6 + 3 * fab.switch_latency + 2 * fab.nic_latency

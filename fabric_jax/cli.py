@@ -1,7 +1,7 @@
 """Command line: ``fabric-jax compare [--scenario FILE] [--model NAME] [--json PATH]
-[--plots DIR] [--classes] [--workers N]``; ``fabric-jax tune`` and ``fabric-jax locate``
-(:mod:`fabric_jax.optimize._cli`); ``fabric-jax scale [--gpus LIST] ...``
-(:mod:`fabric_jax.scale`).
+[--plots DIR [--scaling-curve [--scaling-factors F,F,...]]] [--classes] [--workers N]``;
+``fabric-jax tune`` and ``fabric-jax locate`` (:mod:`fabric_jax.optimize._cli`);
+``fabric-jax scale [--gpus LIST] ...`` (:mod:`fabric_jax.scale`).
 
 A thin argparse layer over :mod:`fabric_jax.compare` (and :mod:`fabric_jax.plots`).
 A bad scenario value prints one line naming the key and its accepted values and exits
@@ -30,8 +30,17 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--scenario", metavar="FILE", help="TOML scenario file")
     cmp_.add_argument("--json", metavar="PATH", help="write results as JSON")
     cmp_.add_argument("--plots", metavar="DIR",
-                      help="write PNG figures into DIR (bars, FCT CDFs, queue heat maps, "
-                           "and a scaling curve of the training job at 0.5x-4x its size)")
+                      help="write PNG figures into DIR (bars, FCT CDFs, queue heat maps); "
+                           "seconds on top of the compare")
+    cmp_.add_argument("--scaling-curve", action="store_true",
+                      help="with --plots: add a scaling curve, the training job's "
+                           "all-reduce at --scaling-factors times its servers under each "
+                           "preset's dynamics; a scale study that takes minutes per preset "
+                           "and size on a CPU (progress bar with an estimate; "
+                           "experiments/scale_sweep.py is the study at scale)")
+    cmp_.add_argument("--scaling-factors", metavar="F,F,...", default="0.5,1,2,4",
+                      help="sizes of the scaling curve, as factors of the training job's "
+                           "servers (default 0.5,1,2,4)")
     cmp_.add_argument("--model", metavar="NAME",
                       help="derive the training job from a transformer model (compute "
                            "time, collectives' bytes, tokens per step): one of "
@@ -99,6 +108,21 @@ def main(argv=None) -> int:
         print(f"fabric-jax compare: error: --workers must be >= 1; got {args.workers}",
               file=sys.stderr)
         return 2
+    factors = None
+    if args.scaling_curve:
+        try:
+            factors = tuple(float(f) for f in args.scaling_factors.split(","))
+            if not factors or not all(0 < f < 1e3 for f in factors):
+                raise ValueError
+        except ValueError:
+            print(f"fabric-jax compare: error: --scaling-factors must be positive numbers "
+                  f"separated by commas (e.g. 0.5,1,2); got {args.scaling_factors!r}",
+                  file=sys.stderr)
+            return 2
+        if not args.plots:
+            print("fabric-jax compare: error: --scaling-curve draws into the --plots "
+                  "directory; give --plots DIR", file=sys.stderr)
+            return 2
     results, details = compare.run_compare(scn, progress=not args.quiet, keep=True,
                                            ideal=not args.no_ideal, workers=args.workers)
     print(compare.format_table(results, notes=compare.model_notes(scn)))
@@ -107,8 +131,9 @@ def main(argv=None) -> int:
         print(f"wrote {args.json}")
     if args.plots:
         from . import plots
-        curve = compare.scaling_study(scn, progress=not args.quiet)
-        presets = {k: v for k, v in results.items() if k != compare.IDEAL}
+        curve = compare.scaling_study(scn, factors=factors, progress=not args.quiet) \
+            if factors else None
+        presets = {k: v for k, v in results.items() if not compare.is_ideal(k)}
         for path in plots.compare_figures(presets, details, args.plots, scaling=curve):
             print(f"wrote {path}")
     print(f"({time.time() - t0:.1f} s)", file=sys.stderr)

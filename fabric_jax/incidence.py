@@ -28,7 +28,7 @@ import numpy as np
 
 from .segments import segment_reduce
 
-__all__ = ["Incidence", "as_incidence", "check_entries"]
+__all__ = ["Incidence", "as_incidence", "check_entries", "compact_incidence"]
 
 
 def _is_traced(x) -> bool:
@@ -368,3 +368,46 @@ def check_entries(inc: Incidence):
     if not w_ok:
         raise ValueError("incidence.weight must lie in [0, 1] (fraction of a flow's rate "
                          "on a link; 0 = padding)")
+
+
+def compact_incidence(paths, split, n_links: int, width: int | None = None) -> Incidence:
+    """Flow-major incidence with one entry per distinct (flow, link), zero weights dropped.
+
+    A flow's candidate paths share their host links, so the ``paths x hops`` entries per
+    flow collapse to the distinct links it uses (the split weights of duplicates add
+    up).  The max-min problem is the same matrix.
+
+    Args:
+      paths: :class:`~fabric_jax.paths.PathSet` (one pair per flow).
+      split: ``[flows, paths]`` fraction of each flow on each candidate path.
+      n_links: links of the topology.
+      width: entries per flow (>= the largest count); default the largest count.
+
+    Returns:
+      :class:`~fabric_jax.Incidence` with ``row_width = width`` whose dense matrix equals
+      that of ``Incidence.from_paths(paths, split, n_links=n_links)``.
+    """
+    links = np.asarray(paths.links)
+    hop = np.asarray(paths.hop_mask, bool) & (links >= 0)
+    s = np.asarray(split, float)
+    n_flows = links.shape[0]
+    w = np.where(hop, s[:, :, None], 0.0)
+    flow = np.broadcast_to(np.arange(n_flows)[:, None, None], links.shape)
+    keep = w > 0
+    key = flow[keep].astype(np.int64) * n_links + links[keep]
+    uniq, inv = np.unique(key, return_inverse=True)
+    wsum = np.bincount(inv, weights=w[keep], minlength=uniq.size)
+    fi, li = np.divmod(uniq, n_links)
+    counts = np.bincount(fi, minlength=n_flows)
+    need = max(int(counts.max(initial=0)), 1)
+    width = need if width is None else int(width)
+    if width < need:
+        raise ValueError(f"width={width} is smaller than the largest row ({need} links)")
+    pos = np.arange(fi.size) - (np.cumsum(counts) - counts)[fi]
+    lt = np.zeros((n_flows, width), np.int32)
+    wt = np.zeros((n_flows, width), np.float32)
+    lt[fi, pos] = li
+    wt[fi, pos] = np.minimum(wsum, 1.0)
+    return Incidence(jnp.asarray(lt.ravel()), jnp.asarray(np.repeat(np.arange(n_flows,
+                     dtype=np.int32), width)), jnp.asarray(wt.ravel(), jnp.result_type(float)),
+                     int(n_links), int(n_flows), width)

@@ -20,7 +20,7 @@ aggregation tree per rail (``sharp``, NCCL's NVLS + CollNet).  ``algorithms=`` o
 for the fluid model beyond a few hundred GPUs).
 
 **Engine** (:func:`simulate_plan_fluid`): each preset's real dynamics in the fluid model,
-through the compare study's engine :func:`fabric_jax.study.run.simulate_paths` (routing
+through the compare study's engine :func:`fabric_jax.fabric_sim.simulate_paths` (routing
 policy, congestion-control law at the NIC line rate, flow control, receiver options,
 ``fabric.link_latency``, each transfer capped at the cut of its used paths).  Host-to-host
 transfers get their equal-cost candidate paths (:func:`fabric_jax.shortest_paths`, at
@@ -78,7 +78,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import metrics as mx
-from .incidence import Incidence
+from .fabric_sim import simulate_paths
+from .incidence import Incidence, compact_incidence  # noqa: F401 (re-exported)
 
 __all__ = ["compact_incidence", "ep_group_size", "SWEEP_ALGORITHMS", "DEFAULT_SWEEP_CHUNKS",
            "DEFAULT_SWEEP_PATHS", "sweep_topology", "choose_algorithm", "PlanFlows",
@@ -101,49 +102,6 @@ DEFAULT_SWEEP_CHUNKS = 4
 #: the equal-cost paths, :func:`fabric_jax.shortest_paths`): the per-step cost of the
 #: fluid model grows with ``paths x hops`` per flow.
 DEFAULT_SWEEP_PATHS = 4
-
-
-def compact_incidence(paths, split, n_links: int, width: int | None = None) -> Incidence:
-    """Flow-major incidence with one entry per distinct (flow, link), zero weights dropped.
-
-    A flow's candidate paths share their host links, so the ``paths x hops`` entries per
-    flow collapse to the distinct links it uses (the split weights of duplicates add
-    up).  The max-min problem is the same matrix.
-
-    Args:
-      paths: :class:`~fabric_jax.paths.PathSet` (one pair per flow).
-      split: ``[flows, paths]`` fraction of each flow on each candidate path.
-      n_links: links of the topology.
-      width: entries per flow (>= the largest count); default the largest count.
-
-    Returns:
-      :class:`~fabric_jax.Incidence` with ``row_width = width`` whose dense matrix equals
-      that of ``Incidence.from_paths(paths, split, n_links=n_links)``.
-    """
-    links = np.asarray(paths.links)
-    hop = np.asarray(paths.hop_mask, bool) & (links >= 0)
-    s = np.asarray(split, float)
-    n_flows = links.shape[0]
-    w = np.where(hop, s[:, :, None], 0.0)
-    flow = np.broadcast_to(np.arange(n_flows)[:, None, None], links.shape)
-    keep = w > 0
-    key = flow[keep].astype(np.int64) * n_links + links[keep]
-    uniq, inv = np.unique(key, return_inverse=True)
-    wsum = np.bincount(inv, weights=w[keep], minlength=uniq.size)
-    fi, li = np.divmod(uniq, n_links)
-    counts = np.bincount(fi, minlength=n_flows)
-    need = max(int(counts.max(initial=0)), 1)
-    width = need if width is None else int(width)
-    if width < need:
-        raise ValueError(f"width={width} is smaller than the largest row ({need} links)")
-    pos = np.arange(fi.size) - (np.cumsum(counts) - counts)[fi]
-    lt = np.zeros((n_flows, width), np.int32)
-    wt = np.zeros((n_flows, width), np.float32)
-    lt[fi, pos] = li
-    wt[fi, pos] = np.minimum(wsum, 1.0)
-    return Incidence(jnp.asarray(lt.ravel()), jnp.asarray(np.repeat(np.arange(n_flows,
-                     dtype=np.int32), width)), jnp.asarray(wt.ravel(), jnp.result_type(float)),
-                     int(n_links), int(n_flows), width)
 
 
 def ep_group_size(n_servers: int, wanted: int, minimum: int = 2) -> int:
@@ -440,7 +398,6 @@ def simulate_plans_fluid(items, fabric, *, dt: float, n_steps: int, seed: int = 
     Returns:
       ``[(start [flows], finish [flows])]`` per item, seconds.
     """
-    from .study.run import simulate_paths
     c = _combined(items)
     res = simulate_paths(c["net"], c["paths"], fabric, c["size"], dt=dt, n_steps=int(n_steps),
                          arrival=np.zeros(c["size"].size), deps=c["deps"], delay=c["delay"],
@@ -460,7 +417,6 @@ def simulate_plan_fluid(plan, topology, fabric, *, dt: float, n_steps: int,
     Returns:
       :class:`fabric_jax.fluid.FluidResult` (``start`` / ``finish`` per transfer, s).
     """
-    from .study.run import simulate_paths
     pf = plan_flows(plan, topology, fabric, max_paths=max_paths, seed=seed) \
         if flows is None else flows
     return simulate_paths(topology, pf.paths, fabric, np.asarray(plan.size, float),

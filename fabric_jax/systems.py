@@ -152,21 +152,28 @@ def _fabric(s: System, n_servers: int, fabric_topology: str, server: dict) -> To
 
 #: Published nccl-tests bus bandwidths (large messages), for validation.  Each row:
 #: ``system``, ``nodes``, ``gpus`` (ranks; all GPUs when None), ``op``, ``algorithm``
-#: (forced with ``NCCL_ALGO``; None = NCCL's own choice), ``busbw`` in bytes/s,
-#: ``source``, ``kind`` ("maintainer" statement or "user" measurement) and ``note``.
-#: The calibrated rows (used to set :data:`fabric_jax.collectives.LINK_EFFICIENCY`)
-#: say so in ``note``; the others are predictions.
+#: (the algorithm the measurement ran -- forced with ``NCCL_ALGO``, or NCCL's own
+#: choice as its source states it: NVLS for the default 8-GPU H100 all-reduce, the ring
+#: for all-gather / reduce-scatter, "observe as BusBw when running non-allreduce
+#: operations, or when running with NCCL_ALGO=RING", nccl-tests#212), ``busbw`` in
+#: bytes/s, ``source``, ``kind`` ("maintainer" statement or "user" measurement) and
+#: ``note``.  Every row names its algorithm so that a simulation compares like with
+#: like (ring with ring, NVLS with NVLS): NVLS's busbw counts bytes that no wire
+#: carries, so it is above a ring's on the same machine and must never be read
+#: against a ring measurement.  The calibrated rows (used to set
+#: :data:`fabric_jax.collectives.LINK_EFFICIENCY`) say so in ``note``; the others are
+#: predictions.
 PUBLISHED = (
     dict(system="hgx_h100", nodes=1, gpus=None, op="all_reduce", algorithm="ring",
          busbw=370e9, kind="maintainer", source="NVIDIA/nccl-tests#212 (S. Jeaugey)",
          note="calibration of the NVLink efficiency (370/450)"),
-    dict(system="hgx_h100", nodes=1, gpus=None, op="all_gather", algorithm=None,
+    dict(system="hgx_h100", nodes=1, gpus=None, op="all_gather", algorithm="ring",
          busbw=370e9, kind="maintainer", source="NVIDIA/nccl-tests#212 (S. Jeaugey)",
          note="'observe as BusBw when running non-allreduce operations'"),
-    dict(system="hgx_h100", nodes=1, gpus=None, op="reduce_scatter", algorithm=None,
+    dict(system="hgx_h100", nodes=1, gpus=None, op="reduce_scatter", algorithm="ring",
          busbw=370e9, kind="maintainer", source="NVIDIA/nccl-tests#212 (S. Jeaugey)",
          note="as all_gather"),
-    dict(system="hgx_h100", nodes=1, gpus=None, op="all_reduce", algorithm=None,
+    dict(system="hgx_h100", nodes=1, gpus=None, op="all_reduce", algorithm="nvls",
          busbw=480e9, kind="maintainer", source="NVIDIA/nccl-tests#212 (S. Jeaugey); "
          "476 GB/s in NVIDIA/nccl-tests#290; 475 GB/s on H200 in nccl-tests#272",
          note="NVLS; calibration of the NVLS efficiency"),

@@ -23,6 +23,7 @@ from .helpers import load_experiment, tiny_scenario
 RTOL_F32 = 1e-5
 
 
+@pytest.mark.slow  # a benchmark: compiles the preset twice and the baseline once
 def test_bench_compare_quick(tmp_path):
     out_path = tmp_path / "bench.json"
     out = load_experiment("bench_compare").main(

@@ -21,29 +21,40 @@ TINY_DATA = tiny_scenario(
     fabrics={"presets": ["roce", "uec"]})
 
 
-@pytest.mark.parametrize("plots", [pytest.param(True, marks=pytest.mark.slow), False])
-def test_cli_end_to_end(tmp_path, capsys, plots):
-    # with --plots (slow suite) the command also runs the scaling study and draws figures,
-    # over two presets; the default run compares one preset with the ideal baseline
-    # (roce runs in test_compare_classes_reports_isolation_per_class)
-    presets = ["roce", "uec"] if plots else ["uec"]
-    scn = tmp_path / "tiny.toml"
-    scn.write_text(scenario_toml({**TINY_DATA, "fabrics": {"presets": presets}}))
-    out_json = tmp_path / "r.json"
-    rc = cli.main(["compare", "--scenario", str(scn), "--json", str(out_json), "--quiet"]
-                  + (["--plots", str(tmp_path / "plots")] if plots else []))
+# two presets of different all-reduce algorithms (SHARP, ring): the default run's one
+# compare, shared below
+IDEAL_DATA = tiny_scenario(workload=TINY_DATA["workload"], simulation=TINY_DATA["simulation"],
+                           fabrics={"presets": ["infiniband", "uec"]})
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """``fabric-jax compare --json`` on :data:`IDEAL_DATA`: (printed table, JSON)."""
+    tmp = tmp_path_factory.mktemp("compare")
+    scn = tmp / "tiny.toml"
+    scn.write_text(scenario_toml(IDEAL_DATA))
+    out_json = tmp / "r.json"
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli.main(["compare", "--scenario", str(scn), "--json", str(out_json), "--quiet",
+                       "--plots", str(tmp / "plots")])
     assert rc == 0
-    text = capsys.readouterr().out
+    return buf.getvalue(), json.loads(out_json.read_text()), tmp / "plots"
+
+
+def _check_cli_output(text, data, presets, ideals):
     assert all(p in text for p in presets) and "Effective bandwidth" in text
-    data = json.loads(out_json.read_text())
-    assert sorted(data) == ["ideal"] + presets
+    assert sorted(data) == sorted(ideals + presets)
     assert "ideal" in text.splitlines()[0]          # the baseline is a table column
-    assert data["ideal"]["pfc_pause_time"] == 0.0   # a crossbar never pauses
+    for key in ideals:
+        assert data[key]["pfc_pause_time"] == 0.0   # a crossbar never pauses
+        assert data[key]["description"] in text     # the table says what the ideal is
     for name in data:
         for key, *_ in METRICS:
             assert key in data[name]
-        # 2 servers x 2 rails: the all-reduce moved 1 MB per rail at 100 Gb/s, so the
-        # effective bandwidth is a fraction in (0, 1] and every flow finished.
+        # the effective bandwidth is a fraction in (0, 1] and every flow finished
         assert 0 < data[name]["effective_bandwidth"] <= 1.0 + 1e-6
         assert data[name]["unfinished_flows"] == 0
         assert 0 < data[name]["gpu_utilization"] < 1
@@ -55,10 +66,69 @@ def test_cli_end_to_end(tmp_path, capsys, plots):
                     "paths_dropped"):
             assert key in data[name]
         assert data[name]["mfu"] is None                  # no model: no MFU
-        if name != "ideal":
+        if name not in ideals:
             assert 0 < data[name]["fabric_cost_share"] < 1
-    if not plots:
-        return
+
+
+def test_cli_end_to_end(cli_run):
+    text, data, plots = cli_run
+    _check_cli_output(text, data, ["infiniband", "uec"], ["ideal", "ideal_sharp"])
+    # --plots draws the compare's figures; the scaling curve only with --scaling-curve
+    for name in ("fabric_bars.png", "fct_cdf.png"):
+        assert (plots / name).stat().st_size > 0 and name in text
+    assert not (plots / "scaling_curve.png").exists()
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--scaling-curve"], "--plots"), (["--plots", "x", "--scaling-curve",
+                                        "--scaling-factors", "0,1"], "--scaling-factors"),
+    (["--plots", "x", "--scaling-curve", "--scaling-factors", "a"], "--scaling-factors")])
+def test_cli_scaling_curve_options_are_checked_first(args, match, capsys):
+    assert cli.main(["compare", "--quiet"] + args) == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1
+
+
+def test_each_preset_is_no_better_than_its_own_ideal(cli_run):
+    """The per-preset ideal runs the preset's own all-reduce (SHARP for infiniband, the
+    ring for uec) with the training job alone on the crossbar: no preset beats it on a
+    training row, up to one fluid step (dt = 4 us); FCT slowdowns are >= 1.  (Isolation
+    >= 1 is checked where isolation runs: test_compare_classes_reports_isolation_per_class.)"""
+    _, data, _ = cli_run
+    dt = IDEAL_DATA["simulation"]["dt_us"] * 1e-6
+    assert data["infiniband"]["ideal_column"] == "ideal_sharp"
+    assert data["uec"]["ideal_column"] == "ideal"
+    assert data["ideal_sharp"]["algorithm"] == "sharp" and data["ideal"]["algorithm"] == "ring"
+    for name in ("infiniband", "uec"):
+        p, best = data[name], data[data[name]["ideal_column"]]
+        assert best["presets"] == [name]
+        for key in ("collective_completion_time", "all_to_all_completion_time",
+                    "training_step_time"):
+            assert best[key] <= p[key] + dt, (name, key)
+        t_ar, step = p["collective_completion_time"], p["training_step_time"]
+        t_both = t_ar + p["all_to_all_completion_time"]
+        # rates and shares: one step of slack on the time they divide by
+        assert best["effective_bandwidth"] * (1 + 2 * dt / t_both) >= p["effective_bandwidth"]
+        assert best["bus_bandwidth"] * (1 + dt / t_ar) >= p["bus_bandwidth"]
+        assert best["gpu_utilization"] * (1 + dt / step) >= p["gpu_utilization"]
+        assert best["cost_per_million_tokens"] <= p["cost_per_million_tokens"] * (1 + dt / step)
+        for key in ("fct_slowdown_p50", "fct_slowdown_p99"):
+            assert best[key] == 1.0 and p[key] >= 1.0 - 1e-3, (name, key)
+        assert best["pfc_pause_time"] <= p["pfc_pause_time"]
+
+
+@pytest.mark.slow
+def test_cli_end_to_end_with_scaling_curve(tmp_path, capsys):
+    # with --plots --scaling-curve the command also runs the scaling study
+    presets = ["roce", "uec"]
+    scn = tmp_path / "tiny.toml"
+    scn.write_text(scenario_toml({**TINY_DATA, "fabrics": {"presets": presets}}))
+    out_json = tmp_path / "r.json"
+    rc = cli.main(["compare", "--scenario", str(scn), "--json", str(out_json), "--quiet",
+                   "--plots", str(tmp_path / "plots"), "--scaling-curve"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    _check_cli_output(text, json.loads(out_json.read_text()), presets, ["ideal"])
     assert (tmp_path / "plots" / "fabric_bars.png").stat().st_size > 0
     # the scaling curve: the training job alone at 0.5x..4x its servers (2 -> 2, 4, 8)
     assert (tmp_path / "plots" / "scaling_curve.png").stat().st_size > 0

@@ -157,7 +157,10 @@ def test_cli_model_run_columns(tmp_path, capsys):
     ({"parallelism": {"gpus_per_server": 8}}, "parallelism.gpus_per_server"),
     ({"parallelism": {"gpu": "z100"}}, "parallelism.gpu"),
     ({"parallelism": {"overlap": 1.5}}, "parallelism.overlap"),
-    ({"model": {"global_batch": 63}}, "parallelism.micro_batch"),
+    # micro_batch (default 1) is not written: the error names the key that was
+    ({"model": {"global_batch": 63}}, "model.global_batch"),
+    ({"model": {"global_batch": 63}, "parallelism": {"micro_batch": 1}},
+     "parallelism.micro_batch"),
     ({"model": None, "parallelism": {"tp": 2}}, "parallelism"),
     ({"workload": {"compute_us": 10.0}}, "workload.compute_us"),
     ({"economics": {"tokens_per_gpu_per_step": 4.0}}, "economics.tokens_per_gpu_per_step"),

@@ -17,7 +17,7 @@ from fabric_jax import scaling, systems
 from fabric_jax.collectives import LINK_EFFICIENCY, PROTOCOLS
 from fabric_jax.fabrics import get_fabric
 from fabric_jax.paths import shortest_paths
-from fabric_jax.study.run import flow_line_rate, simulate_paths
+from fabric_jax.fabric_sim import flow_line_rate, simulate_paths
 from fabric_jax.topology import leaf_spine
 
 LINE = 400e9 / 8   # hgx_h100 NIC line rate, bytes/s

@@ -86,7 +86,7 @@ def _route(topology, src, dst, fabric, seed):
     """Per-transfer (links, weights) of host pairs over the fabric's routing split."""
     from ..paths import shortest_paths
     from ..routing import make_routing
-    from ..scaling import compact_incidence
+    from ..incidence import compact_incidence
     key = src * topology.n_hosts + dst
     uniq, inv = np.unique(key, return_inverse=True)
     us, ud = np.divmod(uniq, topology.n_hosts)

@@ -2,7 +2,9 @@
 
 Units: results are SI (bytes, seconds, bytes/s, fractions); the table converts (us,
 ms, Gb/s, %) and says so in each row.  JSON keys of a result (one entry per preset, and
-``"ideal"`` for the ideal-fabric baseline of :func:`fabric_jax.study.run.simulate_ideal`):
+``"ideal"`` / ``"ideal_sharp"`` for the per-preset ideals of
+:func:`fabric_jax.study.run.run_ideal`, which add ``algorithm``, ``presets`` and
+``description``; each preset names its own under ``ideal_column``):
 
 =============================  =====================================================
 ``effective_bandwidth``        the training step's two collectives (all-to-all, then
@@ -103,11 +105,14 @@ def _missing(v) -> bool:
 
 
 def format_table(results: dict, notes=()) -> str:
-    """The metrics table: rows = metrics (with units), columns = presets (and ``ideal``,
-    the ideal-fabric baseline, when present).  A footer line says how many equal-cost
+    """The metrics table: rows = metrics (with units), columns = presets (and the
+    per-preset ideals, headed ``ideal <algorithm>``, each with a footer line saying what
+    it is and which presets it stands for, when present).  A footer line says how many equal-cost
     paths a ``max_paths`` cap dropped, when it dropped any; ``notes`` (lines, e.g.
     :func:`model_notes`) follow it."""
     names = list(results)
+    heads = [f"ideal {results[n]['algorithm']}" if isinstance(results[n].get("algorithm"), str)
+             else n for n in names]
     rows = [(f"{label} ({unit})", [_fmt(results[n].get(key), scale) for n in names])
             for key, label, unit, scale in METRICS
             if key not in OPTIONAL or not all(_missing(results[n].get(key)) for n in names)]
@@ -122,8 +127,8 @@ def format_table(results: dict, notes=()) -> str:
     if any(unfinished):
         rows.append(("Unfinished flows (count)", [str(u) for u in unfinished]))
     w0 = max(len(r[0]) for r in rows)
-    wc = [max(len(n), *(len(r[1][i]) for r in rows)) for i, n in enumerate(names)]
-    lines = [" " * w0 + "  " + "  ".join(n.rjust(wc[i]) for i, n in enumerate(names))]
+    wc = [max(len(n), *(len(r[1][i]) for r in rows)) for i, n in enumerate(heads)]
+    lines = [" " * w0 + "  " + "  ".join(n.rjust(wc[i]) for i, n in enumerate(heads))]
     lines.append("-" * len(lines[0]))
     for label, vals in rows:
         lines.append(label.ljust(w0) + "  " + "  ".join(v.rjust(wc[i]) for i, v in enumerate(vals)))
@@ -136,6 +141,9 @@ def format_table(results: dict, notes=()) -> str:
             f"{n} " + ", ".join(f"{k}={c['class']} ({'+'.join(c['jobs']) or '-'})"
                                 for k, c in enumerate(cl))
             for n, cl in zip(names, classes) if cl))
+    for head, n in zip(heads, names):
+        if isinstance(results[n].get("description"), str):
+            lines.append(f"{head}: {results[n]['description']}")
     lines.extend(notes)
     return "\n".join(lines)
 

@@ -1,15 +1,22 @@
 """The simulation driver of the compare study: fluid runs per preset, the ideal-fabric
 baseline, and the metrics of each run (every metric computed by :mod:`fabric_jax.metrics`).
 
-Ideal-fabric baseline (:func:`simulate_ideal`): the same flows, arrivals, dependencies
-and path latencies on a non-blocking crossbar (each NIC has one up and one down link at
-line rate into a single switch of unbounded capacity) with ideal congestion control:
-exact max-min sharing, recomputed at every flow arrival and completion
-(:func:`fabric_jax.simulate_flows`).  What it loses against line rate is the workload's
-own skew (incast fan-in, all-to-all expert imbalance, ring dependencies); what a preset
-loses against it is the fabric's (routing collisions, congestion control, flow control).
-The baseline runs the host-based collectives (ring all-reduce); a SHARP preset moves
-fewer bytes (the switches reduce), so its all-reduce can beat it.
+Ideal fabric (:func:`simulate_ideal`): the same flows, arrivals, dependencies and path
+latencies on a non-blocking crossbar (each NIC has one up and one down link at line rate
+into a single switch of unbounded capacity) with ideal congestion control: exact max-min
+sharing, recomputed at every flow arrival and completion
+(:func:`fabric_jax.simulate_flows`).
+
+Per-preset ideal (:func:`run_ideal`, the ``ideal`` columns of ``fabric-jax compare``):
+the training job **alone** on that crossbar, with the collective algorithm of the
+presets it stands for (SHARP's in-network reduction for a preset with ``sharp``, the
+ring otherwise), so it is the best that algorithm can do at NIC line rate: a bound on
+each training row of those presets (completion times, effective and bus bandwidth, GPU
+utilisation, step time, cost), up to one fluid step.  Its neighbour rows are the bounds
+by definition: FCT slowdown 1 (a flow alone at line rate), isolation 1 (a job alone),
+no pause.  (The whole workload on the crossbar under max-min sharing is not a bound:
+a preset whose queues are FIFO or whose classes favour the training job can finish it
+sooner than processor sharing with its neighbours does.)
 """
 
 from __future__ import annotations
@@ -24,12 +31,10 @@ import numpy as np
 from .. import economics as econ
 from .. import metrics as mx
 from .. import scaling
-from ..cc import ibcc
+from ..fabric_sim import flow_line_rate, simulate_paths  # noqa: F401 (re-exported)
 from ..fabrics import get_fabric
-from ..fluid import simulate_fluid
 from ..incidence import Incidence
 from ..links import DEFAULT_FIFO_BANDS
-from ..routing import make_routing
 from ..sim import simulate_flows
 from .case import JOBS, Case, alone_arrival, build_case, collective_phases
 from .progress import Progress
@@ -38,113 +43,11 @@ from .scenario import Scenario, default_scenario, validate_scenario
 __all__ = ["simulate_case", "simulate_paths", "flow_line_rate", "simulate_ideal",
            "crossbar_incidence", "case_metrics", "class_isolation", "fabric_cost_metrics", "full_step_times",
            "run_compare", "run_preset", "run_ideal", "save_period", "default_workers",
-           "scaling_study", "scaling_topologies", "IDEAL"]
+           "scaling_study", "scaling_topologies", "IDEAL", "IDEAL_SHARP", "ideal_key",
+           "is_ideal"]
 
 #: Key of the ideal-fabric baseline in :func:`run_compare`'s results.
 IDEAL = "ideal"
-
-
-def flow_line_rate(paths, split, capacity) -> np.ndarray:
-    """``[flows]`` the most a flow can send: the capacity of the narrowest cut through the
-    candidate paths it uses (split > 0).
-
-    Every equal-cost path of a pair has the same hop count, so the links at hop ``h``
-    of the used paths form a cut between source and destination; the line rate is the
-    smallest, over ``h``, of the summed capacity of the *distinct* links at that hop.
-    On a single plane that is the NIC port (the paths share the first and last hop);
-    with ``planes=P`` (:func:`fabric_jax.topology.leaf_spine`) a flow spread over every
-    plane gets the whole NIC (``P`` ports of ``link_gbps / P``), while a flow pinned to
-    one path (ECMP) gets one plane's port.  (``simulate_fluid``'s own default, the
-    smallest capacity on any candidate link, caps a sprayed multi-plane flow at one
-    plane's share.)
-
-    Args:
-      paths: :class:`~fabric_jax.paths.PathSet` ``[flows, paths, hops]``.
-      split: ``[flows, paths]`` fraction of each flow on each path (the routing's
-        initial split; a dynamic policy may later use any path with split > 0).
-      capacity: ``[links]`` bytes/s.
-
-    Returns:
-      float64 ``[flows]`` bytes/s.
-    """
-    links = np.asarray(paths.links)
-    used = (np.asarray(paths.hop_mask, bool) & (links >= 0)
-            & (np.asarray(split, float) > 0)[:, :, None])
-    cap = np.asarray(capacity, float)
-    tab = np.sort(np.where(used, links, -1).transpose(0, 2, 1), axis=2)  # [f, hops, paths]
-    first = np.concatenate([np.ones(tab.shape[:2] + (1,), bool),
-                            tab[..., 1:] != tab[..., :-1]], axis=2) & (tab >= 0)
-    per_hop = np.where(first, cap[np.maximum(tab, 0)], 0.0).sum(axis=2)
-    per_hop = np.where((tab >= 0).any(axis=2), per_hop, np.inf)
-    rate = per_hop.min(axis=1)
-    return np.where(np.isfinite(rate) & (rate > 0), rate, np.max(cap, initial=1.0))
-
-
-def simulate_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
-                   arrival=None, deps=None, delay=None, latency=None, seed: int = 0,
-                   capacity=None, link_latency=None, nic_links=None,
-                   nic_rate: float | None = None, buffer=None, save_every=None,
-                   fluid_options: dict | None = None):
-    """Fluid run of flows over candidate paths under a fabric preset's dynamics.
-
-    The engine of :func:`simulate_case` and of the scaling study
-    (:func:`fabric_jax.scaling.simulate_plan_fluid`): the preset's routing policy bound to
-    ``paths`` with ``seed``, its congestion-control law with parameters at the NIC line
-    rate (``fabric.law_params(line_rate=nic_rate)``; under IB CC only switch ports mark
-    FECN, :func:`fabric_jax.cc.ibcc.switch_port_mask`, restricted to non-NIC links), its
-    flow control over the topology's buffers, its receiver options, per-link latency
-    ``fabric.link_latency(topology)``, and each flow capped at
-    :func:`flow_line_rate` of its used paths.
-
-    Args:
-      topology: the :class:`~fabric_jax.Topology` the paths are on.
-      paths: :class:`~fabric_jax.paths.PathSet`, one pair per flow.
-      fabric: a :class:`fabric_jax.Fabric` or preset name.
-      size: ``[flows]`` bytes.
-      dt, n_steps: the fluid step (s) and horizon (steps).
-      arrival, deps, delay, latency: flow lifecycle (:func:`fabric_jax.fluid.simulate_fluid`).
-      seed: routing hash seed.
-      capacity: ``[links]`` bytes/s (default ``topology.capacity``).
-      link_latency: ``[links]`` s (default ``fabric.link_latency(topology)``).
-      nic_links: ``[links]`` bool, links never marked, dropped or trimmed (default the
-        links leaving a host, ``nic_links=topology``).
-      nic_rate: NIC line rate for the law's parameters, bytes/s (default the largest
-        host-link capacity).
-      buffer: ``[links]`` egress buffers, bytes (default ``topology.buffer``).
-      fluid_options: more keyword arguments of :func:`~fabric_jax.fluid.simulate_fluid`
-        (e.g. the traffic classes of :meth:`fabric_jax.Fabric.class_options`).
-      save_every: trajectory snapshot period in steps; with it the run stops
-        simulating once the fabric is idle for good (``stop_when_idle``: the same flow
-        results, less time).
-
-    Returns:
-      :class:`fabric_jax.fluid.FluidResult`.
-    """
-    fabric = get_fabric(fabric)
-    cap = np.asarray(topology.capacity if capacity is None else capacity, float)
-    is_host = np.asarray(topology.node_is_host, bool)[np.asarray(topology.link_src)]
-    nic = is_host if nic_links is None else np.asarray(nic_links, bool)
-    if nic_rate is None:
-        nic_rate = float(np.max(cap[is_host], initial=0.0)) or float(np.max(cap))
-    params = fabric.law_params(line_rate=nic_rate)
-    if fabric.cc == "ibcc" and "switch_port" not in fabric.cc_options:
-        # FECN is a switch function: the HCA's own uplink (the NIC backlog) never marks
-        mask = ibcc.switch_port_mask(topology) * (~nic)
-        params = dataclasses.replace(params, switch_port=np.asarray(
-            mask, np.asarray(params.threshold).dtype))
-    routing = make_routing(fabric.routing, paths, fabric.routing_params(), seed=seed)
-    split = np.asarray(routing.split)
-    inc = Incidence.from_paths(paths, split, n_links=topology.n_links)
-    lat = fabric.link_latency(topology) if link_latency is None else link_latency
-    return simulate_fluid(inc, cap, size, dt=dt, n_steps=int(n_steps), law=fabric.law(),
-                          params=params, arrival=arrival, deps=deps, delay=delay,
-                          latency=latency, line_rate=flow_line_rate(paths, split, cap),
-                          link_latency=lat, nic_links=nic,
-                          flow_control=fabric.flow_control,
-                          buffer=topology.buffer if buffer is None else buffer,
-                          routing=routing, save_every=save_every,
-                          stop_when_idle=save_every is not None, **fabric.receiver_options(),
-                          **(fluid_options or {}))
 
 
 def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every=None):
@@ -438,25 +341,67 @@ def run_preset(case: Case, fab, scn: Scenario, name: str, update=None) -> tuple[
     return metrics, dict(case=case, result=res)
 
 
-def run_ideal(case: Case, scn: Scenario) -> dict:
-    """The ideal-fabric column of :func:`run_compare` (:func:`simulate_ideal`, and its
-    alone runs with ``simulation.isolation``): ``{metric: value}``."""
-    res = simulate_ideal(case)
-    alone = {}
-    if scn.simulation["isolation"]:
-        alone = {job: simulate_ideal(case, alone_arrival(case, job)).finish
-                 for job in (0, 1) if np.any(case.job_of == job)}
-    out = case_metrics(case, scn, res.start, res.finish, alone_finish=alone)
+#: Key of the per-preset ideal of the presets with SHARP (in-network reduction) in
+#: :func:`run_compare`'s results; :data:`IDEAL` is the ideal of the others (ring).
+IDEAL_SHARP = "ideal_sharp"
+
+
+def ideal_key(sharp: bool) -> str:
+    """The results key of the per-preset ideal of a preset with (or without) SHARP."""
+    return IDEAL_SHARP if sharp else IDEAL
+
+
+def is_ideal(key: str) -> bool:
+    """Whether a key of :func:`run_compare`'s results is an ideal column."""
+    return key in (IDEAL, IDEAL_SHARP)
+
+
+def run_ideal(case: Case, scn: Scenario, presets=(), *, sharp: bool = False) -> dict:
+    """A per-preset ideal column of :func:`run_compare` (module docstring): the training
+    job alone on the non-blocking crossbar (:func:`simulate_ideal`) with the case's
+    collective algorithm; the neighbour rows at their bounds by definition.
+
+    Args:
+      case: built with the algorithm of the presets it stands for (``build_case(scn,
+        sharp)``).
+      scn: its scenario.
+      presets: the names of those presets (for the column's description).
+      sharp: whether ``case`` was built with SHARP (names the algorithm).
+
+    Returns:
+      ``{metric: value}`` plus ``"algorithm"`` (``"sharp"`` or ``"ring"``),
+      ``"presets"`` and ``"description"`` (what the column is, one line).
+    """
+    res = simulate_ideal(case, alone_arrival(case, 0))
+    out = case_metrics(case, scn, res.start, res.finish)
+    train = case.job_of == 0
+    nan = float("nan")
+    others = bool(np.any(~train))
+    iso = scn.simulation["isolation"]
+    out.update(fct_slowdown_p50=1.0 if others else nan, fct_slowdown_p99=1.0 if others else nan,
+               isolation=1.0 if iso else nan, isolation_train=1.0 if iso else nan,
+               isolation_tenant=1.0 if iso and np.any(case.job_of == 1) else nan,
+               pfc_pause_time=0.0,
+               unfinished_flows=int(np.sum(~np.isfinite(np.asarray(res.finish)[train]))))
     out.update(fabric_cost_metrics(case, scn, IDEAL, out))
     out["isolation_per_class"] = class_isolation(case, None, out)
+    algo = "sharp" if sharp else "ring"
+    out.update(algorithm=algo, presets=list(presets), description=(
+        f"the training job alone on a non-blocking crossbar at NIC line rate, exact "
+        f"max-min, {'SHARP in-network reduction' if sharp else 'ring all-reduce'}"
+        + (f" as {', '.join(presets)}" if presets else "") + ": a bound on the training "
+        f"rows; FCT slowdown and isolation 1, no pause, by definition"))
     return out
 
 
 def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=False,
                 ideal: bool = False, workers: int | None = None) -> dict:
     """Runs every preset of the scenario; returns ``{preset: {metric: value}}`` and, with
-    ``ideal=True`` (as ``fabric-jax compare`` does), the ideal-fabric baseline under the
-    key ``"ideal"`` (same metric keys, :func:`simulate_ideal`).
+    ``ideal=True`` (as ``fabric-jax compare`` does), the per-preset ideals
+    (:func:`run_ideal`, same metric keys): under :data:`IDEAL` (``"ideal"``) the ideal
+    of the presets without SHARP (ring), under :data:`IDEAL_SHARP` that of the presets
+    with SHARP, each present when a preset needs it; each preset's entry names its own
+    under ``"ideal_column"``.
 
     The scenario is validated (:func:`~fabric_jax.study.scenario.validate_scenario`,
     including every preset's options) before the first run.
@@ -482,23 +427,24 @@ def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=Fals
                          f"got {workers!r}")
     fabs = {name: get_fabric(name, **scn.overrides.get(name, {})) for name in scn.presets}
     runs_per = 3 if scn.simulation["isolation"] else 1
-    bar = Progress(len(fabs) * runs_per + int(ideal), enabled=progress)
+    sharps = sorted({fab.sharp for fab in fabs.values()}) if ideal else []
+    bar = Progress(len(fabs) * runs_per + len(sharps), enabled=progress,
+                   label="compare")
     cases = {}   # host side, before the threads (path enumeration, warnings capture)
     for fab in fabs.values():
         if fab.sharp not in cases:
             cases[fab.sharp] = build_case(scn, fab.sharp)
-    if ideal and False not in cases:
-        cases[False] = build_case(scn, False)
 
     def task(name):
-        if name is None:
-            out = run_ideal(cases[False], scn)
-            bar.update("ideal fabric")
+        if isinstance(name, bool):                       # the ideal of that algorithm
+            out = run_ideal(cases[name], scn, [n for n, f in fabs.items() if f.sharp == name],
+                            sharp=name)
+            bar.update(f"ideal ({out['algorithm']})")
             return out, None
         fab = fabs[name]
         return run_preset(cases[fab.sharp], fab, scn, name, bar.update)
 
-    names = list(fabs) + ([None] if ideal else [])
+    names = list(fabs) + sharps
     n_workers = default_workers(len(names)) if workers is None else int(workers)
     if n_workers == 1:
         outs = [task(name) for name in names]
@@ -507,9 +453,12 @@ def run_compare(scn: Scenario | None = None, *, progress: bool = True, keep=Fals
             outs = list(pool.map(task, names))
     results, details = {}, {}
     for name, (metrics, detail) in zip(names, outs):
-        results[IDEAL if name is None else name] = metrics
+        results[ideal_key(name) if isinstance(name, bool) else name] = metrics
         if detail is not None:
             details[name] = detail
+    if ideal:
+        for name, fab in fabs.items():
+            results[name]["ideal_column"] = ideal_key(fab.sharp)
     return (results, details) if keep else results
 
 
@@ -541,9 +490,9 @@ def scaling_topologies(scn: Scenario, factors=(0.5, 1.0, 2.0, 4.0)) -> list:
 
 def scaling_study(scn: Scenario | None = None, *, factors=(0.5, 1.0, 2.0, 4.0),
                   progress: bool = False) -> dict:
-    """The scaling curve of ``fabric-jax compare --plots``: one all-reduce of the
-    scenario's ``all_reduce_mb`` per GPU on the scenario's fabric at ``train_servers``
-    scaled by each factor (:func:`scaling_topologies`), every preset.
+    """The scaling curve of ``fabric-jax compare --plots DIR --scaling-curve``: one
+    all-reduce of the scenario's ``all_reduce_mb`` per GPU on the scenario's fabric at
+    ``train_servers`` scaled by each factor (:func:`scaling_topologies`), every preset.
 
     Engine: :func:`fabric_jax.scaling.scaling_curves` -- the all-reduce as
     :mod:`fabric_jax.collectives` builds it (chunked transfers, per-step latency, the
@@ -552,13 +501,19 @@ def scaling_study(scn: Scenario | None = None, *, factors=(0.5, 1.0, 2.0, 4.0),
     ``dt_us``, next to the ideal fabric.  The rest of the workload (all-to-all,
     tenant, background) is not in the curve.
 
+    Cost: a scale study.  Each preset's fluid run carries every transfer of every size
+    (thousands per size at the default scenario's 96-768 GPUs) for about three times
+    the slowest ideal all-reduce; on a 2-core CPU one preset at 96 GPUs alone takes
+    minutes.  The progress bar counts one unit per preset (and one for the ideal
+    fabric) and estimates the time left from the units done.
+
     Returns:
       :func:`fabric_jax.scaling.scaling_curves`' dict (``gpus``, ``fabrics``, ``ideal``).
     """
     scn = default_scenario() if scn is None else validate_scenario(scn)
     topos = scaling_topologies(scn, factors)
-    bar = Progress(len(topos) * len(scn.presets), enabled=progress)
-    return scaling.scaling_curves(
-        topos, scn.presets, scn.workload["all_reduce_mb"] * 1e6,
-        dt=scn.simulation["dt_us"] * 1e-6, seed=scn.simulation["seed"],
-        overrides=scn.overrides, progress=bar.update)
+    with Progress(1 + len(scn.presets), enabled=progress, label="scaling curve") as bar:
+        return scaling.scaling_curves(
+            topos, scn.presets, scn.workload["all_reduce_mb"] * 1e6,
+            dt=scn.simulation["dt_us"] * 1e-6, seed=scn.simulation["seed"],
+            overrides=scn.overrides, progress=bar.update)

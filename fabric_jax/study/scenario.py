@@ -9,22 +9,34 @@ not honour as written (a server count that does not fill whole leaves, an
 expert-parallel group that does not divide the training job, a fan-in larger than the
 tenant) is refused with a :class:`ScenarioError` naming the key and what it accepts.
 
+Defaults follow the values the user wrote (:func:`derive_defaults`,
+:data:`DERIVED_FROM`): the job sizes, the leaf size, the expert-parallel group, the
+tenant's fan-in and the horizon's step count are derived from what holds, so a default
+never contradicts a written value, and only a written key is ever named in an error
+(a derived default that the written values leave no room for names the written key it
+follows).  With a training model the job shrinks, unless its size is written, to the
+largest one whose data-parallel width divides the model's global batch.
+
 Sections (TOML tables) and keys, with the accepted values:
 
 ``[topology]``
-    ``kind`` (``rail_optimized`` | ``leaf_spine``), ``n_servers`` (>= 1),
-    ``nics_per_server`` (>= 1; rails, ``rail_optimized`` only), ``servers_per_leaf``
-    (>= 1), ``n_spines`` (>= 0, 0 = one per server of a full leaf), ``link_gbps`` (> 0),
-    ``latency_us`` (>= 0), ``buffer_kb`` (> 0).
+    ``kind`` (``rail_optimized`` | ``leaf_spine``), ``n_servers`` (>= 1; default 32, or
+    more to hold the jobs), ``nics_per_server`` (>= 1; rails, ``rail_optimized`` only),
+    ``servers_per_leaf`` (>= 1; default ``min(16, n_servers / 2)``, whole leaves on a
+    ``leaf_spine``), ``n_spines`` (>= 0, 0 = one per server of a full leaf),
+    ``link_gbps`` (> 0), ``latency_us`` (>= 0), ``buffer_kb`` (> 0).
 ``[workload]``
-    ``train_servers`` (>= 2), ``tenant_servers`` (0 or >= 2), ``ep_servers`` (>= 2,
-    divides ``train_servers``), ``all_reduce_mb`` (> 0), ``moe_mb`` (>= 0; 0 = a dense model, no all-to-all),
-    ``expert_skew`` (>= 0), ``compute_us`` (>= 0), ``tenant_incast_mb`` (>= 0),
-    ``tenant_fan_in`` (1 .. ``tenant_servers - 1`` when there is a tenant),
-    ``background_load`` (in [0, 1)), ``background_cdf`` (a built-in CDF name),
+    ``train_servers`` (>= 2; default the servers the tenant leaves), ``tenant_servers``
+    (0 or >= 2; default a quarter of the servers), ``ep_servers`` (>= 2, divides
+    ``train_servers``; default its largest divisor up to 4), ``all_reduce_mb`` (> 0),
+    ``moe_mb`` (>= 0; 0 = a dense model, no all-to-all), ``expert_skew`` (>= 0),
+    ``compute_us`` (>= 0), ``tenant_incast_mb`` (>= 0), ``tenant_fan_in`` (1 ..
+    ``tenant_servers - 1`` when there is a tenant; default ``min(4, tenant_servers -
+    1)``), ``background_load`` (in [0, 1)), ``background_cdf`` (a built-in CDF name),
     ``background_us`` (> 0).
 ``[simulation]``
-    ``dt_us`` (> 0), ``n_steps`` (>= 1), ``max_paths`` (>= 0; 0 = every equal-cost
+    ``dt_us`` (> 0), ``n_steps`` (>= 1; default a 1 ms horizon, ``1000 / dt_us``),
+    ``max_paths`` (>= 0; 0 = every equal-cost
     path, the default), ``seed`` (>= 0), ``isolation`` (true | false), ``fifo_bands``
     (>= 1: bands per egress FIFO of the fluid model, ``simulate_fluid(fifo_bands=)``;
     default 8, a numerical resolution like ``dt``: ``experiments/fifo_bands.py``).
@@ -71,6 +83,7 @@ from ..links import DEFAULT_FIFO_BANDS
 from ..workloads import FlowSizeCDF
 
 __all__ = ["Scenario", "ScenarioError", "default_scenario", "scenario_from_dict",
+           "derive_defaults", "DERIVED_FROM",
            "load_scenario", "read_scenario_file", "validate_scenario", "SCHEMA",
            "FABRIC_KEYS", "MODEL_SECTIONS", "MODEL_REPLACES", "HORIZON_FACTOR",
            "model_setup", "check_model", "with_model_name", "model_comm_time", "model_slices",
@@ -83,7 +96,7 @@ class ScenarioError(ValueError):
 
     def __init__(self, key: str, msg: str):
         super().__init__(f"scenario key '{key}': {msg}")
-        self.key = key
+        self.key, self.msg = key, msg
 
 
 # (type, lower bound, lower bound inclusive?, upper bound exclusive or None) per key;
@@ -133,6 +146,10 @@ class Scenario:
     overrides: dict
     model: dict | None = None
     costs: dict | None = None
+
+
+# Defaults that others follow (:func:`derive_defaults`).
+_SPL, _EP, _FAN_IN, _HORIZON_US = 16, 4, 4, 1000.0
 
 
 def default_scenario() -> Scenario:
@@ -281,6 +298,118 @@ def check_preset_options(name: str, options: dict):
             raise ScenarioError(f"fabrics.{name}.{key}", str(err)) from None
 
 
+#: Defaults that follow other keys (:func:`derive_defaults`): key -> the keys it is
+#: derived from.  A default is derived only when the user did not write the key.
+DERIVED_FROM = {
+    "topology.n_servers": ("workload.train_servers", "workload.tenant_servers",
+                           "topology.servers_per_leaf", "topology.kind"),
+    "topology.servers_per_leaf": ("topology.n_servers", "topology.kind",
+                                  "workload.train_servers", "workload.tenant_servers"),
+    "workload.tenant_servers": ("topology.n_servers", "workload.train_servers"),
+    "workload.train_servers": ("topology.n_servers", "workload.tenant_servers"),
+    "workload.ep_servers": ("workload.train_servers", "topology.n_servers",
+                            "workload.tenant_servers"),
+    "workload.tenant_fan_in": ("workload.tenant_servers", "topology.n_servers",
+                               "workload.train_servers"),
+    "simulation.n_steps": ("simulation.dt_us",),
+}
+DERIVED_FROM_TEXT = {
+    "topology.n_servers": "32, or train_servers + tenant_servers where more, in whole "
+                          "leaves on a leaf_spine",
+    "topology.servers_per_leaf": "min(16, n_servers / 2) on rail_optimized, the largest "
+                                 "divisor of n_servers up to that on a leaf_spine",
+    "workload.tenant_servers": "a quarter of n_servers, at most what the training job "
+                               "leaves, 0 when that is 1",
+    "workload.train_servers": "n_servers - tenant_servers",
+    "workload.ep_servers": "the largest divisor of train_servers up to 4",
+    "workload.tenant_fan_in": "min(4, tenant_servers - 1)",
+    "simulation.n_steps": "a 1 ms horizon: round(1000 / dt_us)",
+}
+
+
+def _largest_divisor(n: int, at_most: int, at_least: int) -> int:
+    """The largest divisor of ``n`` in ``[at_least, at_most]``, ``n`` when there is none."""
+    fits = [d for d in range(at_least, min(at_most, n) + 1) if n % d == 0]
+    return max(fits) if fits else n
+
+
+def derive_defaults(sections: dict, written: set, *, with_model: bool = False) -> None:
+    """Sets, in place, each default of :data:`DERIVED_FROM` that the user did not write
+    (``written``: dotted keys) from the values that hold (the user's or, in turn,
+    derived), so that a default never contradicts a value the user set.  On the
+    built-in scenario every derived value equals :func:`default_scenario`'s.
+
+    * ``topology.n_servers``: 32, or ``train_servers + tenant_servers`` (their written
+      or default values) where that is more; on a ``leaf_spine`` whose
+      ``servers_per_leaf`` is written, rounded up to whole leaves (>= 2);
+    * ``topology.servers_per_leaf``: ``min(16, n_servers / 2)`` (>= 1): two scalable
+      units at least, so traffic crosses the spines; on a ``leaf_spine`` the largest
+      divisor of ``n_servers`` up to that (whole leaves);
+    * ``workload.tenant_servers``: ``n_servers / 4`` (8 of 32), at most ``n_servers -
+      train_servers``; 0 where that gives 1 (an incast needs two servers);
+    * ``workload.train_servers``: ``n_servers - tenant_servers`` (the training job
+      fills the servers the tenant leaves);
+    * ``workload.ep_servers``: the largest divisor of ``train_servers`` up to 4 (>= 2;
+      ``train_servers`` itself when it has none);
+    * ``workload.tenant_fan_in``: ``min(4, tenant_servers - 1)`` (4 without a tenant);
+    * ``simulation.n_steps``: a 1 ms horizon, ``max(1, round(1000 / dt_us))``.
+    """
+    t, w, sim = sections["topology"], sections["workload"], sections["simulation"]
+    given = lambda key: key in written  # noqa: E731
+    leaf_spine = t["kind"] == "leaf_spine"
+    if not given("topology.n_servers"):
+        n = max(t["n_servers"], w["train_servers"] + w["tenant_servers"])
+        if leaf_spine and given("topology.servers_per_leaf"):
+            spl = t["servers_per_leaf"]
+            n = max(2 * spl, -(-n // spl) * spl)
+        t["n_servers"] = n
+    n = t["n_servers"]
+    if not given("workload.tenant_servers"):
+        room = n - w["train_servers"] if given("workload.train_servers") else n
+        ten = max(0, min(n // 4, room))
+        w["tenant_servers"] = 0 if ten == 1 else ten
+    if not given("workload.train_servers"):
+        w["train_servers"] = max(2, n - w["tenant_servers"])
+    if not given("topology.servers_per_leaf"):
+        cap = max(1, min(_SPL, n // 2))
+        t["servers_per_leaf"] = _largest_divisor(n, cap, 1) if leaf_spine else cap
+    if not given("workload.ep_servers") and not with_model:
+        w["ep_servers"] = _largest_divisor(w["train_servers"], _EP, 2)
+    if not given("workload.tenant_fan_in"):
+        w["tenant_fan_in"] = min(_FAN_IN, w["tenant_servers"] - 1) \
+            if w["tenant_servers"] >= 2 else _FAN_IN
+    if given("simulation.dt_us") and not given("simulation.n_steps"):
+        sim["n_steps"] = max(1, int(round(_HORIZON_US / sim["dt_us"])))
+
+
+#: With a training model, the keys that together set the plan and the batch, in the
+#: order an error names the first one the user wrote.
+_MODEL_KEYS = ("model.global_batch", "parallelism.micro_batch", "parallelism.dp",
+               "parallelism.tp", "parallelism.pp", "workload.train_servers",
+               "topology.n_servers", "topology.nics_per_server", "model.name")
+
+
+def _as_written(err: ScenarioError, written: set) -> ScenarioError:
+    """``err`` as the user should read it: unchanged when it names a key the user wrote;
+    else (a default -- derived or fixed -- that the user's values leave no room for) it
+    names the first written key the default depends on, says which default, and
+    keeps the check."""
+    if "." not in err.key or any(err.key == k or err.key.startswith(k + ".")
+                                 for k in written):      # a section, or inside a written key
+        return err
+    if err.key in DERIVED_FROM:
+        deps, why = DERIVED_FROM[err.key], f" ({DERIVED_FROM_TEXT[err.key]})"
+    elif err.key.split(".")[0] in MODEL_SECTIONS:
+        deps, why = _MODEL_KEYS, ""
+    else:
+        return err
+    given = [k for k in deps if k in written]
+    if not given:
+        return err
+    return ScenarioError(given[0], f"leaves no valid default for {err.key}{why}: "
+                         f"{err.msg}")
+
+
 def scenario_from_dict(data: dict) -> Scenario:
     """A :class:`Scenario` from a parsed TOML mapping laid over :func:`default_scenario`,
     validated (:func:`validate_scenario`).
@@ -293,6 +422,7 @@ def scenario_from_dict(data: dict) -> Scenario:
                             f"{type(data).__name__}")
     base = default_scenario()
     sections = {name: dict(getattr(base, name)) for name in SCHEMA}
+    written: set[str] = set()                      # the keys the user set
     accepted = sorted(list(SCHEMA) + ["fabrics"] + list(MODEL_SECTIONS))
     presets, overrides = list(base.presets), {}
     for sec, body in data.items():
@@ -323,9 +453,17 @@ def scenario_from_dict(data: dict) -> Scenario:
             if key not in schema:
                 raise ScenarioError(full, f"unknown key; accepted keys: {sorted(schema)}")
             sections[sec][key] = _check_value(full, schema[key], val)
-    model, costs = model_setup(data, sections)
-    return validate_scenario(Scenario(presets=tuple(presets), overrides=overrides,
-                                      model=model, costs=costs, **sections))
+            written.add(full)
+    for sec in MODEL_SECTIONS:
+        if isinstance(data.get(sec), dict):
+            written.update(f"{sec}.{key}" for key in data[sec])
+    derive_defaults(sections, written, with_model="model" in data)
+    try:
+        model, costs = model_setup(data, sections, written)
+        return validate_scenario(Scenario(presets=tuple(presets), overrides=overrides,
+                                          model=model, costs=costs, **sections))
+    except ScenarioError as err:
+        raise _as_written(err, written) from None
 
 
 def read_scenario_file(path) -> dict:
@@ -460,7 +598,8 @@ def _from_econ_error(err: ValueError) -> ScenarioError:
     return ScenarioError(key, msg)
 
 
-def model_setup(data: dict, sections: dict) -> tuple[dict | None, dict | None]:
+def model_setup(data: dict, sections: dict,
+                written: set | None = None) -> tuple[dict | None, dict | None]:
     """The ``model`` and ``costs`` entries of a :class:`Scenario` from the ``[model]``,
     ``[parallelism]`` and ``[costs]`` tables (:data:`MODEL_SECTIONS`).
 
@@ -471,6 +610,13 @@ def model_setup(data: dict, sections: dict) -> tuple[dict | None, dict | None]:
     server (one per GPU), ``tp`` defaults to it, and ``dp`` to ``train GPUs / (tp
     pp)``.  ``[costs]``: :class:`~fabric_jax.economics.EconomicsParams` fields except
     the GPU price (``economics.gpu_price_per_hour``) and ``prices`` overrides.
+
+    A default adapts to the model: when neither ``workload.train_servers`` nor
+    ``parallelism.dp`` is in ``written`` (the dotted keys the user set; default: every
+    key of ``sections`` counts as written) and the data-parallel width does not divide
+    the model's ``global_batch`` (``dp x micro_batch``), the training job shrinks to
+    the largest number of servers (``sections`` is updated) whose ``dp`` does, as one
+    sizes a data-parallel job to its batch.
 
     The model's entry: ``{"model": ModelConfig, "plan": ParallelPlan, "gpu": GPU,
     "slices": k}`` (:func:`model_slices`).
@@ -505,18 +651,45 @@ def model_setup(data: dict, sections: dict) -> tuple[dict | None, dict | None]:
                                 f"{par['gpus_per_server']!r}")
         par.setdefault("tp", nics)
         tp, pp = par["tp"], par.get("pp", 1)
-        if "dp" not in par and all(isinstance(v, int) and not isinstance(v, bool)
-                                   and v >= 1 for v in (tp, pp)):
-            if n_gpus % (tp * pp):
-                raise ScenarioError("parallelism.tp", f"tp x pp = {tp * pp} must divide "
-                                    f"the training job's {n_gpus} GPUs "
-                                    f"(workload.train_servers x GPUs per server)")
-            par["dp"] = n_gpus // (tp * pp)
-        given["parallelism"] = par
-    try:
-        parsed = parse_model_sections(given)
-    except ValueError as err:
-        raise _from_econ_error(err) from None
+        derive_dp = "dp" not in par and all(isinstance(v, int) and not isinstance(v, bool)
+                                            and v >= 1 for v in (tp, pp))
+        adapt = derive_dp and written is not None and \
+            "workload.train_servers" not in written
+        tp_key = "parallelism.pp" if written is not None and "parallelism.pp" in written \
+            and "parallelism.tp" not in written else "parallelism.tp"
+        train = sections["workload"]["train_servers"]
+        first = None
+        for servers in (range(train, 1, -1) if adapt else (train,)):
+            plan = dict(par)
+            if derive_dp:
+                n_gpus = servers * nics
+                if n_gpus % (tp * pp):
+                    if first is None:
+                        first = ScenarioError(tp_key, f"tp x pp = {tp * pp} must divide "
+                                              f"the training job's {n_gpus} GPUs "
+                                              f"(workload.train_servers x GPUs per server)")
+                    if adapt:
+                        continue
+                    raise first
+                plan["dp"] = n_gpus // (tp * pp)
+            try:
+                parsed = parse_model_sections({**given, "parallelism": plan})
+            except ValueError as err:
+                failed = _from_econ_error(err)
+                first = first or failed
+                if adapt and failed.key == "parallelism.micro_batch":
+                    continue               # a smaller job whose dp divides the batch
+                raise failed from None
+            sections["workload"]["train_servers"] = servers
+            given["parallelism"] = plan
+            break
+        else:
+            raise first
+    else:
+        try:
+            parsed = parse_model_sections(given)
+        except ValueError as err:
+            raise _from_econ_error(err) from None
     costs = dict(params=parsed["params"], prices=parsed["prices"]) if "costs" in given \
         else None
     if "model" not in given:

@@ -62,7 +62,7 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
-from fabric_jax.workloads.collectives import all_to_all
+from fabric_jax.workloads.collectives import all_to_all, steady_state_all_reduce
 from fabric_jax.workloads.flows import Workload, check_hosts, concat, single_group
 from fabric_jax.workloads.model import (ParallelPlan, comm_bytes, get_gpu, get_model,
                                         step_flops)
@@ -437,8 +437,9 @@ def _cross_server(w: Workload, server: np.ndarray) -> Workload | None:
 
 
 def _ring_flows(hosts, size, sharp, job, name):
-    from fabric_jax.fabrics import all_reduce_flows  # local: fabrics imports workloads
-    return all_reduce_flows(hosts, size, sharp=sharp, job=job, name=name)
+    # :func:`fabric_jax.fabrics.all_reduce_flows` is this builder; calling it here
+    # directly keeps the imports one way (fabrics -> workloads)
+    return steady_state_all_reduce(hosts, size, sharp=sharp, job=job, name=name)
 
 
 def model_training_step(model, plan: ParallelPlan, gpu="h100_sxm", *, hosts=None,

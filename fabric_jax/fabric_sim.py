@@ -1,0 +1,128 @@
+"""A fabric preset's dynamics on given flows and candidate paths: one fluid run.
+
+:func:`simulate_paths` binds a :class:`~fabric_jax.fabrics.Fabric` preset to a
+:class:`~fabric_jax.paths.PathSet` and runs :func:`fabric_jax.fluid.simulate_fluid`: the
+preset's routing policy over the candidate paths, its congestion-control law with
+parameters at the NIC line rate, its flow control over the topology's buffers, its
+receiver options and per-link latency, each flow capped at :func:`flow_line_rate`.  It is
+the engine of the compare study (:func:`fabric_jax.study.run.simulate_case`) and of the
+scaling sweep (:func:`fabric_jax.scaling.simulate_plan_fluid`), so it sits below both
+(imports point one way: ``fluid`` -> ``fabric_sim`` -> ``scaling`` / ``study``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .cc import ibcc
+from .fabrics import get_fabric
+from .fluid import simulate_fluid
+from .incidence import Incidence
+from .routing import make_routing
+
+__all__ = ["simulate_paths", "flow_line_rate"]
+
+
+def flow_line_rate(paths, split, capacity) -> np.ndarray:
+    """``[flows]`` the most a flow can send: the capacity of the narrowest cut through the
+    candidate paths it uses (split > 0).
+
+    Every equal-cost path of a pair has the same hop count, so the links at hop ``h``
+    of the used paths form a cut between source and destination; the line rate is the
+    smallest, over ``h``, of the summed capacity of the *distinct* links at that hop.
+    On a single plane that is the NIC port (the paths share the first and last hop);
+    with ``planes=P`` (:func:`fabric_jax.topology.leaf_spine`) a flow spread over every
+    plane gets the whole NIC (``P`` ports of ``link_gbps / P``), while a flow pinned to
+    one path (ECMP) gets one plane's port.  (``simulate_fluid``'s own default, the
+    smallest capacity on any candidate link, caps a sprayed multi-plane flow at one
+    plane's share.)
+
+    Args:
+      paths: :class:`~fabric_jax.paths.PathSet` ``[flows, paths, hops]``.
+      split: ``[flows, paths]`` fraction of each flow on each path (the routing's
+        initial split; a dynamic policy may later use any path with split > 0).
+      capacity: ``[links]`` bytes/s.
+
+    Returns:
+      float64 ``[flows]`` bytes/s.
+    """
+    links = np.asarray(paths.links)
+    used = (np.asarray(paths.hop_mask, bool) & (links >= 0)
+            & (np.asarray(split, float) > 0)[:, :, None])
+    cap = np.asarray(capacity, float)
+    tab = np.sort(np.where(used, links, -1).transpose(0, 2, 1), axis=2)  # [f, hops, paths]
+    first = np.concatenate([np.ones(tab.shape[:2] + (1,), bool),
+                            tab[..., 1:] != tab[..., :-1]], axis=2) & (tab >= 0)
+    per_hop = np.where(first, cap[np.maximum(tab, 0)], 0.0).sum(axis=2)
+    per_hop = np.where((tab >= 0).any(axis=2), per_hop, np.inf)
+    rate = per_hop.min(axis=1)
+    return np.where(np.isfinite(rate) & (rate > 0), rate, np.max(cap, initial=1.0))
+
+
+def simulate_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
+                   arrival=None, deps=None, delay=None, latency=None, seed: int = 0,
+                   capacity=None, link_latency=None, nic_links=None,
+                   nic_rate: float | None = None, buffer=None, save_every=None,
+                   fluid_options: dict | None = None):
+    """Fluid run of flows over candidate paths under a fabric preset's dynamics.
+
+    The engine of :func:`simulate_case` and of the scaling study
+    (:func:`fabric_jax.scaling.simulate_plan_fluid`): the preset's routing policy bound to
+    ``paths`` with ``seed``, its congestion-control law with parameters at the NIC line
+    rate (``fabric.law_params(line_rate=nic_rate)``; under IB CC only switch ports mark
+    FECN, :func:`fabric_jax.cc.ibcc.switch_port_mask`, restricted to non-NIC links), its
+    flow control over the topology's buffers, its receiver options, per-link latency
+    ``fabric.link_latency(topology)``, and each flow capped at
+    :func:`flow_line_rate` of its used paths.
+
+    Args:
+      topology: the :class:`~fabric_jax.Topology` the paths are on.
+      paths: :class:`~fabric_jax.paths.PathSet`, one pair per flow.
+      fabric: a :class:`fabric_jax.Fabric` or preset name.
+      size: ``[flows]`` bytes.
+      dt, n_steps: the fluid step (s) and horizon (steps).
+      arrival, deps, delay, latency: flow lifecycle (:func:`fabric_jax.fluid.simulate_fluid`).
+      seed: routing hash seed.
+      capacity: ``[links]`` bytes/s (default ``topology.capacity``).
+      link_latency: ``[links]`` s (default ``fabric.link_latency(topology)``).
+      nic_links: ``[links]`` bool, links never marked, dropped or trimmed (default the
+        links leaving a host, ``nic_links=topology``).
+      nic_rate: NIC line rate for the law's parameters, bytes/s (default the largest
+        host-link capacity).
+      buffer: ``[links]`` egress buffers, bytes (default ``topology.buffer``).
+      fluid_options: more keyword arguments of :func:`~fabric_jax.fluid.simulate_fluid`
+        (e.g. the traffic classes of :meth:`fabric_jax.Fabric.class_options`).
+      save_every: trajectory snapshot period in steps; with it the run stops
+        simulating once the fabric is idle for good (``stop_when_idle``: the same flow
+        results, less time).
+
+    Returns:
+      :class:`fabric_jax.fluid.FluidResult`.
+    """
+    fabric = get_fabric(fabric)
+    cap = np.asarray(topology.capacity if capacity is None else capacity, float)
+    is_host = np.asarray(topology.node_is_host, bool)[np.asarray(topology.link_src)]
+    nic = is_host if nic_links is None else np.asarray(nic_links, bool)
+    if nic_rate is None:
+        nic_rate = float(np.max(cap[is_host], initial=0.0)) or float(np.max(cap))
+    params = fabric.law_params(line_rate=nic_rate)
+    if fabric.cc == "ibcc" and "switch_port" not in fabric.cc_options:
+        # FECN is a switch function: the HCA's own uplink (the NIC backlog) never marks
+        mask = ibcc.switch_port_mask(topology) * (~nic)
+        params = dataclasses.replace(params, switch_port=np.asarray(
+            mask, np.asarray(params.threshold).dtype))
+    routing = make_routing(fabric.routing, paths, fabric.routing_params(), seed=seed)
+    split = np.asarray(routing.split)
+    inc = Incidence.from_paths(paths, split, n_links=topology.n_links)
+    lat = fabric.link_latency(topology) if link_latency is None else link_latency
+    return simulate_fluid(inc, cap, size, dt=dt, n_steps=int(n_steps), law=fabric.law(),
+                          params=params, arrival=arrival, deps=deps, delay=delay,
+                          latency=latency, line_rate=flow_line_rate(paths, split, cap),
+                          link_latency=lat, nic_links=nic,
+                          flow_control=fabric.flow_control,
+                          buffer=topology.buffer if buffer is None else buffer,
+                          routing=routing, save_every=save_every,
+                          stop_when_idle=save_every is not None, **fabric.receiver_options(),
+                          **(fluid_options or {}))
