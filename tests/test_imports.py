@@ -27,7 +27,7 @@ PKG = "fabric_jax"
 #: split fluid engine) and everything inside a package of that name.
 LAYERS = {
     # base
-    "units": 0, "smooth": 0, "checkpoint": 0, "reference": 0, "metrics": 0,
+    "units": 0, "smooth": 0, "checkpoint": 0, "reference": 0, "metrics": 0, "segments": 0,
     # topology
     "topology": 1, "systems": 1, "ns3": 1,
     # paths / incidence (routing policies split flows over paths)
@@ -41,10 +41,13 @@ LAYERS = {
     # collectives, workloads, fabric presets and a preset's run on paths
     "workloads": 6, "collectives": 6, "fabrics": 6, "fabric_sim": 6, "economics": 6,
     # study, scaling, optimisation
-    "study": 7, "compare": 7, "scaling": 7, "optimize": 7,
+    "study": 7, "compare": 7, "scaling": 7, "scale": 7, "optimize": 7,
     # plots and the command line
     "plots": 8, "cli": 8, "__main__": 8, PKG: 9,
 }
+
+#: A package's ``_cli`` module (``optimize._cli``, ``scale._cli``: its subcommand's
+#: parser, runner and figures) belongs to the command-line layer.
 
 #: Edges allowed to close a cycle, each with its reason (none today).
 ALLOWED_CYCLE_EDGES: dict[tuple[str, str], str] = {}
@@ -139,6 +142,8 @@ def layer(mod: str) -> int:
     parts = mod.split(".")
     if len(parts) == 1:
         return LAYERS[PKG]
+    if parts[-1] == "_cli":   # a package's command-line block sits with the CLI
+        return LAYERS["cli"]
     first = parts[1]
     for key in sorted(LAYERS, key=len, reverse=True):
         if first == key or first.startswith(key + "_"):
