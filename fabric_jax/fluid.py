@@ -217,6 +217,7 @@ from .fairness import joining_share, solve, solve_flat, water_fill
 from .incidence import Incidence
 from . import links as lk
 from . import qos
+from . import queueing as qm
 from . import receiver as rx
 from .sim import prepare_flows, release_times
 
@@ -379,7 +380,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    loss_recovery: str = "selective", mtu: float = rx.DEFAULT_MTU,
                    reorder_tolerance: float = 0.0, traffic_class=None, classes=None,
                    shared_buffer=None, stop_when_idle: bool = False,
-                   fifo_bands: int = lk.DEFAULT_FIFO_BANDS) -> FluidResult:
+                   fifo_bands: int = lk.DEFAULT_FIFO_BANDS,
+                   burstiness: float = qm.DEFAULT_BURSTINESS) -> FluidResult:
     """Fluid simulation of flows under congestion control and link-level flow control.
 
     Args:
@@ -453,6 +455,9 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
       mtu: packet size, bytes, for the reordering and go-back-N models (default 4096).
       reorder_tolerance: path-delay difference a ``reorder=False`` NIC absorbs, s
         (default 0).
+      burstiness: arrival burstiness ``kappa`` of the packet-scale port waits that
+        reorder a sprayed flow (``reorder=False``; :mod:`fabric_jax.queueing`, default
+        :data:`fabric_jax.queueing.DEFAULT_BURSTINESS`; 1 is the analytic model).
       traffic_class: ``[flows]`` int class of each flow (default all 0); see "Traffic
         classes" above.
       classes: :class:`fabric_jax.qos.TrafficClasses` (:func:`fabric_jax.qos.traffic_classes`:
@@ -486,6 +491,7 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         positive integer).
     """
     rx.check_options(reorder, loss_recovery, mtu, reorder_tolerance)
+    qm.check_burstiness(burstiness)
     law = ccbase.get(law)
     if isinstance(flow_control, str):
         flow_control = fcm.FlowControl(flow_control)
@@ -613,7 +619,10 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                wire_n=jnp.asarray(wire_n), wire_phi=jnp.asarray(wire_phi, fdt),
                one_way=jnp.asarray(one_way, fdt), deps=deps, flows=flows,
                path_lat=jnp.asarray(path_lat, fdt), mtu=jnp.asarray(mtu, fdt),
-               tolerance=jnp.asarray(reorder_tolerance, fdt))
+               tolerance=jnp.asarray(reorder_tolerance, fdt),
+               wait_pairs=(qm.ingress_pairs(np.asarray(hops.link), np.asarray(hops.prev),
+                                            n_links) if rx_ooo else None),
+               burstiness=jnp.asarray(burstiness, fdt))
     net = _class_net(net, tc_cfg, tc_arr, sb, flow_control, capacity, float(dt), fdt)
     static = _Static(law=law, fc=flow_control, policy=policy, shape=shape,
                      solver_iterations=solver_iterations, rx_ooo=bool(rx_ooo),
@@ -817,6 +826,8 @@ class _Net:
     path_lat: Any = None   # [flows, paths] latency of each candidate path, s
     mtu: Any = None        # packet size, bytes (receiver model)
     tolerance: Any = None  # reorder tolerance, s
+    wait_pairs: Any = None  # queueing.IngressPairs (packet-scale port waits, rx_ooo)
+    burstiness: Any = None  # queueing burstiness kappa
     # traffic classes: "units" are links x classes (unit l * n_classes + c); with one
     # class uhops is hops and uswitch is switch
     uhops: Any = None          # HopTable over units
@@ -1349,8 +1360,9 @@ def _receive(static, net, c, x_new, cap_k, split, served, alloc, offered, droppe
     """Receiver (:mod:`fabric_jax.receiver`): the fraction of the step's arrivals that a
     receiver in go-back-N discard mode throws away, and the next discard state.
 
-    Events: out-of-order arrivals (``reorder=False``; path delays now, the flow's
-    sending rate) and losses (``go_back_n``; each dropped ``mtu`` is one event).
+    Events: out-of-order arrivals (``reorder=False``; mean path delays now, the
+    packet-scale port waits of :mod:`fabric_jax.queueing` at the step's rates, the
+    flow's sending rate) and losses (``go_back_n``; each dropped ``mtu`` is one event).
     Recovery: one base RTT after an out-of-order NAK; base RTT + ``rto`` after a loss
     (``drop`` mode's timer, as the loss signal in :func:`_offer`)."""
     phi = c["rx_phi"]
@@ -1362,7 +1374,10 @@ def _receive(static, net, c, x_new, cap_k, split, served, alloc, offered, droppe
     if static.rx_ooo:
         delay = lk.path_delay(hops, hops.link_sum(x_new), cap_k, net.path_lat)
         rate = jnp.maximum(offered, arrived / dt)
-        p_ooo = rx.out_of_order_probability(split, delay, rate, net.mtu, net.tolerance)
+        wait = rx.path_waits(hops, split, rate, cap_k, net.wait_pairs, net.mtu,
+                             net.burstiness)
+        p_ooo = rx.out_of_order_probability(split, delay, rate, net.mtu, net.tolerance,
+                                            wait=wait)
         ooo_events = p_ooo * arrived / net.mtu
     else:
         ooo_events = zero
