@@ -844,8 +844,11 @@ class _Net:
 jax.tree_util.register_dataclass(_Net)
 
 #: Per-flow congestion signals written into the feedback ring each step
-#: (``_emit_signals``; shared with :mod:`fabric_jax.fluid_slots`).
-SIGNALS = ("mark", "rtt", "util", "rate", "loss", "rx_share")
+#: (``_emit_signals``; shared with :mod:`fabric_jax.fluid_slots`).  ``arrived`` is the
+#: running total of the flow's bytes that reached the receiver (delivered or discarded):
+#: read one base RTT later it is what the sender has seen acknowledged (the ACK clock of
+#: window-based laws, :func:`_offer`).
+SIGNALS = ("mark", "rtt", "util", "rate", "loss", "rx_share", "arrived")
 
 
 def _init_carry(law, fc, shape: _Shape, hops: lk.HopTable, size, line_rate, base_rtt,
@@ -966,6 +969,15 @@ def _offer(static, net, c, t, start, started, active, stranded, params, smooth, 
     live = jnp.clip((t + dt - jnp.where(started, start, t)) / dt, 0.0, 1.0)
     offered = jnp.minimum(jnp.minimum(law_state.rate, net.line_rate) * live,
                           c["remaining"] / dt)
+    if law.window is not None:
+        # window-based law: bytes in flight = queued or in transit in the fabric + those
+        # that reached the receiver less than one base RTT ago (their ACKs are still on
+        # the way back; ``arrived`` read one feedback delay ago is what is acknowledged)
+        acked = delayed("arrived", net.fb_steps)
+        in_flight = (jnp.sum(c["x"], axis=1) + jnp.sum(c["transit"], axis=1)
+                     + jnp.maximum(c["passed"] + c["discarded"] - acked, 0.0))
+        offered = jnp.minimum(offered, ccbase.window_cap(law.window(law_state, sig, params),
+                                                         in_flight, dt))
     offered = jnp.where(active & ~stranded, jnp.maximum(offered, 0.0), 0.0)
     return law_state, offered
 
@@ -1391,9 +1403,10 @@ def _receive(static, net, c, x_new, cap_k, split, served, alloc, offered, droppe
 
 
 def _emit_signals(static, net, c, x, cap_k, usable, tx, split, offered, dropped, still,
-                  params, fcp, smooth, dt):
+                  params, fcp, smooth, dt, arrived):
     """Congestion signals from the standing queues at switch ports -> feedback ring
-    (``tx`` ``[links]``: the rate each link transmitted in the step, bytes/s)."""
+    (``tx`` ``[links]``: the rate each link transmitted in the step, bytes/s;
+    ``arrived`` ``[flows]``: bytes that reached the receiver so far, the ACK clock)."""
     hops, law = net.hops, static.law
     q_sw = hops.link_sum(x) * net.switch
     cap_pos = cap_k > 0
@@ -1418,7 +1431,7 @@ def _emit_signals(static, net, c, x, cap_k, usable, tx, split, offered, dropped,
     cap_ext = jnp.concatenate([cap_k, jnp.zeros((1,), cap_k.dtype)])
     rx_share = 0.99 * cap_ext[last_link] / jnp.maximum(n_rx[last_link], 1.0)
     new = dict(mark=p_path, rtt=rtt, util=util, rate=offered, loss=dropped / dt,
-               rx_share=rx_share)
+               rx_share=rx_share, arrived=arrived)
     w = c["k"] % static.shape.ring_len
     ring = {f: c["ring"][f].at[w].set(new[f]) for f in SIGNALS}
     return ring, mark_l, p_path
@@ -1560,7 +1573,8 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     ring, mark_l, p_path = _emit_signals(static, sig_net, c, x_new, cap_u, usable,
                                          tr["tx"], split, sent_now / dt, dropped_now,
                                          active & ~completes,
-                                         sig_params, fcp_k, smooth, dt)
+                                         sig_params, fcp_k, smooth, dt,
+                                         passed + c["discarded"] + discarded_now)
     if n_cls > 1:  # routing sees a link's worst class
         mark_l = jnp.max(mark_l.reshape(hops.n_links, n_cls), axis=1)
     # react: flow control sees the new ingress pools
