@@ -43,7 +43,13 @@ Fluid model (ours; the packet-level facts above are the sources):
    probability ``1 - exp(-m_p)``.  Per packet of the flow: ``P_ooo = sum_p w_p
    (1 - exp(-m_p))`` (:func:`out_of_order_probability`).  ``tol`` is the NIC's
    tolerance (0 for a plain RoCE NIC).  A single path, equal delays, or a spread below
-   one packet time (82 ns for 4 KB at 400 Gb/s) gives 0.
+   one packet time (82 ns for 4 KB at 400 Gb/s) gives 0 -- for the *mean* delays.
+   Since issue 26 each packet's delay also carries its packet-scale waits at the
+   switch ports its flow's paths do not share (:mod:`fabric_jax.queueing`: 0 below
+   the collisions of two ingress ports, growing with utilisation), so an even spray
+   over equal paths reorders as load rises; :func:`out_of_order_probability` with
+   ``wait=`` takes the expectation over them exactly under the same Poisson send
+   process (checked against a per-hop Monte Carlo and ns-3, ``docs/fidelity.md``).
 2. **Discard mode.**  After a go-back event (an out-of-order arrival, or a loss under
    ``go_back_n``) the receiver discards everything of the flow until the resent bytes
    arrive, ``T`` later (``T`` = base RTT for a NAK, + ``rto`` for a loss).  The
