@@ -233,6 +233,7 @@ from .fairness import joining_share, solve, solve_flat, water_fill
 from .incidence import Incidence
 from . import links as lk
 from . import qos
+from . import queueing as qm
 from . import receiver as rx
 from .sim import prepare_flows, release_times
 
@@ -399,7 +400,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    loss_recovery: str = "selective", mtu: float = rx.DEFAULT_MTU,
                    reorder_tolerance: float = 0.0, traffic_class=None, classes=None,
                    shared_buffer=None, stop_when_idle: bool = False,
-                   fifo_bands: int = lk.DEFAULT_FIFO_BANDS) -> FluidResult:
+                   fifo_bands: int = lk.DEFAULT_FIFO_BANDS,
+                   burstiness: float = qm.DEFAULT_BURSTINESS) -> FluidResult:
     """Fluid simulation of flows under congestion control and link-level flow control.
 
     Args:
@@ -473,6 +475,9 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
       mtu: packet size, bytes, for the reordering and go-back-N models (default 4096).
       reorder_tolerance: path-delay difference a ``reorder=False`` NIC absorbs, s
         (default 0).
+      burstiness: arrival burstiness ``kappa`` of the packet-scale port waits that
+        reorder a sprayed flow (``reorder=False``; :mod:`fabric_jax.queueing`, default
+        :data:`fabric_jax.queueing.DEFAULT_BURSTINESS`; 1 is the analytic model).
       traffic_class: ``[flows]`` int class of each flow (default all 0); see "Traffic
         classes" above.
       classes: :class:`fabric_jax.qos.TrafficClasses` (:func:`fabric_jax.qos.traffic_classes`:
@@ -506,6 +511,7 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         positive integer).
     """
     rx.check_options(reorder, loss_recovery, mtu, reorder_tolerance)
+    qm.check_burstiness(burstiness)
     law = ccbase.get(law)
     if isinstance(flow_control, str):
         flow_control = fcm.FlowControl(flow_control)
@@ -633,7 +639,10 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                wire_n=jnp.asarray(wire_n), wire_phi=jnp.asarray(wire_phi, fdt),
                one_way=jnp.asarray(one_way, fdt), deps=deps, flows=flows,
                path_lat=jnp.asarray(path_lat, fdt), mtu=jnp.asarray(mtu, fdt),
-               tolerance=jnp.asarray(reorder_tolerance, fdt))
+               tolerance=jnp.asarray(reorder_tolerance, fdt),
+               wait_pairs=(qm.ingress_pairs(np.asarray(hops.link), np.asarray(hops.prev),
+                                            n_links) if rx_ooo else None),
+               burstiness=jnp.asarray(burstiness, fdt))
     net = _class_net(net, tc_cfg, tc_arr, sb, flow_control, capacity, float(dt), fdt)
     static = _Static(law=law, fc=flow_control, policy=policy, shape=shape,
                      solver_iterations=solver_iterations, rx_ooo=bool(rx_ooo),
@@ -869,6 +878,8 @@ class _Net:
     path_lat: Any = None   # [flows, paths] latency of each candidate path, s
     mtu: Any = None        # packet size, bytes (receiver model)
     tolerance: Any = None  # reorder tolerance, s
+    wait_pairs: Any = None  # queueing.IngressPairs (packet-scale port waits, rx_ooo)
+    burstiness: Any = None  # queueing burstiness kappa
     # traffic classes: "units" are links x classes (unit l * n_classes + c); with one
     # class uhops is hops and uswitch is switch
     uhops: Any = None          # HopTable over units
@@ -886,8 +897,11 @@ jax.tree_util.register_dataclass(_Net)
 
 #: Per-flow congestion signals written into the feedback ring each step
 #: (``_emit_signals``; shared with :mod:`fabric_jax.fluid_slots`): the ring is one
-#: ``[ring_len, flows, signals]`` array, signals in this order.
-SIGNALS = ("mark", "rtt", "util", "rate", "loss", "rx_share")
+#: ``[ring_len, flows, signals]`` array, signals in this order.  ``arrived`` is the
+#: running total of the flow's bytes that reached the receiver (delivered or discarded):
+#: read one base RTT later it is what the sender has seen acknowledged (the ACK clock of
+#: window-based laws, :func:`_offer`).
+SIGNALS = ("mark", "rtt", "util", "rate", "loss", "rx_share", "arrived")
 
 
 def ring_initial(base_rtt, line_rate, dtype=None):
@@ -1038,6 +1052,15 @@ def _offer(static, net, c, t, start, started, active, stranded, params, smooth, 
     live = jnp.clip((t + dt - jnp.where(started, start, t)) / dt, 0.0, 1.0)
     offered = jnp.minimum(jnp.minimum(law_state.rate, net.line_rate) * live,
                           c["remaining"] / dt)
+    if law.window is not None:
+        # window-based law: bytes in flight = queued or in transit in the fabric + those
+        # that reached the receiver less than one base RTT ago (their ACKs are still on
+        # the way back; ``arrived`` read one feedback delay ago is what is acknowledged)
+        acked = got["arrived"]
+        in_flight = (jnp.sum(c["x"], axis=1) + jnp.sum(c["transit"], axis=1)
+                     + jnp.maximum(c["passed"] + c["discarded"] - acked, 0.0))
+        offered = jnp.minimum(offered, ccbase.window_cap(law.window(law_state, sig, params),
+                                                         in_flight, dt))
     offered = jnp.where(active & ~stranded, jnp.maximum(offered, 0.0), 0.0)
     # the senders' new state and offers in one kernel (the barrier keeps XLA from
     # reading the rows through the stack, which would split it again)
@@ -1453,8 +1476,9 @@ def _receive(static, net, c, x_new, cap_k, split, served, alloc, offered, droppe
     """Receiver (:mod:`fabric_jax.receiver`): the fraction of the step's arrivals that a
     receiver in go-back-N discard mode throws away, and the next discard state.
 
-    Events: out-of-order arrivals (``reorder=False``; path delays now, the flow's
-    sending rate) and losses (``go_back_n``; each dropped ``mtu`` is one event).
+    Events: out-of-order arrivals (``reorder=False``; mean path delays now, the
+    packet-scale port waits of :mod:`fabric_jax.queueing` at the step's rates, the
+    flow's sending rate) and losses (``go_back_n``; each dropped ``mtu`` is one event).
     Recovery: one base RTT after an out-of-order NAK; base RTT + ``rto`` after a loss
     (``drop`` mode's timer, as the loss signal in :func:`_offer`)."""
     phi = c["rx_phi"]
@@ -1466,7 +1490,10 @@ def _receive(static, net, c, x_new, cap_k, split, served, alloc, offered, droppe
     if static.rx_ooo:
         delay = lk.path_delay(hops, hops.link_sum(x_new), cap_k, net.path_lat)
         rate = jnp.maximum(offered, arrived / dt)
-        p_ooo = rx.out_of_order_probability(split, delay, rate, net.mtu, net.tolerance)
+        wait = rx.path_waits(hops, split, rate, cap_k, net.wait_pairs, net.mtu,
+                             net.burstiness)
+        p_ooo = rx.out_of_order_probability(split, delay, rate, net.mtu, net.tolerance,
+                                            wait=wait)
         ooo_events = p_ooo * arrived / net.mtu
     else:
         ooo_events = zero
@@ -1480,9 +1507,10 @@ def _receive(static, net, c, x_new, cap_k, split, served, alloc, offered, droppe
 
 
 def _emit_signals(static, net, c, x, cap_k, usable, tx, split, offered, dropped, still,
-                  params, fcp, smooth, dt):
+                  params, fcp, smooth, dt, arrived):
     """Congestion signals from the standing queues at switch ports -> feedback ring
-    (``tx`` ``[links]``: the rate each link transmitted in the step, bytes/s)."""
+    (``tx`` ``[links]``: the rate each link transmitted in the step, bytes/s;
+    ``arrived`` ``[flows]``: bytes that reached the receiver so far, the ACK clock)."""
     hops, law = net.hops, static.law
     q_sw = hops.link_sum(x) * net.switch
     cap_pos = cap_k > 0
@@ -1507,7 +1535,7 @@ def _emit_signals(static, net, c, x, cap_k, usable, tx, split, offered, dropped,
     cap_ext = jnp.concatenate([cap_k, jnp.zeros((1,), cap_k.dtype)])
     rx_share = 0.99 * cap_ext[last_link] / jnp.maximum(n_rx[last_link], 1.0)
     new = dict(mark=p_path, rtt=rtt, util=util, rate=offered, loss=dropped / dt,
-               rx_share=rx_share)
+               rx_share=rx_share, arrived=arrived)
     w = c["k"] % static.shape.ring_len
     ring = c["ring"].at[w].set(jnp.stack([new[f] for f in SIGNALS], axis=1))
     return ring, mark_l, p_path
@@ -1653,7 +1681,8 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     ring, mark_l, p_path = _emit_signals(static, sig_net, c, x_new, cap_u, usable,
                                          tr["tx"], split, sent_now / dt, dropped_now,
                                          active & ~completes,
-                                         sig_params, fcp_k, smooth, dt)
+                                         sig_params, fcp_k, smooth, dt,
+                                         passed + c["discarded"] + discarded_now)
     if n_cls > 1:  # routing sees a link's worst class
         mark_l = jnp.max(mark_l.reshape(hops.n_links, n_cls), axis=1)
     # react: flow control sees the new ingress pools

@@ -43,7 +43,13 @@ Fluid model (ours; the packet-level facts above are the sources):
    probability ``1 - exp(-m_p)``.  Per packet of the flow: ``P_ooo = sum_p w_p
    (1 - exp(-m_p))`` (:func:`out_of_order_probability`).  ``tol`` is the NIC's
    tolerance (0 for a plain RoCE NIC).  A single path, equal delays, or a spread below
-   one packet time (82 ns for 4 KB at 400 Gb/s) gives 0.
+   one packet time (82 ns for 4 KB at 400 Gb/s) gives 0 -- for the *mean* delays.
+   Since issue 26 each packet's delay also carries its packet-scale waits at the
+   switch ports its flow's paths do not share (:mod:`fabric_jax.queueing`: 0 below
+   the collisions of two ingress ports, growing with utilisation), so an even spray
+   over equal paths reorders as load rises; :func:`out_of_order_probability` with
+   ``wait=`` takes the expectation over them exactly under the same Poisson send
+   process (checked against a per-hop Monte Carlo and ns-3, ``docs/fidelity.md``).
 2. **Discard mode.**  After a go-back event (an out-of-order arrival, or a loss under
    ``go_back_n``) the receiver discards everything of the flow until the resent bytes
    arrive, ``T`` later (``T`` = base RTT for a NAK, + ``rto`` for a loss).  The
@@ -70,9 +76,12 @@ processes (out-of-order, loss) are independent.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
-__all__ = ["LOSS_RECOVERY", "DEFAULT_MTU", "check_options", "out_of_order_probability",
-           "discard_step", "discard_fixed_point"]
+from . import queueing as qm
+
+__all__ = ["LOSS_RECOVERY", "DEFAULT_MTU", "QUADRATURE_NODES", "check_options",
+           "out_of_order_probability", "path_waits", "discard_step", "discard_fixed_point"]
 
 #: Loss-recovery schemes of the sending NIC.
 LOSS_RECOVERY = ("selective", "go_back_n")
@@ -104,15 +113,31 @@ def check_options(reorder, loss_recovery, mtu=DEFAULT_MTU, reorder_tolerance=0.0
                              f"; got {v!r}")
 
 
-def out_of_order_probability(split, delay, rate, mtu, tolerance=0.0):
+def out_of_order_probability(split, delay, rate, mtu, tolerance=0.0, wait=None):
     """Probability that a packet of the flow is overtaken by a later one (point 1 above).
+
+    Without ``wait`` each path's delay is its mean ``D_p`` (the model before issue 26:
+    an even spray over equal paths never reorders).  With ``wait = (atom, theta)``
+    each path's delay is ``D_p + A_p``, ``A_p`` the packet-scale wait over the hops that
+    not all of the flow's paths share (:mod:`fabric_jax.queueing`): 0 with probability
+    ``atom``, else exponential of mean ``theta``, independently per packet and path.
+    Later packets leave as a Poisson stream of rate ``1/tau`` from ``tau`` after the
+    tagged packet (as above); those on the tagged packet's own path never overtake it
+    (FIFO ports).  Given the tagged packet's delay ``x``, the overtakers are then a
+    thinned Poisson stream of mean ``mu(x) = sum_{q != p} w_q E[(x - tol - tau - D_q -
+    A_q)^+] / tau``, with ``E[(z - A)^+] = z - (1 - atom)(theta)(1 - e^{-z/theta})`` for
+    ``z > 0`` (0 otherwise), so exactly ``P_ooo(p) = 1 - E[e^{-mu(D_p + A_p)}]``: the
+    atom in closed form, the exponential part by Gauss-Laguerre quadrature
+    (:data:`QUADRATURE_NODES` nodes).  ``theta = 0`` recovers the mean-delay formula.
 
     Args:
       split: ``[flows, paths]`` fraction of the flow's packets on each path.
-      delay: ``[flows, paths]`` one-way delay of each path, s.
+      delay: ``[flows, paths]`` mean one-way delay of each path, s.
       rate: ``[flows]`` sending rate, bytes/s.
       mtu: packet size, bytes.
       tolerance: delay difference the receiver absorbs, s.
+      wait: ``None`` or ``(atom, theta)``, each ``[flows, paths]``
+        (:func:`fabric_jax.queueing.path_wait`).
 
     Returns:
       ``[flows]`` ``P_ooo`` in ``[0, 1)``.
@@ -120,9 +145,61 @@ def out_of_order_probability(split, delay, rate, mtu, tolerance=0.0):
     pos = (rate > 0)[:, None, None]
     tau = (mtu / jnp.where(rate > 0, rate, 1.0))[:, None, None]   # packet spacing, s
     gap = delay[:, :, None] - delay[:, None, :] - tolerance - tau  # [flows, p, q]
-    window = jnp.where(pos & (gap > 0), gap, 0.0) / tau            # later packets in it
-    overtakers = jnp.sum(split[:, None, :] * window, axis=2)
-    return jnp.sum(split * -jnp.expm1(-overtakers), axis=1)
+    if wait is None:
+        window = jnp.where(pos & (gap > 0), gap, 0.0) / tau        # later packets in it
+        overtakers = jnp.sum(split[:, None, :] * window, axis=2)
+        return jnp.sum(split * -jnp.expm1(-overtakers), axis=1)
+    atom, theta = wait
+    n_paths = split.shape[1]
+    other = ~jnp.eye(n_paths, dtype=bool)[None]                    # q != p
+    w_q = jnp.where(other, split[:, None, :], 0.0) / tau            # [flows, p, q]
+    a_q, th_q = atom[:, None, None, :], theta[:, None, None, :]     # [flows, 1, 1, q]
+    t_pos = th_q > 0
+    t_safe = jnp.where(t_pos, th_q, 1.0)
+
+    def mu(extra):  # [flows, p, K] -> expected overtakers given the tagged wait `extra`
+        z = gap[:, :, None, :] + extra[..., None]                   # [flows, p, K, q]
+        zp = jnp.where(pos[..., None], jnp.maximum(z, 0.0), 0.0)
+        spread = jnp.where(t_pos, t_safe * -jnp.expm1(-zp / t_safe), 0.0)
+        return jnp.sum(w_q[:, :, None, :] * (zp - (1.0 - a_q) * spread), axis=-1)
+
+    nodes, weights = _laguerre()
+    extra = theta[:, :, None] * jnp.asarray(nodes, delay.dtype)      # [flows, p, K]
+    no_wait = jnp.exp(-mu(jnp.zeros_like(theta)[:, :, None]))[..., 0]
+    waited = jnp.sum(jnp.asarray(weights, delay.dtype) * jnp.exp(-mu(extra)), axis=-1)
+    p_path = 1.0 - (atom * no_wait + (1.0 - atom) * waited)
+    return jnp.sum(split * jnp.clip(p_path, 0.0, 1.0), axis=1)
+
+
+#: Gauss-Laguerre nodes of the expectation over a path's exponential wait
+#: (:func:`out_of_order_probability`).
+QUADRATURE_NODES = 16
+
+
+def _laguerre():
+    return np.polynomial.laguerre.laggauss(QUADRATURE_NODES)
+
+
+def path_waits(hops, split, rate, capacity, pairs, mtu, burstiness):
+    """``(atom, theta)`` ``[flows, paths]`` of each path's packet-scale wait in a fluid
+    step (:mod:`fabric_jax.queueing`): per-port waits from the step's rates on each hop
+    (flow rate x split), summed over the hops that not all of the flow's paths share.
+
+    Args:
+      hops: :class:`fabric_jax.links.HopTable`.
+      split: ``[flows, paths]``.
+      rate: ``[flows]`` sending rate, bytes/s.
+      capacity: ``[links]`` capacity in force, bytes/s.
+      pairs: :class:`fabric_jax.queueing.IngressPairs` of ``hops``.
+      mtu: packet size, bytes.
+      burstiness: ``kappa`` of :func:`fabric_jax.queueing.port_wait`.
+    """
+    entry = jnp.where(hops.valid, jnp.repeat(split * rate[:, None], hops.seg, axis=1), 0.0)
+    pw = qm.port_wait(entry, hops.link, pairs, capacity, mtu, burstiness=burstiness)
+    valid3 = hops.per_path(hops.valid)
+    random_hop = valid3 & ~qm.common_hops(hops.per_path(hops.link), split, valid3)
+    return qm.path_wait(hops.per_path(hops.gather(pw.busy)),
+                        hops.per_path(hops.gather(pw.mean)), random_hop)
 
 
 def discard_step(phi, events, dt, recovery):

@@ -197,7 +197,9 @@ def test_single_path_never_affected():
 
 
 def _incast(loss_recovery, rto_steps=0):
-    """2-to-1 incast over a lossy 64 KB-buffer leaf-spine (tail drop, DCQCN)."""
+    """2-to-1 incast over a lossy 64 KB-buffer leaf-spine (tail drop, DCQCN), on a
+    reordering NIC: only losses trigger go-back-N (since issue 26 two senders sprayed
+    over equal paths also reorder at the spine ports, :mod:`fabric_jax.queueing`)."""
     from fabric_jax.flowcontrol import FlowControl
     topo = leaf_spine(2, 2, 2, link_gbps=100.0, latency_us=1.0)
     ps = shortest_paths(topo, np.array([0, 1]), np.array([2, 2]))
@@ -207,13 +209,13 @@ def _incast(loss_recovery, rto_steps=0):
                           law="dcqcn", flow_control=FlowControl("drop", rto_steps=rto_steps),
                           buffer=64e3,
                           link_latency=topo.latency, nic_links=topo, routing=r,
-                          loss_recovery=loss_recovery, reorder=False)
+                          loss_recovery=loss_recovery, reorder=True)
 
 
 def test_go_back_n_wastes_more_than_selective_under_the_same_loss():
     sel, gbn = _incast("selective"), _incast("go_back_n")
     assert float(np.sum(sel.dropped)) > 0 and float(np.sum(gbn.dropped)) > 0
-    assert float(np.sum(sel.discarded)) == 0.0          # equal path delays: no reordering
+    assert float(np.sum(sel.discarded)) == 0.0          # reordering NIC: nothing discarded
     assert float(np.sum(gbn.discarded)) > float(np.sum(gbn.dropped))
     assert float(np.sum(gbn.sent)) > float(np.sum(sel.sent))
     assert np.all(np.isfinite(np.asarray(gbn.fct)))

@@ -26,6 +26,7 @@ nscc      UEC NSCC (ECN + delay, sender window), optional RCCC receiver credit
 
 from . import dcqcn as _dcqcn, hpcc as _hpcc, ibcc as _ibcc, none as _none
 from . import nscc as _nscc, swift as _swift
+from . import dctcp as _dctcp  # noqa: F401  (registers "dctcp"; not in LAWS, see its docstring)
 from .base import FlowSignals, Law, LinkView, get
 from .none import NONE, none_params
 from .dcqcn import DCQCN, DCQCNParams, dcqcn_params
@@ -33,6 +34,7 @@ from .ibcc import IBCC, IBCCParams, ibcc_params
 from .hpcc import HPCC, HPCCParams, hpcc_params
 from .swift import SWIFT, SwiftParams, swift_params
 from .nscc import NSCC, NSCCParams, nscc_params
+from .dctcp import DCTCP, DCTCPParams, dctcp_params
 
 #: Every law by name.
 LAWS = {law.name: law for law in (NONE, DCQCN, IBCC, HPCC, SWIFT, NSCC)}
@@ -82,4 +84,5 @@ def params_for(law, line_rate, **overrides):
 __all__ = ["Law", "FlowSignals", "LinkView", "get", "LAWS", "LINE_RATE_SCALING", "params_for",
            "NONE", "none_params", "DCQCN", "DCQCNParams", "dcqcn_params", "IBCC", "IBCCParams",
            "ibcc_params", "HPCC", "HPCCParams", "hpcc_params", "SWIFT", "SwiftParams",
-           "swift_params", "NSCC", "NSCCParams", "nscc_params"]
+           "swift_params", "NSCC", "NSCCParams", "nscc_params", "DCTCP", "DCTCPParams",
+           "dctcp_params"]

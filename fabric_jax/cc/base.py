@@ -11,6 +11,14 @@ A law is a :class:`Law`: a small immutable object holding four pure functions.
 * ``mark(links, params, smooth) -> [links]``: the switch side: per-link probability
   that a packet departing the link is marked (ECN CE, IB FECN), from :class:`LinkView`.
 * ``default_params(**kwargs)``: the law's default parameter pytree.
+* ``window(state, signals, params) -> [flows]`` (optional, window-based laws): the
+  bytes the flow may have in flight (sent, not yet acknowledged).  The fluid loop caps
+  the step's offer so that in-flight bytes never exceed it (:func:`window_cap`):
+  ``o_f <= max(W_f - I_f, 0) / dt`` with ``I_f`` the bytes in flight at the start of
+  the step after the acknowledgements that arrived (bytes queued or in transit in the
+  fabric, plus those that reached the receiver less than one base RTT ago, whose
+  acknowledgements are still on their way).  ``None``: a rate-based law (DCQCN, IB CC),
+  no cap.
 
 Parameters are pytrees of array leaves (so ``jax.grad`` works with respect to ECN
 thresholds, gains ...); only the choice of law is static.  The fluid loop
@@ -30,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 __all__ = ["Law", "FlowSignals", "LinkView", "path_mark", "x_over_expm1", "p_over_neglog1p",
-           "register"]
+           "register", "window_cap"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +109,8 @@ class Law:
       step: ``(state, signals, dt, params, smooth) -> State``.
       mark: ``(links, params, smooth) -> [links]`` marking probability.
       default_params: ``(**kwargs) -> Params``.
+      window: ``(state, signals, params) -> [flows]`` bytes allowed in flight, or
+        ``None`` for a rate-based law (module docstring).
     """
 
     name: str
@@ -108,6 +118,7 @@ class Law:
     step: Callable
     mark: Callable
     default_params: Callable
+    window: Callable | None = None
 
     def __repr__(self) -> str:
         return f"Law({self.name!r})"
@@ -129,6 +140,19 @@ def get(law) -> Law:
         return _REGISTRY[law]
     raise ValueError(f"law must be a fabric_jax.cc Law or one of {sorted(_REGISTRY)}; "
                      f"got {law!r}")
+
+
+def window_cap(window, in_flight, dt):
+    """``[flows]`` the largest rate (bytes/s) a flow may send in a step of ``dt`` so that
+    its bytes in flight, ``in_flight`` now, stay within ``window`` (both bytes):
+    ``max(window - in_flight, 0) / dt``.
+
+    A sender that is window-limited sends as acknowledgements free its window (the ACK
+    clock; [HPCC-NS3] ``RdmaQueuePair::IsWinBound``: no packet while ``snd_nxt - snd_una
+    >= win``).  Over one step the fluid sender may send what its window has free at the
+    start of the step, acknowledgements of the step included in ``in_flight``.
+    """
+    return jnp.maximum(window - in_flight, 0.0) / dt
 
 
 # --------------------------------------------------------------- numerics helpers

@@ -168,4 +168,11 @@ def _mark(links, params, smooth):
     return sm.clip01((links.queue - lo) / width, smooth)
 
 
-NSCC = register(Law("nscc", _init, _step, _mark, nscc_params))
+def _window(state, signals, params):
+    """Bytes allowed in flight: the congestion window.  NSCC is window-based
+    ([UET-HTSIM] ``uec.cpp``: a packet leaves while in flight < cwnd); the fluid loop
+    caps the offer to it (:func:`fabric_jax.cc.base.window_cap`)."""
+    return state.cwnd
+
+
+NSCC = register(Law("nscc", _init, _step, _mark, nscc_params, _window))

@@ -108,4 +108,12 @@ def _mark(links, params, smooth):
     return jnp.zeros_like(links.queue)
 
 
-SWIFT = register(Law("swift", _init, _step, _mark, swift_params))
+def _window(state, signals, params):
+    """Bytes allowed in flight: the congestion window.  Swift is window-based (Kumar et
+    al., SIGCOMM 2020, Sec. 3.1: the window bounds the packets in flight, pacing only
+    below one packet; [HTSIM] ``swift.cpp`` sends while in flight < cwnd); the fluid
+    loop caps the offer to it (:func:`fabric_jax.cc.base.window_cap`)."""
+    return state.cwnd
+
+
+SWIFT = register(Law("swift", _init, _step, _mark, swift_params, _window))
