@@ -202,7 +202,7 @@ def test_hpcc_in_flight_never_exceeds_its_window():
         sent.append(np.asarray(state["sent"], float))
         arrived.append(np.asarray(state["passed"], float) + np.asarray(state["discarded"]))
         acked = arrived[k - n_lag] if k >= n_lag else np.zeros(4)
-        window = np.asarray(state["law"].rate, float) * base_rtt
+        window = np.asarray(res.law_state.rate, float) * base_rtt
         ratio.append((sent[k] - acked) / window)
         sending.append(sent[k] - (sent[k - 1] if k else 0.0) > 1.0)
     ratio, sending = np.array(ratio), np.array(sending)
