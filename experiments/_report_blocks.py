@@ -93,9 +93,9 @@ def nccl_summary():
 
 @R.block("scale-summary")
 def scale_summary():
-    data, meta = R.load("scale_sweep")
+    data, meta = R.load("allreduce_sweep")
     if meta is None:
-        return R._missing("scale_sweep")
+        return R._missing("allreduce_sweep")
     gpus = data["gpus"]
     names = list(data["fabrics"])
     out = [R._row(["GPUs"] + [f"{n} p99 (us)" for n in names] + ["ideal (us), per algorithm"]),

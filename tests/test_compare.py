@@ -192,9 +192,9 @@ def test_cli_bad_file_is_an_error_not_a_traceback(tmp_path, capsys):
 
 def test_bad_preset_options_fail_before_any_preset_runs(tmp_path, capsys, monkeypatch):
     """A bad ``cc_options`` of the last preset is refused before the first preset runs."""
-    from fabric_jax.study import run
+    from fabric_jax import fabric_sim
     calls = []
-    monkeypatch.setattr(run, "simulate_fluid", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(fabric_sim, "simulate_fluid", lambda *a, **k: calls.append(1))
     bad = tmp_path / "bad.toml"
     data = _tiny_dict()
     data["fabrics"]["uec"] = {"cc_options": {"no_such_gain": 1.0}}
