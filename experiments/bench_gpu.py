@@ -398,7 +398,29 @@ def main(argv=None):
             out["wall_s"] = time.time() - t0
             write_json(a.json, out)
             print(p, json.dumps(rows[-1], default=float), flush=True)
+    print(summary(out))
+    print(f"written to {a.json} ({out.get('wall_s', 0.0):.0f} s)")
     return out
+
+
+def summary(out: dict) -> str:
+    """The parts as plain tables (one per part; every key a column, floats to 4
+    significant digits), after the device line."""
+    d = out["device"]
+    lines = [f"device {d.get('platform')} ({d.get('device')}), jax {d.get('jax')}, "
+             f"{d.get('cpu_count')} CPU cores, {out['date']}"]
+    for part, rows in out["parts"].items():
+        keys = list(dict.fromkeys(k for r in rows for k in r if not isinstance(r[k], dict)))
+
+        def cell(v):
+            if v is None:
+                return "-"
+            return f"{v:.4g}" if isinstance(v, float) else str(v)
+        table = [keys] + [[cell(r.get(k)) for k in keys] for r in rows]
+        width = [max(len(row[i]) for row in table) for i in range(len(keys))]
+        lines.append(f"\n[{part}]")
+        lines += ["  ".join(c.rjust(w) for c, w in zip(row, width)) for row in table]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -295,7 +295,9 @@ def load_blocks():
     import types
     this = sys.modules.get(__name__)
     if this is None or getattr(this, "BLOCKS", None) is not BLOCKS:   # loaded by path
-        this = types.SimpleNamespace(**globals())
+        this = types.ModuleType("report")    # a real module: tools that scan
+        this.__dict__.update(globals())       # sys.modules (hypothesis) hash it
+        this.__name__ = "report"
     sys.modules["report"] = this           # what _report_blocks imports as ``report``
     sys.modules.pop("_report_blocks", None)
     if str(ROOT / "experiments") not in sys.path:

@@ -1706,7 +1706,10 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
                stranded=active & stranded)
     if static.policy is not None:
         new.update(route=rstate, load=tr["load_o"], mark_l=mark_l, rate=offered)
-    snap = dict(t=t + dt, rate=offered, throughput=deliv_now / dt, queue=q_new,
+    # the end of the step, rounded once, as an idle chunk's snapshot computes it
+    # (``t + dt`` rounds twice unless the compiler contracts it into an FMA)
+    snap = dict(t=(c["k"] + 1).astype(dt.dtype) * dt, rate=offered,
+                throughput=deliv_now / dt, queue=q_new,
                 usable=usable_l, mark=p_path, law_state=law_state)
     return new, snap
 

@@ -35,7 +35,8 @@ LAYERS = {
     # fairness (max-min solvers) and their sharded / batched drivers
     "fairness": 3,
     # dynamics
-    "links": 4, "qos": 4, "flowcontrol": 4, "receiver": 4, "cc": 4, "faults": 4,
+    "links": 4, "qos": 4, "flowcontrol": 4, "receiver": 4, "queueing": 4, "cc": 4,
+    "faults": 4,
     # simulation
     "sim": 5, "fluid": 5, "distributed": 5,
     # collectives, workloads, fabric presets and a preset's run on paths
