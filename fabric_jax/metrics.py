@@ -244,6 +244,12 @@ def percentiles(x, qs: Sequence[float] = DEFAULT_QUANTILES) -> dict[str, Any]:
     if any(not 0.0 <= q <= 100.0 for q in qs):
         raise ValueError(f"qs must lie in [0, 100], got {qs}")
     values = jnp.percentile(x.ravel(), jnp.asarray(qs, dtype=x.dtype))
+    # monotone in q, as percentiles are: the interpolation between two equal or adjacent
+    # values can round one ulp past the next percentile (seen with float32 and without
+    # FMA contraction); a running maximum in q order removes only that rounding
+    order = np.argsort(qs, kind="stable")
+    mono = jax.lax.cummax(values[order])
+    values = mono[np.argsort(order)]
     return {_quantile_key(q): values[i] for i, q in enumerate(qs)}
 
 

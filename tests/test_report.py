@@ -72,7 +72,7 @@ def test_readme_is_short_and_keeps_its_test_command():
     awk = r"/<!-- test-command -->/{f=1; next} f && /^```/{if (s) exit; s=1; next} f && s {print; exit}"
     cmd = subprocess.run(["awk", awk, str(ROOT / "README.md")], capture_output=True,
                          text=True, check=True).stdout.strip()
-    assert cmd == 'python -m pip install -e ".[test]" && python -m pytest -q'
+    assert cmd == 'python -m pip install -e ".[test]" && python -m pytest -q -n auto --dist loadfile'
     # no dated history in the README: figures live in generated blocks
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text)
     for page in ("docs/validation.md", "docs/performance.md", "docs/models.md"):

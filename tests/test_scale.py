@@ -262,10 +262,17 @@ def test_rail_reduction_equals_full_run_every_preset(preset):
     one = sc.simulate_rails(st, topo, preset, rails=(0,), **kw)
     assert np.all(np.isfinite(full.finish))
     per = [full.finish[full.flows.rail == r] for r in range(8)]
-    np.testing.assert_allclose(one.finish, per[0], rtol=1e-5)
+
+    def same_run(a, b):
+        # equal to float round-off, which a threshold (a PFC pause, an ECN mark) can turn
+        # into one step more or less for a flow now and then: every flow within one step,
+        # nearly all to round-off
+        np.testing.assert_allclose(a, b, rtol=0, atol=kw["dt"])
+        assert np.mean(np.isclose(a, b, rtol=1e-5, atol=0)) >= 0.95
+    same_run(one.finish, per[0])
     if get_fabric(preset).routing not in sc.HASHED_ROUTING:
         for r in range(1, 8):
-            np.testing.assert_allclose(per[r], per[0], rtol=1e-5)
+            same_run(per[r], per[0])
 
 
 # ------------------------------------------------------------------ CLI
