@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["kernel_counts", "compiled_text", "launches_per_step"]
+__all__ = ["kernel_counts", "compiled_text", "compiled_fluid_run", "launches_per_step"]
 
 _FUSION = re.compile(r"^\s*%\S+ = .*? fusion\(", re.M)
 _WHILE = re.compile(r"^\s*%\S+ = .*? while\(.*?condition=(%[\w.\-]+), body=(%[\w.\-]+)", re.M)
@@ -27,6 +27,25 @@ def compiled_text(fn, *args, **kwargs) -> str:
     import jax
     lowered = (fn if hasattr(fn, "lower") else jax.jit(fn)).lower(*args, **kwargs)
     return lowered.compile().as_text()
+
+
+def compiled_fluid_run(*args, **kwargs):
+    """``(compiled, result)``: :func:`fabric_jax.simulate_fluid` run with these arguments,
+    and its jitted core (``fabric_jax.fluid._run``) compiled for the arguments it got
+    (caught on the way in: the public function prepares them on the host)."""
+    import fabric_jax.fluid as fl
+    captured = {}
+    orig = fl._run
+
+    def spy(*a):
+        captured["a"] = a
+        return orig(*a)
+    fl._run = spy
+    try:
+        res = fl.simulate_fluid(*args, **kwargs)
+    finally:
+        fl._run = orig
+    return orig.lower(*captured["a"]).compile(), res
 
 
 def _computations(text: str) -> dict:

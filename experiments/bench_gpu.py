@@ -170,26 +170,13 @@ def fluid_row(k, n, case, steps, dev):
 
 
 def fluid_hlo(k, n, case, steps):
-    """Fusion counts and bytes per flow of the compiled fluid run (spied on the engine's
-    jitted core)."""
-    import fabric_jax.fluid as fl
+    """Fusion counts and bytes per flow of the compiled fluid run."""
     topo, inc, cap = pair_instance(k, n)
-    captured = {}
-    orig = fl._run
-
-    def spy(*a):
-        captured["a"] = a
-        return orig(*a)
-    fl._run = spy
-    try:
-        fj.simulate_fluid(inc, cap, np.full(inc.n_flows, 1e12, np.float32), dt=1e-6,
-                          n_steps=steps, buffer=1e6, link_latency=np.asarray(topo.latency),
-                          nic_links=topo, **FLUID_CASES[case])
-    finally:
-        fl._run = orig
-    compiled = orig.lower(*captured["a"]).compile()
-    counts = _hlo.kernel_counts(compiled.as_text())
-    return counts, _bytes(compiled, n)
+    compiled, _ = _hlo.compiled_fluid_run(
+        inc, cap, np.full(inc.n_flows, 1e12, np.float32), dt=1e-6, n_steps=steps,
+        buffer=1e6, link_latency=np.asarray(topo.latency), nic_links=topo,
+        **FLUID_CASES[case])
+    return _hlo.kernel_counts(compiled.as_text()), _bytes(compiled, n)
 
 
 def part_fluid(small, backends, baseline=None, max_flows=None):
@@ -233,24 +220,13 @@ def kernel_row(k, law, fc):
     """Kernel counts of the compiled fluid run on the issue-24 proxy instance
     (``experiments/bench_dynamics.py``'s ``fat_tree(k)`` permutation + 16-to-1 incast),
     with the per-step solves' measured iterations (also run by ``--baseline-rev``)."""
-    import fabric_jax.fluid as fl
     from bench_dynamics import workload
     topo, inc, cap, lat = workload(k, 16, 0, None)
-    captured = {}
-    orig = fl._run
-
-    def spy(*a):
-        captured["a"] = a
-        return orig(*a)
-    fl._run = spy
     steps = 200
-    try:
-        res = fj.simulate_fluid(inc, cap, np.full(inc.n_flows, 1e6), dt=1e-6, n_steps=steps,
-                                law=law, flow_control=fc, buffer=1e6,
-                                link_latency=np.asarray(topo.latency), nic_links=topo)
-    finally:
-        fl._run = orig
-    counts = _hlo.kernel_counts(orig.lower(*captured["a"]).compile().as_text())
+    compiled, res = _hlo.compiled_fluid_run(
+        inc, cap, np.full(inc.n_flows, 1e6), dt=1e-6, n_steps=steps, law=law,
+        flow_control=fc, buffer=1e6, link_latency=np.asarray(topo.latency), nic_links=topo)
+    counts = _hlo.kernel_counts(compiled.as_text())
     it = getattr(res.info, "solver_iterations", None)
     trips = ({} if it is None else
              {"allocate": float(np.asarray(it)[0]) / steps,

@@ -12,7 +12,6 @@ threads -- so the budget is checked on the issue's instance.)
 
 import numpy as np
 
-import fabric_jax.fluid as fl
 from tests.helpers import load_experiment
 
 hlo = load_experiment("_hlo")
@@ -24,20 +23,10 @@ STEP_BUDGET = 150
 
 def _compiled_text(law, fc):
     topo, inc, cap, lat = bench_dynamics.workload(8, 16, 0, None)
-    captured = {}
-    orig = fl._run
-
-    def spy(*a):
-        captured["a"] = a
-        return orig(*a)
-    fl._run = spy
-    try:
-        fl.simulate_fluid(inc, cap, np.full(inc.n_flows, 1e6), dt=1e-6, n_steps=4, law=law,
-                          flow_control=fc, buffer=1e6, link_latency=np.asarray(topo.latency),
-                          nic_links=topo)
-    finally:
-        fl._run = orig
-    return orig.lower(*captured["a"]).compile().as_text()
+    compiled, _ = hlo.compiled_fluid_run(
+        inc, cap, np.full(inc.n_flows, 1e6), dt=1e-6, n_steps=4, law=law, flow_control=fc,
+        buffer=1e6, link_latency=np.asarray(topo.latency), nic_links=topo)
+    return compiled.as_text()
 
 
 def test_dcqcn_pfc_step_holds_at_most_the_issues_budget_of_fusions():
