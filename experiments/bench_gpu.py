@@ -119,12 +119,12 @@ def _bytes(compiled, n_flows):
 
 
 # ---------------------------------------------------------------------- parts
-def part_solve(small, backends, max_flows=None):
+def part_solve(small, backends, max_flows=None, only_k=None):
     sizes = [(8, 2_000), (8, 20_000)] if small else [(16, 10_000), (16, 100_000),
                                                      (16, 1_000_000), (32, 1_000_000)]
     rows = []
     for k, n in sizes:
-        if max_flows is not None and n > max_flows:
+        if (max_flows is not None and n > max_flows) or (only_k is not None and k != only_k):
             continue
         topo, inc, cap = pair_instance(k, n)
         row = dict(k=k, links=topo.n_links, flows=n)
@@ -336,6 +336,8 @@ def main(argv=None):
                     help="also run the kernels and fluid parts on this git revision's code (CPU)")
     ap.add_argument("--max-flows", type=int, default=None,
                     help="skip instances with more flows (e.g. 100000 on a CPU)")
+    ap.add_argument("--only-k", type=int, default=None,
+                    help="solve part: only the fat_tree(k) instances of this k (e.g. 16)")
     a = ap.parse_args(argv)
     parts = [p for p in a.parts.split(",") if p]
     bad = [p for p in parts if p not in PARTS]
@@ -349,7 +351,7 @@ def main(argv=None):
                small=a.small, parts={})
     baseline = baseline_runner(a.baseline_rev) if a.baseline_rev else None
     gens = dict(kernels=lambda: part_kernels(a.small, backends, baseline),
-                solve=lambda: part_solve(a.small, backends, a.max_flows),
+                solve=lambda: part_solve(a.small, backends, a.max_flows, a.only_k),
                 fluid=lambda: part_fluid(a.small, backends, baseline, a.max_flows),
                 events=lambda: part_events(a.small, backends),
                 batched=lambda: part_batched(a.small, backends))
