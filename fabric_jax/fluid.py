@@ -1060,10 +1060,9 @@ def _offer(static, net, c, t, start, started, active, stranded, params, smooth, 
         in_flight = (jnp.sum(c["x"], axis=1) + jnp.sum(c["transit"], axis=1)
                      + jnp.maximum(c["passed"] + c["discarded"] - acked, 0.0))
         # smooth mode: the cap's max and min relaxed like the laws' own (exact: as is)
-        room = sm.maximum(law.window(law_state, sig, params) - in_flight, 0.0,
-                          net.line_rate * dt, smooth)
-        offered = sm.minimum(offered, ccbase.window_cap(room, 0.0, dt), net.line_rate,
-                             smooth)
+        cap_rate = ccbase.window_cap(law.window(law_state, sig, params), in_flight, dt,
+                                     smooth, net.line_rate * dt)
+        offered = sm.minimum(offered, cap_rate, net.line_rate, smooth)
     offered = jnp.where(active & ~stranded, jnp.maximum(offered, 0.0), 0.0)
     # the senders' new state and offers in one kernel (the barrier keeps XLA from
     # reading the rows through the stack, which would split it again)

@@ -37,6 +37,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from .. import smooth as sm
+
 __all__ = ["Law", "FlowSignals", "LinkView", "path_mark", "x_over_expm1", "p_over_neglog1p",
            "register", "window_cap"]
 
@@ -142,17 +144,18 @@ def get(law) -> Law:
                      f"got {law!r}")
 
 
-def window_cap(window, in_flight, dt):
+def window_cap(window, in_flight, dt, smooth=sm.EXACT, scale=1.0):
     """``[flows]`` the largest rate (bytes/s) a flow may send in a step of ``dt`` so that
     its bytes in flight, ``in_flight`` now, stay within ``window`` (both bytes):
-    ``max(window - in_flight, 0) / dt``.
+    ``max(window - in_flight, 0) / dt``; in smooth mode the max is
+    :func:`fabric_jax.smooth.maximum` at ``scale`` bytes (e.g. a line rate times ``dt``).
 
     A sender that is window-limited sends as acknowledgements free its window (the ACK
     clock; [HPCC-NS3] ``RdmaQueuePair::IsWinBound``: no packet while ``snd_nxt - snd_una
     >= win``).  Over one step the fluid sender may send what its window has free at the
     start of the step, acknowledgements of the step included in ``in_flight``.
     """
-    return jnp.maximum(window - in_flight, 0.0) / dt
+    return sm.maximum(window - in_flight, 0.0, scale, smooth) / dt
 
 
 # --------------------------------------------------------------- numerics helpers
