@@ -22,17 +22,21 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 def _persistent_compilation_cache():
-    """A compilation cache on disk for the session (``FABRIC_JAX_TEST_CACHE`` names a
-    lasting one): a program compiled in one test module is loaded, not recompiled, in
-    another, although :func:`_fresh_jax_caches` drops the in-memory caches between
-    modules."""
+    """A compilation cache on disk shared by every worker of the run
+    (``FABRIC_JAX_TEST_CACHE`` names a lasting one; ``.ci/run`` sets one for its two
+    runs): a program compiled in one test module, or by the other xdist worker, is
+    loaded, not recompiled, although :func:`_fresh_jax_caches` drops the in-memory caches
+    between modules.  The pytest process that starts first (the xdist controller, or the
+    only process) makes the folder, exports it to the workers it spawns and removes it at
+    exit."""
     import jax
     path = os.environ.get("FABRIC_JAX_TEST_CACHE")
     if not path:
         path = tempfile.mkdtemp(prefix="fabric_jax_xla_cache_")
+        os.environ["FABRIC_JAX_TEST_CACHE"] = path
         atexit.register(shutil.rmtree, path, True)
     jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
 
 
 _persistent_compilation_cache()
