@@ -14,6 +14,7 @@ import dataclasses
 
 import jax
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 
 # A realistic link speed: 100 Gb/s in bytes/s.
@@ -437,3 +438,17 @@ def incast_leaf_spine():
     ps = shortest_paths(topo, np.array([0, 1, 2, 3, 0, 1]), np.array([4, 4, 4, 4, 5, 6]))
     r = make_routing("ecmp", ps, seed=0)
     return topo, r, Incidence.from_paths(ps, np.asarray(r.split), n_links=topo.n_links)
+
+
+def slow_except(values, keep):
+    """Parametrisation ``values`` (scalars or tuples) with those not in ``keep`` marked
+    ``slow``: the default suite runs a representative subset (each test file keeps every
+    law, mode or preset covered by at least one default case), the slow suite the rest.
+    Each case compiles its own XLA program, which is most of a test's time."""
+    keep = set(keep)
+    unknown = keep - set(values)
+    if unknown:
+        raise ValueError(f"slow_except: keep names values not in the list: {sorted(unknown)}")
+    return [v if v in keep else
+            pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.slow)
+            for v in values]

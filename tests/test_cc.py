@@ -290,6 +290,7 @@ def test_ibcc_with_credits_lone_flow_reaches_line_rate():
     assert float(np.sum(np.asarray(res.info.paused_time))) < 1e-9
 
 
+@pytest.mark.slow
 def test_ibcc_nic_backlog_is_not_a_congested_switch_port():
     # Three flows from one HCA offer 3x its line rate: the HCA shares its link among
     # them and the excess stays unsent.  Switches set FECN, HCAs do not: with the switch-port mask,

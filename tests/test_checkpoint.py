@@ -7,6 +7,8 @@ import jax
 import numpy as np
 import pytest
 
+from .helpers import slow_except
+
 from fabric_jax.checkpoint import Checkpoint, flatten_state, load_checkpoint, save_checkpoint
 from fabric_jax.fluid import simulate_fluid
 from fabric_jax.incidence import Incidence
@@ -40,9 +42,8 @@ def _assert_identical(a, b):
         assert np.array_equal(np.asarray(fa[k]), np.asarray(fb[k]), equal_nan=True), k
 
 
-@pytest.mark.parametrize("case", [pytest.param("none", marks=pytest.mark.slow),
-                                  pytest.param("dcqcn", marks=pytest.mark.slow),
-                                  "routing", pytest.param("faults", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("case", slow_except(["none", "dcqcn", "routing", "faults"],
+                                             keep=["none"]))
 def test_resume_is_bit_identical(case, tmp_path):
     # 2N steps in one call vs N steps, save, load, N more steps (in memory for the
     # "faults" case: ECMP, no CC): every array of the final state, and the results, are

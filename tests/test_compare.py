@@ -135,6 +135,7 @@ def test_cli_end_to_end_with_scaling_curve(tmp_path, capsys):
     assert "scaling_curve.png" in text
 
 
+@pytest.mark.slow
 def test_scaling_study_and_public_simulate_case():
     import numpy as np
 

@@ -103,6 +103,7 @@ def test_default_scenario_keeps_its_constants():
     assert d.economics == dict(gpu_price_per_hour=2.5, tokens_per_gpu_per_step=8.0)
 
 
+@pytest.mark.slow
 def test_cli_model_run_columns(tmp_path, capsys):
     scn_file = tmp_path / "m.toml"
     data = copy.deepcopy(BASE)

@@ -96,6 +96,7 @@ def test_sweep_simulate_flows_batched_matches_loop():
         np.testing.assert_allclose(np.asarray(out.finish[b]), np.asarray(ref.finish), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_sweep_per_scenario_simulate_flows():
     # Per-scenario simulate_flows under sweep (vmap): the slot table cannot grow inside a
     # trace, so it needs max_active = flows, and says so otherwise.
@@ -248,6 +249,7 @@ def four_devices():
     return _run_four_devices(_SCRIPT)
 
 
+@pytest.mark.slow
 def test_four_devices_sharded_solver_equals_single_device(four_devices):
     r = four_devices
     assert r["devices"] == 4

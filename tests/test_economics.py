@@ -159,6 +159,7 @@ def test_gpu_value_rejects_bad_flags():
         _load("gpu_value").main(["--dp", "4", "--ep", "3"])
 
 
+@pytest.mark.slow
 def test_gpu_value_quick_from_model_and_simulation(tmp_path):
     # 32 GPUs (4 servers), llama3_70b tp 8 dp 4: the step is at least its compute time
     # (communication can only add), utilisation < 1, MFU below the achievable fraction

@@ -18,7 +18,7 @@ from fabric_jax.paths import shortest_paths
 from fabric_jax.routing import POLICIES, RoutingView, make_routing, path_alive
 from fabric_jax.topology import leaf_spine
 
-from .helpers import enable_x64, load_experiment
+from .helpers import enable_x64, load_experiment, slow_except
 
 US = 1e-6
 
@@ -149,8 +149,8 @@ def test_ecmp_rehashes_only_flows_on_the_dead_path_and_returns_after_recovery():
     assert _throughput(end)[-20:].mean() == pytest.approx(2 * C, rel=1e-4)
 
 
-@pytest.mark.parametrize("policy", ["spray", pytest.param("ib_ar", marks=pytest.mark.slow),
-                                    "spectrum_x_ar"])
+@pytest.mark.parametrize("policy", slow_except(["spray", "ib_ar", "spectrum_x_ar"],
+                                                keep=["spray"]))
 def test_spray_and_adaptive_rebalance_to_the_surviving_capacity(policy):
     # Even/adaptive splits over both spines: 2 C total before the failure, exactly the
     # surviving uplink's C during it (closed form), dead paths carry weight 0.
@@ -168,6 +168,7 @@ def test_spray_and_adaptive_rebalance_to_the_surviving_capacity(policy):
     np.testing.assert_allclose(split.sum(axis=1), 1.0, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_static_route_strands_the_flow_reports_it_and_resumes():
     # Static routing (no routing=): flow 0 via spine 0, flow 1 via spine 1, 5 MB each at
     # C = 50 GB/s (100 us alone).  up0 fails during [30, 80) us: flow 0 is stranded for
@@ -216,8 +217,8 @@ def test_degrade_by_half_halves_the_throughput_closed_form():
         np.testing.assert_allclose(tp[61:int(want / US) - 1], 0.5 * C, rtol=1e-12)
 
 
-@pytest.mark.parametrize("case", ["static_dcqcn_pfc", "spray_drop",
-                                  pytest.param("ecmp_none", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("case", slow_except(["static_dcqcn_pfc", "spray_drop", "ecmp_none"],
+                                             keep=["static_dcqcn_pfc"]))
 def test_bytes_conserved_through_fail_and_recover_x64(case):
     # Queues are full when a link fails: those bytes are dropped, returned to the
     # sender and resent.  sent = delivered + queued + dropped per flow (float64

@@ -101,6 +101,7 @@ def _mc_per_hop(split, delay, busy, mean, rate, n, seed):
     return float(np.mean(y.min(axis=1) < x))
 
 
+@pytest.mark.slow
 def test_out_of_order_probability_matches_monte_carlo_of_per_hop_delays():
     # Stated error: the model keeps each path's exact atom and mean and makes the rest
     # one exponential; against the per-hop sums it is within 10 % + 3 Monte Carlo
@@ -179,6 +180,7 @@ def test_window_cap_and_laws_with_windows():
     assert cc.base.get("dctcp").window is not None
 
 
+@pytest.mark.slow
 def test_hpcc_in_flight_never_exceeds_its_window():
     # 4-to-1 incast at 400 Gb/s, HPCC, stepped one dt at a time (resume = one run); the
     # independent bookkeeping: in flight after step k = sent_k - acked_k, acked_k = the

@@ -14,7 +14,7 @@ from fabric_jax.fluid import simulate_fluid
 from fabric_jax.incidence import Incidence
 from fabric_jax.units import US, gbps
 
-from .helpers import enable_x64, incast_leaf_spine
+from .helpers import enable_x64, incast_leaf_spine, slow_except
 
 C = gbps(40.0)
 
@@ -42,11 +42,9 @@ def test_none_law_queue_grows_at_excess_rate_and_fct_closed_form():
         assert not bool(res.info.stalled)
 
 
-@pytest.mark.parametrize("law,fc", [
-    ("dcqcn", "pfc"), ("ibcc", "credit"), ("nscc", "trim"),
-    pytest.param("none", "none", marks=pytest.mark.slow),
-    pytest.param("hpcc", "drop", marks=pytest.mark.slow),
-    pytest.param("swift", "drop", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("law,fc", slow_except(
+    [("dcqcn", "pfc"), ("ibcc", "credit"), ("nscc", "trim"), ("none", "none"),
+     ("hpcc", "drop"), ("swift", "drop")], keep=[("nscc", "trim")]))
 def test_conservation_exact_in_x64(law, fc):
     # 6 flows, 3-link parking lot (flow 0 crosses all), 64 KB buffers: bytes sent =
     # delivered + queued + in flight + dropped, per flow, to float64 round-off.
@@ -90,6 +88,7 @@ def test_dependencies_and_arrivals():
         np.testing.assert_allclose(np.asarray(res.finish), [200e-6, 410e-6, 250e-6], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_smooth_grad_matches_central_differences():
     # d(mean bottleneck queue over 300 us)/d(K_min) for DCQCN in the smooth mode, x64:
     # jax.grad vs central differences with step 0.5 KB.
@@ -136,9 +135,6 @@ from fabric_jax.flowcontrol import MODES  # noqa: E402
 
 from .reference import fluid_numpy  # noqa: E402
 
-_DIAGONAL = {("none", "none"), ("dcqcn", "pfc"), ("ibcc", "credit"), ("hpcc", "drop"),
-             ("swift", "trim"), ("nscc", "pfc")}
-
 
 def _access_dumbbell(n, access=2.0):
     """Flow i: its access link 1 + i (a host NIC, ``access`` x C) then bottleneck 0."""
@@ -148,9 +144,9 @@ def _access_dumbbell(n, access=2.0):
     return Incidence.from_coo(li, fi, n_links=n + 1, n_flows=n), cap
 
 
-@pytest.mark.parametrize("law,fc", [
-    (law, fc) if (law, fc) in _DIAGONAL else pytest.param(law, fc, marks=pytest.mark.slow)
-    for law in sorted(LAWS) for fc in MODES])
+@pytest.mark.parametrize("law,fc", slow_except(
+    [(law, fc) for law in sorted(LAWS) for fc in MODES],
+    keep=[("dcqcn", "pfc"), ("ibcc", "credit"), ("hpcc", "drop")]))
 def test_conservation_every_step_every_law_and_mode(law, fc):
     # 4 flows (2-link paths, NIC at 2C) into one C bottleneck with 1 us links, 40 KB
     # buffers: at every step sent = delivered + in flight + queued + dropped (x64).
@@ -177,7 +173,7 @@ def _leaf_spine_path(topo, src, dst):
     return [int(v) for v in np.asarray(ps.links)[0, 0] if v >= 0]
 
 
-@pytest.mark.parametrize("gbps_", [25.0, 100.0, 400.0, 800.0])
+@pytest.mark.parametrize("gbps_", slow_except([25.0, 100.0, 400.0, 800.0], keep=[25.0, 800.0]))
 def test_single_flow_idle_path_completes_in_size_over_rate_plus_half_base_rtt(gbps_):
     # One 1 MB flow over host -> leaf -> spine -> leaf -> host (4 links of 1 us):
     # base RTT = 2 x 4 us; FCT = size / line rate + base_RTT / 2, within one dt.
@@ -197,7 +193,7 @@ def test_single_flow_idle_path_completes_in_size_over_rate_plus_half_base_rtt(gb
     assert float(np.max(res.trajectory.queue)) == 0.0
 
 
-@pytest.mark.parametrize("law", sorted(LAWS))
+@pytest.mark.parametrize("law", slow_except(sorted(LAWS), keep=["swift"]))
 def test_fair_share_on_nonblocking_fabric_no_marks_pauses_or_queue(law):
     # 4 flows host i -> host 4 + i on leaf_spine(2 leaves, 4 spines, 4 hosts), flow i
     # pinned to spine i: non-blocking, every flow's fair share is its line rate.  After
@@ -226,7 +222,8 @@ def test_fair_share_on_nonblocking_fabric_no_marks_pauses_or_queue(law):
     assert float(np.min(np.asarray(res.trajectory.throughput)[tail])) > 0.5 * topo.capacity[0]
 
 
-@pytest.mark.parametrize("law", ["dcqcn", "nscc", "ibcc", "swift", "hpcc"])
+@pytest.mark.parametrize("law", slow_except(["dcqcn", "nscc", "ibcc", "swift", "hpcc"],
+                                            keep=["dcqcn"]))
 def test_nic_backlog_is_never_marked_nor_a_phantom_queue_downstream(law):
     # Two flows from one host (one 40 Gb/s NIC, link 0) to two receivers over 2-hop
     # paths (links 1 and 2 at 40 Gb/s).  Both offer line rate: the NIC is the
@@ -266,7 +263,7 @@ def test_nic_links_derivation_and_explicit_mask():
         nic_links(tab, 3, n, np.ones(3, bool))
 
 
-@pytest.mark.parametrize("mode", ["none", "pfc", "drop"])
+@pytest.mark.parametrize("mode", slow_except(["none", "pfc", "drop"], keep=["pfc", "drop"]))
 def test_matches_numpy_oracle(mode):
     # Tiny fabrics, law "none", x64: queues, wires, PFC pauses / tail drops, finish
     # times and the byte balance equal the plain-NumPy oracle step by step (an exact
@@ -344,6 +341,7 @@ def test_input_checks_params_fc_params_routing():
     simulate_fluid(multi, topo.capacity, np.ones(2), routing=ok, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("law,fc", [("dcqcn", "pfc"), ("ibcc", "credit")])
 def test_fct_converges_in_dt(law, fc):
     # leaf_spine(2 leaves, 2 spines, 4 hosts) at 100 Gb/s, 1 us links, ECMP: a 4-to-1
@@ -408,6 +406,7 @@ def test_flow_on_no_link_is_delivered_and_bytes_are_conserved():
     assert float(res.info.max_residual) < 1e-3 * size.sum()
 
 
+@pytest.mark.slow
 def test_flow_whose_counted_bytes_drift_short_still_finishes():
     # Found by experiments/hpcc_fct.py at dt = 0.25 us: float32 keeps two running
     # totals of a flow, ``remaining`` (counted down from its size) and ``passed``

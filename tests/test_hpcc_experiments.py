@@ -53,6 +53,7 @@ def test_incast_hpcc_converges_to_fair_share_with_bounded_queue(tmp_path):
     assert (tmp_path / "hpcc_incast.png").exists()
 
 
+@pytest.mark.slow
 def test_incast_with_finite_flows_reports_completion_against_n_size_over_c(tmp_path):
     # 4 x 0.5 MB into one 400 Gb/s port: the bottleneck can finish no sooner than
     # 4 x 0.5 MB / 50 GB/s = 40 us after the first byte arrives (path latency 1 us).  A

@@ -9,7 +9,7 @@ import pytest
 
 from fabric_jax import links as lk
 
-from .helpers import enable_x64
+from .helpers import enable_x64, slow_except
 
 
 def _table(rng, n_flows=6, n_hops=3, n_links=4):
@@ -184,8 +184,9 @@ def _generic(rng, n_bands=4):
     return hops, link, valid, bands, amount
 
 
-@pytest.mark.parametrize("kernel", ["fifo_take", "serve", "merge_bands", "reconcile_bands",
-                                    "service_span"])
+@pytest.mark.parametrize("kernel", slow_except(
+    ["fifo_take", "serve", "merge_bands", "reconcile_bands", "service_span"],
+    keep=["serve", "reconcile_bands"]))
 def test_band_kernel_derivatives_match_finite_differences(kernel):
     with enable_x64():
         rng = np.random.default_rng(7)
@@ -305,7 +306,7 @@ def _fifo_queue_run(w, n_steps=12, n_bands=8):
     return jnp.sum(sent, axis=0)
 
 
-@pytest.mark.parametrize("n_bands", [1, 8])
+@pytest.mark.parametrize("n_bands", slow_except([1, 8], keep=[8]))
 def test_fifo_queue_weight_gradient_through_ties(n_bands):
     # The default-suite guard of the ETS-weight gradient (test_traffic_classes.py, slow):
     # with w = 3 the queue grows by 3125 a step and equals the budget 9375 exactly at

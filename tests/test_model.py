@@ -289,6 +289,7 @@ def test_serving_queues_and_batches():
         run.serve(run.prefill_end.repeat(8), first_token="never")
 
 
+@pytest.mark.slow
 def test_inference_experiment_quick(tmp_path):
     # 12 requests; the KV transfer can only be slower than line rate; ECMP (roce) cannot
     # beat the even split of spraying (uec) at the tail: with max-min sharing the even

@@ -91,6 +91,7 @@ def test_per_tenant_weights_change_the_optimum_as_derived():
     assert per[0] == pytest.approx(1.0, abs=5e-3)
 
 
+@pytest.mark.slow
 def test_cct_objective_separates_colliding_flows():
     # Two flows of S bytes, two parallel links of capacity C, both flows started on
     # link 0 (a hash collision): CCT 2S/C.  Total capacity 2C for 2S bytes bounds the
@@ -265,6 +266,7 @@ def test_mlu_gradients_match_finite_differences_x64():
         np.testing.assert_allclose(jac[2], _fd(exact, z0, 1e-6), rtol=1e-5, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_cct_gradients_match_exact_solver_finite_differences_x64():
     # d CCT / d logits and d mean-FCT / d logits by the unrolled max-min event loop vs
     # central differences of the exact event-driven simulator (while_loop) at a
@@ -325,6 +327,7 @@ def test_fluid_objective_gradient_matches_finite_differences_x64():
 
 
 # ---------------------------------------------------------------- policy (DOTE)
+@pytest.mark.slow
 def test_policies_generalise_to_held_out_matrices():
     # Tenant instance of the per-tenant test: pair a over link 0 (C/2) or 1 (C), pair b
     # over link 1.  Optimum: x = min(1, (d_a + d_b) / (3 d_a)) on link 0 -- it depends on

@@ -9,6 +9,7 @@ import pytest
 from .helpers import load_experiment
 
 
+@pytest.mark.slow
 def test_queue_discipline_experiment(tmp_path):
     exp = load_experiment("queue_discipline")
     out = tmp_path / "q.json"

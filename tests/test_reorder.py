@@ -127,6 +127,7 @@ def _run_two_path(extra_s, reorder, policy="spray", n_steps=400):
                           reorder=reorder)
 
 
+@pytest.mark.slow
 def test_spraying_without_reordering_loses_goodput_beyond_a_packet_time():
     # 100 Gb/s: one 4 KB packet time is 328 ns; below it nothing is overtaken, above it
     # a receiver without a reorder buffer discards; with one it loses nothing (the
@@ -184,6 +185,7 @@ def test_goodput_loss_matches_closed_form(extra):
     assert float(res.discarded[0]) == pytest.approx(sent - 1e6, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_single_path_never_affected():
     # ECMP puts the flow on one path: a 1 us skew between the candidates costs nothing
     ecmp = _run_two_path(1e-6, False, policy="ecmp")
@@ -212,6 +214,7 @@ def _incast(loss_recovery, rto_steps=0):
                           loss_recovery=loss_recovery, reorder=True)
 
 
+@pytest.mark.slow
 def test_go_back_n_wastes_more_than_selective_under_the_same_loss():
     sel, gbn = _incast("selective"), _incast("go_back_n")
     assert float(np.sum(sel.dropped)) > 0 and float(np.sum(gbn.dropped)) > 0
@@ -230,6 +233,7 @@ def test_retransmission_timeout_lengthens_each_go_back_n_window():
     assert float(np.sum(slow.discarded)) > float(np.sum(gbn.discarded))
 
 
+@pytest.mark.slow
 def test_conservation_with_discards_in_x64():
     # sent = delivered + in flight + queued + dropped + discarded, per flow, to round-off,
     # with go-back-N discards after drops and out-of-order discards on skewed paths.

@@ -29,8 +29,8 @@ def _ring_case():
     return topo, np.arange(4) * 8
 
 
-@pytest.mark.parametrize("preset", [pytest.param("infiniband", marks=pytest.mark.slow),
-                                    "roce"])
+@pytest.mark.parametrize("preset", ["infiniband", "roce"])
+@pytest.mark.slow
 def test_uncontended_ring_matches_closed_form(preset):
     topo, hosts = _ring_case()
     fab = get_fabric(preset)
@@ -175,6 +175,7 @@ def point():
                                        algorithms=("nvls_tree", "sharp"), dt=1e-6)
 
 
+@pytest.mark.slow
 def test_scaling_point_p99_ideal_and_bandwidth(point):
     topo, pt = point
     assert pt["fabrics"]["infiniband"]["algorithm"] in ("sharp", "nvls_tree")

@@ -27,7 +27,7 @@ from fabric_jax.units import US, gbps
 
 import jax.numpy as jnp
 
-from .helpers import incast_leaf_spine
+from .helpers import incast_leaf_spine, slow_except
 
 C = gbps(100.0)
 BIG = 1e12
@@ -127,8 +127,7 @@ def test_all_flows_in_one_of_two_classes_match_the_single_class_model():
     assert np.all(np.asarray(b.info.paused_time)[:, 1] == 0.0)
 
 
-@pytest.mark.parametrize("law,fc", [("dcqcn", "pfc"),
-                                    pytest.param("hpcc", "drop", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("law,fc", slow_except([("dcqcn", "pfc"), ("hpcc", "drop")], keep=[]))
 def test_one_active_class_matches_the_single_class_model_on_a_routed_fabric(law, fc):
     # leaf_spine(2, 2, 4) at 100 Gb/s, ECMP, a 4-to-1 incast plus two flows from the
     # incast senders (multi-hop paths, excess parked at the first overloaded hop):
@@ -150,6 +149,7 @@ def test_one_active_class_matches_the_single_class_model_on_a_routed_fabric(law,
 
 
 # ------------------------------------------------------------------ arbitration in the loop
+@pytest.mark.slow
 def test_strict_priority_high_class_takes_the_link_low_class_starves():
     inc, cap = two_senders()
     # class 1 (high) carries 2 MB: alone on the link it needs 2e6 / C = 160 us
@@ -188,6 +188,7 @@ def test_ets_weights_3_to_1_and_redistribution_when_a_class_is_idle():
     np.testing.assert_allclose(tail(alone)[0], C, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_unused_share_of_a_class_goes_to_the_other_class():
     # Flow 0 (class 0, weight 3) sends at most 0.2 C (its NIC); flow 1 (class 1,
     # weight 1) is greedy.  ETS guarantees class 0 0.75 C at link 2, but it uses 0.2 C:
@@ -199,6 +200,7 @@ def test_unused_share_of_a_class_goes_to_the_other_class():
     np.testing.assert_allclose(tail(res), [0.2 * C, 0.8 * C], rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_class_limited_downstream_keeps_its_share_upstream():
     # Flow 0 (class 0) crosses link 2 and then a slow link 3 (0.2 C); flow 1 (class 1)
     # crosses link 2 only; no congestion control, unbounded buffers.  The ETS switch at
@@ -242,7 +244,7 @@ def test_gradient_with_respect_to_ets_weights_matches_closed_form():
 
 
 # ------------------------------------------------------------------ per-priority PFC
-@pytest.mark.parametrize("mode", ["pfc", "credit"])
+@pytest.mark.parametrize("mode", slow_except(["pfc", "credit"], keep=["pfc"]))
 def test_per_priority_pause_spares_the_other_class(mode):
     # The hot flows (class 0) congest port H; PFC pauses U for them, credits starve
     # them on U.  The victim (class 1, to the idle port R) keeps its max-min rate C with
@@ -273,7 +275,7 @@ def n_port_switch(n):
     return inc, cap
 
 
-@pytest.mark.parametrize("n,alpha", [(4, 1.0), (2, 2.0), (8, 0.5)])
+@pytest.mark.parametrize("n,alpha", slow_except([(4, 1.0), (2, 2.0), (8, 0.5)], keep=[(2, 2.0)]))
 def test_dynamic_threshold_n_equal_queues_settle_at_closed_form(n, alpha):
     # Choudhury & Hahne (1998): N queues loaded alike settle at T = alpha B / (1 + N alpha)
     mem = 1e6

@@ -85,6 +85,7 @@ def test_solve_warm_with_load_equals_scratch_x64(kind, open_frac):
     assert bool(res.info.converged)
 
 
+@pytest.mark.slow
 def test_long_coupled_run_with_carried_load_matches_oracle(x64):
     """200 flows on 30 links, all at t = 0: ~200 events, most re-solving a small buffer
     with the incrementally updated load, some the whole table (which refreshes it);
