@@ -175,10 +175,17 @@ def need(name: str):
     return data, meta
 
 
+#: Experiments read by the block being rendered, and whether each had a result
+#: (:func:`render` uses it to leave a block alone under ``--only``).
+_READ: dict = {}
+
+
 def load(name: str):
     """``(data, meta)`` of an experiment's last successful run, or ``(None, None)``."""
     j, m = RESULTS / f"{name}.json", RESULTS / f"{name}.meta.json"
-    if not (j.is_file() and m.is_file()):
+    found = j.is_file() and m.is_file()
+    _READ[name] = found
+    if not found:
         return None, None
     return json.loads(j.read_text()), json.loads(m.read_text())
 
@@ -264,8 +271,14 @@ def block(name):
     return wrap
 
 
-def render(pages=PAGES) -> list[str]:
-    """Rewrites every marked block of ``pages``; returns the names of unknown markers."""
+def render(pages=PAGES, only=None) -> list[str]:
+    """Rewrites every marked block of ``pages``; returns the names of unknown markers.
+
+    ``only`` (the experiments just rerun, ``--only``): rewrite only the blocks that read
+    one of them and whose every experiment has a result on this checkout, so that
+    rerunning one experiment in a checkout without the others' results (``results/`` is
+    not in git) leaves their blocks as they are.  Without ``only`` every block is
+    rewritten, and one whose experiment has no result says how to make it."""
     load_blocks()
     unknown = []
     for page in pages:
@@ -279,7 +292,10 @@ def render(pages=PAGES) -> list[str]:
             if name not in BLOCKS:
                 unknown.append(f"{page}: {name}")
                 return m.group(0)
+            _READ.clear()
             body = BLOCKS[name]()
+            if only is not None and (not set(_READ) & set(only) or not all(_READ.values())):
+                return m.group(0)
             return m.group(1) + body + m.group(4)
         new = MARK.sub(sub, text)
         if new != text:
@@ -338,7 +354,7 @@ def main(argv=None) -> int:
                 if meta["returncode"]:
                     failed.append(n)
                 bar.update(f"{n} {'FAILED' if meta['returncode'] else 'done'}", est[n])
-    unknown = render()
+    unknown = render(only=None if a.only is None else names)
     for u in unknown:
         print(f"report.py: unknown block {u}", file=sys.stderr)
     for n in failed:

@@ -56,6 +56,13 @@ def test_a_block_is_rewritten_from_its_result(tmp_path, monkeypatch):
     assert "compute 2 8.48" in text and "wrote x.json" not in text   # the table, no noise
     assert "`python experiments/stragglers.py --quick`" in text and "abc1234" in text
     assert text.count("<!-- report:stragglers -->") == 1
+    # --only another experiment: this block is left alone, even with its result gone
+    (tmp_path / "results" / "stragglers.meta.json").unlink()
+    rep.render(["page.md"], only=["isolation"])
+    assert page.read_text() == text
+    # --only this experiment without its result: left alone too
+    rep.render(["page.md"], only=["stragglers"])
+    assert page.read_text() == text
 
 
 def test_command_lines_are_what_a_user_types():
