@@ -1666,9 +1666,11 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
         net, c, tr["served"], tr["alloc"], discard, dt)
     sent_now = tr["send"] * dt - held
     # accounting: sent = delivered + in flight + queued + dropped + discarded, every step
-    # (per flow, then one sum over the flows)
+    # (per flow, then one sum over the flows; the wires' bytes summed as adds of the
+    # history's rows, lk.sum_rows: a reduction over them is slow on XLA:CPU)
     stock = lambda x, tr, w, k: (jnp.sum(x, axis=1) + jnp.sum(tr, axis=1)  # noqa: E731
-                                 + lk.wire_in_flight(w, k, net.wire_n, net.wire_phi))
+                                 + lk.wire_in_flight(w, k, net.wire_n, net.wire_phi,
+                                                     by_rows=True))
     residual = jnp.abs(jnp.sum(sent_now - deliv_now - dropped_now - discarded_now
                                - (stock(x_new, transit_new, wire, c["k"])
                                   - stock(c["x"], c["transit"], c["wire"], c["k"] - 1))))

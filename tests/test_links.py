@@ -325,3 +325,22 @@ def test_fifo_queue_weight_gradient_through_ties(n_bands):
                                        rtol=1e-12)
         fd = (np.asarray(f(jnp.asarray(w + 1e-6))) - np.asarray(f(jnp.asarray(w - 1e-6)))) / 2e-6
         np.testing.assert_allclose(fd, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 16, 17, 40, 300])
+def test_sum_rows_matches_the_reduction(rows):
+    """sum_rows (adds of row slices, a tree of blocks) is the sum over the leading axis."""
+    a = np.random.default_rng(rows).random((rows, 9)).astype(np.float32)
+    got = np.asarray(jax.jit(lk.sum_rows)(jnp.asarray(a)))
+    np.testing.assert_allclose(got, a.astype(np.float64).sum(axis=0), rtol=1e-5)
+
+
+def test_wire_in_flight_by_rows():
+    """The per-step accounting's form of the wire's bytes equals the reduction's."""
+    rng = np.random.default_rng(3)
+    wire = jnp.asarray(rng.random((7, 50)).astype(np.float32))
+    n = jnp.asarray(rng.integers(0, 5, 50), jnp.int32)
+    phi = jnp.asarray(rng.random(50).astype(np.float32))
+    k = jnp.asarray(12, jnp.int32)
+    np.testing.assert_allclose(lk.wire_in_flight(wire, k, n, phi, by_rows=True),
+                               lk.wire_in_flight(wire, k, n, phi), rtol=1e-6)
