@@ -278,6 +278,7 @@ def _ib_run(n_flows, switch_port, n_steps=300, dt=1e-6, nic_links=None):
                           base_rtt=np.full(n_flows, 4e-6), save_every=10, nic_links=nic_links)
 
 
+@pytest.mark.slow
 def test_ibcc_with_credits_lone_flow_reaches_line_rate():
     # Nothing is congested: no queue beyond the threshold, no mark, CCTI stays at 0 and
     # the flow runs at >= 95 % of line rate in steady state (credits never starve: the

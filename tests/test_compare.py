@@ -296,6 +296,7 @@ def test_isolation_per_class_is_the_worst_job_of_each_class():
         isolation_per_class({0: 1.0}, {}, 0)
 
 
+@pytest.mark.slow
 def test_compare_classes_reports_isolation_per_class(tmp_path, capsys):
     """``--classes`` puts the training job alone in class 1 of every preset: class 1's
     isolation is the training job's, class 0's the tenant's (the background has no alone

@@ -169,6 +169,7 @@ def _fluid_run(seed):
     return [np.asarray(x) for x in leaves]
 
 
+@pytest.mark.slow
 def test_simulate_fluid_dcqcn_deterministic():
     a = _fluid_run(0)
     b = _fluid_run(0)

@@ -161,6 +161,7 @@ def _spray_goodput(loads, reorder):
     return out
 
 
+@pytest.mark.slow
 def test_spraying_on_a_symmetric_fabric_loses_goodput_as_load_rises():
     loads = (0.02, 0.4, 0.8)
     plain = _spray_goodput(loads, False)

@@ -90,6 +90,7 @@ def test_credit_backpressure_is_lossless_and_hol_blocks_victim():
     assert float(np.max(res.info.max_queue[U])) > 0
 
 
+@pytest.mark.slow
 def test_ibcc_hotspot_victim_recovers():
     no_cc = tail_throughput(run("none", "credit"))
     with_cc = tail_throughput(run("ibcc", "credit"))

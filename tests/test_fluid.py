@@ -146,7 +146,7 @@ def _access_dumbbell(n, access=2.0):
 
 @pytest.mark.parametrize("law,fc", slow_except(
     [(law, fc) for law in sorted(LAWS) for fc in MODES],
-    keep=[("dcqcn", "pfc"), ("ibcc", "credit"), ("hpcc", "drop")]))
+    keep=[("dcqcn", "pfc"), ("ibcc", "credit")]))
 def test_conservation_every_step_every_law_and_mode(law, fc):
     # 4 flows (2-link paths, NIC at 2C) into one C bottleneck with 1 us links, 40 KB
     # buffers: at every step sent = delivered + in flight + queued + dropped (x64).
@@ -173,7 +173,7 @@ def _leaf_spine_path(topo, src, dst):
     return [int(v) for v in np.asarray(ps.links)[0, 0] if v >= 0]
 
 
-@pytest.mark.parametrize("gbps_", slow_except([25.0, 100.0, 400.0, 800.0], keep=[25.0, 800.0]))
+@pytest.mark.parametrize("gbps_", slow_except([25.0, 100.0, 400.0, 800.0], keep=[800.0]))
 def test_single_flow_idle_path_completes_in_size_over_rate_plus_half_base_rtt(gbps_):
     # One 1 MB flow over host -> leaf -> spine -> leaf -> host (4 links of 1 us):
     # base RTT = 2 x 4 us; FCT = size / line rate + base_RTT / 2, within one dt.

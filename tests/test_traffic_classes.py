@@ -166,6 +166,7 @@ def test_strict_priority_high_class_takes_the_link_low_class_starves():
     np.testing.assert_allclose(thr[t > 200e-6, 0], C, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_ets_weights_3_to_1_and_redistribution_when_a_class_is_idle():
     inc, cap = two_senders()
     # class 0 (weight 3) carries S = 3 MB: at 0.75 C it finishes at S / (0.75 C) = 320 us;
