@@ -442,8 +442,9 @@ def incast_leaf_spine():
 
 def slow_except(values, keep):
     """Parametrisation ``values`` (scalars or tuples) with those not in ``keep`` marked
-    ``slow``: the default suite runs a representative subset (each test file keeps every
-    law, mode or preset covered by at least one default case), the slow suite the rest.
+    ``slow``: the default suite runs a representative subset (chosen per file so that
+    every law, mode and preset stays covered by some default case), the slow suite the
+    rest.
     Each case compiles its own XLA program, which is most of a test's time."""
     keep = set(keep)
     unknown = keep - set(values)

@@ -127,7 +127,8 @@ def test_all_flows_in_one_of_two_classes_match_the_single_class_model():
     assert np.all(np.asarray(b.info.paused_time)[:, 1] == 0.0)
 
 
-@pytest.mark.parametrize("law,fc", slow_except([("dcqcn", "pfc"), ("hpcc", "drop")], keep=[]))
+@pytest.mark.slow
+@pytest.mark.parametrize("law,fc", [("dcqcn", "pfc"), ("hpcc", "drop")])
 def test_one_active_class_matches_the_single_class_model_on_a_routed_fabric(law, fc):
     # leaf_spine(2, 2, 4) at 100 Gb/s, ECMP, a 4-to-1 incast plus two flows from the
     # incast senders (multi-hop paths, excess parked at the first overloaded hop):
