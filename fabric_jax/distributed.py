@@ -71,6 +71,7 @@ fuses differently, so check ``device_peak_bytes`` there.  Long feedback delays
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Callable
 
@@ -84,7 +85,8 @@ from .fairness import MaxMinInfo, MaxMinResult, solve, validate_inputs
 from .incidence import Incidence, as_incidence
 from .sim import flow_rows
 
-__all__ = ["sweep", "max_min_fair_sharded", "device_mesh", "BATCH_AXIS", "FLOW_AXIS"]
+__all__ = ["sweep", "max_min_fair_sharded", "simulate_fluid_sharded", "device_mesh",
+           "BATCH_AXIS", "FLOW_AXIS"]
 
 #: Default mesh axis name for the scenario axis of :func:`sweep`.
 BATCH_AXIS = "batch"
@@ -344,3 +346,229 @@ def _sharded_solver(mesh: Mesh, n_links: int, max_iter: int):
 
     return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(row, row, rep, row),
                                  out_specs=out_specs))
+
+
+# ------------------------------------------------ one fluid run, sharded flows
+#: Per-flow arguments of :func:`fabric_jax.simulate_fluid` (``[flows, ...]``) and the
+#: value an inert padding flow takes (``None``: derived from the given values).
+_FLOW_ARGS = dict(size=0.0, arrival=0.0, delay=0.0, latency=0.0, deps=-1, line_rate=None,
+                  base_rtt=None, traffic_class=0)
+
+
+def simulate_fluid_sharded(incidence, capacity, size, *, dt, n_steps: int,
+                           mesh: Mesh | None = None, **options):
+    """:func:`fabric_jax.simulate_fluid` with the flows split across devices.
+
+    Same model, step and result as :func:`fabric_jax.simulate_fluid` (see
+    :mod:`fabric_jax.fluid`); the loop runs inside :func:`jax.shard_map`.  Each device
+    holds a contiguous slice of the flows with every per-flow record of the step (hop
+    table, queued bytes per hop and FIFO band, receiver wire, feedback ring, the law's
+    state); the link state (flow control, maximum queues) is replicated.  Every
+    reduction of flows onto links is an all-reduce over the mesh: the hop table's
+    link and ingress-pool sums (queues, arrivals, FIFO bands, buffer occupancy), the
+    link loads and both per-step max-min solves (cut-through allocation and NIC
+    shares: ``psum`` / ``pmin`` per iteration, as :func:`max_min_fair_sharded`), the
+    receivers' flow counts and the HPCC reference time; totals and "every flow
+    ..." tests (accounting, idle detection, ``stalled``) are global too.  So every
+    device sees the link state the single-device run has, step by step; results agree
+    with it up to float summation order (bit for bit on one device).  Dependencies
+    (``deps``) may cross devices: each step gathers the ``[flows]`` finish times.
+
+    Flows are padded to a multiple of the device count with inert flows (no link,
+    zero size, released at 0: finished in step 0, nothing on any link) and the padding
+    is stripped from the result.  Per device and step it moves the step's link sums
+    (a few ``[links]`` and ``[links, fifo_bands]`` all-reduces, two per iteration of
+    each solve) and, with ``deps``, an all-gather of ``[flows]``.
+
+    Departures from :func:`fabric_jax.simulate_fluid`: refused with a ``ValueError``
+    are dynamic routing (``routing``: a policy's step is written for all flows at
+    once), traffic classes (``traffic_class`` / ``classes`` with more than one class)
+    and resuming (``init_state``).  The link-side sums are scatter-adds on every
+    backend (the accelerators' segment tables index one device's whole hop table).
+    ``FluidResult.state`` is the gathered carry (padding stripped): it can be saved,
+    not passed back here.
+
+    Multi-host: call ``jax.distributed.initialize()`` on every process first (same
+    program and inputs everywhere); the default mesh spans every process's devices,
+    and every leaf of the result is gathered to every process.
+
+    Args:
+      incidence, capacity, size, dt, n_steps: as :func:`fabric_jax.simulate_fluid`.
+      mesh: :class:`~jax.sharding.Mesh`; flows are split over all its axes.  Default:
+        one axis (:data:`FLOW_AXIS`) over ``jax.devices()``.
+      **options: the other keyword arguments of :func:`fabric_jax.simulate_fluid`.
+
+    Returns:
+      :class:`fabric_jax.FluidResult`, as :func:`fabric_jax.simulate_fluid`.
+
+    Raises:
+      ValueError: as :func:`fabric_jax.simulate_fluid`; a ``mesh`` that is not a
+        Mesh; a per-flow argument whose leading axis is not ``flows``; ``routing``,
+        ``init_state``, or more than one traffic class.
+      TypeError: an option :func:`fabric_jax.simulate_fluid` does not take.
+    """
+    import inspect
+
+    from . import fluid as fl
+
+    mesh = device_mesh(FLOW_AXIS) if mesh is None else _check_mesh(mesh)
+    bound = inspect.signature(fl.simulate_fluid).bind(incidence, capacity, size, dt=dt,
+                                                      n_steps=n_steps, **options)
+    bound.apply_defaults()
+    kw = bound.arguments
+    for name, why in (("routing", "a routing policy steps every flow's split at once"),
+                      ("init_state", "the carry is laid out for one device")):
+        if kw[name] is not None:
+            raise ValueError(f"{name}= is not supported by simulate_fluid_sharded ({why}); "
+                             f"run fabric_jax.simulate_fluid for it, or drop {name}")
+    inc = as_incidence(incidence)
+    n_flows = inc.n_flows
+    for name in _FLOW_ARGS:
+        x = kw[name]
+        if x is not None and (np.ndim(x) < 1 or np.shape(x)[0] != n_flows):
+            raise ValueError(f"{name} must have flows = {n_flows} on its leading axis "
+                             f"(the incidence's flows); got shape {np.shape(x)}")
+    one_class = ((kw["classes"] is None or kw["classes"].n_classes == 1)
+                 and (kw["traffic_class"] is None or not np.any(np.asarray(kw["traffic_class"]))))
+    if not one_class:
+        raise ValueError("traffic classes (traffic_class / classes with more than one class) "
+                         "are not supported by simulate_fluid_sharded; run "
+                         "fabric_jax.simulate_fluid, or give every flow class 0")
+    smooth = kw["smooth"]
+    if kw["solver_iterations"] is None and smooth is not None and smooth.enabled:
+        kw["solver_iterations"] = n_flows + 1   # the unpadded run's default
+    if kw["arrival"] is None:
+        kw["arrival"] = np.zeros(n_flows)
+    # inert padding flows: no hop, nothing to send, released (and finished) at 0
+    pad = -n_flows % mesh.size
+    kw["incidence"] = Incidence(inc.link_idx, inc.flow_idx, inc.weight, inc.n_links,
+                                n_flows + pad)
+    for name, fill in _FLOW_ARGS.items():
+        x = kw[name]
+        if x is None or pad == 0:
+            continue
+        a = np.asarray(x)
+        if fill is None:   # a positive per-flow time or rate: one the flows already have
+            fill = np.min(a) if a.size else 1.0
+        kw[name] = np.concatenate([a, np.full((pad,) + a.shape[1:], fill, a.dtype)])
+    (static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt_, _, _, sched,
+     _) = fl._prepare(**kw)
+    axes = tuple(mesh.axis_names)
+    net = _shard_net(fl, net, axes)
+    args = dict(net=net, params=params, fcp=fcp, smooth=smooth, dt=dt_, sched=sched)
+    placed = jax.tree_util.tree_map(
+        lambda spec, sub: jax.tree_util.tree_map(
+            functools.partial(_place, sharding=NamedSharding(mesh, spec)), sub),
+        _arg_specs(fl, args, axes), args, is_leaf=lambda s: isinstance(s, P))
+    res = _sharded_fluid(static, n_outer, inner, keep_traj, mesh)(placed)
+    return _gather_strip(res, _fluid_out_specs(fl, axes, keep_traj), axes, n_flows)
+
+
+def _shard_net(fl, net, axes):
+    """``net`` for the shards: hop tables whose link sums are global over ``axes`` (and
+    scatter-adds: the segment tables index the whole table); no dependency columns
+    when no flow has one (so no step gathers finish times)."""
+    unknown = {f.name for f in dataclasses.fields(net)} - fl.NET_PER_FLOW - fl.NET_REPLICATED
+    if unknown:
+        raise RuntimeError(f"fabric_jax.fluid._Net fields {sorted(unknown)} are in neither "
+                           "NET_PER_FLOW nor NET_REPLICATED; class them there")
+    hops = dataclasses.replace(net.hops, by_link=None, by_prev=None, axis_name=axes)
+    deps = net.deps
+    if not bool(np.any(np.asarray(deps) >= 0)):
+        deps = jnp.zeros((deps.shape[0], 0), deps.dtype)
+    return dataclasses.replace(net, hops=hops, uhops=hops, deps=deps)
+
+
+def _net_specs(fl, net, row, rep):
+    """The :class:`~jax.sharding.PartitionSpec` prefix of each field of ``net``."""
+    return dataclasses.replace(net, **{f.name: row if f.name in fl.NET_PER_FLOW else rep
+                                       for f in dataclasses.fields(net)})
+
+
+def _fluid_out_specs(fl, axes, keep_traj):
+    """The :class:`~jax.sharding.PartitionSpec` prefix of each part of the
+    :class:`~fabric_jax.FluidResult` of a sharded run: per-flow records split along
+    their flow axis (:data:`fabric_jax.fluid_slots.FLOW_AXIS` for the carry),
+    link state and totals replicated."""
+    from .fluid_slots import FLOW_AXIS as CARRY_FLOW_AXIS, GLOBAL_KEYS
+
+    row, col, rep = P(axes), P(None, axes), P()
+    state = {k: P(*([None] * ax), axes) for k, ax in CARRY_FLOW_AXIS.items()}
+    state.update({k: rep for k in GLOBAL_KEYS})
+    traj = None
+    if keep_traj:
+        traj = fl.FluidTrajectory(t=rep, rate=col, throughput=col, queue=rep, usable=rep,
+                                  mark=col, law_state=col, sent=rep, delivered=rep,
+                                  queued=rep, dropped=rep, in_flight=rep, discarded=rep)
+    info = fl.FluidInfo(max_residual=rep, stalled=rep, paused_time=rep, max_queue=rep,
+                        stranded_time=row, stranded=row, discard_mode=col,
+                        solver_iterations=rep)
+    return fl.FluidResult(start=row, finish=row, fct=row, sent=row, delivered=row,
+                          dropped=row, queued=row, link_queue=rep, law_state=row,
+                          trajectory=traj, info=info, routing_state=None, state=state,
+                          in_flight=row, discarded=row)
+
+
+@functools.lru_cache(maxsize=16)
+def _sharded_fluid(static, n_outer, inner, keep_traj, mesh):
+    """The jitted, ``shard_map``-ped fluid run (:func:`fabric_jax.fluid._run_body`) for
+    these static choices (cached, as :func:`fabric_jax.fluid._run` is by ``jit``)."""
+    from . import fluid as fl
+    from .fluid_slots import FLOW_AXIS as CARRY_FLOW_AXIS
+
+    axes = tuple(mesh.axis_names)
+    out_specs = _fluid_out_specs(fl, axes, keep_traj)
+
+    def local(args):
+        net, params = args["net"], args["params"]
+        carry = fl._init_carry(static.law, static.fc, static.shape, net.hops,
+                               net.flows["size"], net.line_rate, net.base_rtt, params, None)
+        # the per-flow records differ between shards from the start (their type in the
+        # loop is "varying over the flow axis"), the link state is the same on all
+        carry = {k: (jax.tree_util.tree_map(_varying, v) if k in CARRY_FLOW_AXIS else v)
+                 for k, v in carry.items()}
+        return fl._run_body(static, n_outer, inner, keep_traj, net, params, args["fcp"],
+                            args["smooth"], args["dt"], None, None, args["sched"], carry)
+
+    def _varying(v):
+        aval = jax.typeof(v)   # the axes it varies over: .vma, or (jax 0.10) manual_axis_type
+        vma = getattr(aval, "vma", None)
+        vma = aval.manual_axis_type.varying if vma is None else vma
+        missing = tuple(a for a in axes if a not in vma)
+        return jax.lax.pcast(v, missing, to="varying") if missing else v
+
+    @jax.jit
+    def run(args):
+        return jax.shard_map(local, mesh=mesh, in_specs=(_arg_specs(fl, args, axes),),
+                             out_specs=out_specs)(args)
+
+    return run
+
+
+def _arg_specs(fl, args, axes):
+    """The :class:`~jax.sharding.PartitionSpec` prefix of each argument of the run."""
+    rep = P()
+    return dict(net=_net_specs(fl, args["net"], P(axes), rep), params=rep, fcp=rep,
+                smooth=rep, dt=rep, sched=rep)
+
+
+def _gather_strip(res, out_specs, axes, n_flows):
+    """Every leaf of ``res`` whole on this process (gathered from the other processes'
+    devices when the mesh spans several) with the padding flows stripped from its flow
+    axis (the position of ``axes`` in its spec)."""
+    from jax.experimental import multihost_utils
+
+    def strip(spec, sub):
+        # PartitionSpec spells one axis as its name, several as a tuple
+        entries = [e if isinstance(e, tuple) else (e,) for e in spec]
+        ax = entries.index(axes) if axes in entries else None
+
+        def one(x):
+            if isinstance(x, jax.Array) and not x.is_fully_addressable:
+                x = jnp.asarray(multihost_utils.process_allgather(x, tiled=True))
+            if ax is None:
+                return x
+            return jax.lax.slice_in_dim(x, 0, n_flows, axis=ax)
+        return jax.tree_util.tree_map(one, sub)
+
+    return jax.tree_util.tree_map(strip, out_specs, res, is_leaf=lambda s: isinstance(s, P))

@@ -667,7 +667,7 @@ def solve_warm(inc: Incidence, capacity, demand, rate, frozen, *, max_iter=None,
     return MaxMinResult(rates=rate, link_load=new_load, saturated=saturated, info=info)
 
 
-def joining_share(inc: Incidence, capacity, rates, load=None):
+def joining_share(inc: Incidence, capacity, rates, load=None, *, axis_name=None):
     """``[flows]`` the rate each flow would get if it alone raised its demand, link by link.
 
     Given a max-min allocation ``rates`` (e.g. :func:`solve`'s, with some flows held
@@ -701,7 +701,10 @@ def joining_share(inc: Incidence, capacity, rates, load=None):
       inc: :class:`~fabric_jax.Incidence` ``[links, flows]``.
       capacity: ``[links]`` capacity the allocation ``rates`` was computed for, bytes/s.
       rates: ``[flows]`` the allocation, bytes/s.
-      load: optional ``[links]`` ``link_load(rates)`` when the caller has it.
+      load: optional ``[links]`` ``link_load(rates)`` when the caller has it (over
+        all shards with ``axis_name``).
+      axis_name: as :func:`solve`: inside ``shard_map`` with the flows split over that
+        mesh axis, the per-link maxima and sums are ``pmax`` / ``psum`` over it.
 
     Returns:
       ``[flows]`` bytes/s, ``>= rates``.
@@ -712,10 +715,18 @@ def joining_share(inc: Incidence, capacity, rates, load=None):
     w = jnp.where(on, inc.weight.astype(dtype), 1.0)
     r_e = rates[inc.flow_idx]
     lam = inc.link_max(jnp.where(on, r_e, 0.0))
+    if axis_name is not None:
+        lam = jax.lax.pmax(lam, axis_name)
     lam_e = lam[inc.link_idx]
     top = on & (r_e >= lam_e * (1.0 - rtol))
-    top_w = inc.link_sum(jnp.where(top, w, 0.0))[inc.link_idx]
-    load = inc.link_load(rates) if load is None else load
+    top_w = inc.link_sum(jnp.where(top, w, 0.0))
+    if load is None:
+        load = inc.link_load(rates)
+        if axis_name is not None:
+            top_w, load = jax.lax.psum((top_w, load), axis_name)
+    elif axis_name is not None:
+        top_w = jax.lax.psum(top_w, axis_name)
+    top_w = top_w[inc.link_idx]
     spare = jnp.maximum(capacity - load, 0.0)
     spare_e = spare[inc.link_idx]
     saturated = (spare <= rtol * jnp.abs(capacity))[inc.link_idx]
@@ -725,7 +736,8 @@ def joining_share(inc: Incidence, capacity, rates, load=None):
     return jnp.maximum(inc.flow_min(per_entry, on), rates)
 
 
-def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: bool = False):
+def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: bool = False,
+               axis_name=None):
     """Weighted max-min fair rates when every flow crosses at most one link: a water-fill
     per link.
 
@@ -764,6 +776,9 @@ def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: 
         many rounds in a ``lax.fori_loop`` (reverse mode too; exact when it is at least
         the number of rounds needed, which is at most ``flows + 1``).
       with_rounds: also return the number of rounds run (int32 scalar).
+      axis_name: as :func:`solve`: inside ``shard_map`` with the flows split over that
+        mesh axis, a link's sums are ``psum`` over it and every shard runs the rounds
+        until no flow joins on any shard (the same levels and rounds as unsharded).
 
     Returns:
       ``[flows]`` rates, bytes/s, in the dtype of ``capacity`` (and the rounds with
@@ -785,6 +800,8 @@ def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: 
         sums = jax.ops.segment_sum(
             jnp.stack([jnp.where(limited, w * jnp.where(limited, demand, 0.0), 0.0),
                        jnp.where(limited, 0.0, w)], axis=1), seg, num_segments=n_links + 1)
+        if axis_name is not None:
+            sums = jax.lax.psum(sums, axis_name)
         open_w = sums[:, 1]
         has_open = open_w > 0
         safe_w = jnp.where(has_open, open_w, 1.0)   # double-where: no NaN/inf gradients
@@ -797,7 +814,7 @@ def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: 
     if iterations is None:
         def body(c):
             new = join(c[0])
-            return new, jnp.any(new != c[0]), c[2] + 1
+            return new, _any_shard(jnp.any(new != c[0]), axis_name), c[2] + 1
         limited, _, rounds = jax.lax.while_loop(
             lambda c: c[1], body, (limited, jnp.asarray(True), jnp.asarray(0, jnp.int32)))
     else:
@@ -809,7 +826,7 @@ def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: 
 
 
 def solve_flat(inc: Incidence, capacity, demand, *, max_iter=None,
-               with_rounds: bool = False) -> Any:
+               with_rounds: bool = False, axis_name=None) -> Any:
     """``[flows]`` exact weighted max-min rates by the bottleneck-freezing iteration of
     :func:`solve` (module docstring) in one ``lax.while_loop`` over all the entries,
     without :func:`solve`'s compaction levels.
@@ -829,6 +846,8 @@ def solve_flat(inc: Incidence, capacity, demand, *, max_iter=None,
       max_iter: iteration cap (default ``flows + 1``, never reached: every iteration
         freezes at least one flow).
       with_rounds: also return the iterations run (int32 scalar).
+      axis_name: as :func:`solve` (flows split over that mesh axis inside
+        ``shard_map``; ``max_iter`` should then be the global cap).
 
     Returns:
       ``[flows]`` rates, bytes/s (``demand`` for a flow on no link), and the iterations
@@ -843,11 +862,11 @@ def solve_flat(inc: Incidence, capacity, demand, *, max_iter=None,
     rate = jnp.where(has_links, jnp.zeros_like(demand), demand)
 
     def cond(c):
-        return jnp.any(~c[1]) & (c[2] < max_iter)
+        return _any_shard(jnp.any(~c[1]), axis_name) & (c[2] < max_iter)
 
     def body(c):
         r, f, _, _ = _iteration(inc.link_idx, inc.flow_idx, weight, active, capacity, demand,
-                                n_links, n_flows, c[0], c[1])
+                                n_links, n_flows, c[0], c[1], axis_name)
         return r, f, c[2] + 1
 
     rate, _, it = jax.lax.while_loop(cond, body, (rate, ~has_links, jnp.asarray(0, jnp.int32)))

@@ -510,6 +510,18 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         whose maps or ``alpha`` do not fit the links / classes; ``fifo_bands`` not a
         positive integer).
     """
+    # every argument, as passed (the host preparation is shared with
+    # fabric_jax.distributed.simulate_fluid_sharded, which runs the same loop sharded)
+    return _run(*_prepare(**locals()))
+
+
+def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, deps, delay,
+             latency, line_rate, base_rtt, flow_control, fc_params, buffer, smooth,
+             save_every, solver_iterations, routing, faults, init_state, link_latency,
+             nic_links, reorder, loss_recovery, mtu, reorder_tolerance, traffic_class,
+             classes, shared_buffer, stop_when_idle, fifo_bands, burstiness):
+    """Host side of :func:`simulate_fluid` (every argument as there, no defaults):
+    validation and the device arrays; returns the arguments of :func:`_run`."""
     rx.check_options(reorder, loss_recovery, mtu, reorder_tolerance)
     qm.check_burstiness(burstiness)
     law = ccbase.get(law)
@@ -651,8 +663,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                      stop_when_idle=bool(stop_when_idle),
                      nic_ports="one" if _one_nic_port(link_tab, int(seg), nic) else "check",
                      sweeps=_sweeps(link_tab, int(seg), nic))
-    return _run(static, n_outer, inner, keep_traj, net, params, fc_params, smooth,
-                jnp.asarray(dt, fdt), rparams, rstate0, sched, carry0)
+    return (static, n_outer, inner, keep_traj, net, params, fc_params, smooth,
+            jnp.asarray(dt, fdt), rparams, rstate0, sched, carry0)
 
 
 # ------------------------------------------------------------------ host checks
@@ -895,6 +907,53 @@ class _Net:
 
 jax.tree_util.register_dataclass(_Net)
 
+#: Fields of :class:`_Net` that are per flow (every leaf's leading axis is ``flows``):
+#: split over the devices by :func:`fabric_jax.distributed.simulate_fluid_sharded`; the
+#: other fields (per link or unit, per switch, scalars) are replicated.  A new field
+#: must be classed here or in :data:`NET_REPLICATED` (the sharded driver checks).
+NET_PER_FLOW = frozenset({"hops", "uhops", "line_rate", "base_rtt", "fb_steps", "fb_phi",
+                          "wire_n", "wire_phi", "one_way", "deps", "flows", "path_lat"})
+NET_REPLICATED = frozenset({"switch", "capacity", "mtu", "tolerance", "wait_pairs",
+                            "burstiness", "uswitch", "class_weight", "sb_size", "sb_alpha",
+                            "sb_egress", "sb_ingress", "sb_headroom"})
+
+
+# ------------------------------------------------------ flows split over devices
+# fabric_jax.distributed.simulate_fluid_sharded runs this loop inside jax.shard_map,
+# each shard holding a slice of the flows; ``net.hops.axis_name`` names the mesh axis.
+# The hop table's link-side sums are then global by themselves
+# (fabric_jax.links.HopTable); the other reductions over flows (the incidence's link
+# loads, the solves, flow counts, totals, "every flow ..." tests) go through these.
+# ``axis_name=None`` (simulate_fluid): the identity, the single-device program.
+
+def _over_flows(x, axis_name, op=jax.lax.psum):
+    """``x`` reduced over the shards of the flows (``op``: ``psum`` or ``pmax``)."""
+    return x if axis_name is None else op(x, axis_name)
+
+
+def _all_flows(pred, axis_name):
+    """A scalar bool that holds on every shard (loop and ``cond`` predicates must agree)."""
+    if axis_name is None:
+        return pred
+    return jax.lax.pmin(pred.astype(jnp.int32), axis_name) > 0
+
+
+def _solve_cap(n_local, axis_name):
+    """``max_iter`` of the step's exact solves: their default ``flows + 1`` over every
+    shard's flows (``None``, the solver's own default, unsharded)."""
+    if axis_name is None:
+        return None
+    return n_local * jax.lax.axis_size(axis_name) + 1
+
+
+def _release(net, finish):
+    """:func:`fabric_jax.sim.release_times` of the flows; with sharded flows a
+    dependency may name a flow of another shard, so ``finish`` is gathered first."""
+    axis_name = net.hops.axis_name
+    if axis_name is not None and net.deps.shape[1] > 0:
+        finish = jax.lax.all_gather(finish, axis_name, tiled=True)
+    return release_times(net.deps, finish, net.flows["arrival"], net.flows["delay"])
+
 #: Per-flow congestion signals written into the feedback ring each step
 #: (``_emit_signals``; shared with :mod:`fabric_jax.fluid_slots`): the ring is one
 #: ``[ring_len, flows, signals]`` array, signals in this order.  ``arrived`` is the
@@ -965,8 +1024,7 @@ def unpack_law(packed, template):
 def _clock(net, c, dt):
     """Time of the step and which flows have started / are active."""
     t = c["k"].astype(dt.dtype) * dt
-    f = net.flows
-    rel = release_times(net.deps, c["finish"], f["arrival"], f["delay"])
+    rel = _release(net, c["finish"])
     start = jnp.where(jnp.isfinite(c["start"]), c["start"], rel)
     started = start < t + dt
     return t, start, started, started & ~c["done"]
@@ -1095,11 +1153,11 @@ def _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp, dt):
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
     with jax.named_scope("nic_send"):
         send, nic_rounds = _nic_send(static, net.switch, _first_hops(inc_k, hops.seg), fresh,
-                                     offered, static.nic_ports)
+                                     offered, static.nic_ports, hops.axis_name)
     with jax.named_scope("allocate"):
         _, alloc_p, alloc, tx_cut, solve_it = _allocate_paths(static, hops, inc_k, fresh,
                                                               send)
-    load_o = inc_k.link_load(offered)
+    load_o = _over_flows(inc_k.link_load(offered), hops.axis_name)
     place = _place_excess_paths(hops, inc_k, net.switch, send, alloc_p, fresh, dt)
     # bytes that arrived at each queue this step and still stand there: the FIFO's tail
     arrived_left = left_a + place
@@ -1148,12 +1206,14 @@ def _allocate_paths(static, hops, inc, fresh, send):
     pinc = _path_incidence(hops, inc)
     split = _path_split(hops, inc)
     demand = jnp.where(split > 0, send[:, None], 0.0).ravel()
+    axis_name = hops.axis_name
     sol = solve(pinc, fresh, demand, iterations=static.solver_iterations,
-                compaction=_STEP_COMPACTION)
+                compaction=_STEP_COMPACTION, axis_name=axis_name,
+                max_iter=_solve_cap(pinc.n_flows, axis_name))
     r = jnp.minimum(sol.rates, demand).reshape(split.shape)
     alloc_p = split * r
-    return (r, alloc_p, _flow_alloc(split, alloc_p, send), pinc.link_load(r.ravel()),
-            sol.info.iterations)
+    return (r, alloc_p, _flow_alloc(split, alloc_p, send),
+            _over_flows(pinc.link_load(r.ravel()), axis_name), sol.info.iterations)
 
 
 def _flow_alloc(split, alloc_p, send):
@@ -1184,7 +1244,7 @@ def _tail_bands(hops, left_b, x_new, lb_left=None):
     return lk.reconcile_bands(lk.merge_bands(hops, left_b, lb_left), x_new)
 
 
-def _nic_send(static, switch, inc, cap, offered, ports="check"):
+def _nic_send(static, switch, inc, cap, offered, ports="check", axis_name=None):
     """``[flows]`` rates the host NICs put on the wire: each NIC shares its capacity
     ``cap`` (``[links]`` or ``[units]``, the capacity left at its port; 0 while paused)
     max-min among its flows' offers, whatever lies downstream.
@@ -1209,7 +1269,8 @@ def _nic_send(static, switch, inc, cap, offered, ports="check"):
     that many rounds, as :func:`~fabric_jax.fairness.solve` does).  ``ports``
     (static): ``"one"`` when the host proved that every flow leaves through at most one
     NIC port (:func:`_one_nic_port`), ``"several"`` when every flow may use several,
-    ``"check"`` to decide on the device (a ``lax.cond``).
+    ``"check"`` to decide on the device (a ``lax.cond``).  ``axis_name``: the mesh axis
+    the flows are split over (:func:`_over_flows`), ``None`` unsharded.
     """
     li, fi = inc.link_idx, inc.flow_idx
     n_links, n_flows = inc.n_links, inc.n_flows
@@ -1227,21 +1288,24 @@ def _nic_send(static, switch, inc, cap, offered, ports="check"):
     iters = static.solver_iterations
 
     def one_port():
-        return water_fill(port, weight, cap, offered, iterations=iters, with_rounds=True)
+        return water_fill(port, weight, cap, offered, iterations=iters, with_rounds=True,
+                          axis_name=axis_name)
 
     def several_ports():
         nic_inc = Incidence(li, fi, w_nic, n_links, n_flows)
         if iters is not None:
-            sol = solve(nic_inc, cap, offered, iterations=iters)
+            sol = solve(nic_inc, cap, offered, iterations=iters, axis_name=axis_name)
             return sol.rates, sol.info.iterations
-        return solve_flat(nic_inc, cap, offered, with_rounds=True)
+        return solve_flat(nic_inc, cap, offered, with_rounds=True, axis_name=axis_name,
+                          max_iter=_solve_cap(n_flows, axis_name))
 
     if ports == "one":
         rates, rounds = one_port()
     elif ports == "several":
         rates, rounds = several_ports()
     else:
-        rates, rounds = jax.lax.cond(jnp.all(top <= port), one_port, several_ports)
+        rates, rounds = jax.lax.cond(_all_flows(jnp.all(top <= port), axis_name), one_port,
+                                     several_ports)
     return jnp.minimum(rates, offered), rounds
 
 
@@ -1282,10 +1346,11 @@ def _overloaded_along(hops, inc, switch, demand_p, alloc_p, fresh):
     on = hops.valid & (inc.weight.reshape(hops.link.shape) != 0)
     per_hop = lambda a: jnp.repeat(a, hops.seg, axis=1)  # noqa: E731  [flows, hops]
     d_e, a_e = jnp.where(on, per_hop(demand_p), 0.0), jnp.where(on, per_hop(alloc_p), 0.0)
-    over = _overloaded(switch, inc.link_sum(d_e.ravel()), fresh)
+    link_sum = lambda e: _over_flows(inc.link_sum(e.ravel()), hops.axis_name)  # noqa: E731
+    over = _overloaded(switch, link_sum(d_e), fresh)
     for _ in range(_OVERLOAD_PASSES - 1):
         past = lk.past_first(hops, over)
-        over = _overloaded(switch, inc.link_sum(jnp.where(past, a_e, d_e).ravel()), fresh)
+        over = _overloaded(switch, link_sum(jnp.where(past, a_e, d_e)), fresh)
     return over
 
 
@@ -1517,7 +1582,7 @@ def _emit_signals(static, net, c, x, cap_k, usable, tx, split, offered, dropped,
     q_sw = hops.link_sum(x) * net.switch
     cap_pos = cap_k > 0
     safe_cap = jnp.where(cap_pos, cap_k, 1.0)
-    t_hpcc = jnp.max(net.base_rtt, initial=dt)
+    t_hpcc = _over_flows(jnp.max(net.base_rtt, initial=dt), hops.axis_name, jax.lax.pmax)
     view = ccbase.LinkView(queue=q_sw, capacity=cap_k, usable=usable, tx_rate=tx,
                            buffer=fcp.buffer, base_rtt=t_hpcc, switch_port=net.switch)
     mark_l = law.mark(view, params, smooth) * net.switch
@@ -1533,7 +1598,8 @@ def _emit_signals(static, net, c, x, cap_k, usable, tx, split, offered, dropped,
     n_links = hops.n_links
     last_link = jnp.max(jnp.where(hops.last, hops.link, -1), axis=1)
     last_link = jnp.where(last_link < 0, n_links, last_link)
-    n_rx = jax.ops.segment_sum(still.astype(dt.dtype), last_link, num_segments=n_links + 1)
+    n_rx = _over_flows(jax.ops.segment_sum(still.astype(dt.dtype), last_link,
+                                           num_segments=n_links + 1), hops.axis_name)
     cap_ext = jnp.concatenate([cap_k, jnp.zeros((1,), cap_k.dtype)])
     rx_share = 0.99 * cap_ext[last_link] / jnp.maximum(n_rx[last_link], 1.0)
     new = dict(mark=p_path, rtt=rtt, util=util, rate=offered, loss=dropped / dt,
@@ -1626,7 +1692,8 @@ def _last_bytes(net, served, served_l, usable, inc_k, alloc, pace, dt, span, loa
     # the rate the flow sends its last bytes at: its share if it wanted its pacing rate
     # (the other flows at its bottleneck give way to it), not its last step's allocation
     fresh = jnp.maximum(usable - served_l / dt, 0.0)
-    cut_rate = jnp.clip(joining_share(inc_k, fresh, alloc, load), alloc,
+    cut_rate = jnp.clip(joining_share(inc_k, fresh, alloc, load, axis_name=hops.axis_name),
+                        alloc,
                         jnp.maximum(pace, alloc))
     return dict(queued=jnp.sum(last_served, axis=1), drain=drain, cut=alloc * dt,
                 cut_rate=cut_rate, q_lo=q_lo, q_hi=q_hi)
@@ -1671,9 +1738,10 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
     stock = lambda x, tr, w, k: (jnp.sum(x, axis=1) + jnp.sum(tr, axis=1)  # noqa: E731
                                  + lk.wire_in_flight(w, k, net.wire_n, net.wire_phi,
                                                      by_rows=True))
-    residual = jnp.abs(jnp.sum(sent_now - deliv_now - dropped_now - discarded_now
-                               - (stock(x_new, transit_new, wire, c["k"])
-                                  - stock(c["x"], c["transit"], c["wire"], c["k"] - 1))))
+    residual = jnp.abs(_over_flows(jnp.sum(
+        sent_now - deliv_now - dropped_now - discarded_now
+        - (stock(x_new, transit_new, wire, c["k"])
+           - stock(c["x"], c["transit"], c["wire"], c["k"] - 1))), hops.axis_name))
     # per queue (link, or link x class): a flow drains through its own class's queue
     last = _last_bytes(sig_net, tr["served"], tr["served_l"], usable, sig_inc, tr["alloc"],
                        jnp.minimum(law_state.rate, net.line_rate), dt, tr["span"],
@@ -1738,13 +1806,12 @@ def _in_flight(net, c):
 def _idle_for_good(net, c, t_end):
     """Nothing left to simulate before ``t_end``: every flow finished or released only
     after it, no byte queued or on a wire, no pause in force or on its way."""
-    f = net.flows
-    rel = release_times(net.deps, c["finish"], f["arrival"], f["delay"])
+    rel = _release(net, c["finish"])
     flows_idle = jnp.all(c["done"] | (rel >= t_end))
     empty = jnp.all(c["x"] == 0) & jnp.all(_in_flight(net, c) == 0)
     fc = c["fc"]
-    calm = jnp.all(fc.pause == 0) & jnp.all(fc.history == 0)
-    return flows_idle & empty & calm
+    calm = jnp.all(fc.pause == 0) & jnp.all(fc.history == 0)   # per link: the same on all
+    return _all_flows(flows_idle & empty, net.hops.axis_name) & calm
 
 
 def _idle_snapshot(static, net, sched, c, dt, params):
@@ -1758,10 +1825,12 @@ def _idle_snapshot(static, net, sched, c, dt, params):
                 law_state=unpack_law(c["law"], static.law.init(net.line_rate, params)))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparams, rstate0,
-         sched, carry):
+def _run_body(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparams,
+              rstate0, sched, carry):
+    """The whole run (:func:`_run`); traced as it is inside ``shard_map`` by
+    :func:`fabric_jax.distributed.simulate_fluid_sharded` (``net.hops.axis_name`` set)."""
     f = net.flows
+    axis_name = net.hops.axis_name
     if carry is None:
         carry = _init_carry(static.law, static.fc, static.shape, net.hops, f["size"],
                             net.line_rate, net.base_rtt, params, rstate0)
@@ -1791,16 +1860,16 @@ def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparam
         totals = dict(sent=jnp.sum(c["sent"]), delivered=jnp.sum(c["delivered"]),
                       queued=jnp.sum(c["x"]), dropped=jnp.sum(c["dropped"]),
                       in_flight=jnp.sum(_in_flight(net, c)), discarded=jnp.sum(c["discarded"]))
-        return c, dict(snap, **totals)
+        return c, dict(snap, **_over_flows(totals, axis_name))
 
     c, traj = jax.lax.scan(chunk, carry, jnp.arange(n_outer, dtype=jnp.int32))
-    start = jnp.where(jnp.isfinite(c["start"]), c["start"],
-                      release_times(net.deps, c["finish"], f["arrival"], f["delay"]))
+    start = jnp.where(jnp.isfinite(c["start"]), c["start"], _release(net, c["finish"]))
     trajectory = FluidTrajectory(**traj) if keep_traj else None
     paused = c["fc"].paused_time
     if static.n_classes > 1:
         paused = paused.reshape(net.hops.n_links, static.n_classes)
-    info = FluidInfo(max_residual=c["max_residual"], stalled=~jnp.all(c["done"]),
+    info = FluidInfo(max_residual=c["max_residual"],
+                     stalled=~_all_flows(jnp.all(c["done"]), axis_name),
                      paused_time=paused, max_queue=c["max_queue"],
                      stranded_time=c["stranded_time"], stranded=c["stranded"],
                      discard_mode=c["rx_phi"], solver_iterations=c["solver_iterations"])
@@ -1812,3 +1881,7 @@ def _run(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparam
                        trajectory=trajectory, info=info,
                        routing_state=c.get("route"), state=c, in_flight=_in_flight(net, c),
                        discarded=c["discarded"])
+
+
+#: The run, compiled once per static choice and shape.
+_run = jax.jit(_run_body, static_argnums=(0, 1, 2, 3))

@@ -81,6 +81,12 @@ class HopTable:
         (:func:`fabric_jax.segments.segment_reduce`), built on the host by
         :func:`hop_table` when :func:`fabric_jax.segments.tables_wanted`; ``None``:
         scatter-adds (the CPU's form, or a table built from traced weights).
+      axis_name: ``None`` (default), or the mesh axis (name or tuple of names) over
+        which the flows of the table are split inside :func:`jax.shard_map`
+        (:func:`fabric_jax.distributed.simulate_fluid_sharded`): each shard holds a
+        slice of the flows (rows), and every link-side reduction (:meth:`link_sum`,
+        :meth:`link_max`, :meth:`pool_sum`) is then a ``psum`` / ``pmax`` over the axis,
+        so every shard sees the whole fabric's link state.  Static.
     """
 
     link: Any
@@ -91,6 +97,7 @@ class HopTable:
     n_links: int = dataclasses.field(metadata=dict(static=True))
     by_link: Any = None
     by_prev: Any = None
+    axis_name: Any = dataclasses.field(default=None, metadata=dict(static=True))
 
     @property
     def n_paths(self) -> int:
@@ -107,20 +114,23 @@ class HopTable:
     def link_sum(self, values):
         """``[links, ...]`` sums of ``[flows, hops, ...]`` values over each link's
         entries."""
-        return segment_reduce(self._flat(values), self.link, self.n_links, self.by_link,
-                              padded=True)
+        out = segment_reduce(self._flat(values), self.link, self.n_links, self.by_link,
+                             padded=True)
+        return out if self.axis_name is None else jax.lax.psum(out, self.axis_name)
 
     def link_max(self, values):
         """``[links, ...]`` maxima of ``[flows, hops, ...]`` values over each link's
         entries (``-inf`` where a link has none)."""
-        return segment_reduce(self._flat(values), self.link, self.n_links, self.by_link, "max",
-                              padded=True)
+        out = segment_reduce(self._flat(values), self.link, self.n_links, self.by_link, "max",
+                             padded=True)
+        return out if self.axis_name is None else jax.lax.pmax(out, self.axis_name)
 
     def pool_sum(self, values):
         """``[links, ...]`` sums over the entries whose *previous* hop is the link (the
         downstream switch's ingress pool charged to that link)."""
-        return segment_reduce(self._flat(values), self.prev, self.n_links, self.by_prev,
-                              padded=True)
+        out = segment_reduce(self._flat(values), self.prev, self.n_links, self.by_prev,
+                             padded=True)
+        return out if self.axis_name is None else jax.lax.psum(out, self.axis_name)
 
     def gather(self, link_values, fill=0.0):
         """``[flows, hops]`` value of each hop's link (``fill`` on padding)."""
