@@ -27,7 +27,7 @@ from .topology import (Topology, fat_tree, from_edges, leaf_spine, rail_optimize
 from .sim import (FlowSimResult, simulate_flows, simulate_flows_batched,
                   simulate_flows_fixed_step)
 from . import distributed
-from .distributed import max_min_fair_sharded, sweep
+from .distributed import max_min_fair_sharded, simulate_fluid_sharded, sweep
 
 __version__ = "0.1.0"
 
@@ -76,6 +76,7 @@ __all__ = [
     "MaxMinResult",
     "max_min_fair",
     "max_min_fair_sharded",
+    "simulate_fluid_sharded",
     "sweep",
     "distributed",
     "simulate_flows",

@@ -407,6 +407,15 @@ def simulate_fluid_sharded(incidence, capacity, size, *, dt, n_steps: int,
         ``init_state``, or more than one traffic class.
       TypeError: an option :func:`fabric_jax.simulate_fluid` does not take.
     """
+    run, args, finish = _sharded_fluid_call(incidence, capacity, size, dt=dt,
+                                            n_steps=n_steps, mesh=mesh, **options)
+    return finish(run(args))
+
+
+def _sharded_fluid_call(incidence, capacity, size, *, dt, n_steps, mesh, **options):
+    """Host side of :func:`simulate_fluid_sharded`: ``(run, args, finish)``, the jitted
+    sharded run, its placed arguments (``run(args)``, or ``run.lower(args)`` to trace it
+    only) and the function that gathers its result and strips the padding."""
     import inspect
 
     from . import fluid as fl
@@ -460,8 +469,9 @@ def simulate_fluid_sharded(incidence, capacity, size, *, dt, n_steps: int,
         lambda spec, sub: jax.tree_util.tree_map(
             functools.partial(_place, sharding=NamedSharding(mesh, spec)), sub),
         _arg_specs(fl, args, axes), args, is_leaf=lambda s: isinstance(s, P))
-    res = _sharded_fluid(static, n_outer, inner, keep_traj, mesh)(placed)
-    return _gather_strip(res, _fluid_out_specs(fl, axes, keep_traj), axes, n_flows)
+    out_specs = _fluid_out_specs(fl, axes, keep_traj)
+    return (_sharded_fluid(static, n_outer, inner, keep_traj, mesh), placed,
+            lambda res: _gather_strip(res, out_specs, axes, n_flows))
 
 
 def _shard_net(fl, net, axes):

@@ -466,9 +466,10 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
                                         demand, n_links, n_flows, c[0], c[1], axis_name,
                                         inc.by_link)
                 return r, f, c[2] + 1
-            if axis_name is not None:  # collectives inside: no data-dependent skip
-                return step((rate, frozen, it))
-            return jax.lax.cond(jnp.all(frozen), lambda x: x, step, (rate, frozen, it))
+            done = jnp.all(frozen)
+            if axis_name is not None:  # collectives inside: skip only when every shard is done
+                done = ~_any_shard(~done, axis_name)
+            return jax.lax.cond(done, lambda x: x, step, (rate, frozen, it))
         rate, frozen, it = jax.lax.fori_loop(0, iterations, body, (rate, frozen, it))
     elif inc.row_width is not None and inc.nnz == n_flows * inc.row_width:
         rate, frozen, it = _solve_rows(inc, capacity, demand, rate, frozen, max_iter,

@@ -1816,10 +1816,10 @@ def _idle_for_good(net, c, t_end):
 
 def _idle_snapshot(static, net, sched, c, dt, params):
     """The snapshot an idle chunk would end with (see ``stop_when_idle``)."""
-    n_flows, fdt = c["sent"].shape[0], c["sent"].dtype
+    fdt = c["sent"].dtype
     cap = net.capacity if sched is None else net.capacity * fm.capacity_factor(sched,
                                                                                 c["k"] - 1)
-    zf = jnp.zeros((n_flows,), fdt)
+    zf = jnp.zeros_like(c["sent"])   # per flow (also on a shard of the flows)
     return dict(t=c["k"].astype(fdt) * dt, rate=zf, throughput=zf,
                 queue=jnp.zeros_like(net.capacity), usable=cap.astype(fdt), mark=zf,
                 law_state=unpack_law(c["law"], static.law.init(net.line_rate, params)))

@@ -19,3 +19,22 @@ def instance():
     alive = rng.random((6, topo.n_links)) > 0.05
     cap = np.asarray(topo.capacity, np.float32)
     return inc, cap * alive, cap
+
+
+def fluid_instance(n_flows: int = 30):
+    """``(incidence, capacity, size, options)`` of a small sharded-fluid case: ``n_flows``
+    flows on ``fat_tree(4)`` (16 hosts, 80 links), an 8-to-1 incast among them (so PFC
+    pauses), DCQCN + PFC, 1 us steps, link latencies; every flow finishes within the
+    run.  Shared by ``tests/test_distributed.py`` (four devices) and the two-process
+    run of ``tests/test_multihost.py``."""
+    topo = fj.fat_tree(4)
+    rng = np.random.default_rng(0)
+    src = rng.integers(0, topo.n_hosts, n_flows)
+    dst = (src + rng.integers(1, topo.n_hosts, n_flows)) % topo.n_hosts
+    src[:8], dst[:8] = 1 + np.arange(8), 0          # the incast into host 0
+    paths = fj.shortest_paths(topo, src, dst)
+    inc = fj.Incidence.from_paths(paths, n_links=topo.n_links, seed=1)
+    options = dict(dt=1e-6, n_steps=60, law="dcqcn", flow_control="pfc", buffer=1e5,
+                   link_latency=np.asarray(topo.latency), nic_links=topo,
+                   arrival=rng.uniform(0, 2e-5, n_flows))
+    return inc, np.asarray(topo.capacity), rng.uniform(2e4, 2e5, n_flows), options
