@@ -29,6 +29,13 @@ itself.
   iteration.  Rates agree with it up to float summation order.  Per device and
   iteration it moves ``O(nnz / devices)`` entries plus one all-reduce of ``2 x links``
   and one of ``links`` floats.
+* :func:`simulate_fluid_sharded` -- one huge fluid run (:func:`fabric_jax.simulate_fluid`)
+  with its flows split the same way: each device steps its slice of the flows and all
+  their per-flow state; every sum of flows onto links in the step (the hop table's
+  link and pool sums, :class:`fabric_jax.links.HopTable` with ``axis_name``; link
+  loads; the step's max-min solves) is an all-reduce, so every device holds the same
+  link state (flow control, queues per link).  Per device the state and work are
+  ``1 / devices`` of the single-device run's per-flow part plus the ``[links]`` part.
 
 Multi-host.  The same code runs on several hosts: call ``jax.distributed.initialize()``
 on every process first (same program, same inputs on every process), then call these
