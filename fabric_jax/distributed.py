@@ -378,8 +378,11 @@ def simulate_fluid_sharded(incidence, capacity, size, *, dt, n_steps: int,
     receivers' flow counts and the HPCC reference time; totals and "every flow
     ..." tests (accounting, idle detection, ``stalled``) are global too.  So every
     device sees the link state the single-device run has, step by step; results agree
-    with it up to float summation order (bit for bit on one device).  Dependencies
-    (``deps``) may cross devices: each step gathers the ``[flows]`` finish times.
+    with it up to float summation order (bytes, queues and pauses to 1e-9 in float64 on
+    4 devices; a round-off difference can move a flow's finish instant inside a step by
+    up to one step where a port's grant ties its standing queue, the discontinuity of
+    ``fabric_jax.fluid._finish_in_step``).  Dependencies (``deps``) may cross devices:
+    each step gathers the ``[flows]`` finish times.
 
     Flows are padded to a multiple of the device count with inert flows (no link,
     zero size, released at 0: finished in step 0, nothing on any link) and the padding
