@@ -453,3 +453,30 @@ def slow_except(values, keep):
     return [v if v in keep else
             pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.slow)
             for v in values]
+
+
+def emitter_probe(path=None):
+    """Every output of three programs, as float64 arrays (a DCQCN + PFC fluid run with
+    routing on :func:`incast_leaf_spine`, a float32 max-min solve and an event-driven run
+    on a random coupled instance); with ``path``, also saved there (``np.savez``).
+    Run in two processes, it compares two XLA configurations (tests/conftest.py's emitter
+    flag against XLA's defaults)."""
+    import jax
+
+    import fabric_jax as fj
+    topo, r, inc = incast_leaf_spine()
+    fluid = fj.simulate_fluid(inc, topo.capacity, np.full(6, 1e6), dt=1e-6, n_steps=200,
+                              law="dcqcn", flow_control="pfc", buffer=topo.buffer,
+                              link_latency=topo.latency, nic_links=topo, routing=r,
+                              save_every=10)
+    rng = np.random.default_rng(0)
+    A = (rng.random((40, 60)) < 0.1) * rng.uniform(0.25, 1.0, (40, 60))
+    cap = rng.uniform(1e9, 1e11, 40)
+    fair = fj.max_min_fair(A.astype(np.float32), cap.astype(np.float32))
+    events = fj.simulate_flows(A.astype(np.float32), cap.astype(np.float32),
+                               rng.uniform(0, 1e-5, 60), rng.uniform(1e3, 1e7, 60))
+    out = [np.asarray(leaf, np.float64) for leaf in
+           jax.tree_util.tree_leaves((fluid, fair.rates, events.finish))]
+    if path is not None:
+        np.savez(path, *out)
+    return out
