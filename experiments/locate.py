@@ -10,7 +10,11 @@ shifted permutations (2,048 flows of 1 MB, every flow leaves its leaf;
   capacity factor uniform in [0.1, 0.9] (host-link faults are easier: every flow of one
   NIC slows; they are left out of the table, stated);
 * ``--two`` seeded double faults (two such links, factors in [0.1, 0.9]);
-* ``--clean`` runs with no fault (the false-positive rate).
+* ``--clean`` runs with no fault (the false-positive rate);
+* ``--lossy`` seeded lossy links per loss level in ``--loss-levels`` (default 1.5 % and
+  0.5 %, SprayCheck's), on a switch-to-switch link drawn uniformly, located with a loss
+  fitted per link (``locate(..., lossy=True)``): from flow times alone, and from flow
+  times with port counters including every port's drop (error) counter.
 
 Observations: the exact flow-level model (max-min rates) with ``--noise`` relative
 Gaussian noise on every completion time and counter increment; counters sampled 4
@@ -22,7 +26,9 @@ bins of 0.2; "smallest degradation at 95 % top-1": the lowest bin edge from whic
 more severe bin has top-1 >= 95 %.
 
 Run: ``PYTHONPATH=. python experiments/locate.py --plots results/locate`` (writes
-``results/locate.json``; ``--quick`` for a smoke run).
+``results/locate.json``; ``--quick`` for a smoke run).  ``--table A.json [B.json ...]``
+prints the markdown table of docs/tuning.md from results files (one row per routing,
+method and observation kind), without running anything.
 """
 
 from __future__ import annotations
@@ -73,6 +79,90 @@ def summarise(rows, method):
                 wall_median=float(np.median([r[method]["wall"] for r in rows])))
 
 
+def _fmt(x, digits=2):
+    return "n/a" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.{digits}f}"
+
+
+def table(paths) -> str:
+    """Markdown table (docs/tuning.md) of the summaries in results files ``paths``."""
+    head = ("| routing | method | observations | top-1 | top-5 | smallest degradation at "
+            "95 % top-1 | two faults top-1 / top-5 | false positives (no fault) | "
+            "cases (single / two / clean) | median wall per case |\n"
+            + "|---" * 10 + "|\n")
+    rows, lossy = [], []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        for routing, d in data["results"].items():
+            n = {k: sum(r["kind"] == k for r in next(iter(d["cases"].values()), []))
+                 for k in ("single", "double", "clean")}
+            for key, s in d["summary"].items():
+                method, obs = key.split(" (")
+                obs = obs.rstrip(")").replace("+counters", " + port counters").replace(
+                    "flows", "flow times")
+                if "top1" in s:
+                    small = s.get("smallest_95")
+                    fp = s.get("false_positive")
+                    fps = "n/a" if fp is None else f"{round(fp * n['clean'])} / {n['clean']}"
+                    rows.append(
+                        f"| {routing} | {method} | {obs} | {_fmt(s['top1'])} | "
+                        f"{_fmt(s['top5'])} | {'none' if small is None else _fmt(small, 1)} | "
+                        f"{_fmt(s.get('double_top1'))} / {_fmt(s.get('double_top5'))} | "
+                        f"{fps} | {n['single']} / {n['double']} / {n['clean']} | "
+                        f"{s['wall_median']:.1f} s |")
+            for key, s in d.get("lossy", {}).items():
+                method, obs = key.split(" (")
+                obs = obs.rstrip(")").replace("+counters", " + port counters (with drops)"
+                                              ).replace("flows", "flow times")
+                lossy.append(f"| {routing} | {method} | {obs} | " + " | ".join(
+                    f"{_fmt(v['top1'])} / {_fmt(v['top5'])} / {_fmt(v['reported'])} (n = "
+                    f"{v['n']})" for _, v in sorted(s.items(), reverse=True)) + " |")
+    out = head + "\n".join(rows) + "\n"
+    if lossy:
+        levels = sorted({lv for path in paths for d in json.loads(Path(path).read_text())[
+            "results"].values() for s in d.get("lossy", {}).values() for lv in s},
+            reverse=True)
+        out += ("\nLossy links (top-1 / top-5 / reported):\n\n| routing | method | observations"
+                " | " + " | ".join(f"loss {float(lv) * 100:g} %" for lv in levels) + " |\n"
+                + "|---" * (3 + len(levels)) + "|\n" + "\n".join(lossy) + "\n")
+    return out
+
+
+def run_lossy(prob, fabric, args, rng):
+    """Seeded lossy links, located with a loss per link; ``{method (obs): {level: ...}}``."""
+    levels = [float(x) for x in args.loss_levels.split(",")]
+    planted = [(p, int(rng.choice(fabric))) for p in levels for _ in range(args.lossy)]
+    out = {}
+    for mode in ("flows", "flows+counters"):
+        obs_all = []
+        for i, (p, link) in enumerate(planted):
+            loss = np.zeros(prob.n_links)
+            loss[link] = p
+            obs_all.append(L.observe(prob, np.ones(prob.n_links), noise=args.noise,
+                                     seed=5000 + i, counters=mode == "flows+counters",
+                                     loss=loss))
+        grads = []
+        for b in range(0, len(obs_all), args.batch):
+            grads += L.locate_batch(prob, obs_all[b:b + args.batch], lossy=True)
+        methods = {"gradient": grads}
+        if mode == "flows":
+            methods["tomography"] = [L.tomography(prob, o) for o in obs_all]
+            methods["vote"] = [L.vote_count(prob, o) for o in obs_all]
+        for name, results in methods.items():
+            per = {}
+            for (p, link), r in zip(planted, results):
+                per.setdefault(str(p), []).append((hit(r.ranking, [link], 1),
+                                                   hit(r.ranking, [link], 5), bool(r.fault)))
+            out[f"{name} ({mode})"] = {
+                lv: dict(top1=float(np.mean([h[0] for h in v])),
+                         top5=float(np.mean([h[1] for h in v])),
+                         reported=float(np.mean([h[2] for h in v])), n=len(v))
+                for lv, v in per.items()}
+            log(f"lossy {name} ({mode}): " + ", ".join(
+                f"loss {lv}: top1 {d['top1']:.2f} top5 {d['top5']:.2f} reported "
+                f"{d['reported']:.2f}" for lv, d in out[f"{name} ({mode})"].items()))
+    return out
+
+
 def main(argv=None):
     ap = parser(__doc__)
     ap.add_argument("--faults", type=int, default=100)
@@ -81,7 +171,16 @@ def main(argv=None):
     ap.add_argument("--noise", type=float, default=0.02)
     ap.add_argument("--routings", default="ecmp,spray,adaptive")
     ap.add_argument("--batch", type=int, default=35, help="observations per vmap batch")
+    ap.add_argument("--lossy", type=int, default=0,
+                    help="lossy-link cases per loss level (default 0)")
+    ap.add_argument("--loss-levels", default="0.015,0.005",
+                    help="comma-separated loss fractions of the lossy cases")
+    ap.add_argument("--table", nargs="+", metavar="JSON",
+                    help="print the markdown table of these results files and exit")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(args.table), end="")
+        return None
     if args.quick:
         args.faults, args.two, args.clean = 4, 2, 2
     topo = leaf_spine(32, 8, 32, fabric_gbps=1600)
@@ -89,7 +188,8 @@ def main(argv=None):
     is_host = np.asarray(topo.node_is_host)
     fabric = np.flatnonzero(~is_host[topo.link_src] & ~is_host[topo.link_dst])
     out = dict(hosts=int(topo.n_hosts), links=int(topo.n_links), fabric_links=int(fabric.size),
-               flows=int(wl[0].size), noise=args.noise, faults=args.faults, results={})
+               flows=int(wl[0].size), noise=args.noise, faults=args.faults, two=args.two,
+               clean=args.clean, lossy=args.lossy, loss_levels=args.loss_levels, results={})
     for routing in args.routings.split(","):
         t0 = time.perf_counter()
         prob = L.locate_problem(topo, wl, routing=routing, seed=args.seed)
@@ -102,7 +202,7 @@ def main(argv=None):
             links = rng.choice(fabric, size=m, replace=False) if m else np.zeros(0, int)
             factors = rng.uniform(0.1, 0.9, size=m)
             planted.append((kind, m, links, factors))
-        for mode in res:
+        for mode in (res if cases else ()):
             obs_all, rows = [], []
             for i, (kind, m, links, factors) in enumerate(planted):
                 phi = np.ones(prob.n_links)
@@ -130,7 +230,7 @@ def main(argv=None):
                                      confidence=r.confidence, top=r.top(3))
                 res[mode].append(row)
         summary = {}
-        for mode, rows in res.items():
+        for mode, rows in (res.items() if cases else ()):
             single = [r for r in rows if r["kind"] == "single"]
             double = [r for r in rows if r["kind"] == "double"]
             clean = [r for r in rows if r["kind"] == "clean"]
@@ -148,8 +248,11 @@ def main(argv=None):
                     f"{s.get('top5', np.nan):.2f} two-fault top1 "
                     f"{s.get('double_top1', np.nan):.2f} FP {s.get('false_positive', np.nan):.2f}"
                     f" smallest@95% {s.get('smallest_95')} median {s.get('wall_median', 0):.2f} s")
-        out["results"][routing] = dict(summary=summary, cases=res,
+        out["results"][routing] = dict(summary=summary, cases=res if cases else {},
                                        wall_time=time.perf_counter() - t0)
+        if args.lossy:
+            out["results"][routing]["lossy"] = run_lossy(prob, fabric, args, rng)
+            out["results"][routing]["wall_time"] = time.perf_counter() - t0
         path = Path(args.json or "results/locate.json")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(out, indent=1, default=str))
