@@ -28,7 +28,8 @@ more severe bin has top-1 >= 95 %.
 Run: ``PYTHONPATH=. python experiments/locate.py --plots results/locate`` (writes
 ``results/locate.json``; ``--quick`` for a smoke run).  ``--table A.json [B.json ...]``
 prints the markdown table of docs/tuning.md from results files (one row per routing,
-method and observation kind), without running anything.
+method and observation kind), and with ``--plots DIR`` draws their accuracy curves in
+one figure, without running anything.
 """
 
 from __future__ import annotations
@@ -180,6 +181,13 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.table:
         print(table(args.table), end="")
+        if args.plots:
+            curves = {f"{r}, {k}": v["curve"] for path in args.table
+                      for r, d in json.loads(Path(path).read_text())["results"].items()
+                      for k, v in d["summary"].items()
+                      if k.startswith(("gradient", "tomography")) and "curve" in v}
+            print(accuracy_figure(curves, Path(args.plots) / "locate_accuracy.png",
+                                  title="1,024 hosts, noise 2 %"))
         return None
     if args.quick:
         args.faults, args.two, args.clean = 4, 2, 2
