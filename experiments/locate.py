@@ -84,6 +84,43 @@ def _fmt(x, digits=2):
     return "n/a" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.{digits}f}"
 
 
+def twin_sizes(prob) -> np.ndarray:
+    """``[links]`` how many links carry exactly the same flows with the same (nominal)
+    split weights as each link: a fault on one of them changes the flow times as on any
+    other, so from flow times alone top-1 is at best ``1 / size`` and top-5 ``min(1, 5 /
+    size)`` (links no flow crosses: 0)."""
+    key = prob.e_flow.astype(np.int64) * prob.n_links + prob.e_link
+    uniq, inv = np.unique(key, return_inverse=True)
+    w = np.zeros(uniq.size)
+    np.add.at(w, inv, prob.split0[prob.e_flow, prob.e_path])
+    sig = {}
+    for k, ww in zip(uniq, w):
+        sig.setdefault(int(k % prob.n_links), []).append((int(k // prob.n_links),
+                                                          round(float(ww), 6)))
+    sig = {l: tuple(v) for l, v in sig.items()}
+    count = {}
+    for v in sig.values():
+        count[v] = count.get(v, 0) + 1
+    out = np.zeros(prob.n_links, int)
+    for l, v in sig.items():
+        out[l] = count[v]
+    return out
+
+
+def ceiling(data, routing) -> tuple:
+    """Mean flow-time ceiling ``(top-1, top-5)`` over the single faults of a routing's
+    cases (:func:`twin_sizes` at the results' fabric and seed)."""
+    d = data["results"][routing]
+    single = [r for r in next(iter(d["cases"].values()), []) if r["kind"] == "single"]
+    if not single:
+        return None
+    topo = leaf_spine(32, 8, 32, fabric_gbps=1600)
+    wl = L.diagnostic_workload(topo.n_hosts, shifts=2, hosts_per_leaf=32)
+    size = twin_sizes(L.locate_problem(topo, wl, routing=routing, seed=data.get("seed", 0)))
+    c = np.array([size[r["links"][0]] for r in single], float)
+    return float(np.mean(1 / c)), float(np.mean(np.minimum(1, 5 / c)))
+
+
 def table(paths) -> str:
     """Markdown table (docs/tuning.md) of the summaries in results files ``paths``."""
     head = ("| routing | method | observations | top-1 | top-5 | smallest degradation at "
@@ -118,6 +155,14 @@ def table(paths) -> str:
                     f"{_fmt(v['top1'])} / {_fmt(v['top5'])} / {_fmt(v['reported'])} (n = "
                     f"{v['n']})" for _, v in sorted(s.items(), reverse=True)) + " |")
     out = head + "\n".join(rows) + "\n"
+    ceil = [(r, ceiling(json.loads(Path(path).read_text()), r)) for path in paths
+            for r in json.loads(Path(path).read_text())["results"]]
+    ceil = [(r, c) for r, c in ceil if c is not None]
+    if ceil:
+        out += ("\nBest possible from flow times alone (a fault on a twin link, one that "
+                "carries the same flows with the same split, gives the same flow times; "
+                "mean over the single faults, top-1 / top-5): " + "; ".join(
+                    f"{r} {c[0]:.2f} / {c[1]:.2f}" for r, c in ceil) + ".\n")
     if lossy:
         levels = sorted({lv for path in paths for d in json.loads(Path(path).read_text())[
             "results"].values() for s in d.get("lossy", {}).values() for lv in s},
@@ -196,6 +241,7 @@ def main(argv=None):
     is_host = np.asarray(topo.node_is_host)
     fabric = np.flatnonzero(~is_host[topo.link_src] & ~is_host[topo.link_dst])
     out = dict(hosts=int(topo.n_hosts), links=int(topo.n_links), fabric_links=int(fabric.size),
+               seed=args.seed,
                flows=int(wl[0].size), noise=args.noise, faults=args.faults, two=args.two,
                clean=args.clean, lossy=args.lossy, loss_levels=args.loss_levels, results={})
     for routing in args.routings.split(","):
