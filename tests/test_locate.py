@@ -236,7 +236,7 @@ def test_cli_locate_planted_fault_and_exit_codes(tmp_path, capsys):
     assert main(["locate", "--scenario", _scenario(tmp_path, routing="random"),
                  "--plant", "3=0.5"]) == 2
     assert "locate.routing" in capsys.readouterr().err
-    assert main(["locate", "--scenario", scn, "--plant-loss", "34=1.5"]) == 2
+    assert main(["locate", "--scenario", _scenario(tmp_path), "--plant-loss", "34=1.5"]) == 2
     assert "--plant-loss: loss 1.5 must be in [0, 1)" in capsys.readouterr().err
 
 

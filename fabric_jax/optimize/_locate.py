@@ -28,7 +28,9 @@ hundreds of gradient steps fit in seconds, and over
 rates the flows get while they all run).  Routing gives each flow a split over its
 candidate paths (``ecmp``: the hashed path of :func:`fabric_jax.routing.make_routing`;
 ``spray``: even; ``adaptive``: in proportion to each path's bottleneck capacity in
-force, the steady state of a router that equalises utilisation, an approximation).
+force over the links that tell the flow's paths apart (not its NIC links, which every
+path crosses), the steady state of a router that equalises utilisation, an
+approximation).
 Then
 
 * rates: exact weighted max-min (:func:`fabric_jax.max_min_fair`) for the **truth**
@@ -137,7 +139,9 @@ class LocateProblem:
       n_paths: number of path slots per flow.
       routing: ``"ecmp"``, ``"spray"`` or ``"adaptive"``.
       split0: ``[flows, paths]`` split at nominal capacities.
-      path_hops: ``[flows, paths, hops]`` link ids (-1 padding) for adaptive splits.
+      path_hops: ``[flows, paths, hops]`` link ids of the hops that set adaptive splits:
+        -1 for padding and for a link that every path of the flow crosses (its NIC
+        links), which cannot tell its paths apart.
       dt: time resolution of the model, s (counter periods must not be shorter).
     """
 
@@ -211,12 +215,19 @@ def locate_problem(topology, workload, *, routing: str = "ecmp", seed: int = 0,
     e_link = links[hop]
     keep = split0[f_i, p_i] > 0 if routing == "ecmp" else np.ones(f_i.size, bool)
     lat = paths.latency(topology)[:, 0]
+    ph = np.where(hop, links, -1)
+    # a link on every path of the flow (e.g. its NIC links) does not steer an adaptive
+    # split: with it, a 400 Gb/s NIC would be every path's bottleneck and adaptive
+    # routing would spray evenly whatever the fabric links' capacities
+    on_path = ((ph[:, :, :, None, None] == ph[:, None, None, :, :])
+               & (ph[:, :, :, None, None] >= 0)).any(axis=4)     # [flows, p, hops, q]
+    shared = (on_path & pmask[:, None, None, :]).sum(axis=3) == pmask.sum(axis=1)[:, None, None]
     return LocateProblem(
         n_links=int(topology.n_links), n_flows=int(src.size), n_hosts=int(topology.n_hosts),
         capacity=np.asarray(topology.capacity, float), size=size, latency=np.asarray(lat, float),
         src=src, e_flow=f_i[keep].astype(np.int32), e_path=p_i[keep].astype(np.int32),
         e_link=e_link[keep].astype(np.int32), n_paths=int(links.shape[1]), routing=routing,
-        split0=split0, path_hops=np.where(hop, links, -1), path_mask=pmask, dt=float(dt))
+        split0=split0, path_hops=np.where(shared, -1, ph), path_mask=pmask, dt=float(dt))
 
 
 # ------------------------------------------------------------------ forward models
