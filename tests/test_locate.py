@@ -121,6 +121,25 @@ def test_ranks_a_lossy_link_first_from_flow_times_alone(small):
         assert L.tomography(prob, obs).ranking[0] == link
 
 
+def test_adaptive_split_follows_the_fabric_links_not_the_nics():
+    # leaf_spine(4, 2, 4): every inter-leaf flow has 2 paths (one per spine); NICs
+    # (400 Gb/s) are on both, so they cannot steer the split.  An uplink at factor 0.5
+    # takes 0.5 / 1.5 = 1/3 of each flow through it, the other path 2/3.
+    import jax.numpy as jnp
+    topo = leaf_spine(4, 2, 4)
+    prob = L.locate_problem(topo, L.diagnostic_workload(16, shifts=3, hosts_per_leaf=4),
+                            routing="adaptive")
+    up = topo.link_index("leaf0", "spine0")
+    phi = np.ones(prob.n_links)
+    phi[up] = 0.5
+    split = np.asarray(L._split(prob, jnp.asarray(prob.capacity * phi), None))
+    through = (prob.path_hops == up).any(axis=2)             # [flows, paths]
+    f = np.flatnonzero(through.any(axis=1))
+    assert f.size and np.all(prob.path_hops[f][..., [0, -1]] == -1)   # NIC hops masked
+    np.testing.assert_allclose(split[f][through[f]], 1 / 3, rtol=1e-6)
+    np.testing.assert_allclose(split[f][~through[f] & prob.path_mask[f]], 2 / 3, rtol=1e-6)
+
+
 def test_baselines_find_a_noise_free_fault(small):
     _, prob = small
     link = _identifiable(prob)[3]
