@@ -479,7 +479,7 @@ def _sharded_fluid_call(incidence, capacity, size, *, dt, n_steps, mesh, **optio
         lambda spec, sub: jax.tree_util.tree_map(
             functools.partial(_place, sharding=NamedSharding(mesh, spec)), sub),
         _arg_specs(fl, args, axes), args, is_leaf=lambda s: isinstance(s, P))
-    out_specs = _fluid_out_specs(fl, axes, keep_traj)
+    out_specs = _fluid_out_specs(fl, axes, keep_traj, static.shape.lossy)
     return (_sharded_fluid(static, n_outer, inner, keep_traj, mesh), placed,
             lambda res: _gather_strip(res, out_specs, axes, n_flows))
 
@@ -505,7 +505,7 @@ def _net_specs(fl, net, row, rep):
                                        for f in dataclasses.fields(net)})
 
 
-def _fluid_out_specs(fl, axes, keep_traj):
+def _fluid_out_specs(fl, axes, keep_traj, lossy=False):
     """The :class:`~jax.sharding.PartitionSpec` prefix of each part of the
     :class:`~fabric_jax.FluidResult` of a sharded run: per-flow records split along
     their flow axis (:data:`fabric_jax.fluid_slots.FLOW_AXIS` for the carry),
@@ -514,7 +514,8 @@ def _fluid_out_specs(fl, axes, keep_traj):
 
     row, col, rep = P(axes), P(None, axes), P()
     state = {k: P(*([None] * ax), axes) for k, ax in CARRY_FLOW_AXIS.items()}
-    state.update({k: rep for k in GLOBAL_KEYS})
+    # (the lossy links' drop counter is in the carry only with lossy-link faults)
+    state.update({k: rep for k in GLOBAL_KEYS if lossy or k != "corrupted"})
     traj = None
     if keep_traj:
         traj = fl.FluidTrajectory(t=rep, rate=col, throughput=col, queue=rep, usable=rep,
@@ -526,7 +527,7 @@ def _fluid_out_specs(fl, axes, keep_traj):
     return fl.FluidResult(start=row, finish=row, fct=row, sent=row, delivered=row,
                           dropped=row, queued=row, link_queue=rep, law_state=row,
                           trajectory=traj, info=info, routing_state=None, state=state,
-                          in_flight=row, discarded=row)
+                          in_flight=row, discarded=row, link_corrupted=rep)
 
 
 @functools.lru_cache(maxsize=16)
@@ -537,7 +538,7 @@ def _sharded_fluid(static, n_outer, inner, keep_traj, mesh):
     from .fluid_slots import FLOW_AXIS as CARRY_FLOW_AXIS
 
     axes = tuple(mesh.axis_names)
-    out_specs = _fluid_out_specs(fl, axes, keep_traj)
+    out_specs = _fluid_out_specs(fl, axes, keep_traj, static.shape.lossy)
 
     def local(args):
         net, params = args["net"], args["params"]

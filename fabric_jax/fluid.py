@@ -164,6 +164,17 @@ A failed link (``factor = 0``):
 * **stranded flows**: a flow whose every path with weight is dead offers nothing
   until a path recovers (``FluidInfo.stranded_time``, ``FluidInfo.stranded``).
 
+A lossy link (:func:`fabric_jax.faults.lossy_link`, loss ``p_l(k)`` per step) keeps
+its capacity and carries whatever is sent to it, retransmissions included; of the bytes
+that cross a path in the step, hop ``h`` drops ``p_h prod_{j<h} (1 - p_j)``
+(``_lossy_links``).  The drops are counted in ``dropped`` (per flow) and
+``FluidResult.link_corrupted`` (per link), returned to the sender's backlog (selective
+retransmission: the flow's goodput is ``(1 - p)`` of what it puts through the link) and
+enter the law's ``loss`` signal; under ``loss_recovery="go_back_n"`` each dropped
+``mtu`` also opens a discard window at the receiver.  Stated approximations: the
+retransmission leaves in the next step (not after the loss is detected, one RTT
+later), and dropped bytes count on the hops after the lossy link in their step.
+
 Traffic classes (``traffic_class=``, ``classes=``, :mod:`fabric_jax.qos`).  Each flow
 has a class (an IB service level mapped to a VL, an Ethernet priority); every port has
 one queue per class.  The loop then works on ``links x classes`` units (unit ``l *
@@ -337,6 +348,10 @@ class FluidResult:
       discarded: ``[flows]`` bytes that reached the receiver and were discarded
         (out of order without ``reorder``, or inside a go-back-N window after a loss)
         and resent (:mod:`fabric_jax.receiver`).
+      link_corrupted: ``[links]`` bytes each link dropped as a lossy link
+        (:func:`fabric_jax.faults.lossy_link`; the receiving port's error counter:
+        Ethernet FCS errors, InfiniBand ``PortRcvErrors``), over all calls of a resumed
+        run; zeros without lossy links.  Also counted in ``dropped`` (per flow).
     """
 
     start: Any
@@ -354,6 +369,7 @@ class FluidResult:
     state: Any = None
     in_flight: Any = None
     discarded: Any = None
+    link_corrupted: Any = None
 
 
 for _cls in (FluidInfo, FluidTrajectory, FluidResult):
@@ -453,7 +469,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         ``None`` (default): the static single path of ``incidence``.
       faults: link faults during the run (see "Faults" above and
         :mod:`fabric_jax.faults`): a list of events ``(time_s, links, factor)`` /
-        :func:`fabric_jax.faults.link_event`, or a compiled
+        :func:`fabric_jax.faults.link_event`, lossy links
+        (:func:`fabric_jax.faults.lossy_link`), or a compiled
         :class:`fabric_jax.faults.FaultSchedule`.  ``None``: no faults.
       init_state: continue a run: ``FluidResult.state`` of an earlier call, or a
         :class:`fabric_jax.checkpoint.Checkpoint` loaded from disk.  The other
@@ -630,10 +647,13 @@ def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, de
     if faults is not None:
         sched = fm.fault_schedule(faults, n_links, float(dt))
         sched = fm.FaultSchedule(step=jnp.asarray(sched.step, jnp.int32),
-                                 factor=jnp.asarray(sched.factor, fdt))
+                                 factor=jnp.asarray(sched.factor, fdt),
+                                 loss=None if sched.loss is None
+                                 else jnp.asarray(sched.loss, fdt))
     base_rtt = jnp.asarray(base_rtt, fdt)
     shape = _Shape(ring_len=ring_len, wire_depth=wire_depth, routed=policy is not None,
-                   n_classes=n_classes, fifo_bands=check_fifo_bands(fifo_bands))
+                   n_classes=n_classes, fifo_bands=check_fifo_bands(fifo_bands),
+                   lossy=sched is not None and sched.loss is not None)
     # out-of-order arrivals need a flow split over several paths at once; ECMP and
     # flowlet switching keep each flow on one path (their split is one-hot, the model
     # would give exactly 0), so they skip the [flows, paths, paths] kernel
@@ -850,6 +870,7 @@ class _Shape:
     routed: bool
     n_classes: int = 1
     fifo_bands: int = lk.DEFAULT_FIFO_BANDS
+    lossy: bool = False        # a fault schedule with lossy links (carry: ``corrupted``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -998,6 +1019,8 @@ def _init_carry(law, fc, shape: _Shape, hops: lk.HopTable, size, line_rate, base
     if shape.routed:
         carry.update(route=rstate0, load=jnp.zeros((n_links,), fdt),
                      mark_l=jnp.zeros((n_links,), fdt), rate=zf)
+    if shape.lossy:
+        carry.update(corrupted=jnp.zeros((n_links,), fdt))
     return carry
 
 
@@ -1164,7 +1187,8 @@ def _transmit(static, net, xb, transit, usable, inc_k, split, offered, fcp, dt):
     x_new, dropped = _buffers(static, net, hops, net.switch, jnp.sum(left_b, axis=-1)
                               + arrived_left, arrived_left, fcp, offered)
     return dict(served=served, x=x_new, xb=_tail_bands(hops, left_b, x_new, span[2]),
-                alloc=alloc, tx=served_l / dt + tx_cut, served_l=served_l, load_o=load_o,
+                alloc=alloc, alloc_p=alloc_p, tx=served_l / dt + tx_cut, served_l=served_l,
+                load_o=load_o,
                 dropped=dropped, transit=carry, send=send, span=span,
                 rounds=jnp.stack([solve_it, nic_rounds]),
                 # one path per flow: the cut-through load is the allocation's link load
@@ -1487,7 +1511,7 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
                               jnp.sum(left_b, axis=-1) + arrived_left, arrived_left, fcp,
                               offered)
     return dict(served=served, x=x_new, xb=_tail_bands(uh, left_b, x_new), alloc=alloc,
-                tx=served_u / dt + pinc_v.link_load(r_p.ravel()),
+                alloc_p=alloc_p, tx=served_u / dt + pinc_v.link_load(r_p.ravel()),
                 served_l=served_u, load_o=per_link(load_u), dropped=dropped, span=span, transit=carry, vinc=vinc, send=send,
                 usable_l=jnp.minimum(cap_k, per_link(ceiling)),
                 rounds=jnp.stack([it1 + sol2.info.iterations, rounds1 + rounds2]))
@@ -1526,17 +1550,39 @@ def _hold_at_sender(net, x, xb):
     return jnp.where(at_nic, 0.0, x), jnp.where(at_nic[..., None], 0.0, xb), held
 
 
-def _propagate(net, c, served, alloc, discard, dt):
+def _propagate(net, c, served, alloc, discard, dt, lost=0.0):
     """Bytes served at the last hop and the cut-through offers go on the receiver wire
-    and arrive after the path latency; the fraction ``discard`` ``[flows]`` of them the
+    and arrive after the path latency, less ``lost`` ``[flows]`` (dropped by lossy
+    links, :func:`_lossy_links`); the fraction ``discard`` ``[flows]`` of them the
     receiver throws away (:func:`_receive`).  (Bytes served at other hops joined the
     next hop in the same step, :func:`fabric_jax.links.serve_through`.)"""
     hops = net.hops
-    arrived = alloc * dt + jnp.sum(jnp.where(hops.last, served, 0.0), axis=1)
+    arrived = alloc * dt + jnp.sum(jnp.where(hops.last, served, 0.0), axis=1) - lost
     discarded = arrived * discard
     passed = arrived - discarded
     wire, delivered = lk.wire_step(c["wire"], c["k"], net.wire_n, net.wire_phi, passed)
     return wire, passed, delivered, discarded
+
+
+def _lossy_links(net, sched, c, served, alloc_p, dt):
+    """Bytes that lossy links drop in the step: ``([flows], [links])``.
+
+    Model: the bytes that crossed a path in the step (cut-through ``alloc_p dt`` plus
+    those its last hop served; the loss-free fluid) lose the fraction ``p_l`` at each
+    lossy link ``l`` of the path, of what reached it: hop ``h`` drops ``B p_h
+    prod_{j<h} (1 - p_j)``, so ``B prod_h (1 - p_h)`` arrive.  Approximation, stated: a
+    corrupted packet is dropped by the next port's ingress, but here its bytes also
+    counted on the hops after the lossy link in this step (an overestimate of their
+    load by at most ``p``); the retransmission (the sender's backlog grows by the
+    drops) re-crosses every hop."""
+    hops = net.hops
+    p = jnp.where(hops.valid, hops.gather(fm.loss_fraction(sched, c["k"]).astype(served.dtype)),
+                  0.0)
+    log_keep = hops.per_path(jnp.log1p(-p))
+    before = jnp.exp(jnp.cumsum(log_keep, axis=2) - log_keep)    # prod_{j<h} (1 - p_j)
+    reach = alloc_p * dt + jnp.sum(hops.per_path(jnp.where(hops.last, served, 0.0)), axis=2)
+    lost_h = (reach[:, :, None] * before * hops.per_path(p)).reshape(served.shape)
+    return jnp.sum(lost_h, axis=1), hops.link_sum(lost_h)
 
 
 def _receive(static, net, c, x_new, cap_k, split, served, alloc, offered, dropped, dt):
@@ -1726,11 +1772,16 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
         sig_params = _per_unit_params(params, hops.n_links, n_cls)
     x_new, xb_new, held = _hold_at_sender(net, tr["x"], tr["xb"])
     dropped_now = tr["dropped"] + fault_drop
+    if static.shape.lossy:
+        lost, lost_l = _lossy_links(net, sched, c, tr["served"], tr["alloc_p"], dt)
+        dropped_now = dropped_now + lost
+    else:
+        lost = 0.0
     discard, rx_phi = _receive(static, net, c, x_new, cap_k, split, tr["served"], tr["alloc"],
                                tr["send"], dropped_now, dt)
     transit_new = tr["transit"]
     wire, passed_now, deliv_now, discarded_now = _propagate(
-        net, c, tr["served"], tr["alloc"], discard, dt)
+        net, c, tr["served"], tr["alloc"], discard, dt, lost)
     sent_now = tr["send"] * dt - held
     # accounting: sent = delivered + in flight + queued + dropped + discarded, every step
     # (per flow, then one sum over the flows; the wires' bytes summed as adds of the
@@ -1778,6 +1829,8 @@ def _step(static, net, params, fcp, smooth, dt, rparams, sched, c):
                stranded=active & stranded)
     if static.policy is not None:
         new.update(route=rstate, load=tr["load_o"], mark_l=mark_l, rate=offered)
+    if static.shape.lossy:
+        new.update(corrupted=c["corrupted"] + lost_l)
     # the end of the step, rounded once, as an idle chunk's snapshot computes it
     # (``t + dt`` rounds twice unless the compiler contracts it into an FMA)
     snap = dict(t=(c["k"] + 1).astype(dt.dtype) * dt, rate=offered,
@@ -1880,7 +1933,8 @@ def _run_body(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, r
                        law_state=unpack_law(c["law"], static.law.init(net.line_rate, params)),
                        trajectory=trajectory, info=info,
                        routing_state=c.get("route"), state=c, in_flight=_in_flight(net, c),
-                       discarded=c["discarded"])
+                       discarded=c["discarded"],
+                       link_corrupted=c.get("corrupted", jnp.zeros_like(net.capacity)))
 
 
 #: The run, compiled once per static choice and shape.

@@ -98,8 +98,10 @@ FLOW_AXIS = dict(remaining=0, x=0, xb=0, transit=0, wire=1, start=0, finish=0, d
                  stranded_time=0, stranded=0)
 #: Entries of the fluid state that are not per flow and carry over windows unchanged:
 #: the step counter, flow-control state per link, the conservation residual, the
-#: largest queue per link, the per-step solves' iteration counts.
-GLOBAL_KEYS = frozenset({"k", "fc", "max_residual", "max_queue", "solver_iterations"})
+#: largest queue per link, the per-step solves' iteration counts, the bytes each lossy
+#: link dropped (present with lossy-link faults).
+GLOBAL_KEYS = frozenset({"k", "fc", "max_residual", "max_queue", "solver_iterations",
+                         "corrupted"})
 #: Arrival time of pin and free-slot columns, s: never released in any real run.
 INERT_ARRIVAL = 1e9
 #: Default window length, steps.

@@ -11,7 +11,8 @@ import pytest
 import jax
 import jax.numpy as jnp
 
-from fabric_jax.faults import FaultSchedule, capacity_factor, fault_schedule, link_event
+from fabric_jax.faults import (FaultSchedule, capacity_factor, fault_schedule, link_event,
+                               loss_fraction, lossy_link)
 from fabric_jax.fluid import simulate_fluid
 from fabric_jax.incidence import Incidence
 from fabric_jax.paths import shortest_paths
@@ -114,6 +115,13 @@ def test_validation_errors():
                        ([(0.0, [0], 1.5)], r"faults\[0\]\.factor"),
                        ([(0.0, [0], -0.1)], r"faults\[0\]\.factor"),
                        ([(0.0,)], r"faults\[0\]"),
+                       ([(0.0, [0], 0.5), lossy_link(0, 1.0)], r"faults\[1\]\.loss"),
+                       ([lossy_link(0, -0.01)], r"faults\[0\]\.loss"),
+                       ([lossy_link(0, float("nan"))], r"faults\[0\]\.loss"),
+                       ([dict(time=0.0, links=[0], loss="a")], r"faults\[0\]: time and loss"),
+                       ([dict(time=0.0, links=[0], factor=0.5, loss=0.01)],
+                        r"faults\[0\] gives both 'factor' and 'loss'"),
+                       ([dict(time=0.0, links=[0], los=0.01)], r"faults\[0\]: unknown key"),
                        (3, "faults")]:
         with pytest.raises(ValueError, match=match):
             simulate_fluid(inc, topo.capacity, np.ones(2), faults=bad, **kw)
@@ -215,6 +223,66 @@ def test_degrade_by_half_halves_the_throughput_closed_form():
         tp = np.asarray(res.trajectory.throughput)[:, 0]
         np.testing.assert_allclose(tp[10:60], C, rtol=1e-12)
         np.testing.assert_allclose(tp[61:int(want / US) - 1], 0.5 * C, rtol=1e-12)
+
+
+def test_lossy_link_goodput_closed_form_and_drop_counter():
+    # One flow alone on 2 links at C = 50 GB/s, 10 MB; link 1 drops p = 1.5 % of what
+    # it carries (selective retransmission): the link carries C, the receiver gets
+    # C (1 - p) every step, so finish = S / (C (1 - p)) (+ < 1 dt: the last lost bytes
+    # are resent in the next step); the sender puts S / (1 - p) on the wire, link 1's
+    # error counter holds p of that, and sent = delivered + dropped.
+    sched = fault_schedule([lossy_link(1, 0.5, time=3 * US), (0.0, [0], 0.5),
+                            lossy_link(1, 0.015, time=3 * US)], 2, 1 * US)
+    np.testing.assert_array_equal(np.asarray(loss_fraction(sched, 2)), [0.0, 0.0])
+    np.testing.assert_allclose(np.asarray(loss_fraction(sched, 3)), [0.0, 0.015], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(capacity_factor(sched, 3)), [0.5, 1.0])
+    assert fault_schedule([(0.0, [0], 0.5)], 2, 1 * US).loss is None
+    with enable_x64():
+        C, S, p = 50e9, 10e6, 0.015
+        inc = Incidence.from_coo(np.array([0, 1]), np.array([0, 0]), n_links=2, n_flows=1)
+        res = simulate_fluid(inc, np.full(2, C), np.array([S]), dt=1 * US, n_steps=400,
+                             faults=[lossy_link(1, p)], latency=np.zeros(1), save_every=1)
+        want = S / (C * (1 - p))
+        assert want <= float(res.finish[0]) <= want + 1 * US
+        tp = np.asarray(res.trajectory.throughput)[:, 0]
+        np.testing.assert_allclose(tp[1:int(want / US) - 1], C * (1 - p), rtol=1e-12)
+        sent = float(res.sent[0])
+        assert sent == pytest.approx(S / (1 - p), rel=1e-6)
+        np.testing.assert_allclose(np.asarray(res.link_corrupted), [0.0, p * sent], rtol=1e-9)
+        assert float(res.dropped[0]) == pytest.approx(p * sent, rel=1e-9)
+        assert sent == pytest.approx(float(res.delivered[0] + res.dropped[0]), rel=1e-12)
+        assert float(res.info.max_residual) < 1e-6 and not bool(res.info.stalled)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recovery", ["selective", "go_back_n"])
+def test_lossy_link_conserves_bytes_under_spraying_x64(recovery):
+    # 4 flows sprayed over 2 spines under DCQCN + PFC; uplink up0 drops 1 % from 10 us.
+    # Bytes are conserved per flow (sent = delivered + queued + dropped + discarded),
+    # only up0's error counter moves, and it equals the flows' drops; every flow
+    # completes with its size delivered.  Go-back-N also discards what follows a loss,
+    # so it resends more than selective retransmission.
+    with enable_x64():
+        topo, ps, up0, uses = _two_path(4)
+        r = make_routing("spray", ps, seed=0)
+        inc = Incidence.from_paths(ps, np.asarray(r.split), n_links=topo.n_links)
+        size = np.full(4, 2e6)
+        res = simulate_fluid(inc, topo.capacity, size, dt=1 * US, n_steps=500,
+                             base_rtt=np.full(4, 4 * US), routing=r, law="dcqcn",
+                             flow_control="pfc", buffer=2e6, loss_recovery=recovery,
+                             faults=[lossy_link(up0, 0.01, time=10 * US)])
+        sent, dropped = np.asarray(res.sent), np.asarray(res.dropped)
+        np.testing.assert_allclose(sent, np.asarray(res.delivered + res.queued + res.discarded)
+                                   + dropped, rtol=1e-12, atol=1e-6)
+        corrupted = np.asarray(res.link_corrupted)
+        assert corrupted[up0] > 0 and np.all(np.delete(corrupted, up0) == 0)
+        assert corrupted[up0] == pytest.approx(dropped.sum(), rel=1e-9)
+        assert float(res.info.max_residual) < 1e-6 and not bool(res.info.stalled)
+        np.testing.assert_allclose(np.asarray(res.delivered), size, rtol=1e-6)  # COMPLETION_RTOL
+        if recovery == "go_back_n":
+            assert np.asarray(res.discarded).sum() > corrupted[up0]
+        else:
+            assert np.asarray(res.discarded).sum() == 0
 
 
 @pytest.mark.parametrize("case", slow_except(["static_dcqcn_pfc", "spray_drop", "ecmp_none"],

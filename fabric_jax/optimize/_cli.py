@@ -53,7 +53,7 @@ def add_tune_parser(sub):
 
 def add_locate_parser(sub):
     p = sub.add_parser(
-        "locate", help="locate degraded links from completion times and port counters",
+        "locate", help="locate degraded or lossy links from completion times and port counters",
         description="Ranks links by estimated capacity factor (gradient descent through "
                     "the flow-level model), next to tomography (NNLS) and vote counting.")
     p.add_argument("--scenario", metavar="FILE", required=True,
@@ -64,6 +64,10 @@ def add_locate_parser(sub):
     p.add_argument("--plant", metavar="LINK=FACTOR,...",
                    help="instead of --observed: synthesise observations of these "
                         "degraded links (exact flow-level model)")
+    p.add_argument("--plant-loss", metavar="LINK=P,...",
+                   help="instead of / with --plant: synthesise observations of these lossy "
+                        "links, each dropping the fraction P in [0, 1) of the bytes it "
+                        "carries (with port counters: every link's drop counter)")
     p.add_argument("--noise", type=float, default=0.0, help="--plant: relative noise")
     p.add_argument("--no-counters", action="store_true", help="--plant: no port counters")
     p.add_argument("--write-observed", metavar="PATH", help="--plant: save the observation")
@@ -298,13 +302,32 @@ def _parse_plant(text, n_links):
     return phi
 
 
+def _parse_plant_loss(text, n_links):
+    loss = np.zeros(n_links)
+    for item in text.split(","):
+        try:
+            link, p = item.split("=")
+            link, p = int(link), float(p)
+        except ValueError:
+            raise ValueError(f"--plant-loss {item!r}: use LINK=P (an integer link id and "
+                             f"the fraction of bytes it drops, in [0, 1))") from None
+        if not 0 <= link < n_links:
+            raise ValueError(f"--plant-loss: link {link} unknown (valid 0 .. {n_links - 1})")
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"--plant-loss: loss {p} must be in [0, 1) (0.015 = 1.5 %)")
+        loss[link] = p
+    return loss
+
+
 def locate_main(args) -> int:
     from ._locate import load_observation, locate, observe, tomography, vote_count
 
     t0 = time.time()
     try:
-        if (args.observed is None) == (args.plant is None):
-            raise ValueError("give exactly one of --observed FILE or --plant LINK=FACTOR")
+        planted = args.plant is not None or args.plant_loss is not None
+        if (args.observed is None) == (not planted):
+            raise ValueError("give exactly one of --observed FILE or --plant LINK=FACTOR "
+                             "(and/or --plant-loss LINK=P)")
         if not (0 <= args.noise < 1):
             raise ValueError(f"--noise must be in [0, 1); got {args.noise}")
         scn = load_locate_scenario(args.scenario)
@@ -312,11 +335,14 @@ def locate_main(args) -> int:
         if args.observed:
             obs = load_observation(args.observed, prob)
         else:
-            phi = _parse_plant(args.plant, prob.n_links)
+            phi = (_parse_plant(args.plant, prob.n_links) if args.plant
+                   else np.ones(prob.n_links))
+            loss = (_parse_plant_loss(args.plant_loss, prob.n_links) if args.plant_loss
+                    else None)
     except ValueError as err:
         return _fail("locate", err)
-    if args.plant:
-        obs = observe(prob, phi, noise=args.noise, counters=not args.no_counters)
+    if planted:
+        obs = observe(prob, phi, noise=args.noise, counters=not args.no_counters, loss=loss)
         if args.write_observed:
             Path(args.write_observed).write_text(json.dumps(obs.to_json()))
             print(f"wrote {args.write_observed}")
@@ -328,8 +354,10 @@ def locate_main(args) -> int:
           f"confidence {res.confidence:.2f}, {res.evaluations} evaluations, "
           f"{res.wall_time:.1f} s")
     for link, fac in res.top(5):
+        lossy = ("" if res.link_loss is None
+                 else f", loss {100 * float(res.link_loss[link]):.2f} %")
         print(f"  link {link:5d} ({int(topo.link_src[link])} -> {int(topo.link_dst[link])}): "
-              f"capacity factor {fac:.3f}")
+              f"capacity factor {fac:.3f}{lossy}")
     if obs.flow_idx.size:
         for base in (tomography(prob, obs), vote_count(prob, obs)):
             out[base.method] = base.to_dict()

@@ -11,7 +11,15 @@ of an all-to-all, :func:`diagnostic_workload`).  One or more links may run at a
   the **congested** time, the seconds the port held a standing queue -- the model's
   stand-in for each preset's congestion counter (RoCE: ECN marks and PFC pauses;
   InfiniBand: FECN marks / PortXmitWait; Spectrum-X: its telemetry; UEC: ECN marks and
-  trims): :data:`PRESET_COUNTERS` names them.
+  trims): :data:`PRESET_COUNTERS` names them; and optionally **dropped** bytes, the
+  receiving port's error counter (Ethernet FCS errors, InfiniBand ``PortRcvErrors``).
+
+Faults: a link at capacity factor ``phi_l`` (degraded), or a *lossy* link that drops the
+fraction ``p_l`` of the bytes it carries (:func:`fabric_jax.faults.lossy_link`; a gray
+failure).  A lossy link keeps its capacity: a flow crossing it sends at the same rate
+but delivers ``(1 - p_l)`` of it (selective retransmission), so its completion stretches
+by ``1 / (1 - p_l)`` whether or not the link is a bottleneck, and the link's error
+counter grows by ``p_l`` of what it carries.
 
 Forward model (flow level, the cheap model at 1,024 hosts; chosen over the fluid model
 because one evaluation is a few segment sums over ``flows x paths x hops`` entries, so
@@ -20,7 +28,9 @@ hundreds of gradient steps fit in seconds, and over
 rates the flows get while they all run).  Routing gives each flow a split over its
 candidate paths (``ecmp``: the hashed path of :func:`fabric_jax.routing.make_routing`;
 ``spray``: even; ``adaptive``: in proportion to each path's bottleneck capacity in
-force, the steady state of a router that equalises utilisation, an approximation).
+force over the links that tell the flow's paths apart (not its NIC links, which every
+path crosses), the steady state of a router that equalises utilisation, an
+approximation).
 Then
 
 * rates: exact weighted max-min (:func:`fabric_jax.max_min_fair`) for the **truth**
@@ -35,16 +45,29 @@ Then
   held at the fair share of its tightest link; where max-min hands a link's leftover to
   the flows that can use it they differ (the fair-share model is slower), and that
   mismatch is inside every accuracy figure.
-* completion ``T_f = S_f / r_f + latency_f`` (first order: each flow at the rate it gets
-  while every flow runs; exact for a flow held at its bottleneck to the end).
-* counters: ``bytes_l(t) = sum_f A_lf r_f min(t, S_f / r_f)``; ``congested_l(t) =
-  sat_l min(t, max_f S_f / r_f)`` with ``sat_l`` 1 where the link is saturated.
+* completion ``T_f = S_f / (g_f r_f) + latency_f`` (first order: each flow at the rate it
+  gets while every flow runs; exact for a flow held at its bottleneck to the end), with
+  ``g_f = sum_p s_fp prod_{l in p} (1 - p_l)`` the fraction of what it sends that
+  arrives (1 without lossy links).
+* counters: ``bytes_l(t) = sum_f A_lf r_f min(t, T'_f)`` with ``T'_f = S_f / (g_f
+  r_f)``; ``congested_l(t) = sat_l min(t, max_f T'_f)`` with ``sat_l`` 1 where the link is
+  saturated; ``dropped_l(t) = p_l bytes_l(t)`` (exact for one lossy link per path; the
+  losses upstream of a second lossy link are not subtracted from what it carries).
 
 Inverse (:func:`locate`): Adam on ``theta`` with ``phi = 0.02 + 0.98 sigmoid(theta)``,
 minimising the chi-square of the log completion times (and of the counters, scaled by
 the port capacity x time) plus a sparsity prior ``lambda sum_l (1 - phi_l)``;
 links are ranked by ``phi`` (most degraded first).  A fault is reported when the
 top estimate is degraded by more than ``detect`` (default ``max(0.05, 3 noise)``).
+With ``lossy=True`` (the default when the observation holds a non-zero drop counter)
+each link also gets a loss ``p_l = LOSS_SCALE u_l`` fitted alongside ``phi`` (projected
+descent: ``u`` starts at 0 and is clipped to ``[0, LOSS_MAX / LOSS_SCALE]`` after every
+step, so a clean link's loss stays exactly 0 under the prior; a sigmoid, as for
+``phi``, would start its gradient at ~``p`` and lose it), with the drop counters'
+residuals ``p_l bytes_l - dropped_l`` over the observed ``bytes_l`` (pseudo-Huber, scale
+:data:`LOSS_SIGMA`) and the same sparsity prior on ``p``; links are then ranked by the larger of
+``(1 - phi_l) / detect`` and ``p_l / detect_loss`` (each estimate over its reporting
+threshold), and a fault is reported when either exceeds its threshold.
 Baselines: network tomography (:func:`tomography`: non-negative least squares over the
 path-link incidence, the flows' log slowdown against the nominal model as the sum of
 non-negative per-link terms, ``scipy.optimize.lsq_linear``) and vote counting
@@ -73,7 +96,7 @@ __all__ = ["LocateProblem", "LocateResult", "Observation", "locate", "locate_bat
            "tomography",
            "vote_count", "diagnostic_workload", "locate_problem", "load_observation",
            "parse_observation", "ROUTINGS", "PRESET_ROUTING", "PRESET_COUNTERS",
-           "DEFAULT_STEPS", "PHI_MIN"]
+           "DEFAULT_STEPS", "PHI_MIN", "LOSS_MAX", "DETECT_LOSS"]
 
 ROUTINGS = ("ecmp", "spray", "adaptive")
 #: The routing each preset runs natively (:mod:`fabric_jax.fabrics`).
@@ -92,6 +115,15 @@ TAU_START, TAU_END = 0.3, 0.003
 SATURATION = 0.999
 #: Scale of the counters' robust residuals (fraction of capacity x time, of time).
 COUNTER_SIGMA = 0.05
+#: Largest loss fraction the inverse estimates, and the scale of its descent variable
+#: (``p = LOSS_SCALE u``: one Adam step of ``u`` moves ``p`` by about
+#: ``learning_rate x LOSS_SCALE``).
+LOSS_MAX, LOSS_SCALE = 0.5, 0.05
+#: Scale of the drop counters' robust residuals, as a fraction of the bytes carried.
+LOSS_SIGMA = 1e-3
+#: Reporting threshold on an estimated loss fitted with drop counters (0.2 %; without
+#: drop counters the capacity threshold ``detect`` applies).
+DETECT_LOSS = 2e-3
 _OBS_KEYS = {"flows", "ranks", "counters", "noise", "description"}
 
 
@@ -107,7 +139,9 @@ class LocateProblem:
       n_paths: number of path slots per flow.
       routing: ``"ecmp"``, ``"spray"`` or ``"adaptive"``.
       split0: ``[flows, paths]`` split at nominal capacities.
-      path_hops: ``[flows, paths, hops]`` link ids (-1 padding) for adaptive splits.
+      path_hops: ``[flows, paths, hops]`` link ids of the hops that set adaptive splits:
+        -1 for padding and for a link that every path of the flow crosses (its NIC
+        links), which cannot tell its paths apart.
       dt: time resolution of the model, s (counter periods must not be shorter).
     """
 
@@ -181,12 +215,19 @@ def locate_problem(topology, workload, *, routing: str = "ecmp", seed: int = 0,
     e_link = links[hop]
     keep = split0[f_i, p_i] > 0 if routing == "ecmp" else np.ones(f_i.size, bool)
     lat = paths.latency(topology)[:, 0]
+    ph = np.where(hop, links, -1)
+    # a link on every path of the flow (e.g. its NIC links) does not steer an adaptive
+    # split: with it, a 400 Gb/s NIC would be every path's bottleneck and adaptive
+    # routing would spray evenly whatever the fabric links' capacities
+    on_path = ((ph[:, :, :, None, None] == ph[:, None, None, :, :])
+               & (ph[:, :, :, None, None] >= 0)).any(axis=4)     # [flows, p, hops, q]
+    shared = (on_path & pmask[:, None, None, :]).sum(axis=3) == pmask.sum(axis=1)[:, None, None]
     return LocateProblem(
         n_links=int(topology.n_links), n_flows=int(src.size), n_hosts=int(topology.n_hosts),
         capacity=np.asarray(topology.capacity, float), size=size, latency=np.asarray(lat, float),
         src=src, e_flow=f_i[keep].astype(np.int32), e_path=p_i[keep].astype(np.int32),
         e_link=e_link[keep].astype(np.int32), n_paths=int(links.shape[1]), routing=routing,
-        split0=split0, path_hops=np.where(hop, links, -1), path_mask=pmask, dt=float(dt))
+        split0=split0, path_hops=np.where(shared, -1, ph), path_mask=pmask, dt=float(dt))
 
 
 # ------------------------------------------------------------------ forward models
@@ -225,10 +266,22 @@ def _scaled_rates(prob: LocateProblem, cap, split, rate0, tau):
     return rate0 * jnp.exp(m - tau * jnp.log(z))
 
 
-def _predict(prob: LocateProblem, rates, split, cap, times, sat=None):
-    """Completion times ``[flows]`` and cumulative counters ``[links, samples]``."""
+def _goodput(prob: LocateProblem, split, loss):
+    """``[flows]`` fraction of the bytes a flow sends that arrive: ``sum_p s_fp
+    prod_{l in p} (1 - p_l)`` over its paths (split ``s``), ``loss`` ``[links]``."""
+    seg = prob.e_flow.astype(np.int64) * prob.n_paths + prob.e_path
+    keep = jax.ops.segment_sum(jnp.log1p(-loss[prob.e_link]), seg,
+                               num_segments=prob.n_flows * prob.n_paths)
+    return jnp.sum(split * jnp.exp(keep).reshape(prob.n_flows, prob.n_paths), axis=1)
+
+
+def _predict(prob: LocateProblem, rates, split, cap, times, sat=None, loss=None):
+    """Completion times ``[flows]`` and cumulative counters ``[links, samples]``:
+    ``(finish, bytes, congested, dropped)`` (``loss`` ``[links]``, default none)."""
     size = jnp.asarray(prob.size, rates.dtype)
     end = size / rates
+    if loss is not None:
+        end = end / _goodput(prob, split, loss)
     finish = end + jnp.asarray(prob.latency, rates.dtype)
     ew = split[prob.e_flow, prob.e_path]
     t = jnp.asarray(times, rates.dtype)
@@ -244,7 +297,8 @@ def _predict(prob: LocateProblem, rates, split, cap, times, sat=None):
                                num_segments=prob.n_links)
     busy = jnp.maximum(busy, 0.0)
     congested = sat[:, None] * jnp.minimum(t[None, :], busy[:, None])
-    return finish, bytes_, congested
+    dropped = (jnp.zeros_like(bytes_) if loss is None else loss[:, None] * bytes_)
+    return finish, bytes_, congested, dropped
 
 
 def _exact_rates(prob: LocateProblem, phi):
@@ -258,12 +312,15 @@ def _exact_rates(prob: LocateProblem, phi):
     return jnp.maximum(res.rates, 1e-30), res, split, cap
 
 
-def truth(prob: LocateProblem, phi, times=()):
+def truth(prob: LocateProblem, phi, times=(), loss=None):
     """The exact flow-level observation (max-min rates, hard saturation): ``(finish,
-    bytes, congested)`` at capacity factors ``phi`` ``[links]``."""
+    bytes, congested, dropped)`` at capacity factors ``phi`` ``[links]`` and loss
+    fractions ``loss`` ``[links]`` (default none)."""
     rates, res, split, cap = _exact_rates(prob, phi)
+    if loss is not None:
+        loss = jnp.asarray(np.asarray(loss, float), rates.dtype)
     return _predict(prob, rates, split, cap, np.asarray(times, float),
-                    sat=jnp.asarray(res.saturated, rates.dtype))
+                    sat=jnp.asarray(res.saturated, rates.dtype), loss=loss)
 
 
 def _merge_entries(link, flow, weight, n_links, n_flows) -> Incidence:
@@ -291,6 +348,8 @@ class Observation:
       link_idx: ``[observed links]``; bytes, congested: ``[observed links, samples]``
         cumulative.
       noise: the stated relative noise (0 if none).
+      dropped: ``[observed links, samples]`` cumulative dropped bytes (the port's error
+        counter; NaN where a link's is not given), or ``None`` (no drop counters).
     """
 
     flow_idx: np.ndarray
@@ -303,6 +362,7 @@ class Observation:
     bytes: np.ndarray
     congested: np.ndarray
     noise: float = 0.0
+    dropped: np.ndarray | None = None
 
     def to_json(self) -> dict:
         d = dict(flows={str(int(f)): float(t) for f, t in zip(self.flow_idx, self.flow_finish)},
@@ -313,7 +373,9 @@ class Observation:
         if self.link_idx.size:
             d["counters"] = dict(period_s=float(self.period), links={
                 str(int(l)): dict(bytes=self.bytes[i].tolist(),
-                                  congested_s=self.congested[i].tolist())
+                                  congested_s=self.congested[i].tolist(),
+                                  **({} if self.dropped is None
+                                     else dict(dropped=self.dropped[i].tolist())))
                 for i, l in enumerate(self.link_idx)})
         return d
 
@@ -360,12 +422,14 @@ def parse_observation(obs: dict, prob: LocateProblem) -> Observation:
          "ranks": {"<host index>": finish_s, ...},
          "counters": {"period_s": P,
                       "links": {"<link id>": {"bytes": [cumulative at P, 2P, ...],
-                                              "congested_s": [cumulative, ...]}}},
+                                              "congested_s": [cumulative, ...],
+                                              "dropped": [cumulative bytes, ...]}}},
          "noise": 0.05}                                     # optional
 
     Raises:
       ValueError: naming the field: an unknown key, flow, rank or link; NaN, negative or
-        zero times; counters that decrease (non-monotone) or differ in length; a
+        zero times; counters (``bytes``, ``congested_s``, ``dropped``: each optional per
+        link) that decrease (non-monotone) or differ in length; a
         sampling period below the model's step ``dt``; nothing observed.
     """
     if not isinstance(obs, dict):
@@ -393,11 +457,12 @@ def parse_observation(obs: dict, prob: LocateProblem) -> Observation:
     period = 0.0
     l_idx = np.zeros(0, np.int32)
     by = cg = np.zeros((0, 0))
+    dr = None
     if "counters" in obs:
         c = obs["counters"]
         if not isinstance(c, dict) or set(c) - {"period_s", "links"} or "links" not in c:
             raise ValueError("observed.counters must be {period_s: s, links: {id: {bytes: "
-                             "[...], congested_s: [...]}}}")
+                             "[...], congested_s: [...], dropped: [...]}}}")
         period = c.get("period_s")
         if not (isinstance(period, (int, float)) and math.isfinite(period) and period > 0):
             raise ValueError(f"observed.counters.period_s must be a sampling period > 0 s; "
@@ -412,13 +477,14 @@ def parse_observation(obs: dict, prob: LocateProblem) -> Observation:
         if np.any(bad):
             raise ValueError(f"observed.counters.links: unknown link(s) "
                              f"{l_idx[bad][:5].tolist()} (valid 0 .. {prob.n_links - 1})")
-        rows_b, rows_c, n_s = [], [], None
+        rows_b, rows_c, rows_d, n_s = [], [], [], None
         for key, rec in links.items():
-            if not isinstance(rec, dict) or set(rec) - {"bytes", "congested_s"} or not rec:
-                raise ValueError(f"observed.counters.links[{key}] must hold 'bytes' and/or "
-                                 f"'congested_s' lists; got {rec!r}")
+            if (not isinstance(rec, dict) or set(rec) - {"bytes", "congested_s", "dropped"}
+                    or not rec):
+                raise ValueError(f"observed.counters.links[{key}] must hold 'bytes', "
+                                 f"'congested_s' and/or 'dropped' lists; got {rec!r}")
             arrs = {}
-            for name in ("bytes", "congested_s"):
+            for name in ("bytes", "congested_s", "dropped"):
                 if name in rec:
                     a = np.asarray(rec[name], float)
                     if a.ndim != 1 or a.size == 0:
@@ -441,13 +507,16 @@ def parse_observation(obs: dict, prob: LocateProblem) -> Observation:
             n_s = lens.pop()
             rows_b.append(arrs.get("bytes", np.full(n_s, np.nan)))
             rows_c.append(arrs.get("congested_s", np.full(n_s, np.nan)))
+            rows_d.append(arrs.get("dropped", np.full(n_s, np.nan)))
         times = period * np.arange(1, (n_s or 0) + 1)
         by, cg = np.array(rows_b), np.array(rows_c)
+        if any("dropped" in rec for rec in links.values()):
+            dr = np.array(rows_d)
         l_idx = l_idx.astype(np.int32)
     if f_idx.size + r_idx.size == 0 and l_idx.size == 0:
         raise ValueError("observed: nothing observed (no flows, ranks or counters)")
     return Observation(f_idx, f_fin, r_idx, r_fin, times, float(period), l_idx, by, cg,
-                       float(noise))
+                       float(noise), dr)
 
 
 def load_observation(path, prob: LocateProblem) -> Observation:
@@ -461,7 +530,7 @@ def load_observation(path, prob: LocateProblem) -> Observation:
 
 def observe(prob: LocateProblem, phi, *, noise: float = 0.0, seed: int = 0,
             counters: bool = True, ranks: bool = False, period: float | None = None,
-            n_samples: int = 4) -> Observation:
+            n_samples: int = 4, loss=None, drops: bool | None = None) -> Observation:
     """Synthetic observations of a planted fault (the exact flow-level model,
     :func:`truth`), with multiplicative Gaussian noise of relative size ``noise`` on
     every time and counter (clipped to keep times positive and counters monotone).
@@ -472,14 +541,19 @@ def observe(prob: LocateProblem, phi, *, noise: float = 0.0, seed: int = 0,
       ranks: per-rank completion times instead of per-flow ones.
       period: counter sampling period, s (default: the earliest flow completion /
         ``n_samples``, rounded down to a multiple of ``prob.dt``, at least ``dt``).
+      loss: ``[links]`` fraction of the carried bytes each link drops (lossy links;
+        default none).
+      drops: include every link's drop (error) counter with the counters (default:
+        when ``loss`` is given).
     """
     rng = np.random.default_rng(seed)
-    fin0, _, _ = truth(prob, np.ones(prob.n_links))
+    fin0 = truth(prob, np.ones(prob.n_links))[0]
     if period is None:
         first = float(np.min(np.asarray(fin0)))
         period = max(prob.dt, math.floor(first / n_samples / prob.dt) * prob.dt)
     times = period * np.arange(1, n_samples + 1) if counters else np.zeros(0)
-    fin, by, cg = (np.asarray(a, float) for a in truth(prob, phi, times))
+    fin, by, cg, dr = (np.asarray(a, float) for a in truth(prob, phi, times, loss=loss))
+    drops = (loss is not None) if drops is None else bool(drops)
 
     def noisy(x):
         return x * np.maximum(1.0 + noise * rng.standard_normal(x.shape), 0.05)
@@ -495,14 +569,17 @@ def observe(prob: LocateProblem, phi, *, noise: float = 0.0, seed: int = 0,
     if counters:
         inc_b = np.diff(by, axis=1, prepend=0.0)
         inc_c = np.diff(cg, axis=1, prepend=0.0)
+        inc_d = np.diff(dr, axis=1, prepend=0.0)
         by = np.cumsum(np.maximum(noisy(inc_b), 0.0), axis=1)
+        dr = np.cumsum(np.maximum(noisy(inc_d), 0.0), axis=1) if drops else None
         cg = np.cumsum(np.clip(inc_c + noise * period * rng.standard_normal(inc_c.shape),
                                0.0, period), axis=1)
         l_idx = np.arange(prob.n_links, dtype=np.int32)
     else:
         l_idx, by, cg = np.zeros(0, np.int32), np.zeros((0, 0)), np.zeros((0, 0))
+        dr = None
     return Observation(f_idx, obs_f, r_idx, r_fin, times if counters else np.zeros(0),
-                       float(period if counters else 0.0), l_idx, by, cg, float(noise))
+                       float(period if counters else 0.0), l_idx, by, cg, float(noise), dr)
 
 
 # ------------------------------------------------------------------ inverse
@@ -511,17 +588,22 @@ class LocateResult:
     """Links ranked by estimated capacity factor (most degraded first).
 
     Attributes:
-      ranking: ``[links]`` link ids, most degraded first.
+      ranking: ``[links]`` link ids, most degraded first (with ``loss``: by the larger
+        of ``(1 - factor) / detect`` and ``loss / detect_loss``).
       factor: ``[links]`` estimated capacity factor of each link (by link id).
-      fault: whether a fault is reported (top degradation above ``detect``).
+      fault: whether a fault is reported (top degradation above ``detect``, or top
+        loss above ``detect_loss``).
       confidence: ``(d1 - d2) / d1`` with ``d1, d2`` the two largest estimated
-        degradations ``1 - phi`` (0 when no fault is reported): how clearly the top link
-        stands out.
+        degradations ``1 - phi`` (each over its threshold with ``loss``; 0 when no fault
+        is reported): how clearly the top link stands out.
       detect: the reporting threshold on ``1 - phi``.
       evaluations: forward-model evaluations (each with its gradient).
       wall_time: seconds, compilation included.
       method: ``"gradient"``, ``"tomography"`` or ``"vote"``.
-      loss: final loss (gradient method).
+      loss: final value of the objective (gradient method).
+      link_loss: ``[links]`` estimated fraction of the carried bytes each link drops
+        (``lossy`` localisations), else ``None``.
+      detect_loss: the reporting threshold on ``link_loss``.
     """
 
     ranking: np.ndarray
@@ -533,15 +615,21 @@ class LocateResult:
     wall_time: float
     method: str
     loss: float = float("nan")
+    link_loss: np.ndarray | None = None
+    detect_loss: float = float("nan")
 
     def top(self, k: int = 5) -> list:
         """``[(link, factor), ...]`` of the ``k`` most degraded links."""
         return [(int(l), float(self.factor[l])) for l in self.ranking[:k]]
 
     def to_dict(self) -> dict:
-        return dict(method=self.method, fault=bool(self.fault), confidence=self.confidence,
-                    detect=self.detect, evaluations=self.evaluations,
-                    wall_time=self.wall_time, loss=self.loss, top=self.top(10))
+        d = dict(method=self.method, fault=bool(self.fault), confidence=self.confidence,
+                 detect=self.detect, evaluations=self.evaluations,
+                 wall_time=self.wall_time, loss=self.loss, top=self.top(10))
+        if self.link_loss is not None:
+            d.update(detect_loss=self.detect_loss, top_loss=[
+                (int(l), float(self.link_loss[l])) for l in self.ranking[:10]])
+        return d
 
 
 def _confidence(score, detect):
@@ -555,7 +643,7 @@ def _confidence(score, detect):
 def locate(topology, workload, observed, preset: str = "roce", *, routing: str | None = None,
            steps: int = DEFAULT_STEPS, learning_rate: float = 0.1, sparsity: float = 1.0,
            detect: float | None = None, seed: int = 0, dt: float = 1e-6,
-           problem: LocateProblem | None = None) -> LocateResult:
+           problem: LocateProblem | None = None, lossy: bool | None = None) -> LocateResult:
     """Ranks links by estimated capacity factor from observed completion times and
     counters, by gradient descent through the flow-level model (module docstring).
 
@@ -574,6 +662,8 @@ def locate(topology, workload, observed, preset: str = "roce", *, routing: str |
       seed: ECMP hash seed (must be the run's).
       dt: the model's time step, s (counters sampled faster are refused).
       problem: a prebuilt :class:`LocateProblem` (then topology/workload are not used).
+      lossy: also fit a loss fraction per link (lossy links); default: when the
+        observation holds a drop counter with a non-zero sample.
 
     Returns:
       :class:`LocateResult`.
@@ -601,25 +691,32 @@ def locate(topology, workload, observed, preset: str = "roce", *, routing: str |
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1; got {steps!r}")
     return locate_batch(prob, [obs], steps=steps, learning_rate=learning_rate,
-                        sparsity=sparsity, detect=detect, _t0=t0)[0]
+                        sparsity=sparsity, detect=detect, lossy=lossy, _t0=t0)[0]
 
 
 def _obs_arrays(obs: Observation) -> dict:
+    drop = obs.dropped if obs.dropped is not None else np.full(obs.bytes.shape, np.nan)
     return dict(
         f_idx=np.asarray(obs.flow_idx, np.int32), f_log=np.log(obs.flow_finish),
         r_log=np.log(obs.rank_finish), l_idx=np.asarray(obs.link_idx, np.int32),
         bytes=np.nan_to_num(obs.bytes), b_ok=np.isfinite(obs.bytes),
         cong=np.nan_to_num(obs.congested), c_ok=np.isfinite(obs.congested),
+        drop=np.nan_to_num(drop), d_ok=np.isfinite(drop),
         sig=np.asarray(max(obs.noise, 0.01)))
+
+
+def _has_drops(obs: Observation) -> bool:
+    return obs.dropped is not None and bool(np.any(np.nan_to_num(obs.dropped) > 0))
 
 
 def locate_batch(problem: LocateProblem, observations: list, *, steps: int = DEFAULT_STEPS,
                  learning_rate: float = 0.1, sparsity: float = 1.0,
-                 detect: float | None = None, _t0=None) -> list:
+                 detect: float | None = None, lossy: bool | None = None, _t0=None) -> list:
     """:func:`locate` for many observations of one problem at once (``vmap`` over the
     observations; they must share their layout: the same observed flows, ranks, links
     and sampling instants).  Returns one :class:`LocateResult` per observation (each
-    ``wall_time`` is the batch's over its size)."""
+    ``wall_time`` is the batch's over its size).  ``lossy`` (default: when any
+    observation holds a non-zero drop counter) fits a loss per link too."""
     t0 = time.perf_counter() if _t0 is None else _t0
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1; got {steps!r}")
@@ -632,22 +729,33 @@ def locate_batch(problem: LocateProblem, observations: list, *, steps: int = DEF
                 and np.array_equal(o.times, first.times)):
             raise ValueError("locate_batch: observations must share their layout (flows, "
                              "ranks, links, sampling instants)")
-    run = _solver(problem, has, tuple(np.round(first.times, 15)),
+    if lossy is None:
+        lossy = any(_has_drops(o) for o in observations)
+    drops = bool(lossy) and all(o.dropped is not None for o in observations)
+    run = _solver(problem, has + (bool(lossy), drops), tuple(np.round(first.times, 15)),
                   tuple(first.rank_idx.tolist()), int(steps), float(learning_rate))
     dtype = jnp.result_type(float)
     stacked = {k: np.stack([_obs_arrays(o)[k] for o in observations])
                for k in _obs_arrays(first)}
     stacked = {k: jnp.asarray(v, dtype if v.dtype.kind == "f" else v.dtype)
                for k, v in stacked.items()}
-    theta, value = jax.vmap(run, in_axes=(0, None))(stacked, jnp.asarray(sparsity, dtype))
+    (theta, u), value = jax.vmap(run, in_axes=(0, None))(stacked,
+                                                        jnp.asarray(sparsity, dtype))
     phis = np.asarray(PHI_MIN + (1 - PHI_MIN) * jax.nn.sigmoid(theta), float)
+    losses = np.asarray(LOSS_SCALE * u, float) if lossy else [None] * len(phis)
     wall = (time.perf_counter() - t0) / len(observations)
     out = []
-    for phi, v, o in zip(phis, np.asarray(value), observations):
+    for phi, loss, v, o in zip(phis, losses, np.asarray(value), observations):
         thr = max(0.05, 3 * o.noise) if detect is None else float(detect)
-        order, fault, conf = _confidence(1.0 - phi, thr)
+        if loss is None:
+            order, fault, conf = _confidence(1.0 - phi, thr)
+            thr_loss = float("nan")
+        else:
+            thr_loss = DETECT_LOSS if drops else thr
+            order, fault, conf = _confidence(np.maximum((1.0 - phi) / thr, loss / thr_loss),
+                                             1.0)
         out.append(LocateResult(order, phi, bool(fault), float(conf), thr, int(steps), wall,
-                                "gradient", float(v)))
+                                "gradient", float(v), loss, thr_loss))
     return out
 
 
@@ -663,7 +771,7 @@ def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
     hit = _SOLVERS.get(key)
     if hit is not None and hit[0] is prob:
         return hit[1]
-    has_f, has_r, has_c = has
+    has_f, has_r, has_c, lossy, has_d = has
     times = np.asarray(times, float)
     cap0 = jnp.asarray(prob.capacity, jnp.result_type(float))
     r_idx = np.asarray(ranks, np.int64)
@@ -674,16 +782,18 @@ def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
     rate0 = _exact_rates(prob, np.ones(prob.n_links))[0]
     t_row = jnp.asarray(times, cap0.dtype)[None, :]
 
-    def model(theta, tau):
+    def model(params, tau):
+        theta, u = params
         phi = PHI_MIN + (1 - PHI_MIN) * jax.nn.sigmoid(theta)
+        loss = LOSS_SCALE * u if lossy else None
         cap = cap0 * phi
         split = _split(prob, cap, tau)
         rates = _scaled_rates(prob, cap, split, rate0, tau)
-        return phi, _predict(prob, rates, split, cap, times)
+        return phi, loss, _predict(prob, rates, split, cap, times, loss=loss)
 
-    def loss(theta, tau, obs, sparsity):
+    def loss(params, tau, obs, sparsity):
         sig = obs["sig"]
-        phi, (fin, by, cg) = model(theta, tau)
+        phi, p_loss, (fin, by, cg, dr) = model(params, tau)
         chi = 0.0
         if has_f:
             chi = chi + jnp.sum((jnp.log(fin[obs["f_idx"]]) - obs["f_log"]) ** 2)
@@ -701,22 +811,36 @@ def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
             sc = jnp.maximum(sig, COUNTER_SIGMA)
             rob = (jnp.sum(jnp.where(obs["b_ok"], jnp.log1p((rb / sc) ** 2), 0.0))
                    + jnp.sum(jnp.where(obs["c_ok"], jnp.log1p((rc / sc) ** 2), 0.0)))
-        return chi / sig ** 2 + rob + sparsity * jnp.sum(1.0 - phi)
+            if has_d:
+                # a port's drops over the bytes it carried (observed where given, else
+                # the model's) estimate its loss directly, whatever the rates; the
+                # residual is pseudo-Huber, not Cauchy: a lossy link starts 15 sigma away
+                # (1.5 % at p = 0), where a Cauchy gradient has faded and the flow times'
+                # terms of the anneal's first steps hold p at 0 (tried at 1,024 hosts)
+                seen = jnp.where(obs["b_ok"], obs["bytes"], by[li])
+                carried = jnp.maximum(seen, 1e-3 * cap0[li][:, None] * t_row)
+                rd = (p_loss[li][:, None] * seen - obs["drop"]) / carried / LOSS_SIGMA
+                rob = rob + jnp.sum(jnp.where(obs["d_ok"],
+                                              2.0 * (jnp.sqrt(1.0 + rd ** 2) - 1.0), 0.0))
+        prior = jnp.sum(1.0 - phi) + (jnp.sum(p_loss) if lossy else 0.0)
+        return chi / sig ** 2 + rob + sparsity * prior
 
     opt = optax.adam(learning_rate)
     grad = jax.value_and_grad(loss)
 
     def run(obs, sparsity):
         theta = jnp.full((prob.n_links,), 4.0, cap0.dtype)
+        theta = (theta, jnp.zeros((prob.n_links,) if lossy else (0,), cap0.dtype))
 
         def step(carry, i):
             theta, state = carry
             frac = i.astype(cap0.dtype) / max(steps - 1, 1)
             tau = TAU_START * (TAU_END / TAU_START) ** frac
             value, g = grad(theta, tau, obs, sparsity)
-            g = jnp.where(jnp.isfinite(g), g, 0.0)
+            g = jax.tree_util.tree_map(lambda a: jnp.where(jnp.isfinite(a), a, 0.0), g)
             upd, state = opt.update(g, state, theta)
-            return (optax.apply_updates(theta, upd), state), value
+            th, u = optax.apply_updates(theta, upd)
+            return ((th, jnp.clip(u, 0.0, LOSS_MAX / LOSS_SCALE)), state), value
 
         (theta, _), values = jax.lax.scan(step, (theta, opt.init(theta)),
                                           jnp.arange(steps))
@@ -730,8 +854,7 @@ def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
 
 def _nominal_log_slowdown(prob: LocateProblem, obs: Observation):
     """Per observed flow: ``log(T_obs / T_nominal)`` and its flows' link rows."""
-    fin0, _, _ = truth(prob, np.ones(prob.n_links))
-    fin0 = np.asarray(fin0, float)
+    fin0 = np.asarray(truth(prob, np.ones(prob.n_links))[0], float)
     return np.log(obs.flow_finish / fin0[obs.flow_idx])
 
 
