@@ -480,3 +480,12 @@ def emitter_probe(path=None):
     if path is not None:
         np.savez(path, *out)
     return out
+
+
+def with_host_devices(n: int) -> str:
+    """``XLA_FLAGS`` for a subprocess with ``n`` host CPU devices that keeps this
+    process's XLA flags (the test suite's emitter, tests/conftest.py)."""
+    import os
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    return " ".join(flags + [f"--xla_force_host_platform_device_count={n}"])

@@ -21,6 +21,8 @@ import jax
 import numpy as np
 import pytest
 
+from tests.helpers import with_host_devices
+
 import fabric_jax as fj
 from fabric_jax.distributed import (device_mesh, max_min_fair_sharded, simulate_fluid_sharded,
                                     sweep)
@@ -356,7 +358,7 @@ def test_four_devices_sharded_fluid_other_laws_and_modes_equal_single_device():
 
 
 def _run_four_devices(script, *argv):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    env = dict(os.environ, XLA_FLAGS=with_host_devices(4),
                JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, "-c", script, *argv], env=env, cwd=ROOT,

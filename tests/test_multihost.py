@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import with_host_devices
+
 import fabric_jax as fj
 from tests.multihost.instance import instance
 
@@ -32,7 +34,7 @@ def _two_workers(out, *mode):
     writes ``out`` (an ``.npz``), loaded and returned."""
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+               JAX_PLATFORMS="cpu", XLA_FLAGS=with_host_devices(1))
     procs = [subprocess.Popen([sys.executable, "-m", "tests.multihost.worker", str(i), "2",
                                str(port), str(out), *mode], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import with_host_devices
+
 from fabric_jax import scale as sc
 from fabric_jax.fabrics import get_fabric
 from fabric_jax.paths import PathsTruncatedWarning, shortest_paths
@@ -343,7 +345,7 @@ _DEVICES = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_rails_on_four_devices_equal_one_device():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    env = dict(os.environ, XLA_FLAGS=with_host_devices(4),
                JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                                                         os.environ.get("PYTHONPATH")])))
