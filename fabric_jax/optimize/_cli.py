@@ -285,38 +285,36 @@ def build_locate(scn: dict):
     return topo, wl, prob, loc["preset"], routing
 
 
-def _parse_plant(text, n_links):
-    phi = np.ones(n_links)
+def _parse_link_values(text, n_links, flag, fill, noun, ok, valid, usage):
+    """``LINK=VALUE,...`` of ``flag`` as a ``[links]`` array (``fill`` elsewhere); a value
+    must pass ``ok`` (``valid``: its range in words; ``usage``: the form of an item)."""
+    out = np.full(n_links, fill, float)
     for item in text.split(","):
         try:
-            link, fac = item.split("=")
-            link, fac = int(link), float(fac)
+            link, v = item.split("=")
+            link, v = int(link), float(v)
         except ValueError:
-            raise ValueError(f"--plant {item!r}: use LINK=FACTOR (an integer link id and a "
-                             f"capacity factor in [0.1, 1])") from None
+            raise ValueError(f"{flag} {item!r}: use {usage}") from None
         if not 0 <= link < n_links:
-            raise ValueError(f"--plant: link {link} unknown (valid 0 .. {n_links - 1})")
-        if not 0.0 < fac <= 1.0:
-            raise ValueError(f"--plant: factor {fac} must be in (0, 1]")
-        phi[link] = fac
-    return phi
+            raise ValueError(f"{flag}: link {link} unknown (valid 0 .. {n_links - 1})")
+        if not ok(v):
+            raise ValueError(f"{flag}: {noun} {v} must be in {valid}")
+        out[link] = v
+    return out
+
+
+def _parse_plant(text, n_links):
+    return _parse_link_values(text, n_links, "--plant", 1.0, "factor",
+                              lambda f: 0.0 < f <= 1.0, "(0, 1]",
+                              "LINK=FACTOR (an integer link id and a capacity factor in "
+                              "[0.1, 1])")
 
 
 def _parse_plant_loss(text, n_links):
-    loss = np.zeros(n_links)
-    for item in text.split(","):
-        try:
-            link, p = item.split("=")
-            link, p = int(link), float(p)
-        except ValueError:
-            raise ValueError(f"--plant-loss {item!r}: use LINK=P (an integer link id and "
-                             f"the fraction of bytes it drops, in [0, 1))") from None
-        if not 0 <= link < n_links:
-            raise ValueError(f"--plant-loss: link {link} unknown (valid 0 .. {n_links - 1})")
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"--plant-loss: loss {p} must be in [0, 1) (0.015 = 1.5 %)")
-        loss[link] = p
-    return loss
+    return _parse_link_values(text, n_links, "--plant-loss", 0.0, "loss",
+                              lambda p: 0.0 <= p < 1.0, "[0, 1) (0.015 = 1.5 %)",
+                              "LINK=P (an integer link id and the fraction of bytes it "
+                              "drops, in [0, 1))")
 
 
 def locate_main(args) -> int:
