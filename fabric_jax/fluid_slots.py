@@ -75,6 +75,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import faults as fm
 from . import flowcontrol as fcm
 from . import links as lk
 from .cc import base as ccbase
@@ -383,6 +384,8 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                  max_residual=np.zeros((), fdt), max_queue=fz(n_links),
                  solver_iterations=np.zeros(2, np.int32),
                  stranded_time=fz(n_cols), stranded=np.zeros(n_cols, bool))
+    if faults is not None and fm.fault_schedule(faults, n_links, dt).loss is not None:
+        carry.update(corrupted=fz(n_links))   # lossy links' drop counter (GLOBAL_KEYS)
     def adopt(state):
         """Host copies of a state's leaves (in flatten order) and its treedef."""
         return _classify(jax.device_get(state))
@@ -506,6 +509,8 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                       queued=as_f(out["queued"]), link_queue=as_f(link_queue),
                       law_state=law_state, trajectory=None, info=info, routing_state=None,
                       state=None, in_flight=as_f(out["in_flight"]),
-                      discarded=as_f(out["discarded"]), peak_active=int(peak),
+                      discarded=as_f(out["discarded"]),
+                      link_corrupted=as_f(g.get("corrupted", np.zeros(n_links))),
+                      peak_active=int(peak),
                       max_active=int(max_active), n_windows=int(n_windows), window=window,
                       lookahead=lookahead)

@@ -257,3 +257,28 @@ def test_idle_windows_are_skipped_without_changing_results():
                                rtol=RTOL_X64)
     np.testing.assert_allclose(np.asarray(slots.info.paused_time),
                                np.asarray(plain.info.paused_time), rtol=RTOL_X64, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_lossy_link_matches_plain_engine():
+    # A lossy link (faults.lossy_link) adds the links' drop counter to the engine's
+    # state: the slot table carries it over windows and reports it as the plain engine.
+    from fabric_jax.faults import lossy_link
+    from tests.helpers import incast_leaf_spine
+    topo, _, inc = incast_leaf_spine()
+    kw = dict(dt=1e-6, n_steps=128, law="dcqcn", flow_control="pfc", buffer=topo.buffer,
+              link_latency=topo.latency, nic_links=topo,
+              faults=[lossy_link(int(np.asarray(inc.link_idx)[1]), 0.05)])
+    size = np.full(6, 1e6)
+    with enable_x64(True):
+        plain = simulate_fluid(inc, topo.capacity, size, **kw)
+        slots = simulate_fluid_windowed(inc, topo.capacity, size, max_active=6, window=32,
+                                        **kw)
+        corrupted = np.asarray(plain.link_corrupted)
+        assert corrupted.sum() > 0
+        np.testing.assert_allclose(np.asarray(slots.link_corrupted), corrupted,
+                                   rtol=RTOL_X64, atol=1e-9)
+        for name in ("sent", "delivered", "dropped"):
+            np.testing.assert_allclose(np.asarray(getattr(slots, name)),
+                                       np.asarray(getattr(plain, name)), rtol=RTOL_X64,
+                                       atol=1e-6, err_msg=name)
