@@ -31,20 +31,21 @@ def compiled_text(fn, *args, **kwargs) -> str:
 
 def compiled_fluid_run(*args, **kwargs):
     """``(compiled, result)``: :func:`fabric_jax.simulate_fluid` run with these arguments,
-    and its jitted core (``fabric_jax.fluid._run``) compiled for the arguments it got
+    and its jitted core (``fabric_jax.fluid_step._run``) compiled for the arguments it got
     (caught on the way in: the public function prepares them on the host)."""
     import fabric_jax.fluid as fl
+    import fabric_jax.fluid_step as fs
     captured = {}
-    orig = fl._run
+    orig = fs._run
 
     def spy(*a):
         captured["a"] = a
         return orig(*a)
-    fl._run = spy
+    fs._run = spy
     try:
         res = fl.simulate_fluid(*args, **kwargs)
     finally:
-        fl._run = orig
+        fs._run = orig
     return orig.lower(*captured["a"]).compile(), res
 
 

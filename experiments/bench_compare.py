@@ -26,9 +26,9 @@ are compared (same model: they differ by round-off only).
 
 * ``fine`` (default): the step's max-min solve (:func:`fabric_jax.fairness.solve`)
   with its compaction levels (``compaction="fine"``, one while loop per level to
-  compile) instead of one loop over all the entries (``fluid._STEP_COMPACTION``).
+  compile) instead of one loop over all the entries (``fluid_step._STEP_COMPACTION``).
 * ``solve``: the host NICs' max-min share of their flows' offers
-  (:func:`fabric_jax.fluid._nic_send`) by the general progressive-filling solver over
+  (:func:`fabric_jax.fluid_step._nic_send`) by the general progressive-filling solver over
   the first-hop incidence instead of the closed-form water-fill
   (:func:`fabric_jax.fairness.water_fill`).
 
@@ -61,7 +61,7 @@ except ImportError:  # pragma: no cover
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from fabric_jax import compare, fluid  # noqa: E402
+from fabric_jax import compare, fluid_step  # noqa: E402
 from fabric_jax.fabrics import get_fabric  # noqa: E402
 from fabric_jax.fairness import solve  # noqa: E402
 from fabric_jax.incidence import Incidence  # noqa: E402
@@ -111,10 +111,10 @@ def nic_send_progressive(static, switch, inc, cap, offered):
 
 
 #: The code as it is, saved before any variant patches it.
-_CURRENT = {"_nic_send": fluid._nic_send, "_STEP_COMPACTION": fluid._STEP_COMPACTION}
+_CURRENT = {"_nic_send": fluid_step._nic_send, "_STEP_COMPACTION": fluid_step._STEP_COMPACTION}
 
 #: Variants of the fluid step timed against each other: ``current`` (the code as it is)
-#: and the baselines, each the module attributes of :mod:`fabric_jax.fluid` it replaces:
+#: and the baselines, each the module attributes of :mod:`fabric_jax.fluid_step` it replaces:
 #: ``solve``, the NIC share by the general solver (:func:`nic_send_progressive`) instead
 #: of the water-fill; ``fine``, the step's max-min solve with the compaction levels of
 #: :func:`fabric_jax.fairness.solve` (``compaction="fine"``, the code before
@@ -173,7 +173,7 @@ def bench_variant(scn, variant: str) -> tuple[list, dict]:
     """Every preset (and the ideal baseline) with the fluid step's ``variant``
     (:data:`VARIANTS`), each compiled afresh."""
     for attr, value in dict(_CURRENT, **VARIANTS[variant]).items():
-        setattr(fluid, attr, value)
+        setattr(fluid_step, attr, value)
     try:
         cases, rows, finish = {}, [], {}
         bar = Progress(len(scn.presets), label=f"bench_compare ({variant})")
@@ -188,7 +188,7 @@ def bench_variant(scn, variant: str) -> tuple[list, dict]:
             print(table([rows[-1]], list(rows[-1])), flush=True)
     finally:
         for attr, value in _CURRENT.items():
-            setattr(fluid, attr, value)
+            setattr(fluid_step, attr, value)
     return rows, finish
 
 

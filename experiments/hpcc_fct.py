@@ -46,7 +46,7 @@ each percentile moved (relative change per bucket).  Measured (README, WebSearch
 33 % / 23 %), p99 by 16 % (max 74 %); DCQCN's tails move by 20-30 % (max > 2x), so read
 single-bucket tails, and DCQCN's above all, as +-25 % or worse.  The 4 ms default
 costs 525 s of CPU (both laws, with the incast), 460 s with ``--incast off``
-(2026-12-03, after the NIC change of ``fabric_jax.fluid._nic_send``).  For FB_Hadoop the 0.5 ms
+(2026-12-03, after the NIC change of ``fabric_jax.fluid_step._nic_send``).  For FB_Hadoop the 0.5 ms
 warm-up is an assumption (its largest flow lasts 0.8 ms at line rate), not measured.
 
 Usage::

@@ -381,7 +381,7 @@ def simulate_fluid_sharded(incidence, capacity, size, *, dt, n_steps: int,
     with it up to float summation order (bytes, queues and pauses to 1e-9 in float64 on
     4 devices; a round-off difference can move a flow's finish instant inside a step by
     up to one step where a port's grant ties its standing queue, the discontinuity of
-    ``fabric_jax.fluid._finish_in_step``).  Dependencies (``deps``) may cross devices:
+    ``fabric_jax.fluid_step._finish_in_step``).  Dependencies (``deps``) may cross devices:
     each step gathers the ``[flows]`` finish times.
 
     Flows are padded to a multiple of the device count with inert flows (no link,
@@ -429,6 +429,7 @@ def _sharded_fluid_call(incidence, capacity, size, *, dt, n_steps, mesh, **optio
     import inspect
 
     from . import fluid as fl
+    from . import fluid_step as fs
 
     mesh = device_mesh(FLOW_AXIS) if mesh is None else _check_mesh(mesh)
     bound = inspect.signature(fl.simulate_fluid).bind(incidence, capacity, size, dt=dt,
@@ -473,24 +474,24 @@ def _sharded_fluid_call(incidence, capacity, size, *, dt, n_steps, mesh, **optio
     (static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt_, _, _, sched,
      _) = fl._prepare(**kw)
     axes = tuple(mesh.axis_names)
-    net = _shard_net(fl, net, axes)
+    net = _shard_net(fs, net, axes)
     args = dict(net=net, params=params, fcp=fcp, smooth=smooth, dt=dt_, sched=sched)
     placed = jax.tree_util.tree_map(
         lambda spec, sub: jax.tree_util.tree_map(
             functools.partial(_place, sharding=NamedSharding(mesh, spec)), sub),
-        _arg_specs(fl, args, axes), args, is_leaf=lambda s: isinstance(s, P))
-    out_specs = _fluid_out_specs(fl, axes, keep_traj, static.shape.lossy)
+        _arg_specs(fs, args, axes), args, is_leaf=lambda s: isinstance(s, P))
+    out_specs = _fluid_out_specs(fs, axes, keep_traj, static.shape.lossy)
     return (_sharded_fluid(static, n_outer, inner, keep_traj, mesh), placed,
             lambda res: _gather_strip(res, out_specs, axes, n_flows))
 
 
-def _shard_net(fl, net, axes):
+def _shard_net(fs, net, axes):
     """``net`` for the shards: hop tables whose link sums are global over ``axes`` (and
     scatter-adds: the segment tables index the whole table); no dependency columns
     when no flow has one (so no step gathers finish times)."""
-    unknown = {f.name for f in dataclasses.fields(net)} - fl.NET_PER_FLOW - fl.NET_REPLICATED
+    unknown = {f.name for f in dataclasses.fields(net)} - fs.NET_PER_FLOW - fs.NET_REPLICATED
     if unknown:
-        raise RuntimeError(f"fabric_jax.fluid._Net fields {sorted(unknown)} are in neither "
+        raise RuntimeError(f"fabric_jax.fluid_step._Net fields {sorted(unknown)} are in neither "
                            "NET_PER_FLOW nor NET_REPLICATED; class them there")
     hops = dataclasses.replace(net.hops, by_link=None, by_prev=None, axis_name=axes)
     deps = net.deps
@@ -499,13 +500,13 @@ def _shard_net(fl, net, axes):
     return dataclasses.replace(net, hops=hops, uhops=hops, deps=deps)
 
 
-def _net_specs(fl, net, row, rep):
+def _net_specs(fs, net, row, rep):
     """The :class:`~jax.sharding.PartitionSpec` prefix of each field of ``net``."""
-    return dataclasses.replace(net, **{f.name: row if f.name in fl.NET_PER_FLOW else rep
+    return dataclasses.replace(net, **{f.name: row if f.name in fs.NET_PER_FLOW else rep
                                        for f in dataclasses.fields(net)})
 
 
-def _fluid_out_specs(fl, axes, keep_traj, lossy=False):
+def _fluid_out_specs(fs, axes, keep_traj, lossy=False):
     """The :class:`~jax.sharding.PartitionSpec` prefix of each part of the
     :class:`~fabric_jax.FluidResult` of a sharded run: per-flow records split along
     their flow axis (:data:`fabric_jax.fluid_slots.FLOW_AXIS` for the carry),
@@ -518,13 +519,13 @@ def _fluid_out_specs(fl, axes, keep_traj, lossy=False):
     state.update({k: rep for k in GLOBAL_KEYS if lossy or k != "corrupted"})
     traj = None
     if keep_traj:
-        traj = fl.FluidTrajectory(t=rep, rate=col, throughput=col, queue=rep, usable=rep,
+        traj = fs.FluidTrajectory(t=rep, rate=col, throughput=col, queue=rep, usable=rep,
                                   mark=col, law_state=col, sent=rep, delivered=rep,
                                   queued=rep, dropped=rep, in_flight=rep, discarded=rep)
-    info = fl.FluidInfo(max_residual=rep, stalled=rep, paused_time=rep, max_queue=rep,
+    info = fs.FluidInfo(max_residual=rep, stalled=rep, paused_time=rep, max_queue=rep,
                         stranded_time=row, stranded=row, discard_mode=col,
                         solver_iterations=rep)
-    return fl.FluidResult(start=row, finish=row, fct=row, sent=row, delivered=row,
+    return fs.FluidResult(start=row, finish=row, fct=row, sent=row, delivered=row,
                           dropped=row, queued=row, link_queue=rep, law_state=row,
                           trajectory=traj, info=info, routing_state=None, state=state,
                           in_flight=row, discarded=row, link_corrupted=rep)
@@ -532,23 +533,23 @@ def _fluid_out_specs(fl, axes, keep_traj, lossy=False):
 
 @functools.lru_cache(maxsize=16)
 def _sharded_fluid(static, n_outer, inner, keep_traj, mesh):
-    """The jitted, ``shard_map``-ped fluid run (:func:`fabric_jax.fluid._run_body`) for
-    these static choices (cached, as :func:`fabric_jax.fluid._run` is by ``jit``)."""
-    from . import fluid as fl
+    """The jitted, ``shard_map``-ped fluid run (:func:`fabric_jax.fluid_step._run_body`) for
+    these static choices (cached, as :func:`fabric_jax.fluid_step._run` is by ``jit``)."""
+    from . import fluid_step as fs
     from .fluid_slots import FLOW_AXIS as CARRY_FLOW_AXIS
 
     axes = tuple(mesh.axis_names)
-    out_specs = _fluid_out_specs(fl, axes, keep_traj, static.shape.lossy)
+    out_specs = _fluid_out_specs(fs, axes, keep_traj, static.shape.lossy)
 
     def local(args):
         net, params = args["net"], args["params"]
-        carry = fl._init_carry(static.law, static.fc, static.shape, net.hops,
+        carry = fs._init_carry(static.law, static.fc, static.shape, net.hops,
                                net.flows["size"], net.line_rate, net.base_rtt, params, None)
         # the per-flow records differ between shards from the start (their type in the
         # loop is "varying over the flow axis"), the link state is the same on all
         carry = {k: (jax.tree_util.tree_map(_varying, v) if k in CARRY_FLOW_AXIS else v)
                  for k, v in carry.items()}
-        return fl._run_body(static, n_outer, inner, keep_traj, net, params, args["fcp"],
+        return fs._run_body(static, n_outer, inner, keep_traj, net, params, args["fcp"],
                             args["smooth"], args["dt"], None, None, args["sched"], carry)
 
     def _varying(v):
@@ -560,16 +561,16 @@ def _sharded_fluid(static, n_outer, inner, keep_traj, mesh):
 
     @jax.jit
     def run(args):
-        return jax.shard_map(local, mesh=mesh, in_specs=(_arg_specs(fl, args, axes),),
+        return jax.shard_map(local, mesh=mesh, in_specs=(_arg_specs(fs, args, axes),),
                              out_specs=out_specs)(args)
 
     return run
 
 
-def _arg_specs(fl, args, axes):
+def _arg_specs(fs, args, axes):
     """The :class:`~jax.sharding.PartitionSpec` prefix of each argument of the run."""
     rep = P()
-    return dict(net=_net_specs(fl, args["net"], P(axes), rep), params=rep, fcp=rep,
+    return dict(net=_net_specs(fs, args["net"], P(axes), rep), params=rep, fcp=rep,
                 smooth=rep, dt=rep, sched=rep)
 
 

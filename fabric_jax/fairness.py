@@ -833,7 +833,7 @@ def solve_flat(inc: Incidence, capacity, demand, *, max_iter=None,
     without :func:`solve`'s compaction levels.
 
     For small problems of shallow bottleneck structure solved inside a larger jitted
-    program (e.g. the NIC share of :func:`fabric_jax.fluid._nic_send` when a flow
+    program (e.g. the NIC share of :func:`fabric_jax.fluid_step._nic_send` when a flow
     leaves through several NIC ports): one loop to compile instead of one per
     compaction level, and a handful of iterations at run time.  Same answer as
     :func:`solve` up to round-off (the frozen load is summed over the entries, not

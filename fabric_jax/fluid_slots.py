@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -79,9 +78,9 @@ from . import faults as fm
 from . import flowcontrol as fcm
 from . import links as lk
 from .cc import base as ccbase
-from .fluid import (SIGNALS, FluidInfo, FluidResult, check_fifo_bands, check_single_path,
-                    hop_entries, pack_law, prepare_classes, ring_initial, simulate_fluid,
-                    unpack_law)
+from .fluid import (check_fifo_bands, check_single_path, hop_entries, prepare_classes,
+                    simulate_fluid)
+from .fluid_step import SIGNALS, FluidInfo, FluidResult, pack_law, ring_initial, unpack_law
 from .incidence import Incidence
 from .sim import prepare_flows
 
@@ -92,7 +91,7 @@ __all__ = ["simulate_fluid_windowed", "SlotResult", "FLOW_AXIS", "GLOBAL_KEYS",
 #: the carry of :func:`fabric_jax.fluid.simulate_fluid`; key -> axis, the same for every
 #: leaf below the key): ``[flows, hops]`` queued / in-transit bytes per hop, the
 #: ``[depth, flows]`` receiver wire, the ``[2, flows]`` receiver discard state, the
-#: law's ``[fields, flows]`` state (:func:`fabric_jax.fluid.pack_law`), the
+#: law's ``[fields, flows]`` state (:func:`fabric_jax.fluid_step.pack_law`), the
 #: ``[ring, flows, signals]`` feedback ring, ``[flows]`` counters.
 FLOW_AXIS = dict(remaining=0, x=0, xb=0, transit=0, wire=1, start=0, finish=0, done=0, sent=0,
                  passed=0, delivered=0, dropped=0, discarded=0, rx_phi=1, law=1, ring=1,
@@ -167,7 +166,7 @@ def fresh_columns(key: str, leaf: np.ndarray, cols, *, size, line_rate, base_rtt
       law_leaf: ``[fields, n]`` the law's packed initial state (``pack_law(law.init)``)
         for ``law``.
         The ``ring`` (``[ring_len, flows, signals]``) starts at
-        :func:`fabric_jax.fluid.ring_initial` (base RTT, line rate, zeros).
+        :func:`fabric_jax.fluid_step.ring_initial` (base RTT, line rate, zeros).
     """
     axis = FLOW_AXIS[key]
     if key == "remaining":

@@ -315,7 +315,7 @@ def _check_fluid_case(r):
     """A sharded fluid run equals the single-device one: bytes and link state to
     float64 round-off; finish times to round-off or, where a round-off difference
     flips which FIFO part of a port's service a flow's last byte left in (the
-    within-step instant of fluid._finish_in_step is discontinuous there: a tie between
+    within-step instant of fluid_step._finish_in_step is discontinuous there: a tie between
     a port's grant and its standing queue), within one step."""
     assert r["shape"] == [30]                            # padding (30 -> 32) stripped
     assert r["stalled"] == [False, False]
