@@ -295,7 +295,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    reorder_tolerance: float = 0.0, traffic_class=None, classes=None,
                    shared_buffer=None, stop_when_idle: bool = False,
                    fifo_bands: int = lk.DEFAULT_FIFO_BANDS,
-                   burstiness: float = qm.DEFAULT_BURSTINESS) -> FluidResult:
+                   burstiness: float = qm.DEFAULT_BURSTINESS,
+                   delay_steps: int | None = None) -> FluidResult:
     """Fluid simulation of flows under congestion control and link-level flow control.
 
     Args:
@@ -384,6 +385,13 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         mixed.  Gradients flow through any number of bands (see "FIFO queues";
         until 2026-12-03 they could be wrong at ties, e.g. 30.9 against the closed
         form 0.039 for a two-class ETS weight, ``tests/test_traffic_classes.py``).
+      delay_steps: length of the delay lines in steps (the feedback ring and the
+        receiver wires; static, part of the compiled program).  ``None`` (default):
+        what this run needs, its longest feedback delay ``max(base_rtt) / dt``.  Runs
+        that differ only in latencies, base RTTs or ``dt`` compile one program when
+        they pass the same ``delay_steps`` (at least each run's own need; results are
+        the same, the lines only get longer: ``[delay_steps, flows, 7]`` floats for
+        the ring).  A value below the need is a ``ValueError`` that states the need.
       shared_buffer: :class:`fabric_jax.flowcontrol.SharedBuffer`
         (:func:`fabric_jax.flowcontrol.shared_buffer`), or a
         :class:`fabric_jax.Topology` for its defaults: switch memory shared by its
@@ -414,7 +422,7 @@ def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, de
              latency, line_rate, base_rtt, flow_control, fc_params, buffer, smooth,
              save_every, solver_iterations, routing, faults, init_state, link_latency,
              nic_links, reorder, loss_recovery, mtu, reorder_tolerance, traffic_class,
-             classes, shared_buffer, stop_when_idle, fifo_bands, burstiness):
+             classes, shared_buffer, stop_when_idle, fifo_bands, burstiness, delay_steps):
     """Host side of :func:`simulate_fluid` (every argument as there, no defaults):
     validation and the device arrays; returns the arguments of :func:`_run`."""
     rx.check_options(reorder, loss_recovery, mtu, reorder_tolerance)
@@ -494,6 +502,16 @@ def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, de
     fb_phi = np.where(fb_phi < 1e-9, 0.0, fb_phi)
     ring_len = int(fb_steps.max(initial=1) + flow_control.rto_steps + 2)
     wire_n, wire_phi, wire_depth = lk.wire_taps(one_way, float(dt))
+    if delay_steps is not None:
+        need = int(max(fb_steps.max(initial=1), wire_n.max(initial=0)))
+        if (isinstance(delay_steps, (bool, np.bool_))
+                or not isinstance(delay_steps, (int, np.integer)) or delay_steps < need):
+            raise ValueError(
+                f"delay_steps must be an integer >= {need}, this run's longest delay in "
+                f"steps (max base_rtt / dt = {np.max(fb_d, initial=1.0):.6g}); pass None "
+                f"for exactly that, or a larger shared value; got {delay_steps!r}")
+        ring_len = int(delay_steps) + flow_control.rto_steps + 2
+        wire_depth = int(delay_steps) + 2
 
     if params is None:
         params = law.default_params()

@@ -62,8 +62,9 @@ FLUID_FAST = settings(FAST, max_examples=5)
 # derandomized like everything else (tests/conftest.py).
 CI_DERANDOMIZE = bool(os.environ.get("CI"))
 SLOW = settings(FAST, max_examples=300, derandomize=CI_DERANDOMIZE)
-# Six examples per law x flow control (each example compiles its own program: the
-# latencies set the feedback ring's length, a static shape).
+# Six examples per law x flow control (with latencies: each example's delay lines are
+# DELAY_STEPS long, so the examples share programs; the topology still sets a few
+# static choices).
 FLUID_SLOW = settings(FAST, max_examples=6, derandomize=CI_DERANDOMIZE)
 
 
@@ -429,6 +430,10 @@ def test_simulate_fluid_no_flows():
 
 # ------------------------------------------------------------------ simulate_fluid
 N_STEPS = 64
+#: Delay-line length (steps) of the slow sweep's runs: the longest feedback delay its
+#: draws can make, base RTT 2 x 10 us (``latency`` <= 1e-5 s, no link latency) at the
+#: smallest dt, 1 ns.
+DELAY_STEPS = 20_016
 
 
 @st.composite
@@ -450,13 +455,16 @@ def _fluid_inputs(sc):
 
 def _fluid_case(sc, fp, law, fc, with_latency=False):
     inc, size, arrival, deps, delay = _fluid_inputs(sc)
-    # Latency sets the feedback delay line's length (a static shape): slow variant only.
+    # Latency sets the feedback delay line's length (a static shape): slow variant only,
+    # with every example's lines DELAY_STEPS long (no result changes,
+    # tests/test_delay_lines.py), so that the examples share compiled programs.
     latency = np.append(sc["latency"], 0.0) if with_latency else None
     try:
         res = fj.simulate_fluid(inc, sc["capacity"], size, dt=fp["dt"], n_steps=N_STEPS,
                                 law=law, flow_control=fc, buffer=fp["buffer"],
                                 arrival=arrival, deps=deps, delay=delay, latency=latency,
-                                save_every=16)
+                                save_every=16,
+                                delay_steps=DELAY_STEPS if with_latency else None)
     except ValueError as e:  # a clear, argument-naming rejection is an accepted outcome
         # (a sprayed incidence without routing= is refused: one path per flow)
         assert "buffer" in str(e) or "dt" in str(e) or "routing=None" in str(e), str(e)
