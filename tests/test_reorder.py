@@ -3,6 +3,8 @@ after loss (:mod:`fabric_jax.receiver`, ``simulate_fluid(reorder=, loss_recovery
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -120,6 +122,7 @@ def _two_path(extra_s, policy="spray"):
     return topo, inc, r, lat
 
 
+@functools.lru_cache(maxsize=None)   # the tests below share runs (same arguments)
 def _run_two_path(extra_s, reorder, policy="spray", n_steps=400):
     topo, inc, r, lat = _two_path(extra_s, policy)
     return simulate_fluid(inc, topo.capacity, np.full(1, 1e6), dt=1 * US, n_steps=n_steps,
@@ -198,6 +201,7 @@ def test_single_path_never_affected():
     assert float(res.discarded[0]) == 0.0
 
 
+@functools.lru_cache(maxsize=None)   # the go-back-N run serves two tests
 def _incast(loss_recovery, rto_steps=0):
     """2-to-1 incast over a lossy 64 KB-buffer leaf-spine (tail drop, DCQCN), on a
     reordering NIC: only losses trigger go-back-N (since issue 26 two senders sprayed
@@ -301,7 +305,8 @@ def test_reordering_experiment_quick(tmp_path):
     import json
     mod = load_experiment("reordering")
     out = tmp_path / "r.json"
-    mod.main(["--quick", "--json", str(out), "--plots", str(tmp_path)])
+    # (study 1 for roce only, the preset checked here: --quick adds spectrum_x)
+    mod.main(["--quick", "--presets", "roce", "--json", str(out), "--plots", str(tmp_path)])
     data = json.loads(out.read_text())
     rows = {(r["preset"], r["reorder"], r["spread_ns"]): r for r in data["spread"]}
     assert rows[("roce", False, 0.0)]["goodput"] == pytest.approx(1.0, abs=0.01)
