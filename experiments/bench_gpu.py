@@ -274,7 +274,8 @@ def part_events(small, backends):
 
 def part_batched(small, backends):
     from bench_flowsim import coupled_instance
-    n, b = (500, 4) if small else (10_000, 8)
+    # (--small: the 300-flow instance of part_events, so the loop reuses its program)
+    n, b = (300, 4) if small else (10_000, 8)
     inc, c, a, s = coupled_instance(n, 0)
     sizes = np.stack([coupled_instance(n, i)[3] for i in range(b)]).astype(np.float32)
     caps = np.broadcast_to(c.astype(np.float32), (b, c.size))
