@@ -245,7 +245,7 @@ def test_gradient_with_respect_to_ets_weights_matches_closed_form():
 
     w0 = 3.0
     t = n_steps * dt
-    # the value and the gradient from one compiled program
+    # the value and the gradient from one value_and_grad (no separate forward compile)
     value, g = jax.value_and_grad(delivered0)(jnp.asarray(w0))
     np.testing.assert_allclose(float(value), t * C * 0.75 / 1e6, rtol=1e-4)
     g = float(g)
