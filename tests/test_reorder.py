@@ -125,9 +125,11 @@ def _two_path(extra_s, policy="spray"):
 @functools.lru_cache(maxsize=None)   # the tests below share runs (same arguments)
 def _run_two_path(extra_s, reorder, policy="spray", n_steps=400):
     topo, inc, r, lat = _two_path(extra_s, policy)
+    # delay_steps: one delay-line length for every skew, so that the skews share one
+    # compiled program (results unchanged, tests/test_delay_lines.py)
     return simulate_fluid(inc, topo.capacity, np.full(1, 1e6), dt=1 * US, n_steps=n_steps,
                           law="none", link_latency=lat, nic_links=topo, routing=r,
-                          reorder=reorder)
+                          reorder=reorder, delay_steps=16)
 
 
 @pytest.mark.slow
