@@ -224,6 +224,13 @@ def _routing(policy: str, paths: PathSet, seed: int, slow_delay_us: float):
     return make_routing(policy, paths, seed=seed)
 
 
+def horizon_steps(spines: int, ideal_s: float, move_s: float, dt: float) -> int:
+    """Steps of a run: the foreground behind a saturated spine downlink shared with the
+    whole background (worst case: 1/(S+1)... of the link), plus the hot spot's start,
+    plus 40 us of slack."""
+    return int(math.ceil(((spines + 2) * ideal_s + move_s + 40e-6) / dt))
+
+
 def run_one(policy, topo, paths, arrival, sizes, rate, faults, *, dt, n_steps, seed, spines,
             line, slow_delay_us):
     """One fluid run; foreground / background metrics."""
@@ -342,10 +349,7 @@ def main(argv=None) -> dict:
     size = a.size_mb * MB
     dt = a.dt_us * 1e-6
     ideal = size / line
-    # horizon: the foreground behind a saturated spine downlink shared with the whole
-    # background (worst case: 1/(S+1)... of the link) plus the hot spot's start, slack
-    horizon = (a.spines + 2) * ideal + a.move_us * 1e-6 + 40e-6
-    n_steps = int(math.ceil(horizon / dt))
+    n_steps = horizon_steps(a.spines, ideal, a.move_us * 1e-6, dt)
     results, rows, traces = {}, [], {}
     kw = dict(seed=a.seed, spines=a.spines, line=line, slow_delay_us=a.slow_delay_us)
     bar = Progress(len(SCENARIOS) * len(pols), label="adaptive_routing")

@@ -508,8 +508,9 @@ def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, de
                 or not isinstance(delay_steps, (int, np.integer)) or delay_steps < need):
             raise ValueError(
                 f"delay_steps must be an integer >= {need}, this run's longest delay in "
-                f"steps (max base_rtt / dt = {np.max(fb_d, initial=1.0):.6g}); pass None "
-                f"for exactly that, or a larger shared value; got {delay_steps!r}")
+                f"steps (feedback: max base_rtt / dt = {np.max(fb_d, initial=1.0):.6g}; "
+                f"receiver wire: {int(wire_n.max(initial=0))} steps); pass None for "
+                f"exactly that, or a larger shared value; got {delay_steps!r}")
         ring_len = int(delay_steps) + flow_control.rto_steps + 2
         wire_depth = int(delay_steps) + 2
 

@@ -273,10 +273,9 @@ def _remote_congestion(dt, policies=("ib_ar", "spectrum_x_ar")):
     paths, arrival, sizes, rate, faults = exp.scenario(
         "remote_congestion", topo, base, 4, size=1 * MB, line=C, bg_load=0.75, fail_s=5e-6,
         move_s=10e-6)
-    # the experiment's horizon (its main(), 4 spines, --quick's 10 us move): at
-    # dt = 0.5 us the programs of test_adaptive_routing_experiment_quick
-    import math
-    n_steps = int(math.ceil(((4 + 2) * (1 * MB / C) + 10.0 * 1e-6 + 40e-6) / dt))
+    # the experiment's horizon (4 spines, --quick's 10 us move): at dt = 0.5 us the
+    # programs of test_adaptive_routing_experiment_quick
+    n_steps = exp.horizon_steps(4, 1 * MB / C, 10.0 * 1e-6, dt)
     kw = dict(dt=dt, n_steps=n_steps, seed=0, spines=4, line=C, slow_delay_us=40.0)
     out = {p: exp.run_one(p, topo, paths, arrival, sizes, rate, faults, **kw)[0]
            for p in policies}
