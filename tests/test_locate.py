@@ -140,6 +140,44 @@ def test_adaptive_split_follows_the_fabric_links_not_the_nics():
     np.testing.assert_allclose(split[f][~through[f] & prob.path_mask[f]], 2 / 3, rtol=1e-6)
 
 
+def test_each_link_of_a_sprayed_flow_is_one_pair():
+    """A sprayed flow crosses its NIC links on every path: the (flow, link) pairs of the
+    soft-min hold each once; under ECMP (one path) they are the entries themselves."""
+    topo = leaf_spine(4, 2, 4)
+    wl = L.diagnostic_workload(topo.n_hosts, shifts=3, hosts_per_leaf=4)
+    spray = L.locate_problem(topo, wl, routing="spray")
+    pairs = spray.u_flow.astype(np.int64) * spray.n_links + spray.u_link
+    assert np.unique(pairs).size == pairs.size
+    assert set(pairs) == set(spray.e_flow.astype(np.int64) * spray.n_links + spray.e_link)
+    assert pairs.size < spray.e_link.size
+    ecmp = L.locate_problem(topo, wl, routing="ecmp")
+    np.testing.assert_array_equal(ecmp.u_flow, ecmp.e_flow)
+    np.testing.assert_array_equal(ecmp.u_link, ecmp.e_link)
+
+
+@pytest.mark.parametrize("factor", [0.32, 0.75])
+def test_spraying_ranks_the_faulty_uplinks_twins_first(factor):
+    """Under spraying every flow of a leaf crosses each of the leaf's uplinks, so a fault
+    on one is told apart only up to those twins (the flow-time ceiling); with 2 % noise
+    the twin group must come first, ahead of the leaf's host links, which explain the
+    same slow flows only all together (before the single-link refit and the one-pair
+    soft-min they ranked first)."""
+    topo = leaf_spine(8, 4, 8, fabric_gbps=800)
+    wl = L.diagnostic_workload(topo.n_hosts, shifts=2, hosts_per_leaf=8)
+    prob = L.locate_problem(topo, wl, routing="spray")
+    src, dst = np.asarray(topo.link_src), np.asarray(topo.link_dst)
+    link = int(np.flatnonzero((src == 70) & (dst == 75))[0])     # leaf 70 -> spine 75
+    twins = {l for l, s in _flow_sets(prob).items() if s == _flow_sets(prob)[link]}
+    assert len(twins) == 4 and all(src[l] == 70 for l in twins)
+    phi = np.ones(prob.n_links)
+    phi[link] = factor
+    res = L.locate(None, None, L.observe(prob, phi, noise=0.02, seed=1000,
+                                         counters=False), problem=prob)
+    assert res.fault
+    assert set(int(l) for l in res.ranking[:4]) == twins
+    assert abs(res.factor[res.ranking[0]] - factor) < 0.05
+
+
 def test_baselines_find_a_noise_free_fault(small):
     _, prob = small
     link = _identifiable(prob)[3]

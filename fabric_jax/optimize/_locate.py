@@ -57,8 +57,18 @@ Then
 Inverse (:func:`locate`): Adam on ``theta`` with ``phi = 0.02 + 0.98 sigmoid(theta)``,
 minimising the chi-square of the log completion times (and of the counters, scaled by
 the port capacity x time) plus a sparsity prior ``lambda sum_l (1 - phi_l)``;
-links are ranked by ``phi`` (most degraded first).  A fault is reported when the
-top estimate is degraded by more than ``detect`` (default ``max(0.05, 3 noise)``).
+links are ranked by ``phi`` (most degraded first).  Then a **single-link refit**
+(capacity faults, not ``lossy``): the :data:`REFIT_CANDIDATES` most degraded links are
+each tried alone, every other link healthy, at its best factor (two log-spaced grids of
+:data:`REFIT_GRID` factors in ``[PHI_MIN, 1]``, the hard min), scored by the misfit plus
+the prior, and ranked first by that score, each reported at its refitted factor.  Why:
+Adam steps every link at about the same pace whatever the number of flows behind its
+gradient, so where one link explains a set of slow flows that several lightly used
+links explain only together (under spraying a leaf's uplink against the NIC links of
+the leaf's hosts: every flow crosses both), the descent ends with both degraded and
+ranked by round-off; the refit asks which one link explains the observations, as the
+prior intends.  A fault is reported when the descent's top estimate is degraded by
+more than ``detect`` (default ``max(0.05, 3 noise)``).
 With ``lossy=True`` (the default when the observation holds a non-zero drop counter)
 each link also gets a loss ``p_l = LOSS_SCALE u_l`` fitted alongside ``phi`` (projected
 descent: ``u`` starts at 0 and is clipped to ``[0, LOSS_MAX / LOSS_SCALE]`` after every
@@ -96,7 +106,8 @@ __all__ = ["LocateProblem", "LocateResult", "Observation", "locate", "locate_bat
            "tomography",
            "vote_count", "diagnostic_workload", "locate_problem", "load_observation",
            "parse_observation", "ROUTINGS", "PRESET_ROUTING", "PRESET_COUNTERS",
-           "DEFAULT_STEPS", "PHI_MIN", "LOSS_MAX", "DETECT_LOSS"]
+           "DEFAULT_STEPS", "PHI_MIN", "LOSS_MAX", "DETECT_LOSS", "REFIT_CANDIDATES",
+           "REFIT_GRID"]
 
 ROUTINGS = ("ecmp", "spray", "adaptive")
 #: The routing each preset runs natively (:mod:`fabric_jax.fabrics`).
@@ -113,6 +124,9 @@ PHI_MIN = 0.02
 TAU_START, TAU_END = 0.3, 0.003
 #: A port counts as congested above this utilisation (of its capacity in force).
 SATURATION = 0.999
+#: Links re-fitted one at a time after the descent (the most degraded first), and the
+#: factors tried per link in each of the fit's two grids.
+REFIT_CANDIDATES, REFIT_GRID = 32, 9
 #: Scale of the counters' robust residuals (fraction of capacity x time, of time).
 COUNTER_SIGMA = 0.05
 #: Largest loss fraction the inverse estimates, and the scale of its descent variable
@@ -136,6 +150,8 @@ class LocateProblem:
       capacity: ``[links]`` nominal capacity, bytes/s.
       size, latency, src: ``[flows]`` bytes, seconds (zero-load path latency), host.
       e_flow, e_path, e_link: ``[entries]`` one per (flow, path, hop) of a real path.
+      u_flow, u_link: ``[pairs]`` one per (flow, link) the flow uses, in the order of
+        their first entry (a sprayed flow crosses its NIC links on every path: one pair).
       n_paths: number of path slots per flow.
       routing: ``"ecmp"``, ``"spray"`` or ``"adaptive"``.
       split0: ``[flows, paths]`` split at nominal capacities.
@@ -161,6 +177,8 @@ class LocateProblem:
     path_hops: np.ndarray
     path_mask: np.ndarray
     dt: float
+    u_flow: np.ndarray
+    u_link: np.ndarray
 
 
 def diagnostic_workload(n_hosts: int, *, shifts: int = 4, size: float = 1e6,
@@ -222,12 +240,19 @@ def locate_problem(topology, workload, *, routing: str = "ecmp", seed: int = 0,
     on_path = ((ph[:, :, :, None, None] == ph[:, None, None, :, :])
                & (ph[:, :, :, None, None] >= 0)).any(axis=4)     # [flows, p, hops, q]
     shared = (on_path & pmask[:, None, None, :]).sum(axis=3) == pmask.sum(axis=1)[:, None, None]
+    e_flow, e_link = f_i[keep].astype(np.int32), e_link[keep].astype(np.int32)
+    # the (flow, link) pairs, each once, in the order of their first entry (so a
+    # single-path problem's pairs are its entries, in the same order)
+    _, first = np.unique(e_flow.astype(np.int64) * topology.n_links + e_link,
+                         return_index=True)
+    first = np.sort(first)
     return LocateProblem(
         n_links=int(topology.n_links), n_flows=int(src.size), n_hosts=int(topology.n_hosts),
         capacity=np.asarray(topology.capacity, float), size=size, latency=np.asarray(lat, float),
-        src=src, e_flow=f_i[keep].astype(np.int32), e_path=p_i[keep].astype(np.int32),
-        e_link=e_link[keep].astype(np.int32), n_paths=int(links.shape[1]), routing=routing,
-        split0=split0, path_hops=np.where(shared, -1, ph), path_mask=pmask, dt=float(dt))
+        src=src, e_flow=e_flow, e_path=p_i[keep].astype(np.int32),
+        e_link=e_link, n_paths=int(links.shape[1]), routing=routing,
+        split0=split0, path_hops=np.where(shared, -1, ph), path_mask=pmask, dt=float(dt),
+        u_flow=e_flow[first], u_link=e_link[first])
 
 
 # ------------------------------------------------------------------ forward models
@@ -259,9 +284,13 @@ def _scaled_rates(prob: LocateProblem, cap, split, rate0, tau):
     ew = split[prob.e_flow, prob.e_path]
     load0 = jax.ops.segment_sum(ew * rate0[prob.e_flow], prob.e_link,
                                 num_segments=prob.n_links)
-    x = (jnp.log(jnp.maximum(cap, 1e-30)) - jnp.log(jnp.maximum(load0, 1e-30)))[prob.e_link]
-    m = jnp.minimum(jax.ops.segment_min(x, prob.e_flow, num_segments=prob.n_flows), 0.0)
-    z = jax.ops.segment_sum(jnp.exp(-(x - m[prob.e_flow]) / tau), prob.e_flow,
+    # each link of the flow once: a link crossed on every path (its NIC links under
+    # spraying) is one constraint, not one per path (counted per path it took ~n_paths
+    # times the soft-min's weight, and descent blamed the NIC links of a slow leaf's
+    # hosts before the leaf's uplink that slowed them)
+    x = (jnp.log(jnp.maximum(cap, 1e-30)) - jnp.log(jnp.maximum(load0, 1e-30)))[prob.u_link]
+    m = jnp.minimum(jax.ops.segment_min(x, prob.u_flow, num_segments=prob.n_flows), 0.0)
+    z = jax.ops.segment_sum(jnp.exp(-(x - m[prob.u_flow]) / tau), prob.u_flow,
                             num_segments=prob.n_flows) + jnp.exp(m / tau)
     return rate0 * jnp.exp(m - tau * jnp.log(z))
 
@@ -597,7 +626,8 @@ class LocateResult:
         degradations ``1 - phi`` (each over its threshold with ``loss``; 0 when no fault
         is reported): how clearly the top link stands out.
       detect: the reporting threshold on ``1 - phi``.
-      evaluations: forward-model evaluations (each with its gradient).
+      evaluations: forward-model evaluations: the descent's steps (each with its
+        gradient) plus the single-link refit's (without).
       wall_time: seconds, compilation included.
       method: ``"gradient"``, ``"tomography"`` or ``"vote"``.
       loss: final value of the objective (gradient method).
@@ -739,22 +769,34 @@ def locate_batch(problem: LocateProblem, observations: list, *, steps: int = DEF
                for k in _obs_arrays(first)}
     stacked = {k: jnp.asarray(v, dtype if v.dtype.kind == "f" else v.dtype)
                for k, v in stacked.items()}
-    (theta, u), value = jax.vmap(run, in_axes=(0, None))(stacked,
-                                                        jnp.asarray(sparsity, dtype))
+    (theta, u), value, refits = jax.vmap(run, in_axes=(0, None))(
+        stacked, jnp.asarray(sparsity, dtype))
     phis = np.asarray(PHI_MIN + (1 - PHI_MIN) * jax.nn.sigmoid(theta), float)
+    refits = ([None] * len(phis) if refits is None
+              else list(zip(*(np.asarray(a) for a in refits))))
     losses = np.asarray(LOSS_SCALE * u, float) if lossy else [None] * len(phis)
     wall = (time.perf_counter() - t0) / len(observations)
     out = []
-    for phi, loss, v, o in zip(phis, losses, np.asarray(value), observations):
+    for phi, loss, v, o, rf in zip(phis, losses, np.asarray(value), observations, refits):
         thr = max(0.05, 3 * o.noise) if detect is None else float(detect)
         if loss is None:
             order, fault, conf = _confidence(1.0 - phi, thr)
             thr_loss = float("nan")
+            if rf is not None:
+                # the refitted candidates first, best single-link fit first (ties:
+                # the descent's order), each at its refitted factor
+                cand, sc, g = rf
+                by = np.argsort(sc, kind="stable")
+                cand, g = cand[by], g[by]
+                order = np.concatenate([cand, order[~np.isin(order, cand)]])
+                phi = phi.copy()
+                phi[cand] = g
         else:
             thr_loss = DETECT_LOSS if drops else thr
             order, fault, conf = _confidence(np.maximum((1.0 - phi) / thr, loss / thr_loss),
                                              1.0)
-        out.append(LocateResult(order, phi, bool(fault), float(conf), thr, int(steps), wall,
+        n_eval = int(steps) + (0 if rf is None else 2 * REFIT_GRID * len(rf[0]))
+        out.append(LocateResult(order, phi, bool(fault), float(conf), thr, n_eval, wall,
                                 "gradient", float(v), loss, thr_loss))
     return out
 
@@ -782,18 +824,22 @@ def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
     rate0 = _exact_rates(prob, np.ones(prob.n_links))[0]
     t_row = jnp.asarray(times, cap0.dtype)[None, :]
 
-    def model(params, tau):
-        theta, u = params
-        phi = PHI_MIN + (1 - PHI_MIN) * jax.nn.sigmoid(theta)
-        loss = LOSS_SCALE * u if lossy else None
+    def predict(phi, p_loss, tau):
         cap = cap0 * phi
         split = _split(prob, cap, tau)
         rates = _scaled_rates(prob, cap, split, rate0, tau)
-        return phi, loss, _predict(prob, rates, split, cap, times, loss=loss)
+        return _predict(prob, rates, split, cap, times, loss=p_loss)
 
     def loss(params, tau, obs, sparsity):
+        theta, u = params
+        phi = PHI_MIN + (1 - PHI_MIN) * jax.nn.sigmoid(theta)
+        p_loss = LOSS_SCALE * u if lossy else None
+        prior = jnp.sum(1.0 - phi) + (jnp.sum(p_loss) if lossy else 0.0)
+        return misfit(phi, p_loss, tau, obs) + sparsity * prior
+
+    def misfit(phi, p_loss, tau, obs):
         sig = obs["sig"]
-        phi, p_loss, (fin, by, cg, dr) = model(params, tau)
+        fin, by, cg, dr = predict(phi, p_loss, tau)
         chi = 0.0
         if has_f:
             chi = chi + jnp.sum((jnp.log(fin[obs["f_idx"]]) - obs["f_log"]) ** 2)
@@ -822,8 +868,7 @@ def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
                 rd = (p_loss[li][:, None] * seen - obs["drop"]) / carried / LOSS_SIGMA
                 rob = rob + jnp.sum(jnp.where(obs["d_ok"],
                                               2.0 * (jnp.sqrt(1.0 + rd ** 2) - 1.0), 0.0))
-        prior = jnp.sum(1.0 - phi) + (jnp.sum(p_loss) if lossy else 0.0)
-        return chi / sig ** 2 + rob + sparsity * prior
+        return chi / sig ** 2 + rob
 
     opt = optax.adam(learning_rate)
     grad = jax.value_and_grad(loss)
@@ -844,7 +889,31 @@ def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
 
         (theta, _), values = jax.lax.scan(step, (theta, opt.init(theta)),
                                           jnp.arange(steps))
-        return theta, values[-1]
+        if lossy:
+            return theta, values[-1], None
+        return theta, values[-1], refit(theta[0], obs, sparsity)
+
+    def refit(theta, obs, sparsity):
+        """Single-link hypotheses for the REFIT_CANDIDATES most degraded links: each
+        alone at its best factor (every other link healthy), scored by the misfit plus
+        the prior at the hard min; returns ``(candidates, scores, factors)``."""
+        ones = jnp.ones_like(theta)
+        cand = jax.lax.top_k(-theta, min(REFIT_CANDIDATES, prob.n_links))[1]
+
+        def score(link, g):
+            return misfit(ones.at[link].set(g), None, TAU_END, obs) + sparsity * (1.0 - g)
+
+        def fit(link):
+            # log-spaced factors in [PHI_MIN, 1], then a finer grid around the best
+            lg = jnp.linspace(jnp.log(PHI_MIN), 0.0, REFIT_GRID)
+            best = lg[jnp.argmin(jax.lax.map(lambda x: score(link, jnp.exp(x)), lg))]
+            step = -jnp.log(PHI_MIN) / (REFIT_GRID - 1)
+            lg = jnp.minimum(best + jnp.linspace(-step, step, REFIT_GRID), 0.0)
+            sc = jax.lax.map(lambda x: score(link, jnp.exp(x)), lg)
+            return jnp.min(sc), jnp.exp(lg[jnp.argmin(sc)])
+
+        scores, factors = jax.lax.map(fit, cand)
+        return cand, scores, factors
 
     run = jax.jit(run)
     _SOLVERS.clear()          # one problem at a time (bounded memory)
