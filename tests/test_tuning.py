@@ -247,3 +247,15 @@ def test_tune_on_the_default_scenario_is_never_worse_than_the_defaults():
     res = tune(None, "infiniband", "step_time", iterations=3, exact_check=False)
     assert res.after <= res.before
     assert len(res.trajectory) == 4
+
+
+def test_report_says_when_the_exact_mode_disagrees_with_the_tuned_setting():
+    """A setting the smooth model tuned but the exact mode finds worse than the defaults
+    is flagged in the report (a user would otherwise deploy it); a better one is not."""
+    def result(after):
+        return TuneResult(preset="roce", objective="step_time", workload="train",
+                          method="gradient", tuned={}, defaults={}, before=1.0, after=0.9,
+                          evaluations=1, best_evaluation=1, wall_time=0.0, trajectory=[],
+                          exact={"before": 1.0, "after": after}, tunables=[])
+    assert "keep the defaults" in result(1.06).report()
+    assert "keep the defaults" not in result(0.95).report()

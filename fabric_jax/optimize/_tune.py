@@ -105,6 +105,10 @@ class TuneResult:
         if self.exact:
             lines.append(f"  exact mode: {self.exact['before']:.6g} -> "
                          f"{self.exact['after']:.6g}")
+            if self.exact["after"] > self.exact["before"]:
+                lines.append("  note: the tuned setting is worse than the defaults in the "
+                             "exact mode (the smooth model's optimum does not carry over "
+                             "here; docs/tuning.md): keep the defaults")
         return "\n".join(lines)
 
 
