@@ -167,7 +167,8 @@ def test_spraying_ranks_the_faulty_uplinks_twins_first(factor):
     prob = L.locate_problem(topo, wl, routing="spray")
     src, dst = np.asarray(topo.link_src), np.asarray(topo.link_dst)
     link = int(np.flatnonzero((src == 70) & (dst == 75))[0])     # leaf 70 -> spine 75
-    twins = {l for l, s in _flow_sets(prob).items() if s == _flow_sets(prob)[link]}
+    sets = _flow_sets(prob)
+    twins = {l for l, s in sets.items() if s == sets[link]}
     assert len(twins) == 4 and all(src[l] == 70 for l in twins)
     phi = np.ones(prob.n_links)
     phi[link] = factor

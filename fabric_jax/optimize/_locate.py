@@ -904,13 +904,15 @@ def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
             return misfit(ones.at[link].set(g), None, TAU_END, obs) + sparsity * (1.0 - g)
 
         def fit(link):
+            def best(log_g):          # (score, log factor) of the best on a grid
+                sc = jax.lax.map(lambda x: score(link, jnp.exp(x)), log_g)
+                return jnp.min(sc), log_g[jnp.argmin(sc)]
             # log-spaced factors in [PHI_MIN, 1], then a finer grid around the best
-            lg = jnp.linspace(jnp.log(PHI_MIN), 0.0, REFIT_GRID)
-            best = lg[jnp.argmin(jax.lax.map(lambda x: score(link, jnp.exp(x)), lg))]
-            step = -jnp.log(PHI_MIN) / (REFIT_GRID - 1)
-            lg = jnp.minimum(best + jnp.linspace(-step, step, REFIT_GRID), 0.0)
-            sc = jax.lax.map(lambda x: score(link, jnp.exp(x)), lg)
-            return jnp.min(sc), jnp.exp(lg[jnp.argmin(sc)])
+            coarse = jnp.linspace(jnp.log(PHI_MIN), 0.0, REFIT_GRID)
+            step = coarse[1] - coarse[0]
+            _, centre = best(coarse)
+            sc, lg = best(jnp.minimum(centre + jnp.linspace(-step, step, REFIT_GRID), 0.0))
+            return sc, jnp.exp(lg)
 
         scores, factors = jax.lax.map(fit, cand)
         return cand, scores, factors
