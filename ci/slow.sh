@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Heavier tests (marked `slow`), run by .ci/run after the default suite.
+# Heavier tests (marked `slow`), run by .ci/run after the default suite.  One worker more
+# than cores: several slow tests wait on subprocesses (4 host devices, 2 processes, XLA's
+# default emitter), and the extra worker compiles while they wait.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pytest -m slow -q -n auto --dist loadfile
+workers=$(( $(nproc) + 1 ))
+python -m pytest -m slow -q -n "$workers" --dist loadfile

@@ -48,18 +48,22 @@ def test_ecmp_collisions_quick_matches_balls_into_bins(tmp_path):
 @pytest.mark.slow
 def test_isolation_quick(tmp_path):
     # The incast neighbour can only take capacity from the training job: slowdown >= 1
-    # (up to one fluid step of jitter); RoCE (PFC + per-flow ECMP) is the worst-isolated
-    # preset (PFC pauses spread to victim flows), so its slowdown is the largest.
+    # (up to one fluid step of jitter); RoCE (PFC + per-flow ECMP) isolates worse than
+    # InfiniBand (credits + adaptive routing): PFC pauses spread to victim flows.
     # dt = 2 us (the default is 0.5 us, converged to <= 3 %): these orderings hold at
-    # either step and the coarser one keeps the slow suite 4x cheaper.
+    # either step and the coarser one keeps the slow suite 4x cheaper.  Two presets: each
+    # preset is two compiles (~10 s each on 2 cores); the script's run of all four is in
+    # docs/validation.md, and every preset's isolation metrics are tested through
+    # `compare` (tests/test_compare.py).
     out = tmp_path / "iso.json"
-    _load("isolation").main(["--quick", "--dt-us", "2", "--json", str(out)])
+    _load("isolation").main(["--quick", "--dt-us", "2", "--fabrics", "roce", "infiniband",
+                             "--json", str(out)])
     fab = json.loads(out.read_text())["fabrics"]
-    assert set(fab) == {"infiniband", "roce", "spectrum_x", "uec"}
+    assert set(fab) == {"infiniband", "roce"}
     for v in fab.values():
         assert v["unfinished_flows"] == 0
         assert v["training_slowdown"] >= 0.98
-    assert fab["roce"]["training_slowdown"] == max(v["training_slowdown"] for v in fab.values())
+    assert fab["roce"]["training_slowdown"] > fab["infiniband"]["training_slowdown"]
     assert fab["roce"]["pfc_pause_time"] > 0
     # Class separation (training job in its own class, issue 14): never worse than one
     # class (up to a step of jitter), and it removes most of RoCE's PFC head-of-line

@@ -223,33 +223,6 @@ def test_rail_reduction_inputs_are_the_full_runs(preset):
 
 
 @pytest.mark.slow
-def test_rail_reduction_equals_full_run():
-    # 4 servers x 8 rails, units of 2 servers, two tiers of 2 planes (radix 8);
-    # spraying over every path, no CC or flow control (a small program: this is about
-    # the reduction, the presets' dynamics are in the slow test below): one rail on its
-    # sub-fabric gives rail 0 of the full run, and every rail of the full run equals
-    # rail 0 (interchangeable)
-    topo, st = _small_step()
-    fab = get_fabric("uec", cc="none", flow_control="none")
-    kw = dict(dt=1e-6, n_steps=200, max_paths=None, fifo_bands=1)
-    full = sc.simulate_rails(st, topo, fab, rails=None, **kw)
-    one = sc.simulate_rails(st, topo, fab, rails=(0,), **kw)
-    assert np.all(np.isfinite(full.finish))
-    per = [full.finish[full.flows.rail == r] for r in range(8)]
-    np.testing.assert_allclose(one.finish, per[0], rtol=1e-6)
-    for r in range(1, 8):
-        np.testing.assert_allclose(per[r], per[0], rtol=1e-6)
-    m_full = sc.point_metrics(full, st, topo, "uec", 50e9, n_rails=8)
-    m_one = sc.point_metrics(one, st, topo, "uec", 50e9, n_rails=8)
-    for key in ("step_time", "p50_completion", "p99_completion", "effective_bandwidth",
-                "congested_share"):
-        assert m_one[key] == pytest.approx(m_full[key], rel=1e-6)
-    red = sc._run._reduction(st, topo, "spray", (0,), None)
-    assert red["exact"]
-    assert not sc._run._reduction(st, topo, "ecmp", (0,), None)["exact"]
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["infiniband", "roce", "spectrum_x", "uec"])
 def test_rail_reduction_equals_full_run_every_preset(preset):
     # 128 GPUs (two units of 8 servers, traffic over the spines), each preset's whole
@@ -275,6 +248,13 @@ def test_rail_reduction_equals_full_run_every_preset(preset):
     if get_fabric(preset).routing not in sc.HASHED_ROUTING:
         for r in range(1, 8):
             same_run(per[r], per[0])
+        # and the step's metrics from rail 0 alone are the full run's (mapped back over
+        # the 8 interchangeable rails)
+        m_full = sc.point_metrics(full, st, topo, preset, 50e9, n_rails=8)
+        m_one = sc.point_metrics(one, st, topo, preset, 50e9, n_rails=8)
+        for key in ("step_time", "p50_completion", "p99_completion",
+                    "effective_bandwidth"):
+            assert m_one[key] == pytest.approx(m_full[key], rel=1e-3), key
 
 
 # ------------------------------------------------------------------ CLI
