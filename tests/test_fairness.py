@@ -887,7 +887,7 @@ def _solve_warm_x64(A, cap, demand, rate, frozen):
 
 
 @pytest.mark.parametrize("kind", ["random", "ties", "zero_capacity", "demands"])
-@pytest.mark.parametrize("seed", slow_except([0, 1, 2], keep=[0]))
+@pytest.mark.parametrize("seed", slow_except([0, 1], keep=[0]))
 def test_warm_start_after_removal_equals_scratch_x64(kind, seed):
     rng = np.random.default_rng(seed)
     A, cap, demand = _warm_case(rng, kind)
@@ -906,7 +906,7 @@ def test_warm_start_after_removal_equals_scratch_x64(kind, seed):
 
 
 @pytest.mark.parametrize("kind", ["random", "ties", "zero_capacity", "demands"])
-@pytest.mark.parametrize("seed", slow_except([0, 1, 2], keep=[1]))
+@pytest.mark.parametrize("seed", slow_except([0, 1], keep=[1]))
 def test_warm_start_after_arrival_equals_scratch_x64(kind, seed):
     rng = np.random.default_rng(100 + seed)
     A, cap, demand = _warm_case(rng, kind)

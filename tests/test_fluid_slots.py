@@ -72,7 +72,6 @@ def _runs(case, x64=True):
 @pytest.mark.parametrize("case", ["dcqcn-pfc",
                                   pytest.param("hpcc-none", marks=pytest.mark.slow),
                                   pytest.param("none-none", marks=pytest.mark.slow),
-                                  pytest.param("hpcc-pfc", marks=pytest.mark.slow),
                                   pytest.param("dcqcn-drop", marks=pytest.mark.slow)])
 def test_same_results_as_plain_engine(case):
     # Oracle: the plain engine, which carries all 32 flows in every step.  The slot
