@@ -47,7 +47,10 @@ def _persistent_compilation_cache():
     loaded, not recompiled, although :func:`_fresh_jax_caches` drops the in-memory caches
     between modules.  The pytest process that starts first (the xdist controller, or the
     only process) makes the folder, exports it to the workers it spawns and removes it at
-    exit."""
+    exit.  Every program is kept, however quick its compile: the small ones (eager
+    ``jnp`` operations, ~0.02 s each) recur in most modules, and loading beats
+    recompiling them (measured on 8 default-suite modules in one process: 114 s -> 108 s,
+    785 more entries, 3.3 MB more on disk)."""
     import jax
     path = os.environ.get("FABRIC_JAX_TEST_CACHE")
     if not path:
@@ -55,7 +58,7 @@ def _persistent_compilation_cache():
         os.environ["FABRIC_JAX_TEST_CACHE"] = path
         atexit.register(shutil.rmtree, path, True)
     jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 _persistent_compilation_cache()

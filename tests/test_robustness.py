@@ -60,11 +60,11 @@ FLUID_FAST = settings(FAST, max_examples=5)
 # The slow variants explore new examples on every local run; under CI they are
 # derandomized like everything else (tests/conftest.py).
 CI_DERANDOMIZE = bool(os.environ.get("CI"))
-SLOW = settings(FAST, max_examples=300, derandomize=CI_DERANDOMIZE)
-# Four examples per law x flow control (with latencies: each example's delay lines are
+SLOW = settings(FAST, max_examples=150, derandomize=CI_DERANDOMIZE)
+# Three examples per law x flow control (with latencies: each example's delay lines are
 # DELAY_STEPS long, so the examples share programs; the topology still sets a few
-# static choices).
-FLUID_SLOW = settings(FAST, max_examples=4, derandomize=CI_DERANDOMIZE)
+# static choices).  Local runs draw new examples each time (not derandomized).
+FLUID_SLOW = settings(FAST, max_examples=3, derandomize=CI_DERANDOMIZE)
 
 
 # ------------------------------------------------------------------ generator

@@ -280,7 +280,7 @@ def test_cli_scale_json_and_plots(tmp_path):
 
     from fabric_jax.cli import main
     out = tmp_path / "s.json"
-    assert main(["scale", "--gpus", "16,32", "--fabrics", "roce,uec", "--dt-us", "1",
+    assert main(["scale", "--gpus", "16,32", "--fabrics", "uec", "--dt-us", "1",
                  "--slice-us", "20", "--json", str(out), "--plots", str(tmp_path),
                  "--quiet"]) == 0
     data = json.loads(out.read_text())
