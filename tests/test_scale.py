@@ -188,6 +188,24 @@ def test_ecmp_uplink_occupancy_is_balls_into_bins(gpus):
     assert sc.balls_into_bins(10 ** 6) == pytest.approx(1 - np.exp(-1), abs=1e-6)
 
 
+def test_window_efficiency_counts_a_striped_flow_once():
+    # 2 planes: hashed routing runs each flow as 2 stripes of half its size.  Every
+    # stripe at half the NIC rate is every flow at line rate: efficiency 1, not 1/2
+    # (it read 0.319 for ECMP's ring shift at 16,384 GPUs before, half the 1-plane 0.64)
+    from types import SimpleNamespace
+    topo = sc.scale_topology(32)
+    flows = sc.ring_shift(topo, 1e6)
+    nic, t = 50e9, np.linspace(0.0, 20e-6, 21)
+    for n in (1, 2, 4):
+        st = flows.stripes(n)
+        run = SimpleNamespace(t=t, flows=st, goodput=np.full(t.size, st.n_flows * nic / n))
+        assert sc.window_efficiency(run, nic, 2e-6, 18e-6) == pytest.approx(1.0)
+        half = SimpleNamespace(t=t, flows=st, goodput=run.goodput / 2)
+        assert sc.window_efficiency(half, nic, 2e-6, 18e-6) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="t0"):
+        sc.window_efficiency(run, nic, 30e-6, 40e-6)
+
+
 # ------------------------------------------------------------------ reduction
 def _small_step():
     mdl, plan = sc.scale_plan(n_gpus=32, pp=2)

@@ -55,11 +55,15 @@ def window_efficiency(run, nic_rate: float, t0: float, t1: float) -> float:
     """Delivered throughput of all flows averaged over snapshots in ``[t0, t1]`` (all
     flows still sending), over ``flows x nic_rate``: the mean per-flow bandwidth as a
     fraction of line rate (the quantity balls-into-bins and effective bisection
-    bandwidth predict)."""
+    bandwidth predict).  A flow is a (source, destination) pair: on a multi-plane fabric
+    hashed routing runs each flow as one stripe per plane (:meth:`StepFlows.stripes`),
+    and its stripes share that pair, so they count once."""
     keep = (run.t >= t0) & (run.t <= t1)
     if not keep.any():
         raise ValueError(f"t0, t1: no snapshot in [{t0}, {t1}] s")
-    return float(np.mean(run.goodput[keep]) / (run.flows.n_flows * float(nic_rate)))
+    pairs = np.unique(np.stack([np.asarray(run.flows.src), np.asarray(run.flows.dst)]),
+                      axis=1).shape[1]
+    return float(np.mean(run.goodput[keep]) / (pairs * float(nic_rate)))
 
 
 def balls_into_bins(n: int) -> float:
