@@ -212,7 +212,7 @@ def _small_step():
     return sc.scale_topology(32, switch_radix=8), sc.step_flows(mdl, plan, slice_time=30e-6)
 
 
-@pytest.mark.parametrize("preset", ["roce", "spectrum_x"])
+@pytest.mark.parametrize("preset", ["roce", "spectrum_x", "uec"])
 def test_rail_reduction_inputs_are_the_full_runs(preset):
     # host side (fast): rail 2's flows, paths (hashed or candidate sets) and deps on its
     # sub-fabric are exactly those rows of the full fabric's, link ids mapped in order;
