@@ -310,6 +310,47 @@ def test_cli_scale_json_and_plots(tmp_path):
             assert m["p99_completion"] >= m["p50_completion"] > 0
             assert m["step_time"] >= m["compute_time"]
     assert (tmp_path / "scale_step.png").is_file() and (tmp_path / "scale_tail.png").is_file()
+    assert data["complete"] is True
+    # --resume keeps the rows the file holds and runs only the missing ones: a marked
+    # row survives, a removed one is run again and comes back equal
+    again = json.loads(out.read_text())
+    again["points"][0]["fabrics"]["uec"]["step_time"] = 123.0
+    del again["points"][1]["fabrics"]["uec"]
+    again["complete"] = False
+    out.write_text(json.dumps(again))
+    assert main(["scale", "--gpus", "16,32", "--fabrics", "uec", "--dt-us", "1",
+                 "--slice-us", "20", "--json", str(out), "--resume", "--quiet"]) == 0
+    back = json.loads(out.read_text())
+    assert back["complete"] is True and back["resumed"] is True
+    assert back["points"][0]["fabrics"]["uec"]["step_time"] == 123.0
+    def same(a, b):
+        return {k: v for k, v in a.items() if k != "wall_s"} == \
+            {k: v for k, v in b.items() if k != "wall_s"}
+    assert same(back["points"][1]["fabrics"]["uec"], data["points"][1]["fabrics"]["uec"])
+    assert same(back["points"][1]["ideal"], data["points"][1]["ideal"])
+
+
+def test_cli_resume_refuses_other_inputs(tmp_path, capsys):
+    """--resume reuses rows only from a run of the same inputs, and needs --json."""
+    import json
+
+    from fabric_jax.cli import main
+    out = tmp_path / "s.json"
+    inputs = dict(system="hgx_h100", model="mixtral_8x7b", dt_us=0.5, rails="1",
+                  max_paths=4, switch_radix=128, beyond_radix="planes", slice_us=250.0,
+                  pp=4, ep=8, microbatches=8, skew=1.0, overlap=0.0, seed=0,
+                  no_ideal=False)
+    out.write_text(json.dumps(dict(inputs=inputs, points=[], complete=False)))
+    assert main(["scale", "--gpus", "16", "--json", str(out), "--resume", "--seed", "3",
+                 "--dt-us", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--seed" in err[0] and "--dt-us" in err[0]
+    assert "--model" not in err[0]
+    assert main(["scale", "--gpus", "16", "--resume"]) == 2
+    assert "--json" in capsys.readouterr().err
+    out.write_text("not json")
+    assert main(["scale", "--gpus", "16", "--json", str(out), "--resume"]) == 2
+    assert "not a JSON file" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ devices

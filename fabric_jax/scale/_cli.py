@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 
@@ -72,7 +73,13 @@ def add_parser(sub):
     p.add_argument("--workers", type=int, default=1,
                    help="presets run at once, in threads (default 1)")
     p.add_argument("--no-ideal", action="store_true", help="skip the ideal fabric rows")
-    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    p.add_argument("--json", metavar="PATH",
+                   help="write the results as JSON (rewritten after every row, with "
+                        "\"complete\": false until the run ends, so a stopped run keeps "
+                        "what it finished)")
+    p.add_argument("--resume", action="store_true",
+                   help="with --json: keep the rows an earlier, stopped run of the same "
+                        "inputs wrote there and run only the missing ones")
     p.add_argument("--plots", metavar="DIR", help="write the figures into DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -150,9 +157,21 @@ def run(args) -> int:
         if asked != got:
             print(f"note: {asked} GPUs are not whole {v['system']} servers; simulating "
                   f"{got}", file=sys.stderr)
+    try:
+        earlier = _earlier(args)
+    except _Bad as err:
+        print(f"fabric-jax scale: error: {err}", file=sys.stderr)
+        return 2
     n_runs = len(v["gpus"]) * (len(v["fabrics"]) + 1)
     bar = Progress(n_runs, enabled=not args.quiet)
     points = []
+    inputs = {k: x for k, x in vars(args).items() if k != "func"}
+    inputs["command"] = None
+
+    def save(partial_point):
+        if args.json:
+            _write(args.json, dict(points=points + [partial_point], inputs=inputs,
+                                   complete=False))
     try:
         for g in v["gpus"]:
             points.append(_run.scale_point(
@@ -163,19 +182,20 @@ def run(args) -> int:
                 plan_options=dict(pp=args.pp, ep=args.ep, microbatches=args.microbatches,
                                   overlap=args.overlap),
                 step_options=dict(skew=args.skew, slice_time=args.slice_us * 1e-6),
-                ideal=not args.no_ideal, workers=args.workers, progress=bar.update))
+                ideal=not args.no_ideal, workers=args.workers, progress=bar.update,
+                on_row=save, done=earlier.get(g)))
     except ValueError as err:
         print(f"fabric-jax scale: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
     import jax
-    results = dict(points=points, inputs=dict(vars(args), command=None),
+    results = dict(points=points, inputs=inputs, complete=True,
                    wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0,
                    device=str(jax.devices()[0]))
-    results["inputs"].pop("func", None)
+    if earlier:
+        results["resumed"] = True       # wall_s / cpu_s: this run's; each point's: all runs
     print(format_table(results))
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(_clean(results), fh, indent=1)
+        _write(args.json, results)
         print(f"wrote {args.json}")
     if args.plots:
         for path in plot(results, args.plots):
@@ -183,6 +203,41 @@ def run(args) -> int:
     print(f"wall {results['wall_s']:.1f} s, CPU {results['cpu_s']:.1f} s on "
           f"{results['device']}", file=sys.stderr)
     return 0
+
+
+# inputs that must match for --resume to reuse an earlier run's rows
+_SAME = ("system", "model", "dt_us", "rails", "max_paths", "switch_radix", "beyond_radix",
+         "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal")
+
+
+def _earlier(args) -> dict:
+    """``{gpus: partial point}`` from the JSON an earlier run of the same inputs wrote."""
+    if not args.resume:
+        return {}
+    if not args.json:
+        raise _Bad("--resume needs --json PATH (the file the earlier run wrote)")
+    if not os.path.exists(args.json):
+        return {}
+    try:
+        with open(args.json) as fh:
+            old = json.load(fh)
+        old_in, pts = old["inputs"], old["points"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise _Bad(f"--resume: {args.json} is not a JSON file this command wrote") from None
+    diff = [k for k in _SAME if old_in.get(k) != _clean(getattr(args, k, None))]
+    if diff:
+        raise _Bad(f"--resume: {args.json} was written with other inputs "
+                   f"({', '.join('--' + k.replace('_', '-') for k in diff)}); drop "
+                   f"--resume or give the same values")
+    return {int(p["gpus"]): p for p in pts}
+
+
+def _write(path, results):
+    """Writes ``results`` as JSON atomically (a stopped run never leaves half a file)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(_clean(results), fh, indent=1)
+    os.replace(tmp, path)
 
 
 def _clean(x):

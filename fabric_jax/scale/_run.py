@@ -6,6 +6,7 @@ Units: bytes, seconds, bytes/s.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -384,8 +385,14 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
                 rails=(0,), max_paths=DEFAULT_MAX_PATHS, seed: int = 0,
                 switch_radix=128, beyond_radix="planes", plan_options=None,
                 step_options=None, horizon_factor=HORIZON_FACTOR, ideal: bool = True,
-                workers: int = 1, progress=None, fifo_bands=None) -> dict:
+                workers: int = 1, progress=None, fifo_bands=None, on_row=None,
+                done=None) -> dict:
     """Every preset (and the ideal fabric) on ``n_gpus`` GPUs: one training step.
+
+    ``on_row(out)``, when given, is called with the point's partial result after the ideal
+    fabric and after each preset (under a lock when ``workers > 1``), so a caller can save
+    what has finished; ``done`` (a partial result of the same point, from an earlier run)
+    supplies rows that are not run again.
 
     Returns:
       ``{"gpus", "system", "topology", "plan", "slices", "rails", "fabrics": {preset:
@@ -409,11 +416,29 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     out = dict(gpus=int(n_gpus), system=sysm.name, topology=topo.name,
                plan=dict(step.info), slices=step.slices, n_flows=step.n_flows,
                rails=None if rails is None else list(rails), fabrics={}, reduction={})
-    base = ideal_rails(step, nic_rate, rails=rails)
-    t_ideal = float(np.max(base.finish))
-    if ideal:
-        out[IDEAL] = point_metrics(base, step, topo, None, nic_rate, n_rails=g)
+    done = done or {}
+    lock = threading.Lock()
+
+    def report():
+        if on_row is not None:
+            with lock:
+                out["wall_s"] = time.perf_counter() - t0 + float(done.get("wall_s", 0.0))
+                on_row(out)
+
+    for name in presets:
+        if name in done.get("fabrics", {}):
+            out["fabrics"][name] = done["fabrics"][name]
+            out["reduction"][name] = done.get("reduction", {}).get(name)
+    todo = [p for p in presets if p not in out["fabrics"]]
+    if todo or (ideal and IDEAL not in done):
+        base = ideal_rails(step, nic_rate, rails=rails)
+        t_ideal = float(np.max(base.finish))
+        if ideal:
+            out[IDEAL] = point_metrics(base, step, topo, None, nic_rate, n_rails=g)
+    elif ideal:
+        out[IDEAL] = done[IDEAL]
     upd(f"{n_gpus} GPUs: ideal fabric")
+    report()
 
     def one(name):
         fab = get_fabric(name)
@@ -425,18 +450,26 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
                 break
             steps *= 2
         met = point_metrics(run, step, topo, name, nic_rate, n_rails=g)
+        red = _reduction(step, topo, fab.routing, rails, max_paths)
+        with lock:
+            out["fabrics"][name] = met
+            out["reduction"][name] = red
         upd(f"{n_gpus} GPUs: {name}")
-        return name, met, _reduction(step, topo, fab.routing, rails, max_paths)
+        report()
 
-    if workers > 1 and len(presets) > 1:
+    for name in presets:
+        if name not in todo:
+            upd(f"{n_gpus} GPUs: {name} (from the earlier run)")
+    if workers > 1 and len(todo) > 1:
         with ThreadPoolExecutor(max_workers=int(workers)) as pool:
-            done = list(pool.map(one, presets))
+            list(pool.map(one, todo))
     else:
-        done = [one(p) for p in presets]
-    for name, met, red in done:
-        out["fabrics"][name] = met
-        out["reduction"][name] = red
-    out["wall_s"] = time.perf_counter() - t0
+        for name in todo:
+            one(name)
+    # presets in the order asked, whatever order the threads finished in
+    out["fabrics"] = {p: out["fabrics"][p] for p in presets}
+    out["reduction"] = {p: out["reduction"][p] for p in presets}
+    out["wall_s"] = time.perf_counter() - t0 + float(done.get("wall_s", 0.0))
     return out
 
 
