@@ -390,10 +390,13 @@ def simulate_fluid_sharded(incidence, capacity, size, *, dt, n_steps: int,
     (a few ``[links]`` and ``[links, fifo_bands]`` all-reduces, two per iteration of
     each solve) and, with ``deps``, an all-gather of ``[flows]``.
 
+    Traffic classes (``traffic_class``, ``classes``) are sharded like the rest: the hop
+    table of ``links x classes`` units sums globally too, as do the class
+    arbitration's loads, both NIC shares and the work-conserving second pass's solve.
+
     Departures from :func:`fabric_jax.simulate_fluid`: refused with a ``ValueError``
     are dynamic routing (``routing``: a policy's step is written for all flows at
-    once), traffic classes (``traffic_class`` / ``classes`` with more than one class)
-    and resuming (``init_state``).  The link-side sums are scatter-adds on every
+    once) and resuming (``init_state``).  The link-side sums are scatter-adds on every
     backend (the accelerators' segment tables index one device's whole hop table).
     ``FluidResult.state`` is the gathered carry (padding stripped): it can be saved,
     not passed back here.
@@ -413,8 +416,8 @@ def simulate_fluid_sharded(incidence, capacity, size, *, dt, n_steps: int,
 
     Raises:
       ValueError: as :func:`fabric_jax.simulate_fluid`; a ``mesh`` that is not a
-        Mesh; a per-flow argument whose leading axis is not ``flows``; ``routing``,
-        ``init_state``, or more than one traffic class.
+        Mesh; a per-flow argument whose leading axis is not ``flows``; ``routing`` or
+        ``init_state``.
       TypeError: an option :func:`fabric_jax.simulate_fluid` does not take.
     """
     run, args, finish = _sharded_fluid_call(incidence, capacity, size, dt=dt,
@@ -448,12 +451,6 @@ def _sharded_fluid_call(incidence, capacity, size, *, dt, n_steps, mesh, **optio
         if x is not None and (np.ndim(x) < 1 or np.shape(x)[0] != n_flows):
             raise ValueError(f"{name} must have flows = {n_flows} on its leading axis "
                              f"(the incidence's flows); got shape {np.shape(x)}")
-    one_class = ((kw["classes"] is None or kw["classes"].n_classes == 1)
-                 and (kw["traffic_class"] is None or not np.any(np.asarray(kw["traffic_class"]))))
-    if not one_class:
-        raise ValueError("traffic classes (traffic_class / classes with more than one class) "
-                         "are not supported by simulate_fluid_sharded; run "
-                         "fabric_jax.simulate_fluid, or give every flow class 0")
     smooth = kw["smooth"]
     if kw["solver_iterations"] is None and smooth is not None and smooth.enabled:
         kw["solver_iterations"] = n_flows + 1   # the unpadded run's default
@@ -494,10 +491,13 @@ def _shard_net(fs, net, axes):
         raise RuntimeError(f"fabric_jax.fluid_step._Net fields {sorted(unknown)} are in neither "
                            "NET_PER_FLOW nor NET_REPLICATED; class them there")
     hops = dataclasses.replace(net.hops, by_link=None, by_prev=None, axis_name=axes)
+    # traffic classes: the hop table of links x classes units, likewise global
+    uhops = hops if net.uhops is net.hops else dataclasses.replace(
+        net.uhops, by_link=None, by_prev=None, axis_name=axes)
     deps = net.deps
     if not bool(np.any(np.asarray(deps) >= 0)):
         deps = jnp.zeros((deps.shape[0], 0), deps.dtype)
-    return dataclasses.replace(net, hops=hops, uhops=hops, deps=deps)
+    return dataclasses.replace(net, hops=hops, uhops=uhops, deps=deps)
 
 
 def _net_specs(fs, net, row, rep):
@@ -587,10 +587,13 @@ def _gather_strip(res, out_specs, axes, n_flows):
 
         def one(x):
             if isinstance(x, jax.Array) and not x.is_fully_addressable:
-                x = jnp.asarray(multihost_utils.process_allgather(x, tiled=True))
+                x = multihost_utils.process_allgather(x, tiled=True)
             if ax is None:
-                return x
-            return jax.lax.slice_in_dim(x, 0, n_flows, axis=ax)
+                return jnp.asarray(x)
+            # on the host: a device-side slice of a sharded array is one more program
+            # with a cross-device gather (on host CPU devices it raced the run's own
+            # collectives when two sharded runs followed each other)
+            return jnp.asarray(np.asarray(x)[(slice(None),) * ax + (slice(0, n_flows),)])
         return jax.tree_util.tree_map(one, sub)
 
     return jax.tree_util.tree_map(strip, out_specs, res, is_leaf=lambda s: isinstance(s, P))

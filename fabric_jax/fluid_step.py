@@ -741,10 +741,11 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
     hops, uh = net.hops, net.uhops
     n_cls, n_links = static.n_classes, hops.n_links
     n_units = uh.n_links
+    ax = hops.axis_name        # sharded flows: every sum onto links is global
     vinc = Incidence(uh.link.ravel(), inc_k.flow_idx, inc_k.weight, n_units, inc_k.n_flows)
     per_link = lambda u: jnp.sum(u.reshape(n_links, n_cls), axis=1)  # noqa: E731
     per_unit = lambda l: jnp.repeat(l, n_cls)  # noqa: E731
-    load_u = vinc.link_load(offered)
+    load_u = _over_flows(vinc.link_load(offered), ax)
 
     def grant_of(backlog):   # backlog: [units] bytes standing + arriving in the step
         want = jnp.minimum(backlog / dt + load_u, ceiling)
@@ -764,15 +765,16 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
     # the NICs' shares of the offers: on the class grants, then on what the grants
     # leave unused at the NIC port, within each class's ceiling (as pass 2 below)
     f_k, f_u = _first_hops(inc_k, uh.seg), _first_hops(vinc, uh.seg)
-    send1, rounds1 = _nic_send(static, net.uswitch, f_u, fresh, offered, static.nic_ports)
-    use_u = vinc.link_load(send1)
+    send1, rounds1 = _nic_send(static, net.uswitch, f_u, fresh, offered, static.nic_ports,
+                               axis_name=ax)
+    use_u = _over_flows(vinc.link_load(send1), ax)
     f2 = Incidence(jnp.concatenate([f_k.link_idx, n_links + f_u.link_idx]),
                    jnp.concatenate([f_k.flow_idx, f_u.flow_idx]),
                    jnp.concatenate([f_k.weight, f_u.weight]), n_links + n_units, inc_k.n_flows)
     send2, rounds2 = _nic_send(static, switch2, f2,
                       jnp.concatenate([jnp.maximum(cap_k - per_link(served_u / dt + use_u), 0.0),
                                        jnp.maximum(ceiling - served_u / dt - use_u, 0.0)]),
-                      jnp.maximum(offered - send1, 0.0), "several")
+                      jnp.maximum(offered - send1, 0.0), "several", axis_name=ax)
     send = jnp.minimum(send1 + send2, offered)
     r_p, _, _, tx_u, it1 = _allocate_paths(static, uh, vinc, fresh, send)
     # pass 2: capacity left unused by the grants, within each class's ceiling
@@ -803,7 +805,8 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
                       jnp.concatenate([pinc_k.weight, pinc_v.weight]), n_links + n_units,
                       pinc_v.n_flows)
     sol2 = solve(pinc2, jnp.concatenate([spare, room]), rest,
-                 iterations=static.solver_iterations, compaction=_STEP_COMPACTION)
+                 iterations=static.solver_iterations, compaction=_STEP_COMPACTION,
+                 axis_name=ax, max_iter=_solve_cap(pinc2.n_flows, ax))
     r_p = r_p + jnp.minimum(sol2.rates, rest).reshape(r_p.shape)
     alloc_p = split_p * r_p
     alloc = _flow_alloc(split_p, alloc_p, send)
@@ -815,7 +818,8 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
                               jnp.sum(left_b, axis=-1) + arrived_left, arrived_left, fcp,
                               offered)
     return dict(served=served, x=x_new, xb=_tail_bands(uh, left_b, x_new), alloc=alloc,
-                alloc_p=alloc_p, tx=served_u / dt + pinc_v.link_load(r_p.ravel()),
+                alloc_p=alloc_p,
+                tx=served_u / dt + _over_flows(pinc_v.link_load(r_p.ravel()), ax),
                 served_l=served_u, load_o=per_link(load_u), dropped=dropped, span=span, transit=carry, vinc=vinc, send=send,
                 usable_l=jnp.minimum(cap_k, per_link(ceiling)),
                 rounds=jnp.stack([it1 + sol2.info.iterations, rounds1 + rounds2]))

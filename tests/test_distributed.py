@@ -177,6 +177,13 @@ def test_sharded_fluid_traces_and_refuses_what_it_cannot_split():
     inc, cap, size, options = fluid_instance()
     run, args, _ = _sharded_fluid_call(inc, cap, size, mesh=device_mesh(), **options)
     run.lower(args)
+    # and with two traffic classes (the links x classes units' sums, both NIC shares
+    # and the work-conserving second pass: each must be global)
+    run, args, _ = _sharded_fluid_call(inc, cap, size, mesh=device_mesh(),
+                                       traffic_class=np.arange(30) % 2,
+                                       classes=fj.qos.traffic_classes(2, weights=(3, 1)),
+                                       **dict(options, buffer=2e5))
+    run.lower(args)
     # Host-side checks: each error names the argument.
     with pytest.raises(ValueError, match="mesh"):
         simulate_fluid_sharded(inc, cap, size, mesh=jax.devices(), **options)
@@ -184,8 +191,6 @@ def test_sharded_fluid_traces_and_refuses_what_it_cannot_split():
         simulate_fluid_sharded(inc, cap, size, routing=object(), **options)
     with pytest.raises(ValueError, match="init_state"):
         simulate_fluid_sharded(inc, cap, size, init_state={}, **options)
-    with pytest.raises(ValueError, match="traffic class"):
-        simulate_fluid_sharded(inc, cap, size, traffic_class=np.arange(30) % 2, **options)
     with pytest.raises(ValueError, match="size"):
         simulate_fluid_sharded(inc, cap, size[:-1], **options)
     with pytest.raises(ValueError, match="base_rtt"):
@@ -266,7 +271,8 @@ _SIM_SCRIPT = textwrap.dedent("""
 
 
 #: The sharded fluid run on four devices against the single-device run, in float64:
-#: one case per argv[1] ("pfc": DCQCN + PFC; "others": HPCC + drop with a trajectory
+#: one case per argv[1] ("pfc": DCQCN + PFC, with one and with two traffic classes
+#: (ETS 3:1, classes alternating); "others": HPCC + drop with a trajectory
 #: and stop_when_idle, Swift + credits with dependencies across devices and a link
 #: failure, DCQCN + PFC in the smooth mode).  30 flows are padded to 32.
 _FLUID_SCRIPT = textwrap.dedent("""
@@ -280,7 +286,9 @@ _FLUID_SCRIPT = textwrap.dedent("""
     deps = np.full((30, 1), -1)
     deps[20:, 0] = np.arange(10)                      # flows 20.. wait for flows 0..9
     link = int(np.asarray(inc.link_idx)[np.asarray(inc.flow_idx) == 0][1])
-    cases = dict(pfc=[{}], others=[
+    two = dict(traffic_class=np.arange(30) % 2, buffer=2e5,   # a PFC headroom per class
+               classes=fj.qos.traffic_classes(2, weights=(3, 1)))
+    cases = dict(pfc=[{}, two], others=[
         dict(n_steps=80, law="hpcc", flow_control="drop", buffer=3e4, save_every=8,
              stop_when_idle=True),
         dict(law="swift", flow_control="credit", deps=deps,
@@ -341,9 +349,13 @@ def _check_fluid_case(r):
 def test_four_devices_sharded_fluid_dcqcn_pfc_equals_single_device():
     r = _run_four_devices(_FLUID_SCRIPT, "pfc")
     assert r["devices"] == 4
-    (case,) = r["cases"]
-    assert np.sum(case["paused_time"][1]) > 0            # PFC paused: links interact
-    _check_fluid_case(case)
+    one_class, two_classes = r["cases"]
+    for case in r["cases"]:
+        assert np.sum(case["paused_time"][1]) > 0        # PFC paused: links interact
+        _check_fluid_case(case)
+    # paused per link and class
+    n_links = len(one_class["paused_time"][1])
+    assert np.shape(two_classes["paused_time"][1]) == (n_links, 2)
 
 
 @pytest.mark.slow
