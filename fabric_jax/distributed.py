@@ -394,9 +394,15 @@ def simulate_fluid_sharded(incidence, capacity, size, *, dt, n_steps: int,
     table of ``links x classes`` units sums globally too, as do the class
     arbitration's loads, both NIC shares and the work-conserving second pass's solve.
 
+    Dynamic routing (``routing``) is sharded too: a policy's per-flow state (split,
+    paths, the entries of :data:`fabric_jax.routing.AUX_FLOW_AXIS` with a flow axis)
+    is split with the flows, its clocks and delay-line time stamps are replicated, and
+    the link view it steers by (queues, loads, marks) is the global one.
+
     Departures from :func:`fabric_jax.simulate_fluid`: refused with a ``ValueError``
-    are dynamic routing (``routing``: a policy's step is written for all flows at
-    once) and resuming (``init_state``).  The link-side sums are scatter-adds on every
+    are resuming (``init_state``) and a policy with array parameters (weighted ECMP's
+    per-flow logits).  With multipath flows the step solves' iteration counts may
+    differ from the single-device run's by one (summation order).  The link-side sums are scatter-adds on every
     backend (the accelerators' segment tables index one device's whole hop table).
     ``FluidResult.state`` is the gathered carry (padding stripped): it can be saved,
     not passed back here.
@@ -416,8 +422,8 @@ def simulate_fluid_sharded(incidence, capacity, size, *, dt, n_steps: int,
 
     Raises:
       ValueError: as :func:`fabric_jax.simulate_fluid`; a ``mesh`` that is not a
-        Mesh; a per-flow argument whose leading axis is not ``flows``; ``routing`` or
-        ``init_state``.
+        Mesh; a per-flow argument whose leading axis is not ``flows``; ``init_state``;
+        a ``routing`` policy with array parameters or unlisted aux entries.
       TypeError: an option :func:`fabric_jax.simulate_fluid` does not take.
     """
     run, args, finish = _sharded_fluid_call(incidence, capacity, size, dt=dt,
@@ -439,11 +445,13 @@ def _sharded_fluid_call(incidence, capacity, size, *, dt, n_steps, mesh, **optio
                                                       n_steps=n_steps, **options)
     bound.apply_defaults()
     kw = bound.arguments
-    for name, why in (("routing", "a routing policy steps every flow's split at once"),
-                      ("init_state", "the carry is laid out for one device")):
-        if kw[name] is not None:
-            raise ValueError(f"{name}= is not supported by simulate_fluid_sharded ({why}); "
-                             f"run fabric_jax.simulate_fluid for it, or drop {name}")
+    if kw["init_state"] is not None:
+        raise ValueError("init_state= is not supported by simulate_fluid_sharded (the carry "
+                         "is laid out for one device); run fabric_jax.simulate_fluid for "
+                         "it, or drop init_state")
+    routing = kw["routing"]
+    if routing is not None:
+        _check_routing_shardable(routing)
     inc = as_incidence(incidence)
     n_flows = inc.n_flows
     for name in _FLOW_ARGS:
@@ -468,18 +476,68 @@ def _sharded_fluid_call(incidence, capacity, size, *, dt, n_steps, mesh, **optio
         if fill is None:   # a positive per-flow time or rate: one the flows already have
             fill = np.min(a) if a.size else 1.0
         kw[name] = np.concatenate([a, np.full((pad,) + a.shape[1:], fill, a.dtype)])
-    (static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt_, _, _, sched,
-     _) = fl._prepare(**kw)
+    if routing is not None and pad:
+        kw["routing"] = _pad_routing(routing, pad)
+    (static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt_, rparams, rstate0,
+     sched, _) = fl._prepare(**kw)
     axes = tuple(mesh.axis_names)
     net = _shard_net(fs, net, axes)
-    args = dict(net=net, params=params, fcp=fcp, smooth=smooth, dt=dt_, sched=sched)
+    args = dict(net=net, params=params, fcp=fcp, smooth=smooth, dt=dt_, sched=sched,
+                rparams=rparams, rstate0=rstate0)
     placed = jax.tree_util.tree_map(
         lambda spec, sub: jax.tree_util.tree_map(
             functools.partial(_place, sharding=NamedSharding(mesh, spec)), sub),
         _arg_specs(fs, args, axes), args, is_leaf=lambda s: isinstance(s, P))
-    out_specs = _fluid_out_specs(fs, axes, keep_traj, static.shape.lossy)
+    out_specs = _fluid_out_specs(fs, axes, keep_traj, static.shape.lossy, rstate0)
     return (_sharded_fluid(static, n_outer, inner, keep_traj, mesh), placed,
             lambda res: _gather_strip(res, out_specs, axes, n_flows))
+
+
+def _check_routing_shardable(routing):
+    """Host: a routing policy whose state can be split over devices (every aux entry's
+    flow axis known, no per-flow parameters); ``ValueError`` otherwise."""
+    from .routing import AUX_FLOW_AXIS
+    unknown = sorted(set(routing.state.aux) - set(AUX_FLOW_AXIS))
+    if unknown:
+        raise ValueError(f"routing: the policy {routing.policy.name!r} keeps aux entries "
+                         f"{unknown} whose flow axis is unknown; list them in "
+                         "fabric_jax.routing.AUX_FLOW_AXIS, or run fabric_jax.simulate_fluid")
+    if any(np.ndim(x) > 0 for x in jax.tree_util.tree_leaves(routing.params)):
+        raise ValueError(f"routing: the policy {routing.policy.name!r} has array parameters "
+                         "(per-flow logits?), which simulate_fluid_sharded does not split; "
+                         "run fabric_jax.simulate_fluid for it")
+
+
+def _route_leaf_axis(name):
+    """Flow axis of a routing-state entry (``None``: replicated)."""
+    from .routing import AUX_FLOW_AXIS
+    return 0 if name in ("split", "links", "hop_mask", "path_mask") else AUX_FLOW_AXIS[name]
+
+
+def _map_route(fn, rstate):
+    """``rstate`` with ``fn(leaf, flow_axis)`` applied to each entry."""
+    top = {f: fn(getattr(rstate, f), 0) for f in ("split", "links", "hop_mask", "path_mask")}
+    return dataclasses.replace(rstate, **top, aux={k: fn(v, _route_leaf_axis(k))
+                                                  for k, v in rstate.aux.items()})
+
+
+def _pad_routing(routing, pad):
+    """``routing`` with ``pad`` inert flows appended: no path (links -1, masks False),
+    zero split and zero policy state."""
+    def one(x, ax):
+        if ax is None:
+            return x
+        a = np.asarray(x)
+        fill = -1 if a.dtype.kind in "iu" else (False if a.dtype == bool else 0)
+        shape = list(a.shape)
+        shape[ax] = pad
+        return jnp.asarray(np.concatenate([a, np.full(shape, fill, a.dtype)], axis=ax))
+    return dataclasses.replace(routing, state=_map_route(one, routing.state))
+
+
+def _route_specs(rstate, axes):
+    """The :class:`~jax.sharding.PartitionSpec` of each entry of a routing state."""
+    return _map_route(lambda x, ax: P() if ax is None else P(*([None] * ax), axes), rstate)
 
 
 def _shard_net(fs, net, axes):
@@ -506,7 +564,7 @@ def _net_specs(fs, net, row, rep):
                                        for f in dataclasses.fields(net)})
 
 
-def _fluid_out_specs(fs, axes, keep_traj, lossy=False):
+def _fluid_out_specs(fs, axes, keep_traj, lossy=False, rstate=None):
     """The :class:`~jax.sharding.PartitionSpec` prefix of each part of the
     :class:`~fabric_jax.FluidResult` of a sharded run: per-flow records split along
     their flow axis (:data:`fabric_jax.fluid_slots.FLOW_AXIS` for the carry),
@@ -517,6 +575,10 @@ def _fluid_out_specs(fs, axes, keep_traj, lossy=False):
     state = {k: P(*([None] * ax), axes) for k, ax in CARRY_FLOW_AXIS.items()}
     # (the lossy links' drop counter is in the carry only with lossy-link faults)
     state.update({k: rep for k in GLOBAL_KEYS if lossy or k != "corrupted"})
+    route = None
+    if rstate is not None:      # dynamic routing: the policy's state, link loads, rates
+        route = _route_specs(rstate, axes)
+        state.update(route=route, load=rep, mark_l=rep, rate=row)
     traj = None
     if keep_traj:
         traj = fs.FluidTrajectory(t=rep, rate=col, throughput=col, queue=rep, usable=rep,
@@ -527,7 +589,7 @@ def _fluid_out_specs(fs, axes, keep_traj, lossy=False):
                         solver_iterations=rep)
     return fs.FluidResult(start=row, finish=row, fct=row, sent=row, delivered=row,
                           dropped=row, queued=row, link_queue=rep, law_state=row,
-                          trajectory=traj, info=info, routing_state=None, state=state,
+                          trajectory=traj, info=info, routing_state=route, state=state,
                           in_flight=row, discarded=row, link_corrupted=rep)
 
 
@@ -539,18 +601,23 @@ def _sharded_fluid(static, n_outer, inner, keep_traj, mesh):
     from .fluid_slots import FLOW_AXIS as CARRY_FLOW_AXIS
 
     axes = tuple(mesh.axis_names)
-    out_specs = _fluid_out_specs(fs, axes, keep_traj, static.shape.lossy)
 
     def local(args):
         net, params = args["net"], args["params"]
         carry = fs._init_carry(static.law, static.fc, static.shape, net.hops,
-                               net.flows["size"], net.line_rate, net.base_rtt, params, None)
+                               net.flows["size"], net.line_rate, net.base_rtt, params,
+                               args["rstate0"])
         # the per-flow records differ between shards from the start (their type in the
         # loop is "varying over the flow axis"), the link state is the same on all
-        carry = {k: (jax.tree_util.tree_map(_varying, v) if k in CARRY_FLOW_AXIS else v)
+        carry = {k: (jax.tree_util.tree_map(_varying, v)
+                     if k in CARRY_FLOW_AXIS or k == "rate" else v)
                  for k, v in carry.items()}
+        if "route" in carry:
+            carry["route"] = _map_route(lambda x, ax: x if ax is None else _varying(x),
+                                        carry["route"])
         return fs._run_body(static, n_outer, inner, keep_traj, net, params, args["fcp"],
-                            args["smooth"], args["dt"], None, None, args["sched"], carry)
+                            args["smooth"], args["dt"], args["rparams"], args["rstate0"],
+                            args["sched"], carry)
 
     def _varying(v):
         aval = jax.typeof(v)   # the axes it varies over: .vma, or (jax 0.10) manual_axis_type
@@ -561,6 +628,8 @@ def _sharded_fluid(static, n_outer, inner, keep_traj, mesh):
 
     @jax.jit
     def run(args):
+        out_specs = _fluid_out_specs(fs, axes, keep_traj, static.shape.lossy,
+                                     args["rstate0"])
         return jax.shard_map(local, mesh=mesh, in_specs=(_arg_specs(fs, args, axes),),
                              out_specs=out_specs)(args)
 
@@ -570,8 +639,10 @@ def _sharded_fluid(static, n_outer, inner, keep_traj, mesh):
 def _arg_specs(fs, args, axes):
     """The :class:`~jax.sharding.PartitionSpec` prefix of each argument of the run."""
     rep = P()
+    rstate0 = args["rstate0"]
     return dict(net=_net_specs(fs, args["net"], P(axes), rep), params=rep, fcp=rep,
-                smooth=rep, dt=rep, sched=rep)
+                smooth=rep, dt=rep, sched=rep, rparams=rep,
+                rstate0=None if rstate0 is None else _route_specs(rstate0, axes))
 
 
 def _gather_strip(res, out_specs, axes, n_flows):

@@ -113,7 +113,7 @@ __all__ = ["masked_softmax", "Policy", "RoutingState", "RoutingView", "Routing",
            "flowlet_params", "adaptive_params", "ib_ar_params", "spectrum_x_ar_params",
            "ecmp_choice", "path_link_cost", "path_alive", "decision_hops", "delayed",
            "TELEMETRY_SLOTS", "TELEMETRY_DELAY_US", "PACKET_DECISION_US", "PACKET_GAIN",
-           "FLOWLET_GAP_US", "FLOWLET_INFO_DELAY_US"]
+           "FLOWLET_GAP_US", "FLOWLET_INFO_DELAY_US", "AUX_FLOW_AXIS"]
 
 _BIG = np.iinfo(np.int64).max
 
@@ -740,6 +740,14 @@ SPECTRUM_X_AR = Policy("spectrum_x_ar", _adaptive_init, _adaptive_step, spectrum
 
 for _cls in (ECMPParams, WeightedECMPParams, SprayParams, FlowletParams, AdaptiveParams):
     jax.tree_util.register_dataclass(_cls)
+
+#: The flow axis of each entry a policy keeps in ``RoutingState.aux`` (``None``: not per
+#: flow: a clock, the delay line's time stamps); ``split``, ``links``, ``hop_mask`` and
+#: ``path_mask`` are per flow on axis 0.  Read by
+#: :func:`fabric_jax.distributed.simulate_fluid_sharded` to split a policy's state over
+#: devices: a new aux entry must be listed here.
+AUX_FLOW_AXIS = dict(home=0, u=0, score=0, idle=0, jitter=0, decide=0, hist=1,
+                     hist_t=None, slot=None, clock=None)
 
 #: Every policy by name.
 POLICIES = {p.name: p for p in (ECMP, WEIGHTED_ECMP, SPRAY, FLOWLET, ADAPTIVE, IB_AR,
