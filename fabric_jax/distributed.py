@@ -402,8 +402,9 @@ def simulate_fluid_sharded(incidence, capacity, size, *, dt, n_steps: int,
     Departures from :func:`fabric_jax.simulate_fluid`: refused with a ``ValueError``
     are resuming (``init_state``) and a policy with array parameters (weighted ECMP's
     per-flow logits).  With multipath flows the step solves' iteration counts may
-    differ from the single-device run's by one (summation order).  The link-side sums are scatter-adds on every
-    backend (the accelerators' segment tables index one device's whole hop table).
+    differ from the single-device run's by one (summation order).  The link-side sums
+    are scatter-adds on every backend (the accelerators' segment tables index one
+    device's whole hop table).
     ``FluidResult.state`` is the gathered carry (padding stripped): it can be saved,
     not passed back here.
 
@@ -504,20 +505,18 @@ def _check_routing_shardable(routing):
                          "fabric_jax.routing.AUX_FLOW_AXIS, or run fabric_jax.simulate_fluid")
     if any(np.ndim(x) > 0 for x in jax.tree_util.tree_leaves(routing.params)):
         raise ValueError(f"routing: the policy {routing.policy.name!r} has array parameters "
-                         "(per-flow logits?), which simulate_fluid_sharded does not split; "
+                         "(weighted ECMP's per-flow logits), which simulate_fluid_sharded "
+                         "does not split; "
                          "run fabric_jax.simulate_fluid for it")
 
 
-def _route_leaf_axis(name):
-    """Flow axis of a routing-state entry (``None``: replicated)."""
-    from .routing import AUX_FLOW_AXIS
-    return 0 if name in ("split", "links", "hop_mask", "path_mask") else AUX_FLOW_AXIS[name]
-
-
 def _map_route(fn, rstate):
-    """``rstate`` with ``fn(leaf, flow_axis)`` applied to each entry."""
+    """``rstate`` with ``fn(leaf, flow_axis)`` applied to each entry (``flow_axis``
+    ``None``: not per flow): the split and paths on axis 0, the policy's aux entries as
+    :data:`fabric_jax.routing.AUX_FLOW_AXIS` says."""
+    from .routing import AUX_FLOW_AXIS
     top = {f: fn(getattr(rstate, f), 0) for f in ("split", "links", "hop_mask", "path_mask")}
-    return dataclasses.replace(rstate, **top, aux={k: fn(v, _route_leaf_axis(k))
+    return dataclasses.replace(rstate, **top, aux={k: fn(v, AUX_FLOW_AXIS[k])
                                                   for k, v in rstate.aux.items()})
 
 

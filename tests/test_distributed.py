@@ -192,11 +192,12 @@ def test_sharded_fluid_traces_and_refuses_what_it_cannot_split():
     rinc, _, _, ropts = fluid_instance(routing="ib_ar")
     run, args, _ = _sharded_fluid_call(rinc, cap, size, mesh=device_mesh(), **ropts)
     run.lower(args)
-    wecmp = dict(options, routing=fj.make_routing(
-        "weighted_ecmp", fj.shortest_paths(fj.fat_tree(4), [0], [5]),
-        fj.routing.weighted_ecmp_params(np.zeros((1, 4)))))
+    logits = np.zeros(ropts["routing"].split.shape)           # per-flow parameters
+    winc, _, _, wopts = fluid_instance(routing="weighted_ecmp",
+                                       routing_params=fj.routing.weighted_ecmp_params(logits))
+    fj.simulate_fluid(winc, cap, size, **dict(wopts, n_steps=2))   # a valid run unsharded
     with pytest.raises(ValueError, match="array parameters"):
-        simulate_fluid_sharded(inc, cap, size, **wecmp)
+        simulate_fluid_sharded(winc, cap, size, **wopts)
     with pytest.raises(ValueError, match="init_state"):
         simulate_fluid_sharded(inc, cap, size, init_state={}, **options)
     with pytest.raises(ValueError, match="size"):

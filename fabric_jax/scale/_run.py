@@ -419,17 +419,23 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     done = done or {}
     lock = threading.Lock()
 
+    def elapsed():   # this run's time plus the earlier runs' on this point
+        return time.perf_counter() - t0 + float(done.get("wall_s", 0.0))
+
     def report():
         if on_row is not None:
             with lock:
-                out["wall_s"] = time.perf_counter() - t0 + float(done.get("wall_s", 0.0))
+                out["wall_s"] = elapsed()
                 on_row(out)
 
+    todo = []
     for name in presets:
         if name in done.get("fabrics", {}):
             out["fabrics"][name] = done["fabrics"][name]
             out["reduction"][name] = done.get("reduction", {}).get(name)
-    todo = [p for p in presets if p not in out["fabrics"]]
+            upd(f"{n_gpus} GPUs: {name} (from the earlier run)")
+        else:
+            todo.append(name)
     if todo or (ideal and IDEAL not in done):
         base = ideal_rails(step, nic_rate, rails=rails)
         t_ideal = float(np.max(base.finish))
@@ -457,9 +463,6 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
         upd(f"{n_gpus} GPUs: {name}")
         report()
 
-    for name in presets:
-        if name not in todo:
-            upd(f"{n_gpus} GPUs: {name} (from the earlier run)")
     if workers > 1 and len(todo) > 1:
         with ThreadPoolExecutor(max_workers=int(workers)) as pool:
             list(pool.map(one, todo))
@@ -469,7 +472,7 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     # presets in the order asked, whatever order the threads finished in
     out["fabrics"] = {p: out["fabrics"][p] for p in presets}
     out["reduction"] = {p: out["reduction"][p] for p in presets}
-    out["wall_s"] = time.perf_counter() - t0 + float(done.get("wall_s", 0.0))
+    out["wall_s"] = elapsed()
     return out
 
 

@@ -21,13 +21,14 @@ def instance():
     return inc, cap * alive, cap
 
 
-def fluid_instance(n_flows: int = 30, routing=None):
+def fluid_instance(n_flows: int = 30, routing=None, routing_params=None):
     """``(incidence, capacity, size, options)`` of a small sharded-fluid case: ``n_flows``
     flows on ``fat_tree(4)`` (16 hosts, 80 links), an 8-to-1 incast among them (so PFC
     pauses), DCQCN + PFC, 1 us steps, link latencies; every flow finishes within the
     run.  Shared by ``tests/test_distributed.py`` (four devices) and the two-process
     run of ``tests/test_multihost.py``.  ``routing``: a policy name; the flows then keep
-    every equal-cost path, the policy steering them (``options["routing"]``)."""
+    every equal-cost path, the policy (with ``routing_params``, default its own) steering
+    them (``options["routing"]``)."""
     topo = fj.fat_tree(4)
     rng = np.random.default_rng(0)
     src = rng.integers(0, topo.n_hosts, n_flows)
@@ -40,7 +41,7 @@ def fluid_instance(n_flows: int = 30, routing=None):
                    arrival=rng.uniform(0, 2e-5, n_flows))
     size = rng.uniform(2e4, 2e5, n_flows)
     if routing is not None:
-        r = fj.make_routing(routing, paths, seed=1)
+        r = fj.make_routing(routing, paths, routing_params, seed=1)
         inc = fj.Incidence.from_paths(paths, np.asarray(r.split), n_links=topo.n_links)
         options["routing"] = r
     return inc, np.asarray(topo.capacity), size, options
