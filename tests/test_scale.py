@@ -167,6 +167,96 @@ def test_subset_and_stripes_keep_dependencies():
         st.subset(np.flatnonzero(st.phase == 3))            # all-gather without its deps
 
 
+# ------------------------------------------------------------------ several jobs
+def test_job_servers_placements():
+    packed = sc.job_servers(8, 2, "packed")
+    spread = sc.job_servers(8, 2, "spread")
+    rnd = sc.job_servers(8, 2, "random", seed=3)
+    assert packed.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert spread.tolist() == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    for a in (packed, spread, rnd):
+        assert sorted(a.reshape(-1).tolist()) == list(range(8))
+    assert np.array_equal(rnd, sc.job_servers(8, 2, "random", seed=3))
+    assert not np.array_equal(rnd, sc.job_servers(8, 2, "random", seed=4))
+    for bad in (3, 8, 0):                   # not dividing, 1-server jobs, none
+        with pytest.raises(ValueError, match="n_jobs"):
+            sc.job_servers(8, bad)
+    with pytest.raises(ValueError, match="placement"):
+        sc.job_servers(8, 2, "striped")
+
+
+def _two_jobs(placement, gpus=128):
+    mdl, plan = sc.scale_plan(n_gpus=gpus // 2)
+    steps = [sc.step_flows(mdl, plan, slice_time=20e-6, seed=j) for j in range(2)]
+    srv = sc.job_servers(gpus // 8, 2, placement)
+    return steps, srv, sc.place_jobs(steps, srv, placement=placement)
+
+
+def test_place_jobs_renumbers_servers_ranks_and_dependencies():
+    steps, srv, both = _two_jobs("spread")
+    assert both.n_flows == sum(st.n_flows for st in steps) and both.n_jobs == 2
+    assert both.tokens_per_step == pytest.approx(2 * steps[0].tokens_per_step)
+    assert both.info["jobs"] == 2 and both.info["placement"] == "spread"
+    off = 0
+    for j, st in enumerate(steps):
+        rows = slice(off, off + st.n_flows)
+        assert np.all(both.job[rows] == j)
+        # the same flows, moved to the job's servers, NIC slot (rail) kept
+        assert np.array_equal(both.src[rows] // 8, srv[j][st.src // 8])
+        assert np.array_equal(both.dst_rank[rows], srv[j][st.dst_rank // 8] * 8
+                              + st.dst_rank % 8)
+        assert np.array_equal(both.rail[rows], st.rail)
+        assert np.array_equal(both.size[rows], st.size)
+        d = both.deps[rows][:, :st.deps.shape[1]]
+        assert np.array_equal(d, np.where(st.deps >= 0, st.deps + off, -1))
+        assert np.all(both.rank_job[both.dst_rank[rows]] == j)
+        off += st.n_flows
+    # experts: job 1 has other hot experts (its own seed)
+    a2a = lambda st: st.size[st.phase == 0]  # noqa: E731
+    assert not np.array_equal(a2a(steps[0]), a2a(steps[1]))
+    assert sc.place_jobs(steps[:1], np.arange(8)[None]) is steps[0]
+    with pytest.raises(ValueError, match="servers"):
+        sc.place_jobs(steps, np.zeros((2, 8), int))
+    # the jobs' flows still stay on one rail each: the rail reduction's premise
+    assert sc._run._reduction(both, sc.scale_topology(128, switch_radix=8), "adaptive",
+                              (0,), None)["exact"]
+
+
+def test_packed_jobs_share_no_link_spread_jobs_do():
+    topo = sc.scale_topology(128, switch_radix=8)    # 4 units of 4 servers, 2 per job
+    for placement, shared in (("packed", False), ("spread", True), ("random", True)):
+        _, _, both = _two_jobs(placement)
+        for preset in ("roce", "spectrum_x"):
+            flows, ps = sc.route_flows(both, topo, get_fabric(preset))
+            lk = np.asarray(ps.links)
+            use = np.asarray(ps.hop_mask) & (lk >= 0)
+            jobs_on = np.zeros((topo.n_links, 2), bool)
+            fj = np.broadcast_to(flows.job[:, None, None], lk.shape)
+            jobs_on[lk[use], fj[use]] = True
+            assert bool(np.any(jobs_on.all(axis=1))) == shared, (placement, preset)
+
+
+@pytest.mark.parametrize("preset", ["roce", pytest.param("spectrum_x", marks=pytest.mark.slow)])
+def test_packed_jobs_run_as_if_alone(preset):
+    # two jobs packed on whole scalable units share no link, so job 0's flows finish
+    # as they do with job 1 removed (its ECMP hashes kept: same flow ids), and its step
+    # time is its own; the metrics give each job's step and their spread
+    topo = sc.scale_topology(128, switch_radix=8)
+    _, _, both = _two_jobs("packed")
+    kw = dict(rails=(0,), dt=0.5e-6, n_steps=1200)
+    run = sc.simulate_rails(both, topo, preset, **kw)
+    alone = sc.simulate_rails(both.subset(both.job == 0), topo, preset, **kw)
+    assert np.all(np.isfinite(run.finish))
+    np.testing.assert_allclose(alone.finish, run.finish[run.flows.job == 0], rtol=1e-6)
+    m = sc.point_metrics(run, both, topo, preset, 50e9, n_rails=8)
+    m0 = sc.point_metrics(alone, both, topo, preset, 50e9, n_rails=8)
+    assert m["jobs"] == 2 and m["step_time"] == max(m["job_step_times"])
+    assert m["job_step_times"][0] == pytest.approx(m0["job_step_times"][0], rel=1e-6)
+    assert m["job_spread"] >= 1.0
+    assert m["gpu_utilization"] == pytest.approx(
+        np.mean([m["compute_time"] / t for t in m["job_step_times"]]))
+
+
 # ------------------------------------------------------------------ ECMP
 @pytest.mark.parametrize("gpus", [8192, 32768])
 def test_ecmp_uplink_occupancy_is_balls_into_bins(gpus):
@@ -284,6 +374,8 @@ def test_rail_reduction_equals_full_run_every_preset(preset):
     (["--rails", "some"], "--rails"), (["--max-paths", "0"], "--max-paths"),
     (["--beyond-radix", "wide"], "--beyond-radix"), (["--overlap", "2"], "--overlap"),
     (["--skew", "-1"], "--skew"), (["--slice-us", "-5"], "--slice-us"),
+    (["--gpus", "48", "--jobs", "4"], "--jobs"), (["--jobs", "0"], "--jobs"),
+    (["--gpus", "16", "--jobs", "2"], "--jobs"), (["--placement", "striped"], "--placement"),
 ])
 def test_cli_bad_input_exits_2_naming_the_flag(argv, flag, capsys):
     from fabric_jax.cli import main

@@ -47,12 +47,22 @@ Every rail then carries the same flows between the same servers; whether the rai
 Pods are not reduced: one job fills the cluster, and its pipeline sends and DP rings
 cross every pod (or scalable unit), so no pod runs alone.
 
+**Several jobs** (``--jobs``, :func:`job_servers`, :func:`place_jobs`): equal jobs, each
+with its own plan and hot experts, placed on whole servers (packed blocks, round robin,
+or at random).  Their flows still stay on one rail each, so the rail reduction holds as
+above; jobs packed on whole scalable units share no leaf, and on a two-tier Clos no
+link either (a leaf's uplinks and the spines' downlinks to it carry only its own
+servers' flows), so they run as if alone -- tested; spread or random placement makes
+them share leaf uplinks and spine ports, where hashed routing lets one job's flows
+collide with another's.
+
 Units: bytes, seconds, bytes/s.
 """
 from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, clos_paths, ecmp_paths,
                       link_rails, rail_symmetric_paths, rail_view, scale_topology)
 from ._step import (DEFAULT_EP, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP, DEFAULT_SKEW,
-                    PHASES, StepFlows, scale_plan, step_flows)
+                    PHASES, PLACEMENTS, StepFlows, job_servers, place_jobs, scale_plan,
+                    step_flows)
 from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROUTING,
                    HORIZON_FACTOR, IDEAL, RailRun, ideal_rails, point_metrics, route_flows,
                    run_scale, scale_point, simulate_rails,
@@ -63,7 +73,8 @@ from ._validate import (balls_into_bins, random_bisection, ring_shift, uplinks_u
 __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_paths",
            "link_rails", "rail_symmetric_paths", "rail_view", "scale_topology",
            "DEFAULT_EP", "DEFAULT_MICROBATCHES", "DEFAULT_MODEL", "DEFAULT_PP",
-           "DEFAULT_SKEW", "PHASES", "StepFlows", "scale_plan", "step_flows",
+           "DEFAULT_SKEW", "PHASES", "PLACEMENTS", "StepFlows", "job_servers",
+           "place_jobs", "scale_plan", "step_flows",
            "CONGESTED_DELAY", "DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "HASHED_ROUTING",
            "HORIZON_FACTOR", "IDEAL", "RailRun", "ideal_rails", "point_metrics",
            "route_flows", "run_scale", "scale_point", "simulate_rails",

@@ -69,6 +69,13 @@ def add_parser(sub):
     p.add_argument("--overlap", type=float, default=0.0,
                    help="fraction of compute the communication may overlap, [0, 1] "
                         "(default 0)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="jobs sharing the cluster, each on GPUs / jobs GPUs with its own "
+                        "plan and hot experts (default 1: one job fills the cluster)")
+    p.add_argument("--placement", default="packed",
+                   help=f"how the jobs share the servers: {', '.join(_step.PLACEMENTS)} "
+                        f"(default packed: whole blocks; spread: round robin, every leaf "
+                        f"holds every job; random: a fragmented cluster)")
     p.add_argument("--seed", type=int, default=0, help="seed (hashes, expert popularity)")
     p.add_argument("--workers", type=int, default=1,
                    help="presets run at once, in threads (default 1)")
@@ -129,6 +136,16 @@ def _parse(args):
         raise _Bad(f"--overlap must lie in [0, 1]; got {args.overlap!r}")
     if args.seed < 0:
         raise _Bad(f"--seed must be >= 0; got {args.seed!r}")
+    from ._step import PLACEMENTS
+    if args.placement not in PLACEMENTS:
+        raise _Bad(f"--placement must be one of {', '.join(PLACEMENTS)}; got "
+                   f"{args.placement!r}")
+    if args.jobs < 1:
+        raise _Bad(f"--jobs must be >= 1; got {args.jobs!r}")
+    for n in rounded:
+        if (n // g) % args.jobs or n // g // args.jobs < 2:
+            raise _Bad(f"--jobs {args.jobs} must divide the {n // g} servers of {n} GPUs "
+                       f"into jobs of at least 2 servers")
     if args.rails == "all":
         rails = "all"
     else:
@@ -183,7 +200,8 @@ def run(args) -> int:
                                   overlap=args.overlap),
                 step_options=dict(skew=args.skew, slice_time=args.slice_us * 1e-6),
                 ideal=not args.no_ideal, workers=args.workers, progress=bar.update,
-                on_row=save, done=earlier.get(g)))
+                on_row=save, done=earlier.get(g), jobs=args.jobs,
+                placement=args.placement))
     except ValueError as err:
         print(f"fabric-jax scale: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -207,7 +225,10 @@ def run(args) -> int:
 
 # inputs that must match for --resume to reuse an earlier run's rows
 _SAME = ("system", "model", "dt_us", "rails", "max_paths", "switch_radix", "beyond_radix",
-         "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal")
+         "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal",
+         "jobs", "placement")
+#: values of inputs an older JSON may lack (it was written before the flag existed)
+_BEFORE = {"jobs": 1, "placement": "packed"}
 
 
 def _earlier(args) -> dict:
@@ -224,7 +245,8 @@ def _earlier(args) -> dict:
         old_in, pts = old["inputs"], old["points"]
     except (OSError, ValueError, KeyError, TypeError):
         raise _Bad(f"--resume: {args.json} is not a JSON file this command wrote") from None
-    diff = [k for k in _SAME if old_in.get(k) != _clean(getattr(args, k, None))]
+    diff = [k for k in _SAME
+            if old_in.get(k, _BEFORE.get(k)) != _clean(getattr(args, k, None))]
     if diff:
         raise _Bad(f"--resume: {args.json} was written with other inputs "
                    f"({', '.join('--' + k.replace('_', '-') for k in diff)}); drop "
@@ -259,10 +281,14 @@ def format_table(results: dict) -> str:
     communication time (ms) and their ratio, effective bandwidth (fraction of line
     rate), share of port-bytes that met a congested port (%), port-seconds paused by
     PFC or starved of credits per step over the whole fabric (s), the fabric's share
-    of $/token (%), and whether the simulated rails give the cluster exactly."""
+    of $/token (%), and whether the simulated rails give the cluster exactly; with
+    several jobs, ``jobs +%``: how much longer the slowest job's step is than the
+    fastest's (%), and the step time and utilisation are the slowest job's and the
+    jobs' mean."""
+    several = any(int(pt.get("jobs", 1)) > 1 for pt in results["points"])
     head = (f"{'GPUs':>6} {'fabric':<11} {'step ms':>8} {'util %':>6} {'p50 ms':>7} "
             f"{'p99 ms':>7} {'p99/p50':>7} {'eff bw':>6} {'congst %':>8} {'pause s':>8} "
-            f"{'fabric $ %':>10} {'exact':>5}")
+            f"{'fabric $ %':>10} {'exact':>5}" + (f" {'jobs +%':>7}" if several else ""))
     lines = [head, "-" * len(head)]
     for pt in results["points"]:
         rows = list(pt["fabrics"].items())
@@ -278,12 +304,16 @@ def format_table(results: dict) -> str:
                 f"{f(m['p99_completion'], 1e3, 2):>7} {f(m['p99_over_p50'], 1, 3):>7} "
                 f"{f(m['effective_bandwidth'], 1, 3):>6} {f(m['congested_share'], 100):>8} "
                 f"{f(m['pfc_pause_time'], 1, 2):>8} {f(m['fabric_cost_share'], 100):>10} "
-                f"{'yes' if red['exact'] else 'no':>5}")
+                f"{'yes' if red['exact'] else 'no':>5}"
+                + (f" {f(m.get('job_spread', 1.0) - 1.0, 100, 2):>7}" if several else ""))
     for pt in results["points"]:
         lines.append(f"{pt['gpus']} GPUs: {pt['topology']}; plan tp={pt['plan']['tp']} "
                      f"pp={pt['plan']['pp']} dp={pt['plan']['dp']} ep={pt['plan']['ep']}, "
                      f"{pt['slices']} slices, rails simulated "
-                     f"{'all' if pt['rails'] is None else pt['rails']}")
+                     f"{'all' if pt['rails'] is None else pt['rails']}"
+                     + (f"; {pt['jobs']} jobs of {pt['gpus'] // pt['jobs']} GPUs, "
+                        f"{pt['placement']} (plan per job)"
+                        if int(pt.get("jobs", 1)) > 1 else ""))
         for name, red in pt["reduction"].items():
             if not red["exact"]:
                 lines.append(f"  {name}: not exact: {red['reason']}")

@@ -18,7 +18,7 @@ from .. import metrics as mx
 from ..fabrics import get_fabric
 from ..paths import PathSet, PathsTruncatedWarning, mix64, shortest_paths
 from ._fabric import clos_paths, ecmp_paths, rail_symmetric_paths, rail_view, scale_topology
-from ._step import StepFlows, scale_plan, step_flows
+from ._step import StepFlows, job_servers, place_jobs, scale_plan, step_flows
 
 __all__ = ["DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "CONGESTED_DELAY", "HASHED_ROUTING",
            "HORIZON_FACTOR", "RailRun", "route_flows", "simulate_rails", "ideal_rails",
@@ -284,7 +284,12 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
 
     * ``step_time``: ``max(C, (1 - f) C + k T)`` with ``C`` the compute time, ``f`` the
       overlap, ``k`` the slices and ``T`` the slice's communication time (the last rank's
-      last incoming flow); ``gpu_utilization`` = ``C / step_time``; tokens/s.
+      last incoming flow); ``gpu_utilization`` = ``C / step_time``; tokens/s.  With
+      several jobs (:func:`~fabric_jax.scale.place_jobs`) each job ``j`` has its own
+      ``T_j`` (its ranks' last flow) and step time ``step_j`` (``job_step_times``):
+      ``step_time`` is the slowest job's, ``gpu_utilization`` the mean over the (equal)
+      jobs of ``C / step_j``, tokens/s the sum of the jobs', and ``job_spread`` =
+      ``max step_j / min step_j`` (1: the jobs do not disturb each other unequally).
     * ``p50_completion`` / ``p99_completion``: percentiles over every rank of the step's
       communication time at that rank (``k x`` its slice time, NumPy's linear
       interpolation), and their ratio.
@@ -304,7 +309,13 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     t_slice = float(np.max(comp)) if comp.size else 0.0
     t_comm = k * t_slice
     C, f = step.compute_time, float(step.info["overlap"])
-    step_time = max(C, (1.0 - f) * C + t_comm) if finished else float("inf")
+    J = step.n_jobs
+    t_job = np.zeros(J)
+    np.maximum.at(t_job, step.rank_job, comp)
+    step_job = np.maximum(C, (1.0 - f) * C + k * t_job) if finished else np.full(J, np.inf)
+    step_time = float(np.max(step_job))
+    tokens_s = (float(step.tokens_per_step / step_time) if J == 1 else
+                float(np.sum(step.tokens_per_step / J / step_job))) if finished else 0.0
     pct = mx.percentiles(k * comp, (50, 99))
     p50, p99 = float(pct["p50"]), float(pct["p99"])
     fl = run.flows
@@ -316,8 +327,11 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
         if finished and t_slice > 0 else 0.0
     scale_rails = n_rails / (len(run.rails) if run.rails is not None else n_rails)
     out = dict(step_time=step_time, compute_time=C,
-               gpu_utilization=float(C / step_time) if finished else 0.0,
-               tokens_per_second=float(step.tokens_per_step / step_time) if finished else 0.0,
+               gpu_utilization=float(np.mean(C / step_job)) if finished else 0.0,
+               tokens_per_second=tokens_s,
+               jobs=J, job_step_times=[float(x) for x in step_job],
+               job_spread=float(np.max(step_job) / np.min(step_job)) if finished
+               else float("nan"),
                comm_time=t_comm if finished else float("inf"),
                p50_completion=p50, p99_completion=p99,
                p99_over_p50=float(p99 / p50) if p50 > 0 else float("nan"),
@@ -332,8 +346,10 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     if preset in econ.FABRIC_PRICES and finished:
         params = econ.EconomicsParams() if gpu_price_per_hour is None else \
             econ.EconomicsParams(gpu_price_per_hour=float(gpu_price_per_hour))
-        rep = econ.token_costs(step_time, step.tokens_per_step, step.n_gpus, topology,
-                               preset, params=params)
+        # the step time that gives the jobs' tokens/s (the slowest job's with one job)
+        t_eff = step_time if J == 1 else step.tokens_per_step / tokens_s
+        rep = econ.token_costs(t_eff, step.tokens_per_step,
+                               step.n_gpus, topology, preset, params=params)
         out.update(fabric_cost_share=float(rep["fabric_cost_share"]),
                    cost_per_million_tokens=float(rep["cost_per_million_tokens"]))
     return out
@@ -386,8 +402,14 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
                 switch_radix=128, beyond_radix="planes", plan_options=None,
                 step_options=None, horizon_factor=HORIZON_FACTOR, ideal: bool = True,
                 workers: int = 1, progress=None, fifo_bands=None, on_row=None,
-                done=None) -> dict:
+                done=None, jobs: int = 1, placement: str = "packed") -> dict:
     """Every preset (and the ideal fabric) on ``n_gpus`` GPUs: one training step.
+
+    ``jobs`` > 1 runs that many jobs of ``n_gpus / jobs`` GPUs at once, one plan each
+    (:func:`scale_plan` at that size), placed on the servers by ``placement``
+    (:func:`~fabric_jax.scale.job_servers`); job ``j``'s expert popularity uses seed
+    ``seed + j`` (the same model on other data: other hot experts).  The metrics add
+    each job's step time and their spread (:func:`point_metrics`).
 
     ``on_row(out)``, when given, is called with the point's partial result after the ideal
     fabric and after each preset (under a lock when ``workers > 1``), so a caller can save
@@ -403,18 +425,23 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     sysm = get_system(system)
     topo = scale_topology(n_gpus, sysm, switch_radix=switch_radix, beyond_radix=beyond_radix)
     kw = dict(model=model) if model is not None else {}
-    mdl, plan = scale_plan(n_gpus=n_gpus, gpus_per_server=sysm.gpus_per_server, **kw,
+    g = sysm.gpus_per_server
+    jobs = int(jobs)
+    srv = job_servers(int(n_gpus) // g, jobs, placement, seed=seed) if jobs > 1 else None
+    mdl, plan = scale_plan(n_gpus=int(n_gpus) // jobs, gpus_per_server=g, **kw,
                            **(plan_options or {}))
     nic_rate = sysm.nic_gbps * 1e9 / 8.0
     gpu = "b200" if "b200" in sysm.name else "h100_sxm"
-    step = step_flows(mdl, plan, gpu, nic_rate=nic_rate, seed=seed, **(step_options or {}))
-    g = sysm.gpus_per_server
+    steps = [step_flows(mdl, plan, gpu, nic_rate=nic_rate, seed=seed + j,
+                        **(step_options or {})) for j in range(jobs)]
+    step = steps[0] if jobs == 1 else place_jobs(steps, srv, placement=placement)
     rails = tuple(range(g)) if rails == "all" else rails
     if rails is not None and int(topo.params.get("tiers", 2)) != 2:
         rails = None                               # three tiers: no exact reduction
     upd = progress or (lambda label: None)
     out = dict(gpus=int(n_gpus), system=sysm.name, topology=topo.name,
                plan=dict(step.info), slices=step.slices, n_flows=step.n_flows,
+               jobs=jobs, placement=placement if jobs > 1 else None,
                rails=None if rails is None else list(rails), fabrics={}, reduction={})
     done = done or {}
     lock = threading.Lock()

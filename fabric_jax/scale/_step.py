@@ -13,7 +13,8 @@ import numpy as np
 from ..workloads.model import (ParallelPlan, comm_bytes, get_gpu, get_model, step_flops)
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_PP", "DEFAULT_EP", "DEFAULT_MICROBATCHES",
-           "DEFAULT_SKEW", "StepFlows", "scale_plan", "step_flows", "PHASES"]
+           "DEFAULT_SKEW", "StepFlows", "scale_plan", "step_flows", "PHASES", "PLACEMENTS",
+           "job_servers", "place_jobs"]
 
 #: Default model: Mixtral 8x7B (Jiang et al. 2024; :data:`fabric_jax.workloads.model.MODELS`),
 #: a mixture-of-experts model, so the step has the expert-parallel all-to-all.
@@ -32,6 +33,8 @@ DEFAULT_SKEW = 1.0
 
 #: Phase ids of :attr:`StepFlows.phase`.
 PHASES = {0: "ep_all_to_all", 1: "pp_send", 2: "dp_reduce_scatter", 3: "dp_all_gather"}
+#: How several jobs share the cluster's servers (:func:`job_servers`).
+PLACEMENTS = ("packed", "spread", "random")
 
 
 def scale_plan(model=DEFAULT_MODEL, n_gpus: int = 1024, gpus_per_server: int = 8, *,
@@ -100,8 +103,11 @@ class StepFlows:
       slices: ``k``: the step's network bytes are ``k`` times the flows'.
       compute_time: seconds of compute per step and GPU (math at the achievable
         fraction of peak, the 1F1B bubble, TP over NVLink).
-      tokens_per_step: tokens of the global batch.
-      info: the model, plan and derived quantities (JSON-friendly).
+      tokens_per_step: tokens of the global batch (of every job).
+      info: the model, plan and derived quantities (JSON-friendly; one job's when
+        there are several, with ``jobs`` and ``placement``).
+      job: ``[flows]`` job of each flow (``None``: one job).
+      server_job: ``[servers]`` job running on each server (``None``: one job).
     """
 
     src: np.ndarray
@@ -118,10 +124,23 @@ class StepFlows:
     compute_time: float
     tokens_per_step: float
     info: dict
+    job: np.ndarray | None = None
+    server_job: np.ndarray | None = None
 
     @property
     def n_flows(self) -> int:
         return int(self.src.size)
+
+    @property
+    def n_jobs(self) -> int:
+        return 1 if self.server_job is None else int(self.server_job.max()) + 1
+
+    @property
+    def rank_job(self) -> np.ndarray:
+        """``[n_gpus]`` job of each GPU (its server's)."""
+        if self.server_job is None:
+            return np.zeros(self.n_gpus, np.int32)
+        return np.repeat(self.server_job, self.gpus_per_server).astype(np.int32)
 
     def subset(self, keep) -> "StepFlows":
         """The flows of ``keep`` (bool mask or indices, increasing), deps renumbered;
@@ -137,7 +156,8 @@ class StepFlows:
         return dataclasses.replace(self, src=cut(self.src), dst=cut(self.dst),
                                    src_rank=cut(self.src_rank), dst_rank=cut(self.dst_rank),
                                    size=cut(self.size), deps=nd.astype(np.int32),
-                                   phase=cut(self.phase), rail=cut(self.rail))
+                                   phase=cut(self.phase), rail=cut(self.rail),
+                                   job=None if self.job is None else cut(self.job))
 
     def stripes(self, n: int) -> "StepFlows":
         """Each flow split into ``n`` stripes of ``size / n`` (flow ``f`` becomes ``f n +
@@ -154,7 +174,8 @@ class StepFlows:
         return dataclasses.replace(self, src=rep(self.src), dst=rep(self.dst),
                                    src_rank=rep(self.src_rank), dst_rank=rep(self.dst_rank),
                                    size=rep(self.size) / n, deps=wide.astype(np.int32),
-                                   phase=rep(self.phase), rail=rep(self.rail))
+                                   phase=rep(self.phase), rail=rep(self.rail),
+                                   job=None if self.job is None else rep(self.job))
 
 
 def _ordered_pairs(groups: np.ndarray):
@@ -338,3 +359,86 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
                      size=size / k, deps=deps, phase=phase, rail=rail.astype(np.int32),
                      n_gpus=n, gpus_per_server=g, slices=k, compute_time=compute,
                      tokens_per_step=float(mdl.tokens_per_step), info=info)
+
+
+def job_servers(n_servers: int, n_jobs: int, placement: str = "packed", *,
+                seed: int = 0) -> np.ndarray:
+    """``[jobs, servers per job]``: the cluster server each job's ``s``-th server is.
+
+    * ``"packed"``: job ``j`` on servers ``j S .. (j + 1) S - 1`` (a scheduler that
+      allocates whole blocks: jobs of whole scalable units share no leaf);
+    * ``"spread"``: round robin, job ``j``'s ``s``-th server is ``s J + j`` (every leaf
+      holds every job: the most shared);
+    * ``"random"``: a seeded random permutation of the servers (a fragmented cluster).
+
+    Raises:
+      ValueError: ``n_jobs`` not dividing the servers into jobs of at least two servers
+        (a one-server job has no network traffic), or an unknown placement.
+    """
+    n, J = int(n_servers), int(n_jobs)
+    if J < 1 or n % J or n // J < 2:
+        raise ValueError(f"n_jobs: {n_jobs!r} must divide the {n} servers into jobs of at "
+                         f"least 2 servers")
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement: must be one of {PLACEMENTS}; got {placement!r}")
+    S = n // J
+    if placement == "packed":
+        return np.arange(n).reshape(J, S)
+    if placement == "spread":
+        return np.arange(n).reshape(S, J).T.copy()
+    return np.random.default_rng(seed).permutation(n).reshape(J, S)
+
+
+def place_jobs(steps, servers, *, placement: str | None = None) -> StepFlows:
+    """Several jobs' steps (:func:`step_flows`, one per job, each on its own servers
+    ``0 .. S - 1``) as one cluster's traffic: job ``j``'s server ``s`` becomes cluster
+    server ``servers[j, s]`` (:func:`job_servers`), its NICs, ranks and dependencies
+    renumbered; flows in job order.  The jobs run their steps at once (the same
+    compute time and slices: one plan on equal shares of the cluster).
+
+    Raises:
+      ValueError: shapes that do not match, jobs with different compute times or
+        slices, or a server used twice.
+    """
+    steps = list(steps)
+    servers = np.asarray(servers, np.int64)
+    J = len(steps)
+    if J < 1 or servers.ndim != 2 or servers.shape[0] != J:
+        raise ValueError(f"servers: expected [{J} jobs, servers per job]; got shape "
+                         f"{servers.shape}")
+    g = steps[0].gpus_per_server
+    S = servers.shape[1]
+    n_srv = J * S
+    if any(st.gpus_per_server != g or st.n_gpus != S * g for st in steps):
+        raise ValueError(f"steps: every job must run on {S} servers of {g} GPUs")
+    if any(st.slices != steps[0].slices or st.compute_time != steps[0].compute_time
+           for st in steps):
+        raise ValueError("steps: the jobs must have the same slices and compute time "
+                         "(one plan on equal shares)")
+    if sorted(servers.reshape(-1).tolist()) != list(range(n_srv)):
+        raise ValueError(f"servers: must use each of the {n_srv} servers once")
+    if J == 1 and np.array_equal(servers[0], np.arange(S)):
+        return steps[0]
+    gid = lambda j, x: servers[j, np.asarray(x) // g] * g + np.asarray(x) % g  # noqa
+    cat = lambda f: np.concatenate([f(j, st) for j, st in enumerate(steps)])  # noqa
+    off = np.cumsum([0] + [st.n_flows for st in steps])
+    width = max(st.deps.shape[1] for st in steps)
+
+    def deps(j, st):
+        d = np.full((st.n_flows, width), -1, np.int64)
+        d[:, :st.deps.shape[1]] = np.where(st.deps >= 0, st.deps + off[j], -1)
+        return d
+    server_job = np.empty(n_srv, np.int32)
+    server_job[servers] = np.arange(J)[:, None]
+    info = dict(steps[0].info, jobs=J, placement=placement)
+    return StepFlows(src=cat(lambda j, st: gid(j, st.src)).astype(np.int32),
+                     dst=cat(lambda j, st: gid(j, st.dst)).astype(np.int32),
+                     src_rank=cat(lambda j, st: gid(j, st.src_rank)).astype(np.int32),
+                     dst_rank=cat(lambda j, st: gid(j, st.dst_rank)).astype(np.int32),
+                     size=cat(lambda j, st: st.size), deps=cat(deps).astype(np.int32),
+                     phase=cat(lambda j, st: st.phase), rail=cat(lambda j, st: st.rail),
+                     n_gpus=n_srv * g, gpus_per_server=g, slices=steps[0].slices,
+                     compute_time=steps[0].compute_time,
+                     tokens_per_step=float(sum(st.tokens_per_step for st in steps)),
+                     info=info, job=cat(lambda j, st: np.full(st.n_flows, j, np.int32)),
+                     server_job=server_job)
