@@ -283,12 +283,15 @@ def format_table(results: dict) -> str:
     PFC or starved of credits per step over the whole fabric (s), the fabric's share
     of $/token (%), and whether the simulated rails give the cluster exactly; with
     several jobs, ``jobs +%``: how much longer the slowest job's step is than the
-    fastest's (%), and the step time and utilisation are the slowest job's and the
-    jobs' mean."""
+    fastest's (%; the jobs' own hot experts differ, so the ideal fabric has a spread
+    too), ``vs ideal +%``: the largest slowdown of a job against the same job on the
+    ideal fabric (%; the fabric's part, job by job), and the step time and utilisation
+    are the slowest job's and the jobs' mean."""
     several = any(int(pt.get("jobs", 1)) > 1 for pt in results["points"])
     head = (f"{'GPUs':>6} {'fabric':<11} {'step ms':>8} {'util %':>6} {'p50 ms':>7} "
             f"{'p99 ms':>7} {'p99/p50':>7} {'eff bw':>6} {'congst %':>8} {'pause s':>8} "
-            f"{'fabric $ %':>10} {'exact':>5}" + (f" {'jobs +%':>7}" if several else ""))
+            f"{'fabric $ %':>10} {'exact':>5}"
+            + (f" {'jobs +%':>7} {'vs ideal +%':>11}" if several else ""))
     lines = [head, "-" * len(head)]
     for pt in results["points"]:
         rows = list(pt["fabrics"].items())
@@ -305,7 +308,9 @@ def format_table(results: dict) -> str:
                 f"{f(m['effective_bandwidth'], 1, 3):>6} {f(m['congested_share'], 100):>8} "
                 f"{f(m['pfc_pause_time'], 1, 2):>8} {f(m['fabric_cost_share'], 100):>10} "
                 f"{'yes' if red['exact'] else 'no':>5}"
-                + (f" {f(m.get('job_spread', 1.0) - 1.0, 100, 2):>7}" if several else ""))
+                + (f" {f(m.get('job_spread', 1.0) - 1.0, 100, 2):>7} "
+                   f"{f(_worst_vs_ideal(m, pt.get('ideal')), 100, 2):>11}"
+                   if several else ""))
     for pt in results["points"]:
         lines.append(f"{pt['gpus']} GPUs: {pt['topology']}; plan tp={pt['plan']['tp']} "
                      f"pp={pt['plan']['pp']} dp={pt['plan']['dp']} ep={pt['plan']['ep']}, "
@@ -318,6 +323,16 @@ def format_table(results: dict) -> str:
             if not red["exact"]:
                 lines.append(f"  {name}: not exact: {red['reason']}")
     return "\n".join(lines)
+
+
+def _worst_vs_ideal(m: dict, ideal: dict | None) -> float:
+    """``max_j step_j / ideal step_j - 1`` (NaN without the ideal rows)."""
+    if not ideal or "job_step_times" not in m or "job_step_times" not in ideal:
+        return float("nan")
+    a, b = m["job_step_times"], ideal["job_step_times"]
+    if any(x is None for x in a + b):
+        return float("nan")
+    return max(x / y for x, y in zip(a, b)) - 1.0
 
 
 def plot(results: dict, out) -> list:
