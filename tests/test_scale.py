@@ -215,6 +215,9 @@ def test_place_jobs_renumbers_servers_ranks_and_dependencies():
     a2a = lambda st: st.size[st.phase == 0]  # noqa: E731
     assert not np.array_equal(a2a(steps[0]), a2a(steps[1]))
     assert sc.place_jobs(steps[:1], np.arange(8)[None]) is steps[0]
+    perm = sc.job_servers(8, 1, "random", seed=1)             # one job, scattered
+    one = sc.place_jobs(steps[:1], perm)
+    assert one.n_jobs == 1 and np.array_equal(one.src // 8, perm[0][steps[0].src // 8])
     with pytest.raises(ValueError, match="servers"):
         sc.place_jobs(steps, np.zeros((2, 8), int))
     # the jobs' flows still stay on one rail each: the rail reduction's premise

@@ -75,7 +75,8 @@ def add_parser(sub):
     p.add_argument("--placement", default="packed",
                    help=f"how the jobs share the servers: {', '.join(_step.PLACEMENTS)} "
                         f"(default packed: whole blocks; spread: round robin, every leaf "
-                        f"holds every job; random: a fragmented cluster)")
+                        f"holds every job; random: a fragmented cluster, also with one "
+                        f"job)")
     p.add_argument("--seed", type=int, default=0, help="seed (hashes, expert popularity)")
     p.add_argument("--workers", type=int, default=1,
                    help="presets run at once, in threads (default 1)")
@@ -143,7 +144,7 @@ def _parse(args):
     if args.jobs < 1:
         raise _Bad(f"--jobs must be >= 1; got {args.jobs!r}")
     for n in rounded:
-        if (n // g) % args.jobs or n // g // args.jobs < 2:
+        if (n // g) % args.jobs or n // g // args.jobs < 2:  # job_servers' rule
             raise _Bad(f"--jobs {args.jobs} must divide the {n // g} servers of {n} GPUs "
                        f"into jobs of at least 2 servers")
     if args.rails == "all":
@@ -287,7 +288,7 @@ def format_table(results: dict) -> str:
     too), ``vs ideal +%``: the largest slowdown of a job against the same job on the
     ideal fabric (%; the fabric's part, job by job), and the step time and utilisation
     are the slowest job's and the jobs' mean."""
-    several = any(int(pt.get("jobs", 1)) > 1 for pt in results["points"])
+    several = any(_placed(pt) for pt in results["points"])
     head = (f"{'GPUs':>6} {'fabric':<11} {'step ms':>8} {'util %':>6} {'p50 ms':>7} "
             f"{'p99 ms':>7} {'p99/p50':>7} {'eff bw':>6} {'congst %':>8} {'pause s':>8} "
             f"{'fabric $ %':>10} {'exact':>5}"
@@ -316,13 +317,18 @@ def format_table(results: dict) -> str:
                      f"pp={pt['plan']['pp']} dp={pt['plan']['dp']} ep={pt['plan']['ep']}, "
                      f"{pt['slices']} slices, rails simulated "
                      f"{'all' if pt['rails'] is None else pt['rails']}"
-                     + (f"; {pt['jobs']} jobs of {pt['gpus'] // pt['jobs']} GPUs, "
-                        f"{pt['placement']} (plan per job)"
-                        if int(pt.get("jobs", 1)) > 1 else ""))
+                     + (f"; {pt['jobs']} job{'s' if pt['jobs'] > 1 else ''} of "
+                        f"{pt['gpus'] // pt['jobs']} GPUs, {pt['placement']} placement "
+                        f"(plan per job)" if _placed(pt) else ""))
         for name, red in pt["reduction"].items():
             if not red["exact"]:
                 lines.append(f"  {name}: not exact: {red['reason']}")
     return "\n".join(lines)
+
+
+def _placed(pt: dict) -> bool:
+    """Whether a point ran several jobs or one job placed at random."""
+    return int(pt.get("jobs", 1)) > 1 or pt.get("placement") == "random"
 
 
 def _worst_vs_ideal(m: dict, ideal: dict | None) -> float:

@@ -407,9 +407,11 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
 
     ``jobs`` > 1 runs that many jobs of ``n_gpus / jobs`` GPUs at once, one plan each
     (:func:`scale_plan` at that size), placed on the servers by ``placement``
-    (:func:`~fabric_jax.scale.job_servers`); job ``j``'s expert popularity uses seed
-    ``seed + j`` (the same model on other data: other hot experts).  The metrics add
-    each job's step time and their spread (:func:`point_metrics`).
+    (:func:`~fabric_jax.scale.job_servers`; one job ``"random"``: the job's ranks on a
+    random permutation of the servers, the control for several jobs placed at random);
+    job ``j``'s expert popularity uses seed ``seed + j`` (the same model on other data:
+    other hot experts).  The metrics add each job's step time and their spread
+    (:func:`point_metrics`).
 
     ``on_row(out)``, when given, is called with the point's partial result after the ideal
     fabric and after each preset (under a lock when ``workers > 1``), so a caller can save
@@ -427,21 +429,21 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     kw = dict(model=model) if model is not None else {}
     g = sysm.gpus_per_server
     jobs = int(jobs)
-    srv = job_servers(int(n_gpus) // g, jobs, placement, seed=seed) if jobs > 1 else None
+    srv = job_servers(int(n_gpus) // g, jobs, placement, seed=seed)
     mdl, plan = scale_plan(n_gpus=int(n_gpus) // jobs, gpus_per_server=g, **kw,
                            **(plan_options or {}))
     nic_rate = sysm.nic_gbps * 1e9 / 8.0
     gpu = "b200" if "b200" in sysm.name else "h100_sxm"
     steps = [step_flows(mdl, plan, gpu, nic_rate=nic_rate, seed=seed + j,
                         **(step_options or {})) for j in range(jobs)]
-    step = steps[0] if jobs == 1 else place_jobs(steps, srv, placement=placement)
+    step = place_jobs(steps, srv, placement=placement)     # one job packed: unchanged
     rails = tuple(range(g)) if rails == "all" else rails
     if rails is not None and int(topo.params.get("tiers", 2)) != 2:
         rails = None                               # three tiers: no exact reduction
     upd = progress or (lambda label: None)
     out = dict(gpus=int(n_gpus), system=sysm.name, topology=topo.name,
                plan=dict(step.info), slices=step.slices, n_flows=step.n_flows,
-               jobs=jobs, placement=placement if jobs > 1 else None,
+               jobs=jobs, placement=placement,
                rails=None if rails is None else list(rails), fabrics={}, reduction={})
     done = done or {}
     lock = threading.Lock()
