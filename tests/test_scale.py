@@ -260,6 +260,30 @@ def test_packed_jobs_run_as_if_alone(preset):
         np.mean([m["compute_time"] / t for t in m["job_step_times"]]))
 
 
+def test_scale_jobs_variants_parse_and_match_the_cli_rows(tmp_path):
+    # experiments/scale_jobs.py: a variant is a preset with fields changed; its rows
+    # are the scale study's for the same flows (the plain preset equals scale_point's)
+    import json
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        import scale_jobs
+    finally:
+        sys.path.pop(0)
+    label, fab, mp = scale_jobs.parse_variant("spectrum_x:cc=none,routing.info_delay_us=0@16")
+    assert (fab.cc, fab.routing_options["info_delay_us"], mp) == ("none", 0.0, 16)
+    assert scale_jobs.parse_variant("roce")[1:] == (get_fabric("roce"), sc.DEFAULT_MAX_PATHS)
+    for bad in ("ethernet", "roce:speed=1", "roce:cc", "roce@x", "roce@0"):
+        with pytest.raises(ValueError, match="--variants"):
+            scale_jobs.parse_variant(bad)
+    assert scale_jobs.main(["--variants", "roce:cc"]) == 2
+    out = tmp_path / "j.json"
+    assert scale_jobs.main(["--gpus", "128", "--jobs", "2", "--variants", "roce",
+                            "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    pt = sc.scale_point(128, ["roce"], jobs=2, placement="random", ideal=False)
+    assert row["step_time"] == pytest.approx(pt["fabrics"]["roce"]["step_time"], rel=1e-9)
+
+
 # ------------------------------------------------------------------ ECMP
 @pytest.mark.parametrize("gpus", [8192, 32768])
 def test_ecmp_uplink_occupancy_is_balls_into_bins(gpus):
