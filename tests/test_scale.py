@@ -284,6 +284,37 @@ def test_scale_jobs_variants_parse_and_match_the_cli_rows(tmp_path):
     assert row["step_time"] == pytest.approx(pt["fabrics"]["roce"]["step_time"], rel=1e-9)
 
 
+def test_scale_dt_compares_matching_rows(tmp_path, capsys):
+    # experiments/scale_dt.py: rows matched by GPUs, jobs and fabric; the largest
+    # relative change per metric and where; zero-in-one-run rows named, not divided
+    import json
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        import scale_dt
+    finally:
+        sys.path.pop(0)
+
+    def run(dt, step_ib, step_roce, pause, jobs=1):
+        met = lambda st, p: dict(step_time=st, pfc_pause_time=p)  # noqa: E731
+        return dict(inputs=dict(dt_us=dt), points=[dict(
+            gpus=1024, jobs=jobs, fabrics=dict(infiniband=met(step_ib, pause),
+                                               roce=met(step_roce, 0.0)),
+            ideal=met(0.4, 0.0))])
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(run(0.5, 0.400, 0.500, 0.0)))
+    b.write_text(json.dumps(run(0.25, 0.404, 0.495, 2.0)))
+    ch = scale_dt.largest_changes(scale_dt.rows(json.loads(a.read_text())),
+                                  scale_dt.rows(json.loads(b.read_text())))
+    r, k, zero = ch["step_time"]
+    assert r == pytest.approx(0.01) and k == (1024, 1, "infiniband") and zero == []
+    assert ch["pfc_pause_time"] == (0.0, None, [(1024, 1, "infiniband")])
+    assert scale_dt.main([str(a), str(b)]) == 0
+    assert "1.00 %" in capsys.readouterr().out
+    b.write_text(json.dumps(run(0.25, 0.404, 0.495, 2.0, jobs=8)))   # no common row
+    assert scale_dt.main([str(a), str(b)]) == 2
+    assert "no row in common" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ ECMP
 @pytest.mark.parametrize("gpus", [8192, 32768])
 def test_ecmp_uplink_occupancy_is_balls_into_bins(gpus):
