@@ -284,6 +284,24 @@ def test_scale_jobs_variants_parse_and_match_the_cli_rows(tmp_path):
     assert row["step_time"] == pytest.approx(pt["fabrics"]["roce"]["step_time"], rel=1e-9)
 
 
+def test_plots_with_several_jobs(tmp_path):
+    # --plots adds scale_jobs.png (each job against the ideal fabric) when a point ran
+    # several jobs; a one-job packed table keeps its two figures
+    from fabric_jax.scale._cli import plot
+
+    def met(jobs):
+        return dict(step_time=max(jobs), gpu_utilization=0.6, p99_over_p50=1.5,
+                    job_step_times=jobs)
+    pt = dict(gpus=1024, jobs=2, placement="random", ideal=met([0.40, 0.40]),
+              fabrics=dict(roce=met([0.42, 0.41]), uec=met([0.41, 0.40])))
+    res = dict(points=[pt], inputs=dict(dt_us=0.5))
+    paths = [Path(p) for p in plot(res, tmp_path)]
+    assert [p.name for p in paths] == ["scale_step.png", "scale_tail.png", "scale_jobs.png"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+    one = dict(pt, jobs=1, placement="packed")
+    assert len(plot(dict(points=[one], inputs=dict(dt_us=0.5)), tmp_path / "b")) == 2
+
+
 def test_scale_dt_compares_matching_rows(tmp_path, capsys):
     # experiments/scale_dt.py: rows matched by GPUs, jobs and fabric; the largest
     # relative change per metric and where; zero-in-one-run rows named, not divided

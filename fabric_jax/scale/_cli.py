@@ -9,6 +9,8 @@ import os
 import sys
 import time
 
+import numpy as np
+
 __all__ = ["add_parser", "run", "format_table", "plot", "MIN_GPUS", "MAX_GPUS"]
 
 #: GPU counts the command accepts.
@@ -88,7 +90,9 @@ def add_parser(sub):
     p.add_argument("--resume", action="store_true",
                    help="with --json: keep the rows an earlier, stopped run of the same "
                         "inputs wrote there and run only the missing ones")
-    p.add_argument("--plots", metavar="DIR", help="write the figures into DIR")
+    p.add_argument("--plots", metavar="DIR",
+                   help="write the figures into DIR (scale_step.png, scale_tail.png; "
+                        "scale_jobs.png with --jobs or a random placement)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -343,7 +347,8 @@ def _worst_vs_ideal(m: dict, ideal: dict | None) -> float:
 
 def plot(results: dict, out) -> list:
     """Step time and GPU utilisation vs GPU count per preset (log x), and the p99/p50
-    ratio vs GPU count; returns the PNG paths."""
+    ratio vs GPU count; with several jobs (or one placed at random) also each job's
+    slowdown against the ideal fabric (``scale_jobs.png``); returns the PNG paths."""
     from pathlib import Path
 
     import matplotlib
@@ -384,4 +389,31 @@ def plot(results: dict, out) -> list:
     ax.set_ylabel("p99 / p50 of the step's communication over ranks")
     ax.legend(fontsize=8)
     paths.append(save_figure(fig, out / "scale_tail.png"))
+    placed = [p for p in pts if _placed(p) and "ideal" in p]
+    if placed:
+        paths.append(_plot_jobs(placed, names, out, dt))
     return paths
+
+
+def _plot_jobs(pts, names, out, dt):
+    """``scale_jobs.png``: each job's step time against the same job on the ideal
+    fabric (%), per preset, one panel per GPU count (points with several jobs or a
+    random placement)."""
+    import matplotlib.pyplot as plt
+
+    from ..plots import save_figure
+    presets = [n for n in names if n != "ideal"]
+    fig, axes = plt.subplots(1, len(pts), figsize=(4.5 * len(pts), 4.2), squeeze=False)
+    for ax, p in zip(axes[0], pts):
+        ideal = p["ideal"]["job_step_times"]
+        for i, name in enumerate(presets):
+            jobs = p["fabrics"][name]["job_step_times"]
+            slow = [100.0 * (a / b - 1.0) for a, b in zip(jobs, ideal)]
+            ax.bar(i, max(slow), color=f"C{i}", alpha=0.35)
+            ax.plot(np.full(len(slow), i), slow, "o", color=f"C{i}", ms=4)
+        ax.set_xticks(range(len(presets)), presets, fontsize=8)
+        ax.set_ylabel("job's step vs the ideal fabric (+%)")
+        ax.set_title(f"{p['gpus']} GPUs: {p['jobs']} job{'s' if p['jobs'] > 1 else ''}, "
+                     f"{p['placement']}", fontsize=9)
+    fig.suptitle(f"each job (dots) and the worst (bar), dt = {dt:g} us", fontsize=10)
+    return save_figure(fig, out / "scale_jobs.png")
