@@ -298,6 +298,8 @@ def test_plots_with_several_jobs(tmp_path):
     paths = [Path(p) for p in plot(res, tmp_path)]
     assert [p.name for p in paths] == ["scale_step.png", "scale_tail.png", "scale_jobs.png"]
     assert all(p.stat().st_size > 1000 for p in paths)
+    unfinished = dict(pt, fabrics=dict(pt["fabrics"], roce=met([np.inf, np.inf])))
+    assert len(plot(dict(points=[unfinished], inputs=dict(dt_us=0.5)), tmp_path / "u")) == 3
     one = dict(pt, jobs=1, placement="packed")
     assert len(plot(dict(points=[one], inputs=dict(dt_us=0.5)), tmp_path / "b")) == 2
 

@@ -408,7 +408,10 @@ def _plot_jobs(pts, names, out, dt):
         ideal = p["ideal"]["job_step_times"]
         for i, name in enumerate(presets):
             jobs = p["fabrics"][name]["job_step_times"]
-            slow = [100.0 * (a / b - 1.0) for a, b in zip(jobs, ideal)]
+            slow = [100.0 * (a / b - 1.0) for a, b in zip(jobs, ideal)
+                    if a is not None and b is not None and math.isfinite(a / b)]
+            if not slow:                 # a run that did not finish: nothing to draw
+                continue
             ax.bar(i, max(slow), color=f"C{i}", alpha=0.35)
             ax.plot(np.full(len(slow), i), slow, "o", color=f"C{i}", ms=4)
         ax.set_xticks(range(len(presets)), presets, fontsize=8)
