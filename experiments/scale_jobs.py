@@ -13,9 +13,9 @@ law, 16 candidate paths per flow and plane).  ``field=value`` pairs are
 :class:`fabric_jax.fabrics.Fabric` fields (``cc``, ``routing``, ``flow_control``) or,
 with a ``routing.`` prefix, options of its routing policy (``routing.info_delay_us=0``).
 Every variant runs on the same flows, placement and paths as the preset
-(:func:`fabric_jax.scale.simulate_rails`, rail 0, HGX H100 servers on the fabric of
-:func:`fabric_jax.scale.scale_topology`, the default model and plan), next to the ideal
-fabric (:func:`fabric_jax.scale.ideal_rails`).  A plain preset's row equals
+(:func:`fabric_jax.scale.build_point` and :func:`fabric_jax.scale.run_fabric`, as
+``fabric-jax scale`` does: rail 0, HGX H100 servers, the default model and plan), next
+to the ideal fabric (:func:`fabric_jax.scale.ideal_rails`).  A plain preset's row equals
 ``fabric-jax scale``'s for the same jobs and placement (tested).
 
 Usage::
@@ -91,32 +91,25 @@ def main(argv=None) -> int:
         variants = [parse_variant(v) for v in args.variants]
         if not args.dt_us > 0:
             raise ValueError(f"--dt-us must be > 0; got {args.dt_us!r}")
-        g = 8
-        srv = sc.job_servers(args.gpus // g, args.jobs, args.placement, seed=args.seed)
-        mdl, plan = sc.scale_plan(n_gpus=args.gpus // args.jobs)
+        t0, c0 = time.perf_counter(), time.process_time()
+        topo, st, nic = sc.build_point(args.gpus, jobs=args.jobs, placement=args.placement,
+                                       seed=args.seed)
     except ValueError as err:
         print(f"scale_jobs: error: {err}", file=sys.stderr)
         return 2
-    t0, c0 = time.perf_counter(), time.process_time()
-    nic = 400e9 / 8
-    steps = [sc.step_flows(mdl, plan, nic_rate=nic, seed=args.seed + j)
-             for j in range(args.jobs)]
-    st = sc.place_jobs(steps, srv, placement=args.placement)
-    topo = sc.scale_topology(args.gpus)
+    g = st.gpus_per_server
     bar = Progress(len(variants) + 1)
     base = sc.ideal_rails(st, nic)
     ideal = sc.point_metrics(base, st, topo, None, nic, n_rails=g)
     bar.update("ideal fabric")
-    n_steps = int(np.ceil(sc.HORIZON_FACTOR * float(np.max(base.finish))
-                          / (args.dt_us * 1e-6))) + 40
+    t_ideal = float(np.max(base.finish))
     rows = []
     for label, fab, mp in variants:
-        run = sc.simulate_rails(st, topo, fab, rails=(0,), dt=args.dt_us * 1e-6,
-                                n_steps=n_steps, max_paths=mp, seed=args.seed)
+        run = sc.run_fabric(st, topo, fab, t_ideal, dt=args.dt_us * 1e-6, max_paths=mp,
+                            seed=args.seed)
         m = sc.point_metrics(run, st, topo, fab.name, nic, n_rails=g)
-        worst = max(a / b for a, b in zip(m["job_step_times"], ideal["job_step_times"]))
         rows.append(dict(variant=label, max_paths=mp, step_time=m["step_time"],
-                         worst_vs_ideal=worst - 1.0,
+                         worst_vs_ideal=sc.worst_vs_ideal(m, ideal),
                          effective_bandwidth=m["effective_bandwidth"],
                          congested_share=m["congested_share"],
                          unfinished_flows=m["unfinished_flows"], wall_s=m["wall_s"]))

@@ -64,9 +64,9 @@ from ._step import (DEFAULT_EP, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP,
                     PHASES, PLACEMENTS, StepFlows, job_servers, place_jobs, scale_plan,
                     step_flows)
 from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROUTING,
-                   HORIZON_FACTOR, IDEAL, RailRun, ideal_rails, point_metrics, route_flows,
-                   run_scale, scale_point, simulate_rails,
-                   simulate_rails_on_devices)
+                   HORIZON_FACTOR, IDEAL, RailRun, build_point, ideal_rails, point_metrics,
+                   route_flows, run_fabric, run_scale, scale_point, simulate_rails,
+                   simulate_rails_on_devices, worst_vs_ideal)
 from ._validate import (balls_into_bins, random_bisection, ring_shift, uplinks_used,
                         window_efficiency)
 
@@ -77,6 +77,7 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "place_jobs", "scale_plan", "step_flows",
            "CONGESTED_DELAY", "DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "HASHED_ROUTING",
            "HORIZON_FACTOR", "IDEAL", "RailRun", "ideal_rails", "point_metrics",
-           "route_flows", "run_scale", "scale_point", "simulate_rails",
+           "route_flows", "run_scale", "scale_point", "simulate_rails", "build_point",
+           "run_fabric", "worst_vs_ideal",
            "simulate_rails_on_devices", "balls_into_bins", "random_bisection", "ring_shift",
            "uplinks_used", "window_efficiency"]

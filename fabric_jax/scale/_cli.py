@@ -141,16 +141,15 @@ def _parse(args):
         raise _Bad(f"--overlap must lie in [0, 1]; got {args.overlap!r}")
     if args.seed < 0:
         raise _Bad(f"--seed must be >= 0; got {args.seed!r}")
-    from ._step import PLACEMENTS
+    from ._step import PLACEMENTS, job_servers
     if args.placement not in PLACEMENTS:
         raise _Bad(f"--placement must be one of {', '.join(PLACEMENTS)}; got "
                    f"{args.placement!r}")
-    if args.jobs < 1:
-        raise _Bad(f"--jobs must be >= 1; got {args.jobs!r}")
     for n in rounded:
-        if (n // g) % args.jobs or n // g // args.jobs < 2:  # job_servers' rule
-            raise _Bad(f"--jobs {args.jobs} must divide the {n // g} servers of {n} GPUs "
-                       f"into jobs of at least 2 servers")
+        try:
+            job_servers(n // g, args.jobs, args.placement)
+        except ValueError as err:
+            raise _Bad(f"--jobs {args.jobs} at {n} GPUs: {err}") from None
     if args.rails == "all":
         rails = "all"
     else:
@@ -292,6 +291,7 @@ def format_table(results: dict) -> str:
     too), ``vs ideal +%``: the largest slowdown of a job against the same job on the
     ideal fabric (%; the fabric's part, job by job), and the step time and utilisation
     are the slowest job's and the jobs' mean."""
+    from ._run import worst_vs_ideal
     several = any(_placed(pt) for pt in results["points"])
     head = (f"{'GPUs':>6} {'fabric':<11} {'step ms':>8} {'util %':>6} {'p50 ms':>7} "
             f"{'p99 ms':>7} {'p99/p50':>7} {'eff bw':>6} {'congst %':>8} {'pause s':>8} "
@@ -314,7 +314,7 @@ def format_table(results: dict) -> str:
                 f"{f(m['pfc_pause_time'], 1, 2):>8} {f(m['fabric_cost_share'], 100):>10} "
                 f"{'yes' if red['exact'] else 'no':>5}"
                 + (f" {f(m.get('job_spread', 1.0) - 1.0, 100, 2):>7} "
-                   f"{f(_worst_vs_ideal(m, pt.get('ideal')), 100, 2):>11}"
+                   f"{f(worst_vs_ideal(m, pt.get('ideal')), 100, 2):>11}"
                    if several else ""))
     for pt in results["points"]:
         lines.append(f"{pt['gpus']} GPUs: {pt['topology']}; plan tp={pt['plan']['tp']} "
@@ -333,16 +333,6 @@ def format_table(results: dict) -> str:
 def _placed(pt: dict) -> bool:
     """Whether a point ran several jobs or one job placed at random."""
     return int(pt.get("jobs", 1)) > 1 or pt.get("placement") == "random"
-
-
-def _worst_vs_ideal(m: dict, ideal: dict | None) -> float:
-    """``max_j step_j / ideal step_j - 1`` (NaN without the ideal rows)."""
-    if not ideal or "job_step_times" not in m or "job_step_times" not in ideal:
-        return float("nan")
-    a, b = m["job_step_times"], ideal["job_step_times"]
-    if any(x is None for x in a + b):
-        return float("nan")
-    return max(x / y for x, y in zip(a, b)) - 1.0
 
 
 def plot(results: dict, out) -> list:

@@ -22,7 +22,8 @@ from ._step import StepFlows, job_servers, place_jobs, scale_plan, step_flows
 
 __all__ = ["DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "CONGESTED_DELAY", "HASHED_ROUTING",
            "HORIZON_FACTOR", "RailRun", "route_flows", "simulate_rails", "ideal_rails",
-           "point_metrics", "scale_point", "simulate_rails_on_devices", "run_scale", "IDEAL"]
+           "point_metrics", "scale_point", "simulate_rails_on_devices", "run_scale", "IDEAL",
+           "build_point", "run_fabric", "worst_vs_ideal"]
 
 #: Default fluid step, microseconds (``docs/scale.md``, "dt": every headline figure
 #: moves by <= 3 % when it is halved).
@@ -314,8 +315,7 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     np.maximum.at(t_job, step.rank_job, comp)
     step_job = np.maximum(C, (1.0 - f) * C + k * t_job) if finished else np.full(J, np.inf)
     step_time = float(np.max(step_job))
-    tokens_s = (float(step.tokens_per_step / step_time) if J == 1 else
-                float(np.sum(step.tokens_per_step / J / step_job))) if finished else 0.0
+    tokens_s = float(np.sum(step.tokens_per_step / J / step_job)) if finished else 0.0
     pct = mx.percentiles(k * comp, (50, 99))
     p50, p99 = float(pct["p50"]), float(pct["p99"])
     fl = run.flows
@@ -346,13 +346,24 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     if preset in econ.FABRIC_PRICES and finished:
         params = econ.EconomicsParams() if gpu_price_per_hour is None else \
             econ.EconomicsParams(gpu_price_per_hour=float(gpu_price_per_hour))
-        # the step time that gives the jobs' tokens/s (the slowest job's with one job)
-        t_eff = step_time if J == 1 else step.tokens_per_step / tokens_s
-        rep = econ.token_costs(t_eff, step.tokens_per_step,
+        # the step time that gives the jobs' tokens/s (the step time with one job)
+        rep = econ.token_costs(step.tokens_per_step / tokens_s, step.tokens_per_step,
                                step.n_gpus, topology, preset, params=params)
         out.update(fabric_cost_share=float(rep["fabric_cost_share"]),
                    cost_per_million_tokens=float(rep["cost_per_million_tokens"]))
     return out
+
+
+def worst_vs_ideal(metrics: dict, ideal: dict | None) -> float:
+    """The largest slowdown of a job against the same job on the ideal fabric, ``max_j
+    step_j / ideal step_j - 1``, from two :func:`point_metrics` results (NaN without the
+    ideal one or where a step is missing)."""
+    if not ideal or "job_step_times" not in metrics or "job_step_times" not in ideal:
+        return float("nan")
+    a, b = metrics["job_step_times"], ideal["job_step_times"]
+    if any(x is None for x in a + b):
+        return float("nan")
+    return max(x / y for x, y in zip(a, b)) - 1.0
 
 
 def _reduction(step: StepFlows, topology, preset_routing: str, rails, max_paths) -> dict:
@@ -397,6 +408,45 @@ def _reduction(step: StepFlows, topology, preset_routing: str, rails, max_paths)
                 "routed alike: one rail's run is every rail's")
 
 
+def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
+                switch_radix=128, beyond_radix="planes", plan_options=None,
+                step_options=None, jobs: int = 1, placement: str = "packed"):
+    """``(topology, step, nic_rate)`` of one scale point (host side): the fabric of
+    :func:`~fabric_jax.scale.scale_topology`, and the step's flows of ``jobs`` jobs of
+    ``n_gpus / jobs`` GPUs placed by ``placement`` (:func:`scale_point` for the
+    arguments), NIC line rate in bytes/s."""
+    from ..systems import get_system
+    sysm = get_system(system)
+    topo = scale_topology(n_gpus, sysm, switch_radix=switch_radix, beyond_radix=beyond_radix)
+    kw = dict(model=model) if model is not None else {}
+    g = sysm.gpus_per_server
+    jobs = int(jobs)
+    srv = job_servers(int(n_gpus) // g, jobs, placement, seed=seed)
+    mdl, plan = scale_plan(n_gpus=int(n_gpus) // jobs, gpus_per_server=g, **kw,
+                           **(plan_options or {}))
+    nic_rate = sysm.nic_gbps * 1e9 / 8.0
+    gpu = "b200" if "b200" in sysm.name else "h100_sxm"
+    steps = [step_flows(mdl, plan, gpu, nic_rate=nic_rate, seed=seed + j,
+                        **(step_options or {})) for j in range(jobs)]
+    return topo, place_jobs(steps, srv, placement=placement), nic_rate  # 1 job packed: as is
+
+
+def run_fabric(step: StepFlows, topology, fabric, t_ideal: float, *, rails=(0,),
+               dt: float, max_paths=DEFAULT_MAX_PATHS, seed: int = 0, fifo_bands=None,
+               horizon_factor=HORIZON_FACTOR) -> RailRun:
+    """``fabric``'s run of ``step`` (:func:`simulate_rails`) over ``horizon_factor`` times
+    the ideal fabric's slice time ``t_ideal`` (40 steps more), the horizon doubled once
+    when flows are left unfinished."""
+    n_steps = int(np.ceil(horizon_factor * t_ideal / dt)) + 40
+    for _ in range(2):
+        run = simulate_rails(step, topology, fabric, rails=rails, dt=dt, n_steps=n_steps,
+                             max_paths=max_paths, seed=seed, fifo_bands=fifo_bands)
+        if np.all(np.isfinite(run.finish)):
+            break
+        n_steps *= 2
+    return run
+
+
 def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: float = 0.5e-6,
                 rails=(0,), max_paths=DEFAULT_MAX_PATHS, seed: int = 0,
                 switch_radix=128, beyond_radix="planes", plan_options=None,
@@ -425,18 +475,12 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     from ..systems import get_system
     t0 = time.perf_counter()
     sysm = get_system(system)
-    topo = scale_topology(n_gpus, sysm, switch_radix=switch_radix, beyond_radix=beyond_radix)
-    kw = dict(model=model) if model is not None else {}
     g = sysm.gpus_per_server
     jobs = int(jobs)
-    srv = job_servers(int(n_gpus) // g, jobs, placement, seed=seed)
-    mdl, plan = scale_plan(n_gpus=int(n_gpus) // jobs, gpus_per_server=g, **kw,
-                           **(plan_options or {}))
-    nic_rate = sysm.nic_gbps * 1e9 / 8.0
-    gpu = "b200" if "b200" in sysm.name else "h100_sxm"
-    steps = [step_flows(mdl, plan, gpu, nic_rate=nic_rate, seed=seed + j,
-                        **(step_options or {})) for j in range(jobs)]
-    step = place_jobs(steps, srv, placement=placement)     # one job packed: unchanged
+    topo, step, nic_rate = build_point(
+        n_gpus, system=system, model=model, seed=seed, switch_radix=switch_radix,
+        beyond_radix=beyond_radix, plan_options=plan_options, step_options=step_options,
+        jobs=jobs, placement=placement)
     rails = tuple(range(g)) if rails == "all" else rails
     if rails is not None and int(topo.params.get("tiers", 2)) != 2:
         rails = None                               # three tiers: no exact reduction
@@ -477,13 +521,8 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
 
     def one(name):
         fab = get_fabric(name)
-        steps = int(np.ceil(horizon_factor * t_ideal / dt)) + 40
-        for _ in range(2):
-            run = simulate_rails(step, topo, fab, rails=rails, dt=dt, n_steps=steps,
-                                 max_paths=max_paths, seed=seed, fifo_bands=fifo_bands)
-            if np.all(np.isfinite(run.finish)):
-                break
-            steps *= 2
+        run = run_fabric(step, topo, fab, t_ideal, rails=rails, dt=dt, max_paths=max_paths,
+                         seed=seed, fifo_bands=fifo_bands, horizon_factor=horizon_factor)
         met = point_metrics(run, step, topo, name, nic_rate, n_rails=g)
         red = _reduction(step, topo, fab.routing, rails, max_paths)
         with lock:

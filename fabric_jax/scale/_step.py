@@ -106,8 +106,8 @@ class StepFlows:
       tokens_per_step: tokens of the global batch (of every job).
       info: the model, plan and derived quantities (JSON-friendly; one job's when
         there are several, with ``jobs`` and ``placement``).
-      job: ``[flows]`` job of each flow (``None``: one job).
-      server_job: ``[servers]`` job running on each server (``None``: one job).
+      server_job: ``[servers]`` job running on each server (``None``: one job); a
+        flow's job is its receiver's server's (:attr:`job`).
     """
 
     src: np.ndarray
@@ -124,7 +124,6 @@ class StepFlows:
     compute_time: float
     tokens_per_step: float
     info: dict
-    job: np.ndarray | None = None
     server_job: np.ndarray | None = None
 
     @property
@@ -134,6 +133,13 @@ class StepFlows:
     @property
     def n_jobs(self) -> int:
         return 1 if self.server_job is None else int(self.server_job.max()) + 1
+
+    @property
+    def job(self) -> np.ndarray:
+        """``[flows]`` job of each flow (a job's flows stay among its servers)."""
+        if self.server_job is None:
+            return np.zeros(self.n_flows, np.int32)
+        return self.server_job[self.dst // self.gpus_per_server]
 
     @property
     def rank_job(self) -> np.ndarray:
@@ -156,8 +162,7 @@ class StepFlows:
         return dataclasses.replace(self, src=cut(self.src), dst=cut(self.dst),
                                    src_rank=cut(self.src_rank), dst_rank=cut(self.dst_rank),
                                    size=cut(self.size), deps=nd.astype(np.int32),
-                                   phase=cut(self.phase), rail=cut(self.rail),
-                                   job=None if self.job is None else cut(self.job))
+                                   phase=cut(self.phase), rail=cut(self.rail))
 
     def stripes(self, n: int) -> "StepFlows":
         """Each flow split into ``n`` stripes of ``size / n`` (flow ``f`` becomes ``f n +
@@ -174,8 +179,7 @@ class StepFlows:
         return dataclasses.replace(self, src=rep(self.src), dst=rep(self.dst),
                                    src_rank=rep(self.src_rank), dst_rank=rep(self.dst_rank),
                                    size=rep(self.size) / n, deps=wide.astype(np.int32),
-                                   phase=rep(self.phase), rail=rep(self.rail),
-                                   job=None if self.job is None else rep(self.job))
+                                   phase=rep(self.phase), rail=rep(self.rail))
 
 
 def _ordered_pairs(groups: np.ndarray):
@@ -440,5 +444,4 @@ def place_jobs(steps, servers, *, placement: str | None = None) -> StepFlows:
                      n_gpus=n_srv * g, gpus_per_server=g, slices=steps[0].slices,
                      compute_time=steps[0].compute_time,
                      tokens_per_step=float(sum(st.tokens_per_step for st in steps)),
-                     info=info, job=cat(lambda j, st: np.full(st.n_flows, j, np.int32)),
-                     server_job=server_job)
+                     info=info, server_job=server_job)
