@@ -84,6 +84,10 @@ def main(argv=None) -> int:
                     help="preset[:field=value,...][@max_paths], e.g. spectrum_x:cc=none@16")
     ap.add_argument("--dt-us", type=float, default=sc.DEFAULT_DT_US,
                     help=f"fluid step, us (default {sc.DEFAULT_DT_US:g})")
+    ap.add_argument("--background", type=float, default=0.0,
+                    help="background load per NIC, fraction of line rate (default 0)")
+    ap.add_argument("--background-cdf", default=sc.DEFAULT_BACKGROUND_CDF,
+                    help=f"background flow sizes (default {sc.DEFAULT_BACKGROUND_CDF})")
     ap.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     ap.add_argument("--json", metavar="PATH", help="write the rows as JSON")
     args = ap.parse_args(argv)
@@ -93,7 +97,8 @@ def main(argv=None) -> int:
             raise ValueError(f"--dt-us must be > 0; got {args.dt_us!r}")
         t0, c0 = time.perf_counter(), time.process_time()
         topo, st, nic = sc.build_point(args.gpus, jobs=args.jobs, placement=args.placement,
-                                       seed=args.seed)
+                                       seed=args.seed, background=args.background,
+                                       background_cdf=args.background_cdf)
     except ValueError as err:
         print(f"scale_jobs: error: {err}", file=sys.stderr)
         return 2
@@ -112,17 +117,24 @@ def main(argv=None) -> int:
                          worst_vs_ideal=sc.worst_vs_ideal(m, ideal),
                          effective_bandwidth=m["effective_bandwidth"],
                          congested_share=m["congested_share"],
-                         unfinished_flows=m["unfinished_flows"], wall_s=m["wall_s"]))
+                         unfinished_flows=m["unfinished_flows"], wall_s=m["wall_s"],
+                         background_p99_slowdown=m.get("background_p99_slowdown",
+                                                       float("nan"))))
         bar.update(label)
     print(f"{args.gpus} GPUs, {args.jobs} job(s) of {args.gpus // args.jobs} GPUs, "
           f"{args.placement} placement, dt = {args.dt_us:g} us; ideal fabric "
-          f"{ideal['step_time'] * 1e3:.1f} ms")
+          f"{ideal['step_time'] * 1e3:.1f} ms"
+          + (f"; background {args.background:g} of line rate ({args.background_cdf}), "
+             f"p99 slowdown on the ideal fabric "
+             f"{ideal['background_p99_slowdown']:.2f}" if args.background else ""))
     print(f"{'variant':<32} {'step ms':>8} {'vs ideal +%':>11} {'eff bw':>6} "
-          f"{'congst %':>8} {'unfinished':>10}")
+          f"{'congst %':>8} {'unfinished':>10}" + (f" {'bg p99 x':>8}" if args.background
+                                                    else ""))
     for r in rows:
         print(f"{r['variant']:<32} {r['step_time'] * 1e3:>8.1f} "
               f"{r['worst_vs_ideal'] * 100:>11.2f} {r['effective_bandwidth']:>6.3f} "
-              f"{r['congested_share'] * 100:>8.1f} {r['unfinished_flows']:>10d}")
+              f"{r['congested_share'] * 100:>8.1f} {r['unfinished_flows']:>10d}"
+              + (f" {r['background_p99_slowdown']:>8.2f}" if args.background else ""))
     out = dict(inputs=vars(args), ideal_step_time=ideal["step_time"], rows=rows,
                wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0)
     print(f"wall {out['wall_s']:.1f} s, CPU {out['cpu_s']:.1f} s", file=sys.stderr)

@@ -335,6 +335,131 @@ def test_scale_dt_compares_matching_rows(tmp_path, capsys):
     assert "no row in common" in capsys.readouterr().err
 
 
+# ------------------------------------------------------------------ background
+def _bg_step(load=0.2, **kw):
+    mdl, plan = sc.scale_plan(n_gpus=32, pp=2)
+    st = sc.step_flows(mdl, plan, slice_time=30e-6)
+    return st, sc.add_background(st, load, 50e9, seed=3, **kw)
+
+
+def test_add_background_same_on_every_rail_and_at_its_load():
+    st, b = _bg_step()
+    bg = ~b.is_step
+    assert np.array_equal(b.is_step[:st.n_flows], np.ones(st.n_flows, bool))
+    assert not np.any(b.is_step[st.n_flows:]) and bg.sum() == b.info["background"]["flows"]
+    for f in ("src", "dst", "size", "deps", "phase", "rail"):     # the step's rows kept
+        assert np.array_equal(getattr(b, f)[:st.n_flows], getattr(st, f)), f
+    assert np.all(b.arrivals[:st.n_flows] == 0) and np.all(b.deps[bg] == -1)
+    # every rail: the same server pairs, sizes and arrivals, on that rail's NICs
+    g, W = 8, b.info["background"]["window"]
+    assert W == pytest.approx(2 * st.info["line_rate_comm_time"] / st.slices)
+    per = [np.flatnonzero(bg & (b.rail == r)) for r in range(g)]
+    assert len({i.size for i in per}) == 1 and per[0].size > 0
+    for r, i in enumerate(per):
+        assert np.all(b.src[i] % g == r) and np.all(b.dst[i] % g == r)
+        assert np.all(b.src[i] // g != b.dst[i] // g)               # between servers
+        for f in ("size", "arrivals"):
+            assert np.array_equal(getattr(b, f)[i], getattr(b, f)[per[0]])
+        assert np.array_equal(b.src[i] // g, b.src[per[0]] // g)
+    assert np.all((b.arrivals[bg] >= 0) & (b.arrivals[bg] <= W))
+    # offered bytes per NIC = load x line rate x window (a long window: the mean holds)
+    _, big = _bg_step(0.3, window=0.2, size_cdf="hadoop")
+    nic = np.bincount(big.src[~big.is_step], big.size[~big.is_step], minlength=32)
+    assert nic.mean() == pytest.approx(0.3 * 50e9 * 0.2, rel=0.03)
+    assert sc.add_background(st, 0.0, 50e9) is st
+
+
+@pytest.mark.parametrize("kw,arg", [(dict(load=1.0), "load"), (dict(load=-0.1), "load"),
+                                    (dict(load=float("nan")), "load"),
+                                    (dict(size_cdf="imagenet"), "size_cdf"),
+                                    (dict(window=0.0), "window")])
+def test_add_background_bad_input(kw, arg):
+    mdl, plan = sc.scale_plan(n_gpus=32, pp=2)
+    st = sc.step_flows(mdl, plan, slice_time=30e-6)
+    args = dict(load=0.2) | kw
+    with pytest.raises(ValueError, match=arg):
+        sc.add_background(st, args.pop("load"), 50e9, **args)
+    with pytest.raises(ValueError, match="already"):
+        sc.add_background(sc.add_background(st, 0.2, 50e9, window=1e-3), 0.2, 50e9)
+
+
+def test_background_keeps_the_rail_reduction_exact():
+    # the rails carry the same background, so one rail is still every rail; a rail
+    # whose background differs (one arrival moved) is not
+    topo = sc.scale_topology(32, switch_radix=8)
+    _, b = _bg_step()
+    assert sc._run._reduction(b, topo, "adaptive", (0,), 4)["exact"]
+    i = np.flatnonzero(~b.is_step & (b.rail == 3))[0]
+    arr = b.arrivals.copy()
+    arr[i] += 1e-6
+    import dataclasses
+    moved = dataclasses.replace(b, arrival=arr)
+    assert not sc._run._reduction(moved, topo, "adaptive", (0,), 4)["exact"]
+
+
+def test_background_is_left_out_of_the_step_figures():
+    # the ideal fabric (exact max-min): background only takes capacity, so the step is
+    # no faster with it; the step's figures do not read the background's finish times;
+    # a background flow is never faster than on an idle fabric
+    st, b = _bg_step(0.3)
+    topo = sc.scale_topology(32, switch_radix=8)
+    run0, run = sc.ideal_rails(st, 50e9), sc.ideal_rails(b, 50e9)
+    m0 = sc.point_metrics(run0, st, topo, None, 50e9, n_rails=8)
+    m = sc.point_metrics(run, b, topo, None, 50e9, n_rails=8)
+    assert m["step_time"] >= m0["step_time"] and m["p99_completion"] > m0["p99_completion"]
+    assert "background_flows" not in m0
+    assert m["background_flows"] == np.sum(~run.flows.is_step)
+    assert m["background_unfinished"] == 0
+    assert 1.0 - 1e-9 <= m["background_p50_slowdown"] <= m["background_p99_slowdown"]
+    import dataclasses
+    late = run.finish.copy()
+    late[~run.flows.is_step] += 1.0                  # background a second later
+    m2 = sc.point_metrics(dataclasses.replace(run, finish=late), b, topo, None, 50e9,
+                          n_rails=8)
+    for key in ("step_time", "p50_completion", "p99_completion", "effective_bandwidth",
+                "job_step_times"):
+        assert m2[key] == m[key], key
+    assert m2["background_p50_slowdown"] > m["background_p50_slowdown"] + 100
+
+
+def test_background_alone_on_an_idle_crossbar_is_slowdown_one():
+    # the slowdown's reference (bytes at line rate) is exact: background flows that
+    # never share a NIC run at line rate on the ideal fabric
+    st, b = _bg_step(0.01, window=1.0)
+    bg = b.subset(~b.is_step)
+    busy = np.zeros(bg.n_flows, bool)
+    for f in range(bg.n_flows):       # keep flows that overlap no kept flow at a NIC
+        t0, t1 = bg.arrivals[f], bg.arrivals[f] + bg.size[f] / 50e9
+        ends = bg.arrivals + bg.size / 50e9
+        clash = busy & (np.isin(bg.src, [bg.src[f], bg.dst[f]]) | np.isin(
+            bg.dst, [bg.src[f], bg.dst[f]])) & (bg.arrivals < t1) & (ends > t0)
+        busy[f] = not clash.any()
+    alone = bg.subset(busy)
+    assert alone.n_flows >= 5
+    from tests.helpers import enable_x64
+    with enable_x64(True):             # float64 times: a 1 s window and microsecond flows
+        run = sc.ideal_rails(alone, 50e9, rails=None)
+    m = sc._run._background_metrics(run, alone, 50e9)
+    assert m["background_p50_slowdown"] == pytest.approx(1.0, rel=1e-9)
+    assert m["background_p99_slowdown"] == pytest.approx(1.0, rel=1e-9)
+
+
+def test_scale_point_with_background_every_preset_finishes():
+    # 16 GPUs, each preset's fluid run with background: everything finishes (the
+    # horizon covers the background's drain), the step is no faster than on the ideal
+    # fabric, and the table gets the background's columns
+    from fabric_jax.scale._cli import format_table
+    out = sc.scale_point(16, ["infiniband", "spectrum_x"], background=0.2)
+    assert out["background"]["load"] == 0.2 and out["background"]["flows"] > 0
+    for name, m in out["fabrics"].items():
+        assert m["unfinished_flows"] == 0 and m["background_unfinished"] == 0, name
+        assert m["step_time"] >= out["ideal"]["step_time"] * (1 - 1e-3), name
+        assert m["background_p50_slowdown"] >= 1.0, name
+    table = format_table(dict(points=[out], inputs={}))
+    assert "bg p99 x" in table and "background 0.2 of line rate" in table
+    assert out["reduction"]["spectrum_x"]["exact"]
+
+
 # ------------------------------------------------------------------ ECMP
 @pytest.mark.parametrize("gpus", [8192, 32768])
 def test_ecmp_uplink_occupancy_is_balls_into_bins(gpus):
@@ -454,6 +579,8 @@ def test_rail_reduction_equals_full_run_every_preset(preset):
     (["--skew", "-1"], "--skew"), (["--slice-us", "-5"], "--slice-us"),
     (["--gpus", "48", "--jobs", "4"], "--jobs"), (["--jobs", "0"], "--jobs"),
     (["--gpus", "16", "--jobs", "2"], "--jobs"), (["--placement", "striped"], "--placement"),
+    (["--background", "1"], "--background"), (["--background", "-0.1"], "--background"),
+    (["--background-cdf", "imagenet"], "--background-cdf"),
 ])
 def test_cli_bad_input_exits_2_naming_the_flag(argv, flag, capsys):
     from fabric_jax.cli import main

@@ -60,7 +60,7 @@ Units: bytes, seconds, bytes/s.
 """
 from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, clos_paths, ecmp_paths,
                       link_rails, rail_symmetric_paths, rail_view, scale_topology)
-from ._step import (DEFAULT_EP, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP, DEFAULT_SKEW,
+from ._step import (BACKGROUND, DEFAULT_BACKGROUND_CDF, add_background, DEFAULT_EP, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP, DEFAULT_SKEW,
                     PHASES, PLACEMENTS, StepFlows, job_servers, place_jobs, scale_plan,
                     step_flows)
 from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROUTING,
@@ -72,6 +72,7 @@ from ._validate import (balls_into_bins, random_bisection, ring_shift, uplinks_u
 
 __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_paths",
            "link_rails", "rail_symmetric_paths", "rail_view", "scale_topology",
+           "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "add_background",
            "DEFAULT_EP", "DEFAULT_MICROBATCHES", "DEFAULT_MODEL", "DEFAULT_PP",
            "DEFAULT_SKEW", "PHASES", "PLACEMENTS", "StepFlows", "job_servers",
            "place_jobs", "scale_plan", "step_flows",

@@ -79,6 +79,16 @@ def add_parser(sub):
                         f"(default packed: whole blocks; spread: round robin, every leaf "
                         f"holds every job; random: a fragmented cluster, also with one "
                         f"job)")
+    p.add_argument("--background", type=float, default=0.0, metavar="LOAD",
+                   help="background traffic sharing the fabric: open-loop Poisson flows "
+                        "between servers at this fraction of each NIC's line rate, [0, 1) "
+                        "(default 0: none); the step's figures leave them out and the "
+                        "table adds their flow-completion slowdowns")
+    from ..workloads.cdf import FlowSizeCDF
+    p.add_argument("--background-cdf", default=_step.DEFAULT_BACKGROUND_CDF, metavar="NAME",
+                   help=f"flow sizes of the background: one of "
+                        f"{', '.join(FlowSizeCDF.builtin_names())} (default "
+                        f"{_step.DEFAULT_BACKGROUND_CDF})")
     p.add_argument("--seed", type=int, default=0, help="seed (hashes, expert popularity)")
     p.add_argument("--workers", type=int, default=1,
                    help="presets run at once, in threads (default 1)")
@@ -139,6 +149,13 @@ def _parse(args):
         raise _Bad(f"--skew must be >= 0; got {args.skew!r}")
     if not 0 <= args.overlap <= 1:
         raise _Bad(f"--overlap must lie in [0, 1]; got {args.overlap!r}")
+    if not (math.isfinite(args.background) and 0 <= args.background < 1):
+        raise _Bad(f"--background must lie in [0, 1) (a fraction of the NIC line rate); "
+                   f"got {args.background!r}")
+    from ..workloads.cdf import FlowSizeCDF
+    if args.background_cdf not in FlowSizeCDF.builtin_names():
+        raise _Bad(f"--background-cdf must be one of {', '.join(FlowSizeCDF.builtin_names())}"
+                   f"; got {args.background_cdf!r}")
     if args.seed < 0:
         raise _Bad(f"--seed must be >= 0; got {args.seed!r}")
     from ._step import PLACEMENTS, job_servers
@@ -205,7 +222,8 @@ def run(args) -> int:
                 step_options=dict(skew=args.skew, slice_time=args.slice_us * 1e-6),
                 ideal=not args.no_ideal, workers=args.workers, progress=bar.update,
                 on_row=save, done=earlier.get(g), jobs=args.jobs,
-                placement=args.placement))
+                placement=args.placement, background=args.background,
+                background_cdf=args.background_cdf))
     except ValueError as err:
         print(f"fabric-jax scale: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -230,9 +248,10 @@ def run(args) -> int:
 # inputs that must match for --resume to reuse an earlier run's rows
 _SAME = ("system", "model", "dt_us", "rails", "max_paths", "switch_radix", "beyond_radix",
          "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal",
-         "jobs", "placement")
+         "jobs", "placement", "background", "background_cdf")
 #: values of inputs an older JSON may lack (it was written before the flag existed)
-_BEFORE = {"jobs": 1, "placement": "packed"}
+_BEFORE = {"jobs": 1, "placement": "packed", "background": 0.0,
+           "background_cdf": "web_search"}
 
 
 def _earlier(args) -> dict:
@@ -290,13 +309,18 @@ def format_table(results: dict) -> str:
     fastest's (%; the jobs' own hot experts differ, so the ideal fabric has a spread
     too), ``vs ideal +%``: the largest slowdown of a job against the same job on the
     ideal fabric (%; the fabric's part, job by job), and the step time and utilisation
-    are the slowest job's and the jobs' mean."""
+    are the slowest job's and the jobs' mean; with background traffic, ``bg p50 x`` /
+    ``bg p99 x``: the background flows' completion-time slowdowns (over their time on
+    an idle fabric) and ``vs ideal +%``."""
     from ._run import worst_vs_ideal
     several = any(_placed(pt) for pt in results["points"])
+    bg = any(pt.get("background") for pt in results["points"])
+    several = several or bg
     head = (f"{'GPUs':>6} {'fabric':<11} {'step ms':>8} {'util %':>6} {'p50 ms':>7} "
             f"{'p99 ms':>7} {'p99/p50':>7} {'eff bw':>6} {'congst %':>8} {'pause s':>8} "
             f"{'fabric $ %':>10} {'exact':>5}"
-            + (f" {'jobs +%':>7} {'vs ideal +%':>11}" if several else ""))
+            + (f" {'jobs +%':>7} {'vs ideal +%':>11}" if several else "")
+            + (f" {'bg p50 x':>8} {'bg p99 x':>8}" if bg else ""))
     lines = [head, "-" * len(head)]
     for pt in results["points"]:
         rows = list(pt["fabrics"].items())
@@ -315,7 +339,9 @@ def format_table(results: dict) -> str:
                 f"{'yes' if red['exact'] else 'no':>5}"
                 + (f" {f(m.get('job_spread', 1.0) - 1.0, 100, 2):>7} "
                    f"{f(worst_vs_ideal(m, pt.get('ideal')), 100, 2):>11}"
-                   if several else ""))
+                   if several else "")
+                + (f" {f(m.get('background_p50_slowdown'), 1, 2):>8} "
+                   f"{f(m.get('background_p99_slowdown'), 1, 2):>8}" if bg else ""))
     for pt in results["points"]:
         lines.append(f"{pt['gpus']} GPUs: {pt['topology']}; plan tp={pt['plan']['tp']} "
                      f"pp={pt['plan']['pp']} dp={pt['plan']['dp']} ep={pt['plan']['ep']}, "
@@ -323,7 +349,12 @@ def format_table(results: dict) -> str:
                      f"{'all' if pt['rails'] is None else pt['rails']}"
                      + (f"; {pt['jobs']} job{'s' if pt['jobs'] > 1 else ''} of "
                         f"{pt['gpus'] // pt['jobs']} GPUs, {pt['placement']} placement "
-                        f"(plan per job)" if _placed(pt) else ""))
+                        f"(plan per job)" if _placed(pt) else "")
+                     + (f"; background {pt['background']['load']:g} of line rate per NIC "
+                        f"({pt['background']['size_cdf']} sizes, "
+                        f"{pt['background']['flows']} flows arriving over "
+                        f"{pt['background']['window'] * 1e6:.0f} us)"
+                        if pt.get("background") else ""))
         for name, red in pt["reduction"].items():
             if not red["exact"]:
                 lines.append(f"  {name}: not exact: {red['reason']}")

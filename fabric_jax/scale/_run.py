@@ -18,7 +18,8 @@ from .. import metrics as mx
 from ..fabrics import get_fabric
 from ..paths import PathSet, PathsTruncatedWarning, mix64, shortest_paths
 from ._fabric import clos_paths, ecmp_paths, rail_symmetric_paths, rail_view, scale_topology
-from ._step import StepFlows, job_servers, place_jobs, scale_plan, step_flows
+from ._step import (DEFAULT_BACKGROUND_CDF, StepFlows, add_background, job_servers,
+                    place_jobs, scale_plan, step_flows)
 
 __all__ = ["DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "CONGESTED_DELAY", "HASHED_ROUTING",
            "HORIZON_FACTOR", "RailRun", "route_flows", "simulate_rails", "ideal_rails",
@@ -119,6 +120,8 @@ class RailRun:
       n_links: links of the simulated (sub-)fabric.
       t: ``[saves]`` snapshot times, s (``None`` for the ideal fabric).
       goodput: ``[saves]`` bytes/s delivered over all flows at each snapshot.
+      latency: ``[flows]`` zero-load one-way latency of each flow's first path, s
+        (``None``: none, the ideal crossbar).
     """
 
     flows: StepFlows
@@ -134,6 +137,7 @@ class RailRun:
     t: np.ndarray | None = None
     goodput: np.ndarray | None = None
     device: str = ""
+    latency: np.ndarray | None = None
 
 
 def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
@@ -177,7 +181,7 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
     n_steps = int(-(-int(n_steps) // SAVE_EVERY) * SAVE_EVERY)
     opts = {} if fifo_bands is None else {"fifo_bands": int(fifo_bands)}
     res = simulate_paths(topo, ps, fab, flows.size, dt=float(dt), n_steps=n_steps,
-                         arrival=np.zeros(flows.n_flows), deps=flows.deps, seed=seed,
+                         arrival=flows.arrivals, deps=flows.deps, seed=seed,
                          save_every=SAVE_EVERY, fluid_options=opts)
     tr = res.trajectory
     cap = np.asarray(topo.capacity, float)
@@ -189,6 +193,9 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
     hops = (np.asarray(ps.hop_mask) & (np.asarray(ps.links) >= 0))[:, 0, :]
     switch_hops = np.maximum(hops.sum(axis=1) - 1, 0)      # every hop but the NIC's
     port_bytes = float(np.sum(flows.size * switch_hops))
+    lat_l = np.asarray(fab.link_latency(topo), float)
+    latency = np.sum(np.where(hops, lat_l[np.maximum(np.asarray(ps.links)[:, 0, :], 0)], 0.0),
+                     axis=1)
     return RailRun(flows=flows, start=np.asarray(res.start, float),
                    finish=np.asarray(res.finish, float),
                    paused_time=float(np.sum(np.asarray(res.info.paused_time))),
@@ -196,7 +203,7 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                    wall_s=time.perf_counter() - t0,
                    rails=None if rails is None else tuple(view.rails), n_links=topo.n_links,
                    t=np.asarray(tr.t, float),
-                   goodput=np.asarray(tr.throughput, float).sum(axis=1))
+                   goodput=np.asarray(tr.throughput, float).sum(axis=1), latency=latency)
 
 
 def simulate_rails_on_devices(step: StepFlows, topology, fabric, *, rails, devices=None,
@@ -250,7 +257,7 @@ def ideal_rails(step: StepFlows, nic_rate: float, *, rails=(0,)) -> RailRun:
     # one slot per flow and from-scratch solves: compilation dominates, as in the
     # compare baseline (fabric_jax.study.run.simulate_ideal)
     res = simulate_flows(inc, np.full(2 * hosts.size, float(nic_rate)),
-                         np.zeros(sub.n_flows), sub.size, deps=sub.deps,
+                         sub.arrivals, sub.size, deps=sub.deps,
                          demand=np.full(sub.n_flows, float(nic_rate)),
                          max_active=max(sub.n_flows, 1), warm_start=False)
     return RailRun(flows=sub, start=np.asarray(res.start, float),
@@ -263,13 +270,14 @@ def ideal_rails(step: StepFlows, nic_rate: float, *, rails=(0,)) -> RailRun:
 
 def _rank_completion(run: RailRun, step: StepFlows) -> np.ndarray:
     """``[n_gpus]`` seconds from the slice's start until each rank's last incoming flow
-    finished (0 for a rank with no network traffic); ranks on rails that were not
-    simulated take the value of the rank on the first simulated rail of their server
-    (the rails are interchangeable: :func:`scale_point`)."""
+    of the step finished (0 for a rank with no network traffic; background flows left
+    out); ranks on rails that were not simulated take the value of the rank on the first
+    simulated rail of their server (the rails are interchangeable: :func:`scale_point`)."""
     n, g = step.n_gpus, step.gpus_per_server
     comp = np.zeros(n)
     fin = np.where(np.isfinite(run.finish), run.finish, np.inf)
-    np.maximum.at(comp, run.flows.dst_rank, fin)
+    mine = run.flows.is_step
+    np.maximum.at(comp, run.flows.dst_rank[mine], fin[mine])
     if run.rails is None:
         return comp
     sim = np.zeros(g, bool)
@@ -306,7 +314,9 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     """
     k = step.slices
     comp = _rank_completion(run, step)
-    finished = bool(np.all(np.isfinite(run.finish)))
+    fl = run.flows
+    mine = fl.is_step
+    finished = bool(np.all(np.isfinite(run.finish[mine])))
     t_slice = float(np.max(comp)) if comp.size else 0.0
     t_comm = k * t_slice
     C, f = step.compute_time, float(step.info["overlap"])
@@ -318,9 +328,8 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     tokens_s = float(np.sum(step.tokens_per_step / J / step_job)) if finished else 0.0
     pct = mx.percentiles(k * comp, (50, 99))
     p50, p99 = float(pct["p50"]), float(pct["p99"])
-    fl = run.flows
-    sent = np.bincount(fl.src, weights=fl.size, minlength=step.n_gpus)
-    recv = np.bincount(fl.dst, weights=fl.size, minlength=step.n_gpus)
+    sent = np.bincount(fl.src[mine], weights=fl.size[mine], minlength=step.n_gpus)
+    recv = np.bincount(fl.dst[mine], weights=fl.size[mine], minlength=step.n_gpus)
     line_time = float(np.max(np.maximum(sent, recv), initial=0.0)) / float(nic_rate)
     eff = float(mx.collective_effective_bandwidth(np.array([t_slice]),
                                                   np.array([line_time]))) \
@@ -339,10 +348,12 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
                congested_share=float(run.congested_bytes / run.port_bytes)
                if run.port_bytes > 0 else 0.0,
                pfc_pause_time=float(run.paused_time * k * scale_rails),
-               unfinished_flows=int(np.sum(~np.isfinite(run.finish))),
+               unfinished_flows=int(np.sum(~np.isfinite(run.finish[mine]))),
                simulated_flows=int(fl.n_flows), n_steps=int(run.n_steps),
                wall_s=float(run.wall_s), fabric_cost_share=float("nan"),
                cost_per_million_tokens=float("nan"))
+    if not np.all(mine):
+        out.update(_background_metrics(run, step, nic_rate))
     if preset in econ.FABRIC_PRICES and finished:
         params = econ.EconomicsParams() if gpu_price_per_hour is None else \
             econ.EconomicsParams(gpu_price_per_hour=float(gpu_price_per_hour))
@@ -352,6 +363,29 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
         out.update(fabric_cost_share=float(rep["fabric_cost_share"]),
                    cost_per_million_tokens=float(rep["cost_per_million_tokens"]))
     return out
+
+
+def _background_metrics(run: RailRun, step: StepFlows, nic_rate: float) -> dict:
+    """The background flows' completion (:func:`point_metrics`): each flow's slowdown,
+    its flow completion time (arrival to last byte delivered) over the time it takes on
+    an idle fabric (its bytes at the NIC line rate -- per stripe, at the stripe's share
+    of it -- plus its path's zero-load one-way latency), p50 / p99 over the finished
+    ones, and how many did not finish."""
+    fl = run.flows
+    bg = ~fl.is_step
+    n_sub = step.n_flows if run.rails is None else int(np.isin(step.rail, run.rails).sum())
+    stripes = max(fl.n_flows // max(n_sub, 1), 1)   # hashed routing on planes: stripes
+    lat = np.zeros(fl.n_flows) if run.latency is None else run.latency
+    idle = fl.size * stripes / float(nic_rate) + lat
+    fct = run.finish - fl.arrivals
+    ok = bg & np.isfinite(fct)
+    slow = fct[ok] / idle[ok]
+    pct = mx.percentiles(slow, (50, 99)) if slow.size else {"p50": np.nan, "p99": np.nan}
+    return dict(background_flows=int(bg.sum()),
+                background_p50_slowdown=float(pct["p50"]),
+                background_p99_slowdown=float(pct["p99"]),
+                background_unfinished=int(np.sum(bg & ~np.isfinite(fct))),
+                background_window=float(step.info["background"]["window"]))
 
 
 def worst_vs_ideal(metrics: dict, ideal: dict | None) -> float:
@@ -388,11 +422,13 @@ def _reduction(step: StepFlows, topology, preset_routing: str, rails, max_paths)
         srv_s = (step.src // g)[order].reshape(g, -1)
         srv_d = (step.dst // g)[order].reshape(g, -1)
         size = step.size[order].reshape(g, -1)
+        arr = step.arrivals[order].reshape(g, -1)
         d = step.deps[order]
         dep_rail = np.where(d >= 0, step.rail[np.maximum(d, 0)], -1)
         dpos = np.where(d >= 0, pos[np.maximum(d, 0)], -1).reshape(g, counts[0], -1)
         same = (np.all(srv_s == srv_s[:1]) and np.all(srv_d == srv_d[:1])
                 and np.all(size == size[:1]) and np.all(dpos == dpos[:1])
+                and np.all(arr == arr[:1])
                 and np.all((dep_rail < 0) | (dep_rail == step.rail[order][:, None])))
         del r
     if not same:
@@ -410,11 +446,13 @@ def _reduction(step: StepFlows, topology, preset_routing: str, rails, max_paths)
 
 def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
                 switch_radix=128, beyond_radix="planes", plan_options=None,
-                step_options=None, jobs: int = 1, placement: str = "packed"):
+                step_options=None, jobs: int = 1, placement: str = "packed",
+                background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF):
     """``(topology, step, nic_rate)`` of one scale point (host side): the fabric of
     :func:`~fabric_jax.scale.scale_topology`, and the step's flows of ``jobs`` jobs of
-    ``n_gpus / jobs`` GPUs placed by ``placement`` (:func:`scale_point` for the
-    arguments), NIC line rate in bytes/s."""
+    ``n_gpus / jobs`` GPUs placed by ``placement``, with background traffic at
+    ``background`` of each NIC's line rate (:func:`~fabric_jax.scale.add_background`;
+    :func:`scale_point` for the arguments), NIC line rate in bytes/s."""
     from ..systems import get_system
     sysm = get_system(system)
     topo = scale_topology(n_gpus, sysm, switch_radix=switch_radix, beyond_radix=beyond_radix)
@@ -428,7 +466,11 @@ def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
     gpu = "b200" if "b200" in sysm.name else "h100_sxm"
     steps = [step_flows(mdl, plan, gpu, nic_rate=nic_rate, seed=seed + j,
                         **(step_options or {})) for j in range(jobs)]
-    return topo, place_jobs(steps, srv, placement=placement), nic_rate  # 1 job packed: as is
+    step = place_jobs(steps, srv, placement=placement)          # 1 job packed: as is
+    # the background's own stream (seed + a constant: not the expert popularity's)
+    step = add_background(step, background, nic_rate, size_cdf=background_cdf,
+                          seed=int(seed) + 104729)
+    return topo, step, nic_rate
 
 
 def run_fabric(step: StepFlows, topology, fabric, t_ideal: float, *, rails=(0,),
@@ -452,7 +494,8 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
                 switch_radix=128, beyond_radix="planes", plan_options=None,
                 step_options=None, horizon_factor=HORIZON_FACTOR, ideal: bool = True,
                 workers: int = 1, progress=None, fifo_bands=None, on_row=None,
-                done=None, jobs: int = 1, placement: str = "packed") -> dict:
+                done=None, jobs: int = 1, placement: str = "packed",
+                background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF) -> dict:
     """Every preset (and the ideal fabric) on ``n_gpus`` GPUs: one training step.
 
     ``jobs`` > 1 runs that many jobs of ``n_gpus / jobs`` GPUs at once, one plan each
@@ -462,6 +505,14 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     job ``j``'s expert popularity uses seed ``seed + j`` (the same model on other data:
     other hot experts).  The metrics add each job's step time and their spread
     (:func:`point_metrics`).
+
+    ``background`` > 0 adds open-loop Poisson traffic at that fraction of each NIC's
+    line rate, sizes from ``background_cdf``, the same on every rail
+    (:func:`~fabric_jax.scale.add_background`): the step's figures leave those flows
+    out (on the ideal fabric too, which carries them as well), and the metrics add
+    their completion-time slowdowns.  The runs then go on until the background's flows
+    have finished too, so the pause time and congested share include the background's
+    own, over its arrival window and drain.
 
     ``on_row(out)``, when given, is called with the point's partial result after the ideal
     fabric and after each preset (under a lock when ``workers > 1``), so a caller can save
@@ -480,14 +531,15 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     topo, step, nic_rate = build_point(
         n_gpus, system=system, model=model, seed=seed, switch_radix=switch_radix,
         beyond_radix=beyond_radix, plan_options=plan_options, step_options=step_options,
-        jobs=jobs, placement=placement)
+        jobs=jobs, placement=placement, background=background,
+        background_cdf=background_cdf)
     rails = tuple(range(g)) if rails == "all" else rails
     if rails is not None and int(topo.params.get("tiers", 2)) != 2:
         rails = None                               # three tiers: no exact reduction
     upd = progress or (lambda label: None)
     out = dict(gpus=int(n_gpus), system=sysm.name, topology=topo.name,
                plan=dict(step.info), slices=step.slices, n_flows=step.n_flows,
-               jobs=jobs, placement=placement,
+               jobs=jobs, placement=placement, background=step.info.get("background"),
                rails=None if rails is None else list(rails), fabrics={}, reduction={})
     done = done or {}
     lock = threading.Lock()

@@ -14,7 +14,8 @@ from ..workloads.model import (ParallelPlan, comm_bytes, get_gpu, get_model, ste
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_PP", "DEFAULT_EP", "DEFAULT_MICROBATCHES",
            "DEFAULT_SKEW", "StepFlows", "scale_plan", "step_flows", "PHASES", "PLACEMENTS",
-           "job_servers", "place_jobs"]
+           "job_servers", "place_jobs", "BACKGROUND", "DEFAULT_BACKGROUND_CDF",
+           "add_background"]
 
 #: Default model: Mixtral 8x7B (Jiang et al. 2024; :data:`fabric_jax.workloads.model.MODELS`),
 #: a mixture-of-experts model, so the step has the expert-parallel all-to-all.
@@ -31,8 +32,16 @@ DEFAULT_MICROBATCHES = 8
 #: token-to-expert routing: :func:`fabric_jax.workloads.zipf_expert_load`).
 DEFAULT_SKEW = 1.0
 
-#: Phase ids of :attr:`StepFlows.phase`.
-PHASES = {0: "ep_all_to_all", 1: "pp_send", 2: "dp_reduce_scatter", 3: "dp_all_gather"}
+#: Phase ids of :attr:`StepFlows.phase` (:data:`BACKGROUND`: flows of other traffic
+#: sharing the fabric, :func:`add_background`).
+PHASES = {0: "ep_all_to_all", 1: "pp_send", 2: "dp_reduce_scatter", 3: "dp_all_gather",
+          4: "background"}
+#: Phase id of background flows (:func:`add_background`): not part of the step, left out
+#: of its figures.
+BACKGROUND = 4
+#: Default flow-size distribution of the background traffic
+#: (:meth:`fabric_jax.workloads.FlowSizeCDF.builtin`).
+DEFAULT_BACKGROUND_CDF = "web_search"
 #: How several jobs share the cluster's servers (:func:`job_servers`).
 PLACEMENTS = ("packed", "spread", "random")
 
@@ -108,6 +117,9 @@ class StepFlows:
         there are several, with ``jobs`` and ``placement``).
       server_job: ``[servers]`` job running on each server (``None``: one job); a
         flow's job is its receiver's server's (:attr:`job`).
+      arrival: ``[flows]`` seconds after the slice's start at which each flow may start
+        (``None``: all at 0, the step's flows, which wait only for their ``deps``;
+        background flows arrive over time, :func:`add_background`).
     """
 
     src: np.ndarray
@@ -125,10 +137,21 @@ class StepFlows:
     tokens_per_step: float
     info: dict
     server_job: np.ndarray | None = None
+    arrival: np.ndarray | None = None
 
     @property
     def n_flows(self) -> int:
         return int(self.src.size)
+
+    @property
+    def arrivals(self) -> np.ndarray:
+        """``[flows]`` arrival times, s (zeros without :attr:`arrival`)."""
+        return np.zeros(self.n_flows) if self.arrival is None else self.arrival
+
+    @property
+    def is_step(self) -> np.ndarray:
+        """``[flows]`` bool: the flow belongs to the training step (not background)."""
+        return self.phase != BACKGROUND
 
     @property
     def n_jobs(self) -> int:
@@ -162,7 +185,9 @@ class StepFlows:
         return dataclasses.replace(self, src=cut(self.src), dst=cut(self.dst),
                                    src_rank=cut(self.src_rank), dst_rank=cut(self.dst_rank),
                                    size=cut(self.size), deps=nd.astype(np.int32),
-                                   phase=cut(self.phase), rail=cut(self.rail))
+                                   phase=cut(self.phase), rail=cut(self.rail),
+                                   arrival=None if self.arrival is None
+                                   else cut(self.arrival))
 
     def stripes(self, n: int) -> "StepFlows":
         """Each flow split into ``n`` stripes of ``size / n`` (flow ``f`` becomes ``f n +
@@ -179,7 +204,9 @@ class StepFlows:
         return dataclasses.replace(self, src=rep(self.src), dst=rep(self.dst),
                                    src_rank=rep(self.src_rank), dst_rank=rep(self.dst_rank),
                                    size=rep(self.size) / n, deps=wide.astype(np.int32),
-                                   phase=rep(self.phase), rail=rep(self.rail))
+                                   phase=rep(self.phase), rail=rep(self.rail),
+                                   arrival=None if self.arrival is None
+                                   else rep(self.arrival))
 
 
 def _ordered_pairs(groups: np.ndarray):
@@ -445,3 +472,91 @@ def place_jobs(steps, servers, *, placement: str | None = None) -> StepFlows:
                      compute_time=steps[0].compute_time,
                      tokens_per_step=float(sum(st.tokens_per_step for st in steps)),
                      info=info, server_job=server_job)
+
+
+def add_background(step: StepFlows, load: float, nic_rate: float, *,
+                   size_cdf=DEFAULT_BACKGROUND_CDF, window: float | None = None,
+                   seed: int = 0) -> StepFlows:
+    """``step`` with open-loop background traffic sharing its fabric (phase
+    :data:`BACKGROUND`, appended after the step's flows).
+
+    The background is Poisson traffic between servers
+    (:func:`fabric_jax.workloads.poisson_background` over the servers: uniform random
+    destination server, flow sizes from ``size_cdf``, arrivals over ``[0, window]``),
+    and each server-to-server flow runs on **every rail**, one flow of the sampled size
+    per rail between the two servers' NICs of that rail: each NIC then offers ``load``
+    times its line rate on average.  Storage, checkpoint and data-loading traffic on a
+    converged back-end fabric is striped over a server's NICs in the same way; the
+    assumption that every rail carries the same background (an assumption, named here)
+    is what keeps the rail reduction exact (:func:`~fabric_jax.scale.scale_point`:
+    every rail carries the same flows); other placements of background traffic would
+    give each rail its own sample.
+
+    Background flows have no dependencies and count for no job: the step's figures
+    (:func:`~fabric_jax.scale.point_metrics`) leave them out and report their flow
+    completion times apart.
+
+    Args:
+      step: the step's flows (:func:`step_flows`, :func:`place_jobs`).
+      load: offered load per NIC, fraction of ``nic_rate``, in ``[0, 1)`` (0: ``step``
+        unchanged).
+      nic_rate: NIC line rate, bytes/s.
+      size_cdf: :class:`~fabric_jax.workloads.FlowSizeCDF` or built-in name (default
+        :data:`DEFAULT_BACKGROUND_CDF`, the DCTCP web-search distribution).
+      window: seconds over which flows arrive (default twice the slice's line-rate
+        communication time, ``2 t_comm / k``: the background covers the step's slice
+        while its efficiency stays above one half).
+      seed: seed of the arrivals, pairs and sizes.
+
+    Raises:
+      ValueError: ``load`` outside ``[0, 1)``, a non-positive ``window`` or
+        ``nic_rate``, an unknown ``size_cdf``, or a ``step`` that has background already.
+    """
+    from ..workloads.cdf import FlowSizeCDF
+    from ..workloads.traffic import poisson_background
+    try:
+        load = float(load)
+    except (TypeError, ValueError):
+        raise ValueError(f"load: expected a number in [0, 1), got {load!r}") from None
+    if not (np.isfinite(load) and 0.0 <= load < 1.0):
+        raise ValueError(f"load: the background's offered load per NIC must lie in [0, 1) "
+                         f"of the line rate; got {load!r}")
+    if np.any(step.phase == BACKGROUND):
+        raise ValueError("step: already has background flows; add them once")
+    if load == 0.0:
+        return step
+    if not (np.isfinite(nic_rate) and nic_rate > 0):
+        raise ValueError(f"nic_rate: must be > 0 bytes/s; got {nic_rate!r}")
+    if isinstance(size_cdf, str):
+        if size_cdf not in FlowSizeCDF.builtin_names():
+            raise ValueError(f"size_cdf: unknown flow-size distribution {size_cdf!r}; "
+                             f"choose one of {FlowSizeCDF.builtin_names()}")
+        size_cdf = FlowSizeCDF.builtin(size_cdf)
+    if not isinstance(size_cdf, FlowSizeCDF):
+        raise ValueError(f"size_cdf: expected a FlowSizeCDF or a built-in name; got "
+                         f"{type(size_cdf).__name__}")
+    if window is None:
+        window = 2.0 * float(step.info["line_rate_comm_time"]) / step.slices
+    if not (np.isfinite(window) and window > 0):
+        raise ValueError(f"window: must be > 0 seconds; got {window!r}")
+    g = step.gpus_per_server
+    n_srv = step.n_gpus // g
+    w = poisson_background(n_srv, load, float(nic_rate), size_cdf, float(window), seed)
+    n_bg = int(w.src.size)
+    rail = np.repeat(np.arange(g), n_bg)              # rail-major: each rail, same order
+    src = np.tile(w.src.astype(np.int64), g) * g + rail
+    dst = np.tile(w.dst.astype(np.int64), g) * g + rail
+    n = step.n_flows
+    cat = lambda a, b, dt: np.concatenate([np.asarray(a), b]).astype(dt)  # noqa: E731
+    info = dict(step.info, background=dict(load=load, size_cdf=size_cdf.name or "custom",
+                                           window=float(window), server_flows=n_bg,
+                                           flows=n_bg * g, seed=int(seed)))
+    return dataclasses.replace(
+        step, src=cat(step.src, src, np.int32), dst=cat(step.dst, dst, np.int32),
+        src_rank=cat(step.src_rank, src, np.int32), dst_rank=cat(step.dst_rank, dst, np.int32),
+        size=cat(step.size, np.tile(w.size, g), np.float64),
+        deps=np.concatenate([step.deps, np.full((n_bg * g, step.deps.shape[1]), -1,
+                                                np.int32)]).astype(np.int32),
+        phase=cat(step.phase, np.full(n_bg * g, BACKGROUND), np.int32),
+        rail=cat(step.rail, rail, np.int32),
+        arrival=cat(step.arrivals, np.tile(w.arrival, g), np.float64), info=info)
