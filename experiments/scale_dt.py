@@ -25,7 +25,10 @@ import sys
 
 #: The metrics compared (``point_metrics`` keys), headline ones first.
 METRICS = ("step_time", "gpu_utilization", "p50_completion", "p99_completion",
-           "p99_over_p50", "effective_bandwidth", "congested_share", "pfc_pause_time")
+           "p99_over_p50", "effective_bandwidth", "congested_share", "pfc_pause_time",
+           "background_p50_slowdown", "background_p99_slowdown")
+#: Metrics only runs with background traffic have (not printed when no row has them).
+OPTIONAL = ("background_p50_slowdown", "background_p99_slowdown")
 
 
 def rows(results: dict) -> dict:
@@ -83,7 +86,9 @@ def main(argv=None) -> int:
     print(f"largest relative change, dt = {da} us -> {db} us, over the rows both have:")
     name = lambda k: f"{k[0]} GPUs{'' if k[1] == 1 else f', {k[1]} jobs'}, {k[2]}"  # noqa
     for m, (r, k, zero) in ch.items():
-        print(f"  {m:<20} {100 * r:>7.2f} %  ({'-' if k is None else name(k)})"
+        if m in OPTIONAL and k is None and not zero:
+            continue
+        print(f"  {m:<24} {100 * r:>7.2f} %  ({'-' if k is None else name(k)})"
               + (f"; 0 in one run only: {', '.join(name(z) for z in zero)}" if zero else ""))
     return 0
 

@@ -11,7 +11,9 @@ guessed: a variant is ``preset[:field=value,...][@max_paths]``, e.g.
 ``spectrum_x:cc=none@16`` (Spectrum-X's routing and PFC without its congestion-control
 law, 16 candidate paths per flow and plane).  ``field=value`` pairs are
 :class:`fabric_jax.fabrics.Fabric` fields (``cc``, ``routing``, ``flow_control``) or,
-with a ``routing.`` prefix, options of its routing policy (``routing.info_delay_us=0``).
+with a ``routing.`` prefix, options of its routing policy (``routing.info_delay_us=0``),
+with a ``cc.`` prefix, parameters of its congestion-control law
+(``cc.expected_flows=10``: :func:`fabric_jax.cc.params_for`).
 Every variant runs on the same flows, placement and paths as the preset
 (:func:`fabric_jax.scale.build_point` and :func:`fabric_jax.scale.run_fabric`, as
 ``fabric-jax scale`` does: rail 0, HGX H100 servers, the default model and plan), next
@@ -46,7 +48,7 @@ def parse_variant(text: str):
         raise ValueError(f"--variants: {text!r}: unknown preset {name!r} (one of "
                          f"{', '.join(PRESETS)})")
     fab = get_fabric(name)
-    over, routing = {}, {}
+    over, routing, ccopt = {}, {}, {}
     for pair in filter(None, opts.split(",")):
         key, eq, val = pair.partition("=")
         if not eq:
@@ -57,13 +59,17 @@ def parse_variant(text: str):
             pass
         if key.startswith("routing."):
             routing[key[len("routing."):]] = val
+        elif key.startswith("cc."):
+            ccopt[key[len("cc."):]] = val
         elif key in ("cc", "routing", "flow_control"):
             over[key] = val
         else:
             raise ValueError(f"--variants: {text!r}: field {key!r} is not cc, routing, "
-                             f"flow_control or routing.<option>")
+                             f"flow_control, routing.<option> or cc.<option>")
     if routing:
         over["routing_options"] = {**fab.routing_options, **routing}
+    if ccopt:
+        over["cc_options"] = {**fab.cc_options, **ccopt}
     fab = fab.replace(**over) if over else fab
     try:
         max_paths = int(mp) if mp else sc.DEFAULT_MAX_PATHS

@@ -272,6 +272,11 @@ def test_scale_jobs_variants_parse_and_match_the_cli_rows(tmp_path):
     label, fab, mp = scale_jobs.parse_variant("spectrum_x:cc=none,routing.info_delay_us=0@16")
     assert (fab.cc, fab.routing_options["info_delay_us"], mp) == ("none", 0.0, 16)
     assert scale_jobs.parse_variant("roce")[1:] == (get_fabric("roce"), sc.DEFAULT_MAX_PATHS)
+    # cc.<option>: a parameter of the preset's law (HPCC's N: R_AI = C (1 - eta) / N)
+    hp = scale_jobs.parse_variant("spectrum_x:cc.expected_flows=10")[1]
+    assert hp.cc_options["expected_flows"] == 10.0
+    assert float(hp.law_params(50e9).r_ai) == pytest.approx(
+        10 * float(get_fabric("spectrum_x").law_params(50e9).r_ai))
     for bad in ("ethernet", "roce:speed=1", "roce:cc", "roce@x", "roce@0"):
         with pytest.raises(ValueError, match="--variants"):
             scale_jobs.parse_variant(bad)
@@ -282,6 +287,14 @@ def test_scale_jobs_variants_parse_and_match_the_cli_rows(tmp_path):
     row = json.loads(out.read_text())["rows"][0]
     pt = sc.scale_point(128, ["roce"], jobs=2, placement="random", ideal=False)
     assert row["step_time"] == pytest.approx(pt["fabrics"]["roce"]["step_time"], rel=1e-9)
+    # with background traffic too (the same flows as fabric-jax scale --background)
+    assert scale_jobs.main(["--gpus", "16", "--jobs", "1", "--placement", "packed",
+                            "--background", "0.2", "--variants", "uec", "--json",
+                            str(out)]) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    pt = sc.scale_point(16, ["uec"], background=0.2, ideal=False)
+    for key in ("step_time", "background_p99_slowdown"):
+        assert row[key] == pytest.approx(pt["fabrics"]["uec"][key], rel=1e-9), key
 
 
 def test_plots_with_several_jobs(tmp_path):
