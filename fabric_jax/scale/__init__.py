@@ -56,6 +56,11 @@ servers' flows), so they run as if alone -- tested; spread or random placement m
 them share leaf uplinks and spine ports, where hashed routing lets one job's flows
 collide with another's.
 
+**Background traffic** (``--background``, :func:`add_background`): open-loop Poisson
+flows between servers at a fraction of each NIC's line rate, the same on every rail (an
+assumption that keeps the reduction exact), left out of the step's figures and reported
+apart (their completion-time slowdowns).
+
 Units: bytes, seconds, bytes/s.
 """
 from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, clos_paths, ecmp_paths,
