@@ -65,9 +65,9 @@ Units: bytes, seconds, bytes/s.
 """
 from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, clos_paths, ecmp_paths,
                       link_rails, rail_symmetric_paths, rail_view, scale_topology)
-from ._step import (BACKGROUND, DEFAULT_BACKGROUND_CDF, add_background, DEFAULT_EP, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP, DEFAULT_SKEW,
-                    PHASES, PLACEMENTS, StepFlows, job_servers, place_jobs, scale_plan,
-                    step_flows)
+from ._step import (BACKGROUND, DEFAULT_BACKGROUND_CDF, DEFAULT_EP, DEFAULT_MICROBATCHES,
+                    DEFAULT_MODEL, DEFAULT_PP, DEFAULT_SKEW, PHASES, PLACEMENTS, StepFlows,
+                    add_background, job_servers, place_jobs, scale_plan, step_flows)
 from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROUTING,
                    HORIZON_FACTOR, IDEAL, RailRun, build_point, ideal_rails, point_metrics,
                    route_flows, run_fabric, run_scale, scale_point, simulate_rails,
