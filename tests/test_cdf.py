@@ -112,6 +112,17 @@ def test_bad_arguments_raise(tmp_path):
         FlowSizeCDF.builtin("nope")
     with pytest.raises(ValueError, match="q"):
         FlowSizeCDF.builtin("hadoop").quantile(1.5)
+    # resolve: a name or a distribution, errors naming the caller's argument
+    hd = FlowSizeCDF.builtin("hadoop")
+    assert FlowSizeCDF.resolve(hd) is hd
+    assert FlowSizeCDF.resolve("hadoop").mean() == hd.mean()
+    with pytest.raises(ValueError, match="^background_cdf: unknown"):
+        FlowSizeCDF.resolve("nope", "background_cdf")
+    with pytest.raises(ValueError, match="^size_cdf: expected a FlowSizeCDF"):
+        FlowSizeCDF.resolve(3.0)
+    from fabric_jax.workloads import poisson_background
+    with pytest.raises(ValueError, match="^size_cdf: unknown"):
+        poisson_background(4, 0.2, 1e9, "nope", 1e-3)
     bad = tmp_path / "bad.txt"
     bad.write_text("0 0\n10 abc\n")
     with pytest.raises(ValueError, match="bad.txt:2"):

@@ -3,6 +3,7 @@ the one-rail reduction against the full run, ECMP against balls into bins, the C
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -392,6 +393,8 @@ def test_add_background_bad_input(kw, arg):
     args = dict(load=0.2) | kw
     with pytest.raises(ValueError, match=arg):
         sc.add_background(st, args.pop("load"), 50e9, **args)
+    with pytest.raises(ValueError, match="size_cdf"):          # checked at load 0 too
+        sc.add_background(st, 0.0, 50e9, size_cdf="imagenet")
     with pytest.raises(ValueError, match="already"):
         sc.add_background(sc.add_background(st, 0.2, 50e9, window=1e-3), 0.2, 50e9)
 
@@ -405,7 +408,6 @@ def test_background_keeps_the_rail_reduction_exact():
     i = np.flatnonzero(~b.is_step & (b.rail == 3))[0]
     arr = b.arrivals.copy()
     arr[i] += 1e-6
-    import dataclasses
     moved = dataclasses.replace(b, arrival=arr)
     assert not sc._run._reduction(moved, topo, "adaptive", (0,), 4)["exact"]
 
@@ -424,7 +426,6 @@ def test_background_is_left_out_of_the_step_figures():
     assert m["background_flows"] == np.sum(~run.flows.is_step)
     assert m["background_unfinished"] == 0
     assert 1.0 - 1e-9 <= m["background_p50_slowdown"] <= m["background_p99_slowdown"]
-    import dataclasses
     late = run.finish.copy()
     late[~run.flows.is_step] += 1.0                  # background a second later
     m2 = sc.point_metrics(dataclasses.replace(run, finish=late), b, topo, None, 50e9,

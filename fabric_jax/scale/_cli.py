@@ -153,9 +153,10 @@ def _parse(args):
         raise _Bad(f"--background must lie in [0, 1) (a fraction of the NIC line rate); "
                    f"got {args.background!r}")
     from ..workloads.cdf import FlowSizeCDF
-    if args.background_cdf not in FlowSizeCDF.builtin_names():
-        raise _Bad(f"--background-cdf must be one of {', '.join(FlowSizeCDF.builtin_names())}"
-                   f"; got {args.background_cdf!r}")
+    try:
+        FlowSizeCDF.resolve(args.background_cdf, "--background-cdf")
+    except ValueError as err:
+        raise _Bad(str(err)) from None
     if args.seed < 0:
         raise _Bad(f"--seed must be >= 0; got {args.seed!r}")
     from ._step import PLACEMENTS, job_servers
@@ -315,7 +316,7 @@ def format_table(results: dict) -> str:
     from ._run import worst_vs_ideal
     several = any(_placed(pt) for pt in results["points"])
     bg = any(pt.get("background") for pt in results["points"])
-    several = several or bg
+    several = several or bg          # "vs ideal +%" is the step's figure with background
     head = (f"{'GPUs':>6} {'fabric':<11} {'step ms':>8} {'util %':>6} {'p50 ms':>7} "
             f"{'p99 ms':>7} {'p99/p50':>7} {'eff bw':>6} {'congst %':>8} {'pause s':>8} "
             f"{'fabric $ %':>10} {'exact':>5}"

@@ -523,18 +523,11 @@ def add_background(step: StepFlows, load: float, nic_rate: float, *,
                          f"of the line rate; got {load!r}")
     if np.any(step.phase == BACKGROUND):
         raise ValueError("step: already has background flows; add them once")
-    if load == 0.0:
-        return step
     if not (np.isfinite(nic_rate) and nic_rate > 0):
         raise ValueError(f"nic_rate: must be > 0 bytes/s; got {nic_rate!r}")
-    if isinstance(size_cdf, str):
-        if size_cdf not in FlowSizeCDF.builtin_names():
-            raise ValueError(f"size_cdf: unknown flow-size distribution {size_cdf!r}; "
-                             f"choose one of {FlowSizeCDF.builtin_names()}")
-        size_cdf = FlowSizeCDF.builtin(size_cdf)
-    if not isinstance(size_cdf, FlowSizeCDF):
-        raise ValueError(f"size_cdf: expected a FlowSizeCDF or a built-in name; got "
-                         f"{type(size_cdf).__name__}")
+    size_cdf = FlowSizeCDF.resolve(size_cdf, "size_cdf")
+    if load == 0.0:
+        return step
     if window is None:
         window = 2.0 * float(step.info["line_rate_comm_time"]) / step.slices
     if not (np.isfinite(window) and window > 0):
@@ -546,7 +539,6 @@ def add_background(step: StepFlows, load: float, nic_rate: float, *,
     rail = np.repeat(np.arange(g), n_bg)              # rail-major: each rail, same order
     src = np.tile(w.src.astype(np.int64), g) * g + rail
     dst = np.tile(w.dst.astype(np.int64), g) * g + rail
-    n = step.n_flows
     cat = lambda a, b, dt: np.concatenate([np.asarray(a), b]).astype(dt)  # noqa: E731
     info = dict(step.info, background=dict(load=load, size_cdf=size_cdf.name or "custom",
                                            window=float(window), server_flows=n_bg,

@@ -215,6 +215,20 @@ class FlowSizeCDF:
         return cls.from_table(arr[:, 0], arr[:, 1], interpolation or rule, name=name,
                               source=citation)
 
+    @classmethod
+    def resolve(cls, cdf, arg: str = "size_cdf") -> FlowSizeCDF:
+        """``cdf`` itself, or the built-in distribution it names; a ``ValueError``
+        naming the argument ``arg`` otherwise (an unknown name, another type)."""
+        if isinstance(cdf, str):
+            if cdf not in _cdf_tables.TABLES:
+                raise ValueError(f"{arg}: unknown flow-size distribution {cdf!r}; choose "
+                                 f"one of {cls.builtin_names()}")
+            return cls.builtin(cdf)
+        if not isinstance(cdf, cls):
+            raise ValueError(f"{arg}: expected a FlowSizeCDF or a built-in name, got "
+                             f"{type(cdf).__name__}")
+        return cdf
+
     @staticmethod
     def builtin_names() -> tuple[str, ...]:
         """Names accepted by :meth:`builtin`."""

@@ -77,11 +77,7 @@ def poisson_background(hosts, load: float, link_rate: float, size_cdf, duration:
     start = float(start)
     if not np.isfinite(start) or start < 0:
         raise ValueError(f"start: must be finite and >= 0 seconds, got {start}")
-    if isinstance(size_cdf, str):
-        size_cdf = FlowSizeCDF.builtin(size_cdf)
-    if not isinstance(size_cdf, FlowSizeCDF):
-        raise ValueError("size_cdf: expected a FlowSizeCDF or a built-in name, got "
-                         f"{type(size_cdf).__name__}")
+    size_cdf = FlowSizeCDF.resolve(size_cdf, "size_cdf")
     mean = size_cdf.mean()
     if mean <= 0:
         raise ValueError("size_cdf: the mean flow size must be > 0")
