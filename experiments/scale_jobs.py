@@ -94,6 +94,9 @@ def main(argv=None) -> int:
                     help="background load per NIC, fraction of line rate (default 0)")
     ap.add_argument("--background-cdf", default=sc.DEFAULT_BACKGROUND_CDF,
                     help=f"background flow sizes (default {sc.DEFAULT_BACKGROUND_CDF})")
+    ap.add_argument("--latency", default=sc.DEFAULT_LATENCY, choices=sc.LATENCY_MODELS,
+                    help=f"per-message latency of the collective calls (default "
+                         f"{sc.DEFAULT_LATENCY}; fabric-jax scale --latency)")
     ap.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     ap.add_argument("--json", metavar="PATH", help="write the rows as JSON")
     args = ap.parse_args(argv)
@@ -104,7 +107,8 @@ def main(argv=None) -> int:
         t0, c0 = time.perf_counter(), time.process_time()
         topo, st, nic = sc.build_point(args.gpus, jobs=args.jobs, placement=args.placement,
                                        seed=args.seed, background=args.background,
-                                       background_cdf=args.background_cdf)
+                                       background_cdf=args.background_cdf,
+                                       latency=args.latency)
     except ValueError as err:
         print(f"scale_jobs: error: {err}", file=sys.stderr)
         return 2
@@ -122,7 +126,7 @@ def main(argv=None) -> int:
         rows.append(dict(variant=label, max_paths=mp, step_time=m["step_time"],
                          worst_vs_ideal=sc.worst_vs_ideal(m, ideal),
                          effective_bandwidth=m["effective_bandwidth"],
-                         congested_share=m["congested_share"],
+                         latency_time=m["latency_time"], congested_share=m["congested_share"],
                          unfinished_flows=m["unfinished_flows"], wall_s=m["wall_s"],
                          background_p99_slowdown=m.get("background_p99_slowdown",
                                                        float("nan"))))

@@ -474,6 +474,81 @@ def test_scale_point_with_background_every_preset_finishes():
     assert out["reduction"]["spectrum_x"]["exact"]
 
 
+# ------------------------------------------------------------------ per-message latency
+@pytest.mark.parametrize("gpus", [128, 8192])
+def test_collective_calls_counts_and_megatron_buckets(gpus):
+    # the calls a rank makes per step: 4 L/pp m all-to-alls, 2 m pipeline sends, and per
+    # data-parallel group one reduce-scatter + all-gather per Megatron bucket of
+    # max(4e7, 1e6 dp) parameters
+    mdl, plan = sc.scale_plan(n_gpus=gpus)
+    st = sc.step_flows(mdl, plan)
+    calls = {c["name"]: c for c in st.info["collectives"]}
+    m = plan.n_microbatches(mdl)
+    assert calls["ep_all_to_all"]["count"] == 4 * mdl.n_layers // plan.pp * m
+    assert calls["pp_send"]["count"] == 2 * m and calls["pp_send"]["ranks"] == 2
+    bucket = max(40e6, 1e6 * plan.dp)
+    for key, params, ranks in (("dp", mdl.dense_params / (plan.tp * plan.pp), plan.dp),
+                               ("edp", mdl.moe_params / (plan.tp * plan.pp * plan.ep),
+                                plan.dp // plan.ep)):
+        n_b = int(np.ceil(params / bucket))
+        if ranks < 2:                      # 128 GPUs: dp = ep = 4, no expert-DP group
+            assert f"{key}_all_gather" not in calls
+            continue
+        for op in ("reduce_scatter", "all_gather"):
+            c = calls[f"{key}_{op}"]
+            assert (c["count"], c["ranks"], c["nodes"]) == (n_b, ranks, ranks)  # 1 per server
+            assert c["nbytes"] * n_b == pytest.approx(params * plan.grad_bytes, rel=1e-12)
+    assert st.info["latency"] == "nccl"
+    with pytest.raises(ValueError, match="latency"):
+        sc.step_flows(mdl, plan, latency="fast")
+
+
+def test_collective_overhead_ring_grows_linearly_nccl_picks_the_cheaper():
+    # per step, host side: 'none' costs nothing; NCCL's choice never costs more than
+    # rings only; the rings' cost grows ~linearly with the data-parallel degree (p - 1
+    # steps), NCCL's (PAT for the dense gradients) far less; more path latency, more cost
+    tot = {}
+    for gpus in (1024, 8192, 32768):
+        mdl, plan = sc.scale_plan(n_gpus=gpus)
+        info = sc.step_flows(mdl, plan).info
+        for mode in sc.LATENCY_MODELS:
+            tot[gpus, mode] = sc.collective_overhead(dict(info, latency=mode), 50e9,
+                                                     1e-6)["total"]
+        assert tot[gpus, "none"] == 0.0
+        assert 0 < tot[gpus, "nccl"] <= tot[gpus, "ring"]
+        slow = sc.collective_overhead(info, 50e9, 3e-6)["total"]
+        assert slow > tot[gpus, "nccl"]
+        by_phase = sc.collective_overhead(info, 50e9, {0: 1e-6, 1: 1e-6, 2: 1e-6, 3: 1e-6})
+        assert by_phase["total"] == pytest.approx(tot[gpus, "nccl"], rel=1e-12)
+    ring = [tot[g, "ring"] for g in (1024, 8192, 32768)]
+    nccl = [tot[g, "nccl"] for g in (1024, 8192, 32768)]
+    assert ring[2] - ring[1] > 2 * (ring[1] - ring[0]) > 0
+    assert nccl[2] - nccl[0] < 0.5 * (ring[2] - ring[0])
+    mdl, plan = sc.scale_plan(n_gpus=32768)
+    calls = sc.collective_overhead(sc.step_flows(mdl, plan).info, 50e9)["calls"]
+    assert calls["dp_all_gather"]["algorithm"] == "pat"          # 1,024 ranks
+    with pytest.raises(ValueError, match="latency"):
+        sc.collective_overhead(dict(info, latency="slow"), 50e9)
+
+
+def test_latency_adds_to_the_step_not_to_the_fabric():
+    # the ideal crossbar (no path latency): the same flows and finish times; the step,
+    # the p50 / p99 over ranks move by exactly the calls' NCCL latency, the effective
+    # bandwidth (the fabric's) not at all
+    topo, st, nic = sc.build_point(16, latency="none")
+    _, st2, _ = sc.build_point(16)
+    run = sc.ideal_rails(st, nic)
+    m0 = sc.point_metrics(run, st, topo, None, nic, n_rails=8)
+    m = sc.point_metrics(run, st2, topo, None, nic, n_rails=8)
+    L = sc.collective_overhead(st2.info, nic)["total"]
+    assert m0["latency_time"] == 0.0 and m["latency_time"] == pytest.approx(L, rel=1e-12)
+    assert L > 0.01                   # 1,024 all-to-alls at 16 GPUs (pp = 1)
+    assert m["step_time"] == pytest.approx(m0["step_time"] + L, rel=1e-12)
+    assert m["p50_completion"] == pytest.approx(m0["p50_completion"] + L, rel=1e-7)
+    assert m["effective_bandwidth"] == m0["effective_bandwidth"]
+    assert m["latency_algorithms"]["dp_all_gather"] == "ring"
+
+
 # ------------------------------------------------------------------ ECMP
 @pytest.mark.parametrize("gpus", [8192, 32768])
 def test_ecmp_uplink_occupancy_is_balls_into_bins(gpus):
@@ -595,6 +670,7 @@ def test_rail_reduction_equals_full_run_every_preset(preset):
     (["--gpus", "16", "--jobs", "2"], "--jobs"), (["--placement", "striped"], "--placement"),
     (["--background", "1"], "--background"), (["--background", "-0.1"], "--background"),
     (["--background-cdf", "imagenet"], "--background-cdf"),
+    (["--latency", "logp"], "--latency"),
 ])
 def test_cli_bad_input_exits_2_naming_the_flag(argv, flag, capsys):
     from fabric_jax.cli import main

@@ -14,7 +14,9 @@
 algorithms are described in :mod:`._algorithms`, the protocol and selection model in
 :mod:`._tuning`); :func:`simulate_plan` runs it in the exact event-driven max-min
 engine; :func:`select_algorithm` picks the algorithm and protocol NCCL's way;
-:func:`run_collective` and :func:`sweep` do all three.  ``S`` (``nbytes``) follows
+:func:`run_collective` and :func:`sweep` do all three.  :func:`nccl_latency`,
+:func:`nccl_time` and :func:`nccl_choice` are NCCL's closed-form model of one call
+(current NCCL, with PAT; :mod:`._latency`), for workloads too large to build as DAGs.  ``S`` (``nbytes``) follows
 nccl-tests: the all-reduce / broadcast buffer, the full output of all-gather, the full
 input of reduce-scatter, each rank's send buffer for all-to-all.
 
@@ -31,6 +33,8 @@ from ..topology import Topology
 from . import _algorithms as A
 from ._plan import (LINK_CLASSES, CollectivePlan, CollectiveResult, critical_path,
                     link_bytes, link_classes, simulate_plan, simulate_plans)
+from ._latency import (LATENCY_ALGORITHMS, NCCL_BASE_LATENCY_US, NCCL_NET_LATENCY_US,
+                       NCCL_NVLINK_LATENCY_US, nccl_choice, nccl_latency, nccl_time)
 from ._tuning import (ALGORITHM_PROTOCOLS, ALGORITHMS, CHUNK_BYTES, CHUNK_LEVELS, DEFAULT_CHUNKS,
                       LINK_EFFICIENCY, PROTOCOLS, SHARP_LEVEL_LATENCY_US, Protocol,
                       auto_chunks)
@@ -39,7 +43,9 @@ __all__ = ["CollectivePlan", "CollectiveResult", "Protocol", "PROTOCOLS", "ALGOR
            "ALGORITHM_PROTOCOLS", "LINK_EFFICIENCY", "DEFAULT_CHUNKS", "CHUNK_LEVELS", "CHUNK_BYTES", "auto_chunks", "SHARP_LEVEL_LATENCY_US", "OPS",
            "DEFAULT_CHANNELS", "build_plan", "simulate_plan", "simulate_plans",
            "select_algorithm", "run_collective", "sweep", "link_bytes", "link_classes",
-           "critical_path", "ring_orders"]
+           "critical_path", "ring_orders", "nccl_latency", "nccl_time", "nccl_choice",
+           "LATENCY_ALGORITHMS", "NCCL_BASE_LATENCY_US", "NCCL_NET_LATENCY_US",
+           "NCCL_NVLINK_LATENCY_US"]
 
 ring_orders = A.ring_orders
 

@@ -60,14 +60,21 @@ collide with another's.
 flows between servers at a fraction of each NIC's line rate, the same on every rail (an
 assumption that keeps the reduction exact), left out of the step's figures and reported
 apart (their completion-time slowdowns).
+**Per-message latency** (``--latency nccl|ring|none``, :func:`collective_overhead`): the
+step's collective calls (all-to-alls, pipeline sends, one reduce-scatter and all-gather
+per Megatron gradient bucket) priced by NCCL's own cost model, ring or PAT as NCCL
+picks, and added to the step: what the flows' bandwidth view leaves out, and what
+grows with the data-parallel degree.
 
 Units: bytes, seconds, bytes/s.
 """
 from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, clos_paths, ecmp_paths,
                       link_rails, rail_symmetric_paths, rail_view, scale_topology)
-from ._step import (BACKGROUND, DEFAULT_BACKGROUND_CDF, DEFAULT_EP, DEFAULT_MICROBATCHES,
-                    DEFAULT_MODEL, DEFAULT_PP, DEFAULT_SKEW, PHASES, PLACEMENTS, StepFlows,
-                    add_background, job_servers, place_jobs, scale_plan, step_flows)
+from ._step import (BACKGROUND, BUCKET_PARAMS, DEFAULT_BACKGROUND_CDF, DEFAULT_EP,
+                    DEFAULT_LATENCY, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP,
+                    DEFAULT_SKEW, LATENCY_MODELS, PHASES, PLACEMENTS, StepFlows,
+                    add_background, collective_overhead, job_servers, place_jobs,
+                    scale_plan, step_flows)
 from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROUTING,
                    HORIZON_FACTOR, IDEAL, RailRun, build_point, ideal_rails, point_metrics,
                    route_flows, run_fabric, run_scale, scale_point, simulate_rails,
@@ -80,7 +87,8 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "add_background",
            "DEFAULT_EP", "DEFAULT_MICROBATCHES", "DEFAULT_MODEL", "DEFAULT_PP",
            "DEFAULT_SKEW", "PHASES", "PLACEMENTS", "StepFlows", "job_servers",
-           "place_jobs", "scale_plan", "step_flows",
+           "place_jobs", "scale_plan", "step_flows", "BUCKET_PARAMS", "DEFAULT_LATENCY",
+           "LATENCY_MODELS", "collective_overhead",
            "CONGESTED_DELAY", "DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "HASHED_ROUTING",
            "HORIZON_FACTOR", "IDEAL", "RailRun", "ideal_rails", "point_metrics",
            "route_flows", "run_scale", "scale_point", "simulate_rails", "build_point",

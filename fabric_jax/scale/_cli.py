@@ -89,6 +89,12 @@ def add_parser(sub):
                    help=f"flow sizes of the background: one of "
                         f"{', '.join(FlowSizeCDF.builtin_names())} (default "
                         f"{_step.DEFAULT_BACKGROUND_CDF})")
+    p.add_argument("--latency", default=_step.DEFAULT_LATENCY,
+                   help=f"per-message latency of the step's collective calls, priced by "
+                        f"NCCL's cost model and added to the step: "
+                        f"{', '.join(_step.LATENCY_MODELS)} (default "
+                        f"{_step.DEFAULT_LATENCY}: ring or PAT as NCCL >= 2.23 picks; "
+                        f"ring: rings only; none: the bandwidth view)")
     p.add_argument("--seed", type=int, default=0, help="seed (hashes, expert popularity)")
     p.add_argument("--workers", type=int, default=1,
                    help="presets run at once, in threads (default 1)")
@@ -159,7 +165,10 @@ def _parse(args):
         raise _Bad(str(err)) from None
     if args.seed < 0:
         raise _Bad(f"--seed must be >= 0; got {args.seed!r}")
-    from ._step import PLACEMENTS, job_servers
+    from ._step import LATENCY_MODELS, PLACEMENTS, job_servers
+    if args.latency not in LATENCY_MODELS:
+        raise _Bad(f"--latency must be one of {', '.join(LATENCY_MODELS)}; got "
+                   f"{args.latency!r}")
     if args.placement not in PLACEMENTS:
         raise _Bad(f"--placement must be one of {', '.join(PLACEMENTS)}; got "
                    f"{args.placement!r}")
@@ -224,7 +233,7 @@ def run(args) -> int:
                 ideal=not args.no_ideal, workers=args.workers, progress=bar.update,
                 on_row=save, done=earlier.get(g), jobs=args.jobs,
                 placement=args.placement, background=args.background,
-                background_cdf=args.background_cdf))
+                background_cdf=args.background_cdf, latency=args.latency))
     except ValueError as err:
         print(f"fabric-jax scale: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -249,10 +258,10 @@ def run(args) -> int:
 # inputs that must match for --resume to reuse an earlier run's rows
 _SAME = ("system", "model", "dt_us", "rails", "max_paths", "switch_radix", "beyond_radix",
          "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal",
-         "jobs", "placement", "background", "background_cdf")
+         "jobs", "placement", "background", "background_cdf", "latency")
 #: values of inputs an older JSON may lack (it was written before the flag existed)
 _BEFORE = {"jobs": 1, "placement": "packed", "background": 0.0,
-           "background_cdf": "web_search"}
+           "background_cdf": "web_search", "latency": "none"}
 
 
 def _earlier(args) -> dict:
@@ -301,8 +310,9 @@ def _clean(x):
 def format_table(results: dict) -> str:
     """The scale table: one row per GPU count and preset, the ideal fabric after them.
 
-    Columns: step time (ms), GPU utilisation (%), p50 / p99 over ranks of the step's
-    communication time (ms) and their ratio, effective bandwidth (fraction of line
+    Columns: step time (ms), GPU utilisation (%), the per-message latency of the step's
+    collective calls included in both (``lat ms``, NCCL's model, ``--latency``), p50 /
+    p99 over ranks of the step's communication time (ms) and their ratio, effective bandwidth (fraction of line
     rate), share of port-bytes that met a congested port (%), port-seconds paused by
     PFC or starved of credits per step over the whole fabric (s), the fabric's share
     of $/token (%), and whether the simulated rails give the cluster exactly; with
@@ -317,7 +327,8 @@ def format_table(results: dict) -> str:
     several = any(_placed(pt) for pt in results["points"])
     bg = any(pt.get("background") for pt in results["points"])
     several = several or bg          # "vs ideal +%" is the step's figure with background
-    head = (f"{'GPUs':>6} {'fabric':<11} {'step ms':>8} {'util %':>6} {'p50 ms':>7} "
+    head = (f"{'GPUs':>6} {'fabric':<11} {'step ms':>8} {'util %':>6} {'lat ms':>6} "
+            f"{'p50 ms':>7} "
             f"{'p99 ms':>7} {'p99/p50':>7} {'eff bw':>6} {'congst %':>8} {'pause s':>8} "
             f"{'fabric $ %':>10} {'exact':>5}"
             + (f" {'jobs +%':>7} {'vs ideal +%':>11}" if several else "")
@@ -333,7 +344,8 @@ def format_table(results: dict) -> str:
                                        else f"{x * s:.{d}f}")
             lines.append(
                 f"{pt['gpus']:>6} {name:<11} {f(m['step_time'], 1e3):>8} "
-                f"{f(m['gpu_utilization'], 100):>6} {f(m['p50_completion'], 1e3, 2):>7} "
+                f"{f(m['gpu_utilization'], 100):>6} {f(m.get('latency_time', 0.0), 1e3, 2):>6} "
+                f"{f(m['p50_completion'], 1e3, 2):>7} "
                 f"{f(m['p99_completion'], 1e3, 2):>7} {f(m['p99_over_p50'], 1, 3):>7} "
                 f"{f(m['effective_bandwidth'], 1, 3):>6} {f(m['congested_share'], 100):>8} "
                 f"{f(m['pfc_pause_time'], 1, 2):>8} {f(m['fabric_cost_share'], 100):>10} "
@@ -348,6 +360,7 @@ def format_table(results: dict) -> str:
                      f"pp={pt['plan']['pp']} dp={pt['plan']['dp']} ep={pt['plan']['ep']}, "
                      f"{pt['slices']} slices, rails simulated "
                      f"{'all' if pt['rails'] is None else pt['rails']}"
+                     + _latency_note(pt)
                      + (f"; {pt['jobs']} job{'s' if pt['jobs'] > 1 else ''} of "
                         f"{pt['gpus'] // pt['jobs']} GPUs, {pt['placement']} placement "
                         f"(plan per job)" if _placed(pt) else "")
@@ -360,6 +373,16 @@ def format_table(results: dict) -> str:
             if not red["exact"]:
                 lines.append(f"  {name}: not exact: {red['reason']}")
     return "\n".join(lines)
+
+
+def _latency_note(pt: dict) -> str:
+    """``"; latency nccl (dp: pat, edp: ring)"``: the latency model of a point and the
+    algorithm of its data-parallel calls (the ideal fabric's row, else the first)."""
+    mode = pt.get("latency", "none")
+    rows = ([pt["ideal"]] if "ideal" in pt else []) + list(pt["fabrics"].values())
+    algs = rows[0].get("latency_algorithms", {}) if rows else {}
+    dp = [f"{k.split('_')[0]}: {a}" for k, a in algs.items() if k.endswith("_all_gather")]
+    return f"; latency {mode}" + (f" ({', '.join(dp)})" if dp and mode != "none" else "")
 
 
 def _placed(pt: dict) -> bool:

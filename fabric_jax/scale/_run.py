@@ -18,8 +18,8 @@ from .. import metrics as mx
 from ..fabrics import get_fabric
 from ..paths import PathSet, PathsTruncatedWarning, mix64, shortest_paths
 from ._fabric import clos_paths, ecmp_paths, rail_symmetric_paths, rail_view, scale_topology
-from ._step import (DEFAULT_BACKGROUND_CDF, StepFlows, add_background, job_servers,
-                    place_jobs, scale_plan, step_flows)
+from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_LATENCY, StepFlows, add_background,
+                    collective_overhead, job_servers, place_jobs, scale_plan, step_flows)
 
 __all__ = ["DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "CONGESTED_DELAY", "HASHED_ROUTING",
            "HORIZON_FACTOR", "RailRun", "route_flows", "simulate_rails", "ideal_rails",
@@ -291,19 +291,23 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
                   nic_rate: float, *, n_rails: int, gpu_price_per_hour=None) -> dict:
     """The headline figures of one run, for the whole step and the whole cluster.
 
-    * ``step_time``: ``max(C, (1 - f) C + k T)`` with ``C`` the compute time, ``f`` the
-      overlap, ``k`` the slices and ``T`` the slice's communication time (the last rank's
-      last incoming flow); ``gpu_utilization`` = ``C / step_time``; tokens/s.  With
+    * ``step_time``: ``max(C, (1 - f) C + k T + L)`` with ``C`` the compute time, ``f``
+      the overlap, ``k`` the slices, ``T`` the slice's communication time (the last
+      rank's last incoming flow) and ``L`` the per-message latency of the step's
+      collective calls (``latency_time``, :func:`~fabric_jax.scale.collective_overhead`
+      with the run's mean zero-load path latency per phase, 0 on the ideal crossbar;
+      ``latency_algorithms``: the algorithm of each call, NCCL's choice);
+      ``gpu_utilization`` = ``C / step_time``; tokens/s.  With
       several jobs (:func:`~fabric_jax.scale.place_jobs`) each job ``j`` has its own
       ``T_j`` (its ranks' last flow) and step time ``step_j`` (``job_step_times``):
       ``step_time`` is the slowest job's, ``gpu_utilization`` the mean over the (equal)
       jobs of ``C / step_j``, tokens/s the sum of the jobs', and ``job_spread`` =
       ``max step_j / min step_j`` (1: the jobs do not disturb each other unequally).
     * ``p50_completion`` / ``p99_completion``: percentiles over every rank of the step's
-      communication time at that rank (``k x`` its slice time, NumPy's linear
+      communication time at that rank (``k x`` its slice time ``+ L``, NumPy's linear
       interpolation), and their ratio.
     * ``effective_bandwidth``: the busiest NIC's bytes (sent or received) at line rate
-      over the communication time (:func:`fabric_jax.metrics.collective_effective_bandwidth`).
+      over the slice's communication time ``T`` (the fabric's, without ``L``) (:func:`fabric_jax.metrics.collective_effective_bandwidth`).
     * ``congested_share``: bytes served by congested switch ports over the bytes that
       crossed switch ports (each hop counted; :data:`CONGESTED_DELAY`).
     * ``pfc_pause_time``: port-seconds paused (PFC) or credit-starved per step over the
@@ -318,15 +322,18 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     mine = fl.is_step
     finished = bool(np.all(np.isfinite(run.finish[mine])))
     t_slice = float(np.max(comp)) if comp.size else 0.0
-    t_comm = k * t_slice
+    lat = collective_overhead(step.info, nic_rate, _phase_latency(run))
+    L = lat["total"]
+    t_comm = k * t_slice + L
     C, f = step.compute_time, float(step.info["overlap"])
     J = step.n_jobs
     t_job = np.zeros(J)
     np.maximum.at(t_job, step.rank_job, comp)
-    step_job = np.maximum(C, (1.0 - f) * C + k * t_job) if finished else np.full(J, np.inf)
+    step_job = np.maximum(C, (1.0 - f) * C + k * t_job + L) if finished \
+        else np.full(J, np.inf)
     step_time = float(np.max(step_job))
     tokens_s = float(np.sum(step.tokens_per_step / J / step_job)) if finished else 0.0
-    pct = mx.percentiles(k * comp, (50, 99))
+    pct = mx.percentiles(k * comp + L, (50, 99))
     p50, p99 = float(pct["p50"]), float(pct["p99"])
     sent = np.bincount(fl.src[mine], weights=fl.size[mine], minlength=step.n_gpus)
     recv = np.bincount(fl.dst[mine], weights=fl.size[mine], minlength=step.n_gpus)
@@ -344,7 +351,8 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
                comm_time=t_comm if finished else float("inf"),
                p50_completion=p50, p99_completion=p99,
                p99_over_p50=float(p99 / p50) if p50 > 0 else float("nan"),
-               effective_bandwidth=eff,
+               effective_bandwidth=eff, latency_time=L,
+               latency_algorithms={n: c["algorithm"] for n, c in lat["calls"].items()},
                congested_share=float(run.congested_bytes / run.port_bytes)
                if run.port_bytes > 0 else 0.0,
                pfc_pause_time=float(run.paused_time * k * scale_rails),
@@ -362,6 +370,18 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
                                step.n_gpus, topology, preset, params=params)
         out.update(fabric_cost_share=float(rep["fabric_cost_share"]),
                    cost_per_million_tokens=float(rep["cost_per_million_tokens"]))
+    return out
+
+
+def _phase_latency(run: RailRun) -> dict:
+    """``{phase: s}``: the mean zero-load one-way latency of the run's step flows of each
+    phase (``{}`` without latencies: the ideal crossbar has none)."""
+    if run.latency is None:
+        return {}
+    fl = run.flows
+    out = {}
+    for ph in np.unique(fl.phase[fl.is_step]):
+        out[int(ph)] = float(np.mean(run.latency[fl.phase == ph]))
     return out
 
 
@@ -447,11 +467,13 @@ def _reduction(step: StepFlows, topology, preset_routing: str, rails, max_paths)
 def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
                 switch_radix=128, beyond_radix="planes", plan_options=None,
                 step_options=None, jobs: int = 1, placement: str = "packed",
-                background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF):
+                background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF,
+                latency: str = DEFAULT_LATENCY):
     """``(topology, step, nic_rate)`` of one scale point (host side): the fabric of
     :func:`~fabric_jax.scale.scale_topology`, and the step's flows of ``jobs`` jobs of
     ``n_gpus / jobs`` GPUs placed by ``placement``, with background traffic at
-    ``background`` of each NIC's line rate (:func:`~fabric_jax.scale.add_background`;
+    ``background`` of each NIC's line rate (:func:`~fabric_jax.scale.add_background`),
+    the collective calls priced by ``latency`` (:data:`~fabric_jax.scale.LATENCY_MODELS`;
     :func:`scale_point` for the arguments), NIC line rate in bytes/s."""
     from ..systems import get_system
     sysm = get_system(system)
@@ -465,7 +487,8 @@ def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
     nic_rate = sysm.nic_gbps * 1e9 / 8.0
     gpu = "b200" if "b200" in sysm.name else "h100_sxm"
     steps = [step_flows(mdl, plan, gpu, nic_rate=nic_rate, seed=seed + j,
-                        **(step_options or {})) for j in range(jobs)]
+                        **{"latency": latency, **(step_options or {})})
+             for j in range(jobs)]
     step = place_jobs(steps, srv, placement=placement)          # 1 job packed: as is
     # the background's own stream (seed + a constant: not the expert popularity's)
     step = add_background(step, background, nic_rate, size_cdf=background_cdf,
@@ -495,7 +518,8 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
                 step_options=None, horizon_factor=HORIZON_FACTOR, ideal: bool = True,
                 workers: int = 1, progress=None, fifo_bands=None, on_row=None,
                 done=None, jobs: int = 1, placement: str = "packed",
-                background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF) -> dict:
+                background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF,
+                latency: str = DEFAULT_LATENCY) -> dict:
     """Every preset (and the ideal fabric) on ``n_gpus`` GPUs: one training step.
 
     ``jobs`` > 1 runs that many jobs of ``n_gpus / jobs`` GPUs at once, one plan each
@@ -513,6 +537,11 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     their completion-time slowdowns.  The runs then go on until the background's flows
     have finished too, so the pause time and congested share include the background's
     own, over its arrival window and drain.
+
+    ``latency`` prices the step's collective calls (all-to-alls, pipeline sends, one
+    reduce-scatter and all-gather per gradient bucket) with NCCL's model and adds
+    them to the step (:func:`~fabric_jax.scale.collective_overhead`): ``"nccl"``
+    (default: ring or PAT as NCCL picks), ``"ring"``, or ``"none"`` (the bandwidth view).
 
     ``on_row(out)``, when given, is called with the point's partial result after the ideal
     fabric and after each preset (under a lock when ``workers > 1``), so a caller can save
@@ -532,7 +561,7 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
         n_gpus, system=system, model=model, seed=seed, switch_radix=switch_radix,
         beyond_radix=beyond_radix, plan_options=plan_options, step_options=step_options,
         jobs=jobs, placement=placement, background=background,
-        background_cdf=background_cdf)
+        background_cdf=background_cdf, latency=latency)
     rails = tuple(range(g)) if rails == "all" else rails
     if rails is not None and int(topo.params.get("tiers", 2)) != 2:
         rails = None                               # three tiers: no exact reduction
@@ -540,6 +569,7 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     out = dict(gpus=int(n_gpus), system=sysm.name, topology=topo.name,
                plan=dict(step.info), slices=step.slices, n_flows=step.n_flows,
                jobs=jobs, placement=placement, background=step.info.get("background"),
+               latency=latency,
                rails=None if rails is None else list(rails), fabrics={}, reduction={})
     done = done or {}
     lock = threading.Lock()

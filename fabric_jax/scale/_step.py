@@ -10,12 +10,14 @@ import math
 
 import numpy as np
 
+from ..collectives import LINK_EFFICIENCY, nccl_choice, nccl_latency
 from ..workloads.model import (ParallelPlan, comm_bytes, get_gpu, get_model, step_flops)
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_PP", "DEFAULT_EP", "DEFAULT_MICROBATCHES",
            "DEFAULT_SKEW", "StepFlows", "scale_plan", "step_flows", "PHASES", "PLACEMENTS",
            "job_servers", "place_jobs", "BACKGROUND", "DEFAULT_BACKGROUND_CDF",
-           "add_background"]
+           "add_background", "LATENCY_MODELS", "DEFAULT_LATENCY", "BUCKET_PARAMS",
+           "collective_overhead"]
 
 #: Default model: Mixtral 8x7B (Jiang et al. 2024; :data:`fabric_jax.workloads.model.MODELS`),
 #: a mixture-of-experts model, so the step has the expert-parallel all-to-all.
@@ -44,6 +46,17 @@ BACKGROUND = 4
 DEFAULT_BACKGROUND_CDF = "web_search"
 #: How several jobs share the cluster's servers (:func:`job_servers`).
 PLACEMENTS = ("packed", "spread", "random")
+#: Per-message latency of the step's collectives (:func:`collective_overhead`):
+#: ``"nccl"`` NCCL's own choice per call (ring or, for one rank per node, PAT: NCCL >=
+#: 2.23), ``"ring"`` rings only (NCCL before 2.23, or ``NCCL_ALGO=ring``), ``"none"``
+#: the bandwidth view (no per-message latency).
+LATENCY_MODELS = ("nccl", "ring", "none")
+DEFAULT_LATENCY = "nccl"
+#: Megatron-Core's default gradient bucket, ``max(40,000,000, 1,000,000 x dp)``
+#: parameters (``DistributedDataParallelConfig.bucket_size``: "larger DP sizes need
+#: larger buckets to ensure collectives do not become latency-bound"): ``(floor, per
+#: data-parallel rank)``.  Each bucket is one reduce-scatter and one all-gather.
+BUCKET_PARAMS = (40_000_000, 1_000_000)
 
 
 def scale_plan(model=DEFAULT_MODEL, n_gpus: int = 1024, gpus_per_server: int = 8, *,
@@ -242,7 +255,7 @@ def _rings(groups: np.ndarray, server: np.ndarray):
 
 def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAULT_SKEW,
                seed: int = 0, slice_time: float | None = 250e-6,
-               nic_rate: float = 50e9) -> StepFlows:
+               nic_rate: float = 50e9, latency: str = DEFAULT_LATENCY) -> StepFlows:
     """The network traffic of one training step (one slice of it), vectorised.
 
     Ranks in Megatron order (``rank = (p dp + d) tp + t``, :meth:`ParallelPlan.groups`)
@@ -275,8 +288,14 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     model_slices`): the step's network bytes run as ``k`` equal back-to-back slices
     (gradient buckets, the micro-batches' all-to-alls), each meeting the same fabric
     state; the flows carry one, ``k = ceil(t_comm / slice_time)`` with ``t_comm`` the
-    step's bytes per GPU at ``nic_rate``.  Exact for a bandwidth-bound steady state;
-    per-message latencies (ring steps, all-to-all start-up) are not modelled.
+    step's bytes per GPU at ``nic_rate``.  Exact for a bandwidth-bound steady state.
+
+    Per-message latency (``latency``, :data:`LATENCY_MODELS`): the step's collective
+    *calls* are listed in ``info["collectives"]`` -- ``4 L/pp m`` all-to-alls, ``2 m``
+    pipeline sends, and per data-parallel group one reduce-scatter and one all-gather
+    per gradient bucket (:data:`BUCKET_PARAMS`, Megatron-Core's rule) -- with their
+    ranks, servers and bytes; :func:`collective_overhead` prices them with NCCL's model
+    and :func:`~fabric_jax.scale.point_metrics` adds that time to the step.
 
     Args:
       model, plan: from :func:`scale_plan`.
@@ -285,10 +304,13 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
       seed: seed of the expert popularity.
       slice_time: line-rate seconds of one slice (``None``: one slice, the whole step).
       nic_rate: NIC line rate for the slicing, bytes/s.
+      latency: :data:`LATENCY_MODELS` (default ``"nccl"``).
 
     Returns:
       :class:`StepFlows`.
     """
+    if latency not in LATENCY_MODELS:
+        raise ValueError(f"latency: must be one of {LATENCY_MODELS}; got {latency!r}")
     mdl, gpu = get_model(model), get_gpu(gpu)
     plan.check(mdl)
     g = plan.gpus_per_server
@@ -383,13 +405,89 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
                 global_batch=mdl.global_batch, overlap=plan.overlap, skew=float(skew),
                 step_flops=flops, math_time=math_time, pipeline_bubble=bubble,
                 compute_time=compute, comm_bytes_per_gpu=step_bytes,
-                line_rate_comm_time=t_comm, slices=k, **{f"bytes_{k_}": v for k_, v in
-                                                         cb.items()})
+                line_rate_comm_time=t_comm, slices=k, latency=latency,
+                collectives=_collective_calls(plan, cb, groups, server),
+                **{f"bytes_{k_}": v for k_, v in cb.items()})
     return StepFlows(src=src.astype(np.int32), dst=dst.astype(np.int32),
                      src_rank=src_r.astype(np.int32), dst_rank=dst_r.astype(np.int32),
                      size=size / k, deps=deps, phase=phase, rail=rail.astype(np.int32),
                      n_gpus=n, gpus_per_server=g, slices=k, compute_time=compute,
                      tokens_per_step=float(mdl.tokens_per_step), info=info)
+
+
+def _collective_calls(plan: ParallelPlan, cb: dict, groups: dict, server) -> list:
+    """The step's collective calls per rank (:func:`step_flows`, "Per-message
+    latency"): ``[{name, op, ranks, nodes, nbytes, count, phase}]``, ``nbytes`` per
+    call as NCCL counts it, ``nodes`` the servers of one group."""
+    def nodes(row):
+        return int(np.unique(server[np.asarray(row)]).size)
+    calls = []
+    if cb["ep_alltoall_count"]:
+        calls.append(dict(name="ep_all_to_all", op="all_to_all", ranks=plan.ep,
+                          nodes=nodes(groups["ep"][0]), nbytes=cb["ep_alltoall_bytes"],
+                          count=int(cb["ep_alltoall_count"]), phase=0))
+    if cb["pp_send_count"]:
+        calls.append(dict(name="pp_send", op="p2p", ranks=2, nodes=nodes(groups["pp"][0][:2]),
+                          nbytes=cb["pp_send_bytes"], count=int(cb["pp_send_count"]),
+                          phase=1))
+    bucket = max(BUCKET_PARAMS[0], BUCKET_PARAMS[1] * plan.dp)
+    for key, nbytes in (("dp", cb["dp_allreduce_bytes"]), ("edp", cb["edp_allreduce_bytes"])):
+        ranks = int(groups[key].shape[1])
+        if not nbytes or ranks < 2:
+            continue
+        n_b = max(1, math.ceil(nbytes / plan.grad_bytes / bucket))
+        for op, ph in (("reduce_scatter", 2), ("all_gather", 3)):
+            calls.append(dict(name=f"{key}_{op}", op=op, ranks=ranks,
+                              nodes=nodes(groups[key][0]), nbytes=nbytes / n_b,
+                              count=n_b, phase=ph))
+    return calls
+
+
+def collective_overhead(info: dict, nic_rate: float, path_latency=0.0) -> dict:
+    """Time per step that the step's collective calls cost beyond the bytes the fluid
+    run carries: NCCL's per-call latency (:func:`fabric_jax.collectives.nccl_latency`),
+    and for a call NCCL runs as PAT its bandwidth shortfall against the ring the flows
+    model (:func:`fabric_jax.collectives.nccl_time`), summed over the calls of
+    ``info["collectives"]`` (:func:`step_flows`) as they run one after another.
+
+    The algorithm of each reduce-scatter / all-gather is NCCL's choice between ring and
+    PAT (``info["latency"] == "nccl"``) or the ring (``"ring"``) at the bus bandwidth
+    ``nic_rate x LINK_EFFICIENCY["net"]``; all-to-alls and pipeline sends pay one
+    network step each (``p2p``).  ``"none"``, or no calls listed: 0.
+
+    Args:
+      info: a :class:`StepFlows`' ``info``.
+      nic_rate: NIC line rate, bytes/s.
+      path_latency: the fabric's zero-load one-way latency between two ranks, s: a
+        number or ``{phase: seconds}`` (:data:`PHASES` ids); 0 on the ideal fabric.
+
+    Returns:
+      ``{"total": seconds per step, "calls": {name: {"algorithm", "per_call",
+      "count"}}}``.
+    """
+    mode = info.get("latency", "none")
+    calls = info.get("collectives") or []
+    if mode not in LATENCY_MODELS:
+        raise ValueError(f"info['latency']: must be one of {LATENCY_MODELS}; got {mode!r}")
+    out = {"total": 0.0, "calls": {}}
+    if mode == "none":
+        return out
+    bus = float(nic_rate) * LINK_EFFICIENCY["net"]
+    for c in calls:
+        lat = (path_latency.get(c["phase"], 0.0) if isinstance(path_latency, dict)
+               else float(path_latency))
+        p, nb = int(c["ranks"]), float(c["nbytes"])
+        if c["op"] in ("all_to_all", "p2p"):
+            alg = "p2p"
+            per = nccl_latency(c["op"], alg, p, c["nodes"], path_latency=lat)
+        else:
+            algs = ("ring",) if mode == "ring" else ("ring", "pat")
+            alg, t = nccl_choice(c["op"], nb, p, c["nodes"], bus_bandwidth=bus,
+                                 path_latency=lat, algorithms=algs)
+            per = t - nb * (p - 1) / p / bus     # beyond the ring's bytes at bus rate
+        out["calls"][c["name"]] = dict(algorithm=alg, per_call=per, count=int(c["count"]))
+        out["total"] += per * int(c["count"])
+    return out
 
 
 def job_servers(n_servers: int, n_jobs: int, placement: str = "packed", *,
