@@ -806,3 +806,26 @@ def test_fluid_ecmp_throughput_is_the_uplinks_in_use_and_spray_is_line_rate():
                           sc._run._sport(0, np.arange(flows.n_flows)))
     assert eff["roce"] == pytest.approx(sc.uplinks_used(topo, flows, links), abs=0.01)
     assert eff["uec"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_scale_latency_script_rings_against_nccl(tmp_path):
+    # experiments/scale_latency.py (host only): NCCL's choice never costs more than rings
+    # only; the ideal fabric has no path latency and the least; the rings' share of the
+    # compute grows with the data-parallel degree
+    import json
+
+    from tests.helpers import load_experiment
+    out = tmp_path / "lat.json"
+    assert load_experiment("scale_latency").main(["--gpus", "128,8192",
+                                                  "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["fabric"] for r in rows} == {"ideal", "infiniband", "roce", "spectrum_x", "uec"}
+    for r in rows:
+        assert 0 < r["nccl"] <= r["ring"] * (1 + 1e-12), r
+        ideal = next(x for x in rows if x["gpus"] == r["gpus"] and x["fabric"] == "ideal")
+        assert r["path_latency"] == {} if r["fabric"] == "ideal" else r["ring"] > ideal["ring"]
+    ring = {r["gpus"]: r["ring"] / r["compute_time"] for r in rows if r["fabric"] == "roce"}
+    assert ring[8192] > 2 * ring[128]
+    big = next(r for r in rows if r["gpus"] == 8192 and r["fabric"] == "roce")
+    assert big["nccl_calls"]["dp_all_gather"]["algorithm"] == "pat"
+    assert load_experiment("scale_latency").main(["--gpus", "8"]) == 2

@@ -76,9 +76,10 @@ from ._step import (BACKGROUND, BUCKET_PARAMS, DEFAULT_BACKGROUND_CDF, DEFAULT_E
                     add_background, collective_overhead, job_servers, place_jobs,
                     scale_plan, step_flows)
 from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROUTING,
-                   HORIZON_FACTOR, IDEAL, RailRun, build_point, ideal_rails, point_metrics,
-                   route_flows, run_fabric, run_scale, scale_point, simulate_rails,
-                   simulate_rails_on_devices, worst_vs_ideal)
+                   HORIZON_FACTOR, IDEAL, RailRun, build_point, ideal_rails, phase_latency,
+                   point_metrics, route_flows, run_fabric, run_scale, scale_point,
+                   simulate_rails, simulate_rails_on_devices, worst_vs_ideal,
+                   zero_load_latency)
 from ._validate import (balls_into_bins, random_bisection, ring_shift, uplinks_used,
                         window_efficiency)
 
@@ -92,6 +93,6 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "CONGESTED_DELAY", "DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "HASHED_ROUTING",
            "HORIZON_FACTOR", "IDEAL", "RailRun", "ideal_rails", "point_metrics",
            "route_flows", "run_scale", "scale_point", "simulate_rails", "build_point",
-           "run_fabric", "worst_vs_ideal",
+           "run_fabric", "worst_vs_ideal", "phase_latency", "zero_load_latency",
            "simulate_rails_on_devices", "balls_into_bins", "random_bisection", "ring_shift",
            "uplinks_used", "window_efficiency"]

@@ -377,9 +377,10 @@ def format_table(results: dict) -> str:
 
 def _latency_note(pt: dict) -> str:
     """``"; latency nccl (dp: pat, edp: ring)"``: the latency model of a point and the
-    algorithm of its data-parallel calls (the ideal fabric's row, else the first)."""
+    algorithm of its data-parallel calls (the first preset's row: NCCL's choice depends
+    on the path latency, and the ideal crossbar has none)."""
     mode = pt.get("latency", "none")
-    rows = ([pt["ideal"]] if "ideal" in pt else []) + list(pt["fabrics"].values())
+    rows = list(pt["fabrics"].values()) + ([pt["ideal"]] if "ideal" in pt else [])
     algs = rows[0].get("latency_algorithms", {}) if rows else {}
     dp = [f"{k.split('_')[0]}: {a}" for k, a in algs.items() if k.endswith("_all_gather")]
     return f"; latency {mode}" + (f" ({', '.join(dp)})" if dp and mode != "none" else "")

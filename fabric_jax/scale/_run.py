@@ -193,9 +193,6 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
     hops = (np.asarray(ps.hop_mask) & (np.asarray(ps.links) >= 0))[:, 0, :]
     switch_hops = np.maximum(hops.sum(axis=1) - 1, 0)      # every hop but the NIC's
     port_bytes = float(np.sum(flows.size * switch_hops))
-    lat_l = np.asarray(fab.link_latency(topo), float)
-    latency = np.sum(np.where(hops, lat_l[np.maximum(np.asarray(ps.links)[:, 0, :], 0)], 0.0),
-                     axis=1)
     return RailRun(flows=flows, start=np.asarray(res.start, float),
                    finish=np.asarray(res.finish, float),
                    paused_time=float(np.sum(np.asarray(res.info.paused_time))),
@@ -203,7 +200,18 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                    wall_s=time.perf_counter() - t0,
                    rails=None if rails is None else tuple(view.rails), n_links=topo.n_links,
                    t=np.asarray(tr.t, float),
-                   goodput=np.asarray(tr.throughput, float).sum(axis=1), latency=latency)
+                   goodput=np.asarray(tr.throughput, float).sum(axis=1),
+                   latency=zero_load_latency(ps, topo, fab))
+
+
+def zero_load_latency(ps, topology, fabric) -> np.ndarray:
+    """``[flows]`` zero-load one-way latency of each flow's first path, s: its links'
+    latencies under ``fabric``'s switch and NIC latencies
+    (:meth:`fabric_jax.Fabric.link_latency`), queues empty."""
+    hops = (np.asarray(ps.hop_mask) & (np.asarray(ps.links) >= 0))[:, 0, :]
+    lat_l = np.asarray(get_fabric(fabric).link_latency(topology), float)
+    return np.sum(np.where(hops, lat_l[np.maximum(np.asarray(ps.links)[:, 0, :], 0)], 0.0),
+                  axis=1)
 
 
 def simulate_rails_on_devices(step: StepFlows, topology, fabric, *, rails, devices=None,
@@ -378,11 +386,16 @@ def _phase_latency(run: RailRun) -> dict:
     phase (``{}`` without latencies: the ideal crossbar has none)."""
     if run.latency is None:
         return {}
-    fl = run.flows
-    out = {}
-    for ph in np.unique(fl.phase[fl.is_step]):
-        out[int(ph)] = float(np.mean(run.latency[fl.phase == ph]))
-    return out
+    return phase_latency(run.flows, run.latency)
+
+
+def phase_latency(flows: StepFlows, latency) -> dict:
+    """``{phase: s}``: the mean of ``latency`` ``[flows]`` over the step flows of each
+    phase (the path latency :func:`~fabric_jax.scale.collective_overhead` charges per
+    network step)."""
+    latency = np.asarray(latency, float)
+    return {int(ph): float(np.mean(latency[flows.phase == ph]))
+            for ph in np.unique(flows.phase[flows.is_step])}
 
 
 def _background_metrics(run: RailRun, step: StepFlows, nic_rate: float) -> dict:
