@@ -84,6 +84,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", type=int, default=8192, help="GPUs (default 8192)")
     ap.add_argument("--jobs", type=int, default=8, help="jobs (default 8)")
+    ap.add_argument("--job-gpus", default=None, metavar="N,N,...",
+                    help="jobs of different sizes instead of --jobs (GPUs per job, summing "
+                         "to --gpus)")
     ap.add_argument("--placement", default="random", choices=sc.PLACEMENTS,
                     help="job placement (default random)")
     ap.add_argument("--variants", nargs="+", required=True,
@@ -105,7 +108,10 @@ def main(argv=None) -> int:
         if not args.dt_us > 0:
             raise ValueError(f"--dt-us must be > 0; got {args.dt_us!r}")
         t0, c0 = time.perf_counter(), time.process_time()
+        job_gpus = None if args.job_gpus is None else [
+            int(x) for x in args.job_gpus.split(",") if x.strip()]
         topo, st, nic = sc.build_point(args.gpus, jobs=args.jobs, placement=args.placement,
+                                       job_gpus=job_gpus,
                                        seed=args.seed, background=args.background,
                                        background_cdf=args.background_cdf,
                                        latency=args.latency)
@@ -131,7 +137,8 @@ def main(argv=None) -> int:
                          background_p99_slowdown=m.get("background_p99_slowdown",
                                                        float("nan"))))
         bar.update(label)
-    print(f"{args.gpus} GPUs, {args.jobs} job(s) of {args.gpus // args.jobs} GPUs, "
+    sizes = args.job_gpus.replace(",", "/") if args.job_gpus else args.gpus // args.jobs
+    print(f"{args.gpus} GPUs, {st.n_jobs} job(s) of {sizes} GPUs, "
           f"{args.placement} placement, dt = {args.dt_us:g} us; ideal fabric "
           f"{ideal['step_time'] * 1e3:.1f} ms"
           + (f"; background {args.background:g} of line rate ({args.background_cdf}), "

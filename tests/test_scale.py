@@ -226,6 +226,72 @@ def test_place_jobs_renumbers_servers_ranks_and_dependencies():
                               (0,), None)["exact"]
 
 
+def test_job_servers_of_different_sizes():
+    for placement in ("packed", "spread", "random"):
+        rows = sc.job_servers(8, None, placement, sizes=[4, 2, 2], seed=1)
+        assert [r.size for r in rows] == [4, 2, 2]
+        assert sorted(np.concatenate(rows).tolist()) == list(range(8))
+    assert [r.tolist() for r in sc.job_servers(8, None, "packed", sizes=[4, 2, 2])] == \
+        [[0, 1, 2, 3], [4, 5], [6, 7]]
+    # spread: each job evenly interleaved (job j's k-th server near (k + 1/2) / S_j)
+    assert [r.tolist() for r in sc.job_servers(8, None, "spread", sizes=[4, 2, 2])] == \
+        [[0, 3, 4, 7], [1, 5], [2, 6]]
+    # equal sizes: the equal-jobs layouts
+    for placement in ("packed", "spread", "random"):
+        assert np.array_equal(sc.job_servers(8, None, placement, sizes=[4, 4], seed=2),
+                              sc.job_servers(8, 2, placement, seed=2))
+    for bad in ([4, 3], [6, 1, 1], [], [8, 0]):
+        with pytest.raises(ValueError, match="sizes"):
+            sc.job_servers(8, None, sizes=bad)
+    with pytest.raises(ValueError, match="sizes"):
+        sc.job_servers(8, 3, sizes=[4, 4])
+
+
+def test_jobs_of_different_sizes_each_keep_their_own_plan():
+    # 128 GPUs as jobs of 64 + 32 + 32, each with the plan of its size; on the ideal
+    # crossbar jobs never share a NIC, so each job's step (its own slices, compute and
+    # per-message latency) equals the step of that job alone
+    topo, both, nic = sc.build_point(128, job_gpus=[64, 32, 32], placement="spread")
+    assert both.job_steps is not None and both.n_jobs == 3
+    pj = both.per_job
+    assert pj["gpus"].tolist() == [64, 32, 32]
+    m = sc.point_metrics(sc.ideal_rails(both, nic), both, topo, None, nic, n_rails=8)
+    for j, size in enumerate((64, 32, 32)):
+        mdl, plan = sc.scale_plan(n_gpus=size)
+        alone = sc.step_flows(mdl, plan, nic_rate=nic, seed=j)
+        assert pj["slices"][j] == alone.slices
+        assert pj["compute_time"][j] == alone.compute_time
+        t = sc.scale_topology(size)
+        m1 = sc.point_metrics(sc.ideal_rails(alone, nic), alone, t, None, nic, n_rails=8)
+        assert m["job_step_times"][j] == pytest.approx(m1["step_time"], rel=1e-6)
+        assert m["job_latency_times"][j] == pytest.approx(m1["latency_time"], rel=1e-12)
+    assert pj["compute_time"][1] != pj["compute_time"][0]        # other plans
+    assert m["step_time"] == max(m["job_step_times"])
+    G = np.array([64, 32, 32])
+    assert m["gpu_utilization"] == pytest.approx(
+        np.sum(G * pj["compute_time"] / m["job_step_times"]) / G.sum(), rel=1e-12)
+    assert m["tokens_per_second"] == pytest.approx(
+        np.sum(pj["tokens_per_step"] / m["job_step_times"]), rel=1e-12)
+    # the rail reduction's premise holds: every job's flows stay on their rail
+    assert sc._run._reduction(both, topo, "adaptive", (0,), None)["exact"]
+    with pytest.raises(ValueError, match="job_gpus"):
+        sc.build_point(128, job_gpus=[64, 60, 4])
+
+
+def test_scale_point_jobs_of_different_sizes():
+    # a preset's fluid run of 64 + 32 + 32 GPUs placed at random: every flow finishes,
+    # no job is faster than on the ideal fabric, the table names the jobs' sizes
+    from fabric_jax.scale._cli import format_table
+    out = sc.scale_point(128, ["roce"], job_gpus=[64, 32, 32], placement="random")
+    m, ideal = out["fabrics"]["roce"], out["ideal"]
+    assert m["unfinished_flows"] == 0 and m["jobs"] == 3 and out["job_gpus"] == [64, 32, 32]
+    for a, b in zip(m["job_step_times"], ideal["job_step_times"]):
+        assert a >= b * (1 - 1e-3)
+    assert sc.worst_vs_ideal(m, ideal) >= -1e-3
+    assert "3 jobs of 64/32/32 GPUs, random placement" in format_table(
+        dict(points=[out], inputs={}))
+
+
 def test_packed_jobs_share_no_link_spread_jobs_do():
     topo = sc.scale_topology(128, switch_radix=8)    # 4 units of 4 servers, 2 per job
     for placement, shared in (("packed", False), ("spread", True), ("random", True)):
@@ -671,6 +737,9 @@ def test_rail_reduction_equals_full_run_every_preset(preset):
     (["--background", "1"], "--background"), (["--background", "-0.1"], "--background"),
     (["--background-cdf", "imagenet"], "--background-cdf"),
     (["--latency", "logp"], "--latency"),
+    (["--job-gpus", "64"], "--job-gpus"), (["--job-gpus", "64,60"], "--job-gpus"),
+    (["--job-gpus", "64,64", "--jobs", "2"], "--job-gpus"),
+    (["--job-gpus", "64,64", "--gpus", "256"], "--job-gpus"),
 ])
 def test_cli_bad_input_exits_2_naming_the_flag(argv, flag, capsys):
     from fabric_jax.cli import main

@@ -15,6 +15,8 @@ __all__ = ["add_parser", "run", "format_table", "plot", "MIN_GPUS", "MAX_GPUS"]
 
 #: GPU counts the command accepts.
 MIN_GPUS, MAX_GPUS = 16, 32768
+#: ``--gpus`` when it is not given.
+DEFAULT_GPUS = "1024,4096,16384,32768"
 
 
 def add_parser(sub):
@@ -33,10 +35,11 @@ def add_parser(sub):
                     "or three tiers beyond), on each preset and the ideal fabric; one "
                     "representative rail when the rails are interchangeable "
                     "(docs/scale.md).")
-    p.add_argument("--gpus", default="1024,4096,16384,32768",
+    p.add_argument("--gpus", default=None,
                    help=f"comma-separated GPU counts, {MIN_GPUS} to {MAX_GPUS} (default "
-                        f"1024,4096,16384,32768); counts that are not whole servers are "
-                        f"rounded down to whole servers, and the table says so")
+                        f"{DEFAULT_GPUS}; with --job-gpus, their sum); counts that are not "
+                        f"whole servers are rounded down to whole servers, and the table "
+                        f"says so")
     rails = sorted(k for k, v in SYSTEMS.items() if v.nics_per_server == v.gpus_per_server)
     p.add_argument("--system", default="hgx_h100",
                    help=f"server design: one of {', '.join(rails)} (default hgx_h100)")
@@ -74,6 +77,10 @@ def add_parser(sub):
     p.add_argument("--jobs", type=int, default=1,
                    help="jobs sharing the cluster, each on GPUs / jobs GPUs with its own "
                         "plan and hot experts (default 1: one job fills the cluster)")
+    p.add_argument("--job-gpus", default=None, metavar="N,N,...",
+                   help="jobs of different sizes sharing the cluster: GPUs per job, whole "
+                        "servers, summing to the cluster (e.g. 4096,2048,1024,1024); each "
+                        "job gets the plan of its size; instead of --jobs")
     p.add_argument("--placement", default="packed",
                    help=f"how the jobs share the servers: {', '.join(_step.PLACEMENTS)} "
                         f"(default packed: whole blocks; spread: round robin, every leaf "
@@ -126,13 +133,30 @@ def _parse(args):
     if sysm is None or sysm.nics_per_server != sysm.gpus_per_server:
         ok = sorted(k for k, v in SYSTEMS.items() if v.nics_per_server == v.gpus_per_server)
         raise _Bad(f"--system must be one of {ok}; got {args.system!r}")
+    g = sysm.gpus_per_server
+    job_gpus = None
+    if args.job_gpus is not None:
+        try:
+            job_gpus = [int(x) for x in str(args.job_gpus).split(",") if x.strip()]
+        except ValueError:
+            raise _Bad(f"--job-gpus must be comma-separated integers; got "
+                       f"{args.job_gpus!r}") from None
+        if len(job_gpus) < 2 or any(x < 2 * g or x % g for x in job_gpus):
+            raise _Bad(f"--job-gpus must give at least 2 jobs, each of whole servers of {g} "
+                       f"GPUs and at least 2 servers; got {args.job_gpus!r}")
+        if args.jobs != 1:
+            raise _Bad("--job-gpus replaces --jobs: give one of them")
+    text = args.gpus if args.gpus is not None else (
+        str(sum(job_gpus)) if job_gpus else DEFAULT_GPUS)
     try:
-        gpus = [int(x) for x in str(args.gpus).split(",") if x.strip()]
+        gpus = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
         raise _Bad(f"--gpus must be comma-separated integers; got {args.gpus!r}") from None
     if not gpus or any(not MIN_GPUS <= x <= MAX_GPUS for x in gpus):
-        raise _Bad(f"--gpus must lie in [{MIN_GPUS}, {MAX_GPUS}]; got {args.gpus!r}")
-    g = sysm.gpus_per_server
+        raise _Bad(f"--gpus must lie in [{MIN_GPUS}, {MAX_GPUS}]; got {text!r}")
+    if job_gpus and gpus != [sum(job_gpus)]:
+        raise _Bad(f"--job-gpus: the jobs ({sum(job_gpus)} GPUs) must fill the one --gpus "
+                   f"count; got --gpus {args.gpus!r}")
     rounded = [max(2, x // g) * g for x in gpus]
     fabrics = [x.strip() for x in str(args.fabrics).split(",") if x.strip()]
     bad = [x for x in fabrics if x not in PRESETS]
@@ -173,6 +197,8 @@ def _parse(args):
         raise _Bad(f"--placement must be one of {', '.join(PLACEMENTS)}; got "
                    f"{args.placement!r}")
     for n in rounded:
+        if job_gpus:
+            continue
         try:
             job_servers(n // g, args.jobs, args.placement)
         except ValueError as err:
@@ -188,7 +214,8 @@ def _parse(args):
             raise _Bad(f"--rails must lie in [1, {g}] (rails of {sysm.name}) or be 'all'; "
                        f"got {args.rails!r}")
         rails = tuple(range(n))
-    return dict(gpus=rounded, asked=gpus, fabrics=fabrics, rails=rails, system=sysm.name)
+    return dict(gpus=rounded, asked=gpus, fabrics=fabrics, rails=rails, system=sysm.name,
+                job_gpus=job_gpus)
 
 
 def run(args) -> int:
@@ -233,7 +260,8 @@ def run(args) -> int:
                 ideal=not args.no_ideal, workers=args.workers, progress=bar.update,
                 on_row=save, done=earlier.get(g), jobs=args.jobs,
                 placement=args.placement, background=args.background,
-                background_cdf=args.background_cdf, latency=args.latency))
+                background_cdf=args.background_cdf, latency=args.latency,
+                job_gpus=v["job_gpus"]))
     except ValueError as err:
         print(f"fabric-jax scale: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -258,10 +286,10 @@ def run(args) -> int:
 # inputs that must match for --resume to reuse an earlier run's rows
 _SAME = ("system", "model", "dt_us", "rails", "max_paths", "switch_radix", "beyond_radix",
          "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal",
-         "jobs", "placement", "background", "background_cdf", "latency")
+         "jobs", "placement", "background", "background_cdf", "latency", "job_gpus")
 #: values of inputs an older JSON may lack (it was written before the flag existed)
 _BEFORE = {"jobs": 1, "placement": "packed", "background": 0.0,
-           "background_cdf": "web_search", "latency": "none"}
+           "background_cdf": "web_search", "latency": "none", "job_gpus": None}
 
 
 def _earlier(args) -> dict:
@@ -356,13 +384,15 @@ def format_table(results: dict) -> str:
                 + (f" {f(m.get('background_p50_slowdown'), 1, 2):>8} "
                    f"{f(m.get('background_p99_slowdown'), 1, 2):>8}" if bg else ""))
     for pt in results["points"]:
-        lines.append(f"{pt['gpus']} GPUs: {pt['topology']}; plan tp={pt['plan']['tp']} "
+        lines.append(f"{pt['gpus']} GPUs: {pt['topology']}; "
+                     f"{'the first job' + chr(39) + 's ' if pt.get('job_gpus') else ''}"
+                     f"plan tp={pt['plan']['tp']} "
                      f"pp={pt['plan']['pp']} dp={pt['plan']['dp']} ep={pt['plan']['ep']}, "
                      f"{pt['slices']} slices, rails simulated "
                      f"{'all' if pt['rails'] is None else pt['rails']}"
                      + _latency_note(pt)
                      + (f"; {pt['jobs']} job{'s' if pt['jobs'] > 1 else ''} of "
-                        f"{pt['gpus'] // pt['jobs']} GPUs, {pt['placement']} placement "
+                        f"{_job_sizes(pt)} GPUs, {pt['placement']} placement "
                         f"(plan per job)" if _placed(pt) else "")
                      + (f"; background {pt['background']['load']:g} of line rate per NIC "
                         f"({pt['background']['size_cdf']} sizes, "
@@ -384,6 +414,12 @@ def _latency_note(pt: dict) -> str:
     algs = rows[0].get("latency_algorithms", {}) if rows else {}
     dp = [f"{k.split('_')[0]}: {a}" for k, a in algs.items() if k.endswith("_all_gather")]
     return f"; latency {mode}" + (f" ({', '.join(dp)})" if dp and mode != "none" else "")
+
+
+def _job_sizes(pt: dict) -> str:
+    """``"1024"`` (equal jobs) or ``"4096/2048/1024/1024"`` (``job_gpus``)."""
+    sizes = pt.get("job_gpus")
+    return "/".join(str(x) for x in sizes) if sizes else str(pt["gpus"] // pt["jobs"])
 
 
 def _placed(pt: dict) -> bool:

@@ -311,6 +311,10 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
       ``step_time`` is the slowest job's, ``gpu_utilization`` the mean over the (equal)
       jobs of ``C / step_j``, tokens/s the sum of the jobs', and ``job_spread`` =
       ``max step_j / min step_j`` (1: the jobs do not disturb each other unequally).
+      Jobs of different sizes (``StepFlows.job_steps``) each have their own ``k_j``,
+      ``C_j``, ``f_j`` and ``L_j`` (``job_latency_times``): utilisation is then the
+      GPU-weighted mean, ``compute_time`` and ``latency_time`` the largest job's, and
+      the pause time scales the slice's by the GPU-weighted mean ``k``.
     * ``p50_completion`` / ``p99_completion``: percentiles over every rank of the step's
       communication time at that rank (``k x`` its slice time ``+ L``, NumPy's linear
       interpolation), and their ratio.
@@ -324,24 +328,30 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
       (:func:`fabric_jax.economics.token_costs`, preset prices; NaN for the ideal
       fabric, which has none).
     """
-    k = step.slices
     comp = _rank_completion(run, step)
     fl = run.flows
     mine = fl.is_step
     finished = bool(np.all(np.isfinite(run.finish[mine])))
     t_slice = float(np.max(comp)) if comp.size else 0.0
-    lat = collective_overhead(step.info, nic_rate, _phase_latency(run))
-    L = lat["total"]
-    t_comm = k * t_slice + L
-    C, f = step.compute_time, float(step.info["overlap"])
     J = step.n_jobs
+    pj = step.per_job
+    k, C = pj["slices"], pj["compute_time"]               # [jobs]
+    f = np.array([float(i["overlap"]) for i in pj["info"]])
+    phase_lat = _phase_latency(run)
+    lats = [collective_overhead(i, nic_rate, phase_lat) for i in pj["info"]]
+    L = np.array([x["total"] for x in lats])
     t_job = np.zeros(J)
     np.maximum.at(t_job, step.rank_job, comp)
+    t_comm = float(np.max(k * t_job + L))
     step_job = np.maximum(C, (1.0 - f) * C + k * t_job + L) if finished \
         else np.full(J, np.inf)
     step_time = float(np.max(step_job))
-    tokens_s = float(np.sum(step.tokens_per_step / J / step_job)) if finished else 0.0
-    pct = mx.percentiles(k * comp + L, (50, 99))
+    tokens_s = float(np.sum(pj["tokens_per_step"] / step_job)) if finished else 0.0
+    G = pj["gpus"]
+    util = (np.mean(C / step_job) if np.all(G == G[0])
+            else np.sum(G * C / step_job) / np.sum(G))
+    rj = step.rank_job
+    pct = mx.percentiles(k[rj] * comp + L[rj], (50, 99))
     p50, p99 = float(pct["p50"]), float(pct["p99"])
     sent = np.bincount(fl.src[mine], weights=fl.size[mine], minlength=step.n_gpus)
     recv = np.bincount(fl.dst[mine], weights=fl.size[mine], minlength=step.n_gpus)
@@ -350,20 +360,22 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
                                                   np.array([line_time]))) \
         if finished and t_slice > 0 else 0.0
     scale_rails = n_rails / (len(run.rails) if run.rails is not None else n_rails)
-    out = dict(step_time=step_time, compute_time=C,
-               gpu_utilization=float(np.mean(C / step_job)) if finished else 0.0,
+    k_step = float(np.sum(G * k) / np.sum(G))       # one k for equal jobs
+    out = dict(step_time=step_time, compute_time=float(np.max(C)),
+               gpu_utilization=float(util) if finished else 0.0,
                tokens_per_second=tokens_s,
                jobs=J, job_step_times=[float(x) for x in step_job],
+               job_gpus=[int(x) for x in G], job_latency_times=[float(x) for x in L],
                job_spread=float(np.max(step_job) / np.min(step_job)) if finished
                else float("nan"),
                comm_time=t_comm if finished else float("inf"),
                p50_completion=p50, p99_completion=p99,
                p99_over_p50=float(p99 / p50) if p50 > 0 else float("nan"),
-               effective_bandwidth=eff, latency_time=L,
-               latency_algorithms={n: c["algorithm"] for n, c in lat["calls"].items()},
+               effective_bandwidth=eff, latency_time=float(np.max(L)),
+               latency_algorithms={n: c["algorithm"] for n, c in lats[0]["calls"].items()},
                congested_share=float(run.congested_bytes / run.port_bytes)
                if run.port_bytes > 0 else 0.0,
-               pfc_pause_time=float(run.paused_time * k * scale_rails),
+               pfc_pause_time=float(run.paused_time * k_step * scale_rails),
                unfinished_flows=int(np.sum(~np.isfinite(run.finish[mine]))),
                simulated_flows=int(fl.n_flows), n_steps=int(run.n_steps),
                wall_s=float(run.wall_s), fabric_cost_share=float("nan"),
@@ -481,10 +493,11 @@ def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
                 switch_radix=128, beyond_radix="planes", plan_options=None,
                 step_options=None, jobs: int = 1, placement: str = "packed",
                 background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF,
-                latency: str = DEFAULT_LATENCY):
+                latency: str = DEFAULT_LATENCY, job_gpus=None):
     """``(topology, step, nic_rate)`` of one scale point (host side): the fabric of
     :func:`~fabric_jax.scale.scale_topology`, and the step's flows of ``jobs`` jobs of
-    ``n_gpus / jobs`` GPUs placed by ``placement``, with background traffic at
+    ``n_gpus / jobs`` GPUs (or of ``job_gpus`` GPUs each, summing to ``n_gpus``) placed
+    by ``placement``, with background traffic at
     ``background`` of each NIC's line rate (:func:`~fabric_jax.scale.add_background`),
     the collective calls priced by ``latency`` (:data:`~fabric_jax.scale.LATENCY_MODELS`;
     :func:`scale_point` for the arguments), NIC line rate in bytes/s."""
@@ -493,15 +506,25 @@ def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
     topo = scale_topology(n_gpus, sysm, switch_radix=switch_radix, beyond_radix=beyond_radix)
     kw = dict(model=model) if model is not None else {}
     g = sysm.gpus_per_server
-    jobs = int(jobs)
-    srv = job_servers(int(n_gpus) // g, jobs, placement, seed=seed)
-    mdl, plan = scale_plan(n_gpus=int(n_gpus) // jobs, gpus_per_server=g, **kw,
-                           **(plan_options or {}))
+    if job_gpus is None:
+        sizes = [int(n_gpus) // int(jobs)] * int(jobs)
+        srv = job_servers(int(n_gpus) // g, int(jobs), placement, seed=seed)
+    else:
+        sizes = [int(x) for x in job_gpus]
+        if any(x % g for x in sizes) or sum(sizes) != int(n_gpus):
+            raise ValueError(f"job_gpus: each job must be whole servers of {g} GPUs and "
+                             f"the jobs must sum to n_gpus = {n_gpus}; got {list(job_gpus)}")
+        srv = job_servers(int(n_gpus) // g, None, placement, seed=seed,
+                          sizes=[x // g for x in sizes])
     nic_rate = sysm.nic_gbps * 1e9 / 8.0
     gpu = "b200" if "b200" in sysm.name else "h100_sxm"
-    steps = [step_flows(mdl, plan, gpu, nic_rate=nic_rate, seed=seed + j,
+    plans = {}
+    for size in sorted(set(sizes)):
+        plans[size] = scale_plan(n_gpus=size, gpus_per_server=g, **kw,
+                                 **(plan_options or {}))
+    steps = [step_flows(*plans[size], gpu, nic_rate=nic_rate, seed=seed + j,
                         **{"latency": latency, **(step_options or {})})
-             for j in range(jobs)]
+             for j, size in enumerate(sizes)]
     step = place_jobs(steps, srv, placement=placement)          # 1 job packed: as is
     # the background's own stream (seed + a constant: not the expert popularity's)
     step = add_background(step, background, nic_rate, size_cdf=background_cdf,
@@ -532,7 +555,7 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
                 workers: int = 1, progress=None, fifo_bands=None, on_row=None,
                 done=None, jobs: int = 1, placement: str = "packed",
                 background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF,
-                latency: str = DEFAULT_LATENCY) -> dict:
+                latency: str = DEFAULT_LATENCY, job_gpus=None) -> dict:
     """Every preset (and the ideal fabric) on ``n_gpus`` GPUs: one training step.
 
     ``jobs`` > 1 runs that many jobs of ``n_gpus / jobs`` GPUs at once, one plan each
@@ -540,7 +563,9 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     (:func:`~fabric_jax.scale.job_servers`; one job ``"random"``: the job's ranks on a
     random permutation of the servers, the control for several jobs placed at random);
     job ``j``'s expert popularity uses seed ``seed + j`` (the same model on other data:
-    other hot experts).  The metrics add each job's step time and their spread
+    other hot experts).  ``job_gpus`` (GPUs per job, summing to ``n_gpus``) runs jobs of
+    different sizes instead, each with the plan of its size (:func:`~fabric_jax.scale.
+    place_jobs`).  The metrics add each job's step time and their spread
     (:func:`point_metrics`).
 
     ``background`` > 0 adds open-loop Poisson traffic at that fraction of each NIC's
@@ -569,12 +594,12 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     t0 = time.perf_counter()
     sysm = get_system(system)
     g = sysm.gpus_per_server
-    jobs = int(jobs)
+    jobs = int(jobs) if job_gpus is None else len(job_gpus)
     topo, step, nic_rate = build_point(
         n_gpus, system=system, model=model, seed=seed, switch_radix=switch_radix,
         beyond_radix=beyond_radix, plan_options=plan_options, step_options=step_options,
         jobs=jobs, placement=placement, background=background,
-        background_cdf=background_cdf, latency=latency)
+        background_cdf=background_cdf, latency=latency, job_gpus=job_gpus)
     rails = tuple(range(g)) if rails == "all" else rails
     if rails is not None and int(topo.params.get("tiers", 2)) != 2:
         rails = None                               # three tiers: no exact reduction
@@ -583,6 +608,7 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
                plan=dict(step.info), slices=step.slices, n_flows=step.n_flows,
                jobs=jobs, placement=placement, background=step.info.get("background"),
                latency=latency,
+               job_gpus=None if job_gpus is None else [int(x) for x in job_gpus],
                rails=None if rails is None else list(rails), fabrics={}, reduction={})
     done = done or {}
     lock = threading.Lock()

@@ -133,6 +133,10 @@ class StepFlows:
       arrival: ``[flows]`` seconds after the slice's start at which each flow may start
         (``None``: all at 0, the step's flows, which wait only for their ``deps``;
         background flows arrive over time, :func:`add_background`).
+      job_steps: jobs of different plans (:func:`place_jobs` with jobs of different
+        sizes): one dict per job, ``{"gpus", "slices", "compute_time",
+        "tokens_per_step", "info"}``, its own; ``None``: every job has the scalar
+        fields above (one plan on equal shares; :attr:`per_job`).
     """
 
     src: np.ndarray
@@ -151,6 +155,7 @@ class StepFlows:
     info: dict
     server_job: np.ndarray | None = None
     arrival: np.ndarray | None = None
+    job_steps: tuple | None = None
 
     @property
     def n_flows(self) -> int:
@@ -176,6 +181,24 @@ class StepFlows:
         if self.server_job is None:
             return np.zeros(self.n_flows, np.int32)
         return self.server_job[self.dst // self.gpus_per_server]
+
+    @property
+    def per_job(self) -> dict:
+        """Each job's ``gpus``, ``slices``, ``compute_time``, ``tokens_per_step`` (arrays
+        ``[jobs]``) and ``info`` (list): from :attr:`job_steps`, or the scalar fields
+        split evenly over equal jobs."""
+        J = self.n_jobs
+        if self.job_steps is None:
+            return dict(gpus=np.full(J, self.n_gpus // J), slices=np.full(J, self.slices),
+                        compute_time=np.full(J, float(self.compute_time)),
+                        tokens_per_step=np.full(J, self.tokens_per_step / J),
+                        info=[self.info] * J)
+        js = self.job_steps
+        return dict(gpus=np.array([j["gpus"] for j in js]),
+                    slices=np.array([j["slices"] for j in js]),
+                    compute_time=np.array([float(j["compute_time"]) for j in js]),
+                    tokens_per_step=np.array([float(j["tokens_per_step"]) for j in js]),
+                    info=[j["info"] for j in js])
 
     @property
     def rank_job(self) -> np.ndarray:
@@ -490,26 +513,60 @@ def collective_overhead(info: dict, nic_rate: float, path_latency=0.0) -> dict:
     return out
 
 
-def job_servers(n_servers: int, n_jobs: int, placement: str = "packed", *,
-                seed: int = 0) -> np.ndarray:
-    """``[jobs, servers per job]``: the cluster server each job's ``s``-th server is.
+def job_servers(n_servers: int, n_jobs: int | None = None, placement: str = "packed", *,
+                seed: int = 0, sizes=None):
+    """The cluster servers of each job: ``[jobs, servers per job]`` for equal jobs, a
+    list of ``[servers of job j]`` arrays with ``sizes``; entry ``s`` of job ``j`` is the
+    cluster server its ``s``-th server is.
 
     * ``"packed"``: job ``j`` on servers ``j S .. (j + 1) S - 1`` (a scheduler that
-      allocates whole blocks: jobs of whole scalable units share no leaf);
+      allocates whole blocks: jobs of whole scalable units share no leaf); with
+      ``sizes``, consecutive blocks in the order given;
     * ``"spread"``: round robin, job ``j``'s ``s``-th server is ``s J + j`` (every leaf
-      holds every job: the most shared);
-    * ``"random"``: a seeded random permutation of the servers (a fragmented cluster).
+      holds every job: the most shared); with ``sizes``, each job's servers evenly
+      interleaved (job ``j``'s ``k``-th server at position ``(k + 1/2) / S_j`` of the
+      cluster, ties in job order: equal sizes give the round robin);
+    * ``"random"``: a seeded random permutation of the servers (a fragmented cluster),
+      cut into the jobs in order.
+
+    Args:
+      n_servers: servers of the cluster.
+      n_jobs: equal jobs (ignored with ``sizes``, which must then have ``n_jobs``
+        entries if both are given).
+      sizes: servers per job, each at least 2, summing to ``n_servers`` (jobs of
+        different sizes).
 
     Raises:
       ValueError: ``n_jobs`` not dividing the servers into jobs of at least two servers
-        (a one-server job has no network traffic), or an unknown placement.
+        (a one-server job has no network traffic), ``sizes`` that do not, or an unknown
+        placement.
     """
-    n, J = int(n_servers), int(n_jobs)
+    n = int(n_servers)
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement: must be one of {PLACEMENTS}; got {placement!r}")
+    if sizes is not None:
+        sz = [int(x) for x in sizes]
+        if (not sz or any(x < 2 for x in sz) or sum(sz) != n
+                or (n_jobs is not None and int(n_jobs) != len(sz))):
+            raise ValueError(f"sizes: servers per job must each be >= 2 and sum to the {n} "
+                             f"servers; got {list(sizes)!r}")
+        if len(set(sz)) > 1:
+            cut = np.cumsum(sz)[:-1]
+            if placement == "packed":
+                return np.split(np.arange(n), cut)
+            if placement == "random":
+                return np.split(np.random.default_rng(seed).permutation(n), cut)
+            pos = np.concatenate([(np.arange(x) + 0.5) / x for x in sz])
+            owner = np.repeat(np.arange(len(sz)), sz)
+            order = np.lexsort((owner, pos))          # by position, ties in job order
+            job_of = np.empty(n, np.int64)
+            job_of[np.arange(n)] = owner[order]
+            return [np.flatnonzero(job_of == j) for j in range(len(sz))]
+        n_jobs = len(sz)
+    J = int(n_jobs) if n_jobs is not None else 0
     if J < 1 or n % J or n // J < 2:
         raise ValueError(f"n_jobs: {n_jobs!r} must divide the {n} servers into jobs of at "
                          f"least 2 servers")
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement: must be one of {PLACEMENTS}; got {placement!r}")
     S = n // J
     if placement == "packed":
         return np.arange(n).reshape(J, S)
@@ -520,35 +577,43 @@ def job_servers(n_servers: int, n_jobs: int, placement: str = "packed", *,
 
 def place_jobs(steps, servers, *, placement: str | None = None) -> StepFlows:
     """Several jobs' steps (:func:`step_flows`, one per job, each on its own servers
-    ``0 .. S - 1``) as one cluster's traffic: job ``j``'s server ``s`` becomes cluster
-    server ``servers[j, s]`` (:func:`job_servers`), its NICs, ranks and dependencies
-    renumbered; flows in job order.  The jobs run their steps at once (the same
-    compute time and slices: one plan on equal shares of the cluster).
+    ``0 .. S_j - 1``) as one cluster's traffic: job ``j``'s server ``s`` becomes cluster
+    server ``servers[j][s]`` (:func:`job_servers`), its NICs, ranks and dependencies
+    renumbered; flows in job order.  The jobs run their steps at once.
+
+    Jobs of one plan (equal shares) keep the scalar fields.  Jobs of different plans
+    (different sizes: other data-parallel degrees, slice counts, compute times) keep
+    theirs in :attr:`StepFlows.job_steps`: each job's flows carry one slice of *its*
+    step, and since every job's slice is the same line-rate time (``slice_time`` of
+    :func:`step_flows`, up to rounding to whole slices), one slice of each job meets one
+    of every other's -- an assumption, exact when the slices are equally long.
 
     Raises:
-      ValueError: shapes that do not match, jobs with different compute times or
-        slices, or a server used twice.
+      ValueError: shapes that do not match, a server used twice.
     """
     steps = list(steps)
-    servers = np.asarray(servers, np.int64)
     J = len(steps)
-    if J < 1 or servers.ndim != 2 or servers.shape[0] != J:
-        raise ValueError(f"servers: expected [{J} jobs, servers per job]; got shape "
-                         f"{servers.shape}")
+    if isinstance(servers, np.ndarray) and servers.ndim == 2:
+        rows = list(servers.astype(np.int64))
+    else:
+        rows = [np.asarray(r, np.int64).reshape(-1) for r in servers]
+    if J < 1 or len(rows) != J:
+        raise ValueError(f"servers: expected one server list per job ({J}); got "
+                         f"{len(rows)}")
     g = steps[0].gpus_per_server
-    S = servers.shape[1]
-    n_srv = J * S
-    if any(st.gpus_per_server != g or st.n_gpus != S * g for st in steps):
-        raise ValueError(f"steps: every job must run on {S} servers of {g} GPUs")
-    if any(st.slices != steps[0].slices or st.compute_time != steps[0].compute_time
-           for st in steps):
-        raise ValueError("steps: the jobs must have the same slices and compute time "
-                         "(one plan on equal shares)")
-    if sorted(servers.reshape(-1).tolist()) != list(range(n_srv)):
+    bad = [j for j, st in enumerate(steps)
+           if st.gpus_per_server != g or st.n_gpus != rows[j].size * g]
+    if bad:
+        raise ValueError(f"steps: job {bad[0]} must run on {rows[bad[0]].size} servers of "
+                         f"{g} GPUs")
+    n_srv = sum(r.size for r in rows)
+    if sorted(np.concatenate(rows).tolist()) != list(range(n_srv)):
         raise ValueError(f"servers: must use each of the {n_srv} servers once")
-    if J == 1 and np.array_equal(servers[0], np.arange(S)):
+    if J == 1 and np.array_equal(rows[0], np.arange(rows[0].size)):
         return steps[0]
-    gid = lambda j, x: servers[j, np.asarray(x) // g] * g + np.asarray(x) % g  # noqa
+    one_plan = all(st.slices == steps[0].slices and st.compute_time == steps[0].compute_time
+                   and st.n_gpus == steps[0].n_gpus for st in steps)
+    gid = lambda j, x: rows[j][np.asarray(x) // g] * g + np.asarray(x) % g  # noqa
     cat = lambda f: np.concatenate([f(j, st) for j, st in enumerate(steps)])  # noqa
     off = np.cumsum([0] + [st.n_flows for st in steps])
     width = max(st.deps.shape[1] for st in steps)
@@ -558,8 +623,14 @@ def place_jobs(steps, servers, *, placement: str | None = None) -> StepFlows:
         d[:, :st.deps.shape[1]] = np.where(st.deps >= 0, st.deps + off[j], -1)
         return d
     server_job = np.empty(n_srv, np.int32)
-    server_job[servers] = np.arange(J)[:, None]
+    for j, r in enumerate(rows):
+        server_job[r] = j
     info = dict(steps[0].info, jobs=J, placement=placement)
+    job_steps = None if one_plan else tuple(
+        dict(gpus=int(st.n_gpus), slices=int(st.slices), compute_time=float(st.compute_time),
+             tokens_per_step=float(st.tokens_per_step), info=st.info) for st in steps)
+    if job_steps is not None:
+        info["job_gpus"] = [int(st.n_gpus) for st in steps]
     return StepFlows(src=cat(lambda j, st: gid(j, st.src)).astype(np.int32),
                      dst=cat(lambda j, st: gid(j, st.dst)).astype(np.int32),
                      src_rank=cat(lambda j, st: gid(j, st.src_rank)).astype(np.int32),
@@ -569,7 +640,7 @@ def place_jobs(steps, servers, *, placement: str | None = None) -> StepFlows:
                      n_gpus=n_srv * g, gpus_per_server=g, slices=steps[0].slices,
                      compute_time=steps[0].compute_time,
                      tokens_per_step=float(sum(st.tokens_per_step for st in steps)),
-                     info=info, server_job=server_job)
+                     info=info, server_job=server_job, job_steps=job_steps)
 
 
 def add_background(step: StepFlows, load: float, nic_rate: float, *,
