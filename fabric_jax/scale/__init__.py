@@ -54,7 +54,10 @@ above; jobs packed on whole scalable units share no leaf, and on a two-tier Clos
 link either (a leaf's uplinks and the spines' downlinks to it carry only its own
 servers' flows), so they run as if alone -- tested; spread or random placement makes
 them share leaf uplinks and spine ports, where hashed routing lets one job's flows
-collide with another's.
+collide with another's.  Jobs of different sizes (``--job-gpus``) each keep the plan of
+their size (slices, compute time, collective calls): one slice of each job runs at
+once, every slice being the same line-rate time (an assumption, named in
+:func:`place_jobs`).
 
 **Background traffic** (``--background``, :func:`add_background`): open-loop Poisson
 flows between servers at a fraction of each NIC's line rate, the same on every rail (an
