@@ -36,6 +36,9 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", default="16,128,1024,8192,16384,32768",
                     help="comma-separated GPU counts (default 16 to 32,768)")
     ap.add_argument("--json", metavar="PATH", help="write the rows as JSON")
+    ap.add_argument("--plots", metavar="DIR",
+                    help="write scale_latency.png (latency per step against GPUs, rings "
+                         "and NCCL's choice, per preset and the ideal fabric)")
     args = ap.parse_args(argv)
     try:
         gpus = [int(x) for x in args.gpus.split(",") if x.strip()]
@@ -75,6 +78,8 @@ def main(argv=None) -> int:
               f"{r['ring'] * 1e3:>8.2f} {r['nccl'] * 1e3:>8.2f} "
               f"{100 * r['ring'] / r['compute_time']:>8.2f} "
               f"{100 * r['nccl'] / r['compute_time']:>8.2f}  {call}")
+    if args.plots:
+        print(f"wrote {plot(rows, args.plots)}")
     wall = time.perf_counter() - t0
     print(f"wall {wall:.1f} s", file=sys.stderr)
     if args.json:
@@ -82,6 +87,37 @@ def main(argv=None) -> int:
             json.dump(dict(rows=rows, wall_s=wall), fh, indent=1)
         print(f"wrote {args.json}")
     return 0
+
+
+def plot(rows, out) -> str:
+    """``scale_latency.png``: per-message latency per step (ms, and as a share of the
+    compute time) against GPUs (log x), rings only (dashed) and NCCL's choice (solid)."""
+    from pathlib import Path
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fabric_jax.plots import save_figure
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = list(dict.fromkeys(r["fabric"] for r in rows))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    presets = [n for n in names if n != "ideal"]   # colours as in fabric-jax scale's
+    for name in names:
+        rs = [r for r in rows if r["fabric"] == name]
+        g = [r["gpus"] for r in rs]
+        color = "0.3" if name == "ideal" else f"C{presets.index(name)}"
+        ax.plot(g, [1e3 * r["ring"] for r in rs], ls="--", color=color, marker="o", ms=3)
+        ax.plot(g, [1e3 * r["nccl"] for r in rs], ls="-", color=color, marker="o", ms=3,
+                label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("per-message latency per step (ms)")
+    ax.set_title("rings only (dashed) and NCCL's choice, ring or PAT (solid);\n"
+                 "roce and uec share switch latencies, so their lines coincide", fontsize=9)
+    ax.legend(fontsize=8)
+    return str(save_figure(fig, out / "scale_latency.png"))
 
 
 if __name__ == "__main__":

@@ -885,8 +885,9 @@ def test_scale_latency_script_rings_against_nccl(tmp_path):
 
     from tests.helpers import load_experiment
     out = tmp_path / "lat.json"
-    assert load_experiment("scale_latency").main(["--gpus", "128,8192",
-                                                  "--json", str(out)]) == 0
+    assert load_experiment("scale_latency").main(["--gpus", "128,8192", "--json", str(out),
+                                                  "--plots", str(tmp_path)]) == 0
+    assert (tmp_path / "scale_latency.png").is_file()
     rows = json.loads(out.read_text())["rows"]
     assert {r["fabric"] for r in rows} == {"ideal", "infiniband", "roce", "spectrum_x", "uec"}
     for r in rows:
