@@ -340,9 +340,10 @@ def format_table(results: dict) -> str:
 
     Columns: step time (ms), GPU utilisation (%), the per-message latency of the step's
     collective calls included in both (``lat ms``, NCCL's model, ``--latency``), p50 /
-    p99 over ranks of the step's communication time (ms) and their ratio, effective bandwidth (fraction of line
-    rate), share of port-bytes that met a congested port (%), port-seconds paused by
-    PFC or starved of credits per step over the whole fabric (s), the fabric's share
+    p99 over ranks of the step's communication time (ms) and their ratio, effective
+    bandwidth (fraction of line rate), share of port-bytes that met a congested port
+    (%), port-seconds paused by PFC or starved of credits per step over the whole
+    fabric (s), the fabric's share
     of $/token (%), and whether the simulated rails give the cluster exactly; with
     several jobs, ``jobs +%``: how much longer the slowest job's step is than the
     fastest's (%; the jobs' own hot experts differ, so the ideal fabric has a spread
@@ -384,8 +385,8 @@ def format_table(results: dict) -> str:
                 + (f" {f(m.get('background_p50_slowdown'), 1, 2):>8} "
                    f"{f(m.get('background_p99_slowdown'), 1, 2):>8}" if bg else ""))
     for pt in results["points"]:
-        lines.append(f"{pt['gpus']} GPUs: {pt['topology']}; "
-                     f"{'the first job' + chr(39) + 's ' if pt.get('job_gpus') else ''}"
+        whose = "the first job's " if pt.get("job_gpus") else ""
+        lines.append(f"{pt['gpus']} GPUs: {pt['topology']}; {whose}"
                      f"plan tp={pt['plan']['tp']} "
                      f"pp={pt['plan']['pp']} dp={pt['plan']['dp']} ep={pt['plan']['ep']}, "
                      f"{pt['slices']} slices, rails simulated "

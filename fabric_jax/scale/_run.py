@@ -319,7 +319,8 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
       communication time at that rank (``k x`` its slice time ``+ L``, NumPy's linear
       interpolation), and their ratio.
     * ``effective_bandwidth``: the busiest NIC's bytes (sent or received) at line rate
-      over the slice's communication time ``T`` (the fabric's, without ``L``) (:func:`fabric_jax.metrics.collective_effective_bandwidth`).
+      over the slice's communication time ``T``, the fabric's, without ``L``
+      (:func:`fabric_jax.metrics.collective_effective_bandwidth`).
     * ``congested_share``: bytes served by congested switch ports over the bytes that
       crossed switch ports (each hop counted; :data:`CONGESTED_DELAY`).
     * ``pfc_pause_time``: port-seconds paused (PFC) or credit-starved per step over the

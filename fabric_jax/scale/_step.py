@@ -558,9 +558,8 @@ def job_servers(n_servers: int, n_jobs: int | None = None, placement: str = "pac
                 return np.split(np.random.default_rng(seed).permutation(n), cut)
             pos = np.concatenate([(np.arange(x) + 0.5) / x for x in sz])
             owner = np.repeat(np.arange(len(sz)), sz)
-            order = np.lexsort((owner, pos))          # by position, ties in job order
-            job_of = np.empty(n, np.int64)
-            job_of[np.arange(n)] = owner[order]
+            # cluster server i goes to the job of the i-th position (ties in job order)
+            job_of = owner[np.lexsort((owner, pos))]
             return [np.flatnonzero(job_of == j) for j in range(len(sz))]
         n_jobs = len(sz)
     J = int(n_jobs) if n_jobs is not None else 0
