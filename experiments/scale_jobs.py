@@ -87,6 +87,8 @@ def main(argv=None) -> int:
     ap.add_argument("--job-gpus", default=None, metavar="N,N,...",
                     help="jobs of different sizes instead of --jobs (GPUs per job, summing "
                          "to --gpus)")
+    ap.add_argument("--job-models", default=None, metavar="NAME,NAME,...",
+                    help="one model per job (default: the default model for every job)")
     ap.add_argument("--placement", default="random", choices=sc.PLACEMENTS,
                     help="job placement (default random)")
     ap.add_argument("--variants", nargs="+", required=True,
@@ -112,6 +114,8 @@ def main(argv=None) -> int:
             int(x) for x in args.job_gpus.split(",") if x.strip()]
         topo, st, nic = sc.build_point(args.gpus, jobs=args.jobs, placement=args.placement,
                                        job_gpus=job_gpus,
+                                       job_models=None if args.job_models is None
+                                       else args.job_models.split(","),
                                        seed=args.seed, background=args.background,
                                        background_cdf=args.background_cdf,
                                        latency=args.latency)

@@ -278,6 +278,24 @@ def test_jobs_of_different_sizes_each_keep_their_own_plan():
         sc.build_point(128, job_gpus=[64, 60, 4])
 
 
+def test_jobs_of_different_models_each_keep_their_own_plan():
+    # two 64-GPU jobs, an MoE model and a dense one: their own plans, calls (the dense
+    # model has no all-to-all) and steps, each equal to the job alone on the ideal crossbar
+    models = ["mixtral_8x7b", "llama3_8b"]
+    topo, both, nic = sc.build_point(128, jobs=2, job_models=models, placement="spread")
+    assert both.job_steps is not None and both.info["job_models"] == models
+    calls = [{c["name"] for c in i["collectives"]} for i in both.per_job["info"]]
+    assert "ep_all_to_all" in calls[0] and "ep_all_to_all" not in calls[1]
+    m = sc.point_metrics(sc.ideal_rails(both, nic), both, topo, None, nic, n_rails=8)
+    for j, name in enumerate(models):
+        alone = sc.step_flows(*sc.scale_plan(name, n_gpus=64), nic_rate=nic, seed=j)
+        m1 = sc.point_metrics(sc.ideal_rails(alone, nic), alone, sc.scale_topology(64),
+                              None, nic, n_rails=8)
+        assert m["job_step_times"][j] == pytest.approx(m1["step_time"], rel=1e-6)
+    with pytest.raises(ValueError, match="job_models"):
+        sc.build_point(128, jobs=2, job_models=models[:1])
+
+
 def test_scale_point_jobs_of_different_sizes():
     # a preset's fluid run of 64 + 32 + 32 GPUs placed at random: every flow finishes,
     # no job is faster than on the ideal fabric, the table names the jobs' sizes
@@ -740,6 +758,8 @@ def test_rail_reduction_equals_full_run_every_preset(preset):
     (["--job-gpus", "64"], "--job-gpus"), (["--job-gpus", "64,60"], "--job-gpus"),
     (["--job-gpus", "64,64", "--jobs", "2"], "--job-gpus"),
     (["--job-gpus", "64,64", "--gpus", "256"], "--job-gpus"),
+    (["--gpus", "128", "--jobs", "2", "--job-models", "llama3_8b"], "--job-models"),
+    (["--gpus", "128", "--jobs", "2", "--job-models", "llama3_8b,gpt5"], "--job-models"),
 ])
 def test_cli_bad_input_exits_2_naming_the_flag(argv, flag, capsys):
     from fabric_jax.cli import main

@@ -81,6 +81,9 @@ def add_parser(sub):
                    help="jobs of different sizes sharing the cluster: GPUs per job, whole "
                         "servers, summing to the cluster (e.g. 4096,2048,1024,1024); each "
                         "job gets the plan of its size; instead of --jobs")
+    p.add_argument("--job-models", default=None, metavar="NAME,NAME,...",
+                   help="one model per job (with --jobs or --job-gpus), e.g. "
+                        "mixtral_8x7b,llama3_70b; default: --model for every job")
     p.add_argument("--placement", default="packed",
                    help=f"how the jobs share the servers: {', '.join(_step.PLACEMENTS)} "
                         f"(default packed: whole blocks; spread: round robin, every leaf "
@@ -164,6 +167,13 @@ def _parse(args):
         raise _Bad(f"--fabrics must name presets among {list(PRESETS)}; got {args.fabrics!r}")
     if args.model not in MODELS:
         raise _Bad(f"--model must be one of {sorted(MODELS)}; got {args.model!r}")
+    job_models = None
+    if args.job_models is not None:
+        job_models = [x.strip() for x in str(args.job_models).split(",") if x.strip()]
+        n_jobs = len(job_gpus) if job_gpus else args.jobs
+        if len(job_models) != n_jobs or any(x not in MODELS for x in job_models):
+            raise _Bad(f"--job-models must name one model per job ({n_jobs}) among "
+                       f"{sorted(MODELS)}; got {args.job_models!r}")
     for flag, v in (("--dt-us", args.dt_us), ("--slice-us", args.slice_us)):
         if not (math.isfinite(v) and v > 0):
             raise _Bad(f"{flag} must be > 0; got {v!r}")
@@ -215,7 +225,7 @@ def _parse(args):
                        f"got {args.rails!r}")
         rails = tuple(range(n))
     return dict(gpus=rounded, asked=gpus, fabrics=fabrics, rails=rails, system=sysm.name,
-                job_gpus=job_gpus)
+                job_gpus=job_gpus, job_models=job_models)
 
 
 def run(args) -> int:
@@ -261,7 +271,7 @@ def run(args) -> int:
                 on_row=save, done=earlier.get(g), jobs=args.jobs,
                 placement=args.placement, background=args.background,
                 background_cdf=args.background_cdf, latency=args.latency,
-                job_gpus=v["job_gpus"]))
+                job_gpus=v["job_gpus"], job_models=v["job_models"]))
     except ValueError as err:
         print(f"fabric-jax scale: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -286,10 +296,12 @@ def run(args) -> int:
 # inputs that must match for --resume to reuse an earlier run's rows
 _SAME = ("system", "model", "dt_us", "rails", "max_paths", "switch_radix", "beyond_radix",
          "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal",
-         "jobs", "placement", "background", "background_cdf", "latency", "job_gpus")
+         "jobs", "placement", "background", "background_cdf", "latency", "job_gpus",
+         "job_models")
 #: values of inputs an older JSON may lack (it was written before the flag existed)
 _BEFORE = {"jobs": 1, "placement": "packed", "background": 0.0,
-           "background_cdf": "web_search", "latency": "none", "job_gpus": None}
+           "background_cdf": "web_search", "latency": "none", "job_gpus": None,
+           "job_models": None}
 
 
 def _earlier(args) -> dict:
@@ -385,7 +397,7 @@ def format_table(results: dict) -> str:
                 + (f" {f(m.get('background_p50_slowdown'), 1, 2):>8} "
                    f"{f(m.get('background_p99_slowdown'), 1, 2):>8}" if bg else ""))
     for pt in results["points"]:
-        whose = "the first job's " if pt.get("job_gpus") else ""
+        whose = "the first job's " if pt.get("job_gpus") or pt.get("job_models") else ""
         lines.append(f"{pt['gpus']} GPUs: {pt['topology']}; {whose}"
                      f"plan tp={pt['plan']['tp']} "
                      f"pp={pt['plan']['pp']} dp={pt['plan']['dp']} ep={pt['plan']['ep']}, "
@@ -393,7 +405,7 @@ def format_table(results: dict) -> str:
                      f"{'all' if pt['rails'] is None else pt['rails']}"
                      + _latency_note(pt)
                      + (f"; {pt['jobs']} job{'s' if pt['jobs'] > 1 else ''} of "
-                        f"{_job_sizes(pt)} GPUs, {pt['placement']} placement "
+                        f"{_job_sizes(pt)}, {pt['placement']} placement "
                         f"(plan per job)" if _placed(pt) else "")
                      + (f"; background {pt['background']['load']:g} of line rate per NIC "
                         f"({pt['background']['size_cdf']} sizes, "
@@ -418,9 +430,12 @@ def _latency_note(pt: dict) -> str:
 
 
 def _job_sizes(pt: dict) -> str:
-    """``"1024"`` (equal jobs) or ``"4096/2048/1024/1024"`` (``job_gpus``)."""
+    """``"1024 GPUs"`` (equal jobs) or ``"4096/2048/1024/1024 GPUs"`` (``job_gpus``),
+    with the models when the jobs have their own (``"64 GPUs (mixtral_8x7b/llama3_8b)"``)."""
     sizes = pt.get("job_gpus")
-    return "/".join(str(x) for x in sizes) if sizes else str(pt["gpus"] // pt["jobs"])
+    text = "/".join(str(x) for x in sizes) if sizes else str(pt["gpus"] // pt["jobs"])
+    models = pt.get("job_models")
+    return f"{text} GPUs" + (f" ({'/'.join(models)})" if models else "")
 
 
 def _placed(pt: dict) -> bool:

@@ -494,10 +494,11 @@ def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
                 switch_radix=128, beyond_radix="planes", plan_options=None,
                 step_options=None, jobs: int = 1, placement: str = "packed",
                 background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF,
-                latency: str = DEFAULT_LATENCY, job_gpus=None):
+                latency: str = DEFAULT_LATENCY, job_gpus=None, job_models=None):
     """``(topology, step, nic_rate)`` of one scale point (host side): the fabric of
     :func:`~fabric_jax.scale.scale_topology`, and the step's flows of ``jobs`` jobs of
-    ``n_gpus / jobs`` GPUs (or of ``job_gpus`` GPUs each, summing to ``n_gpus``) placed
+    ``n_gpus / jobs`` GPUs (or of ``job_gpus`` GPUs each, summing to ``n_gpus``), each
+    of ``model`` (or of its entry of ``job_models``, one model name per job) placed
     by ``placement``, with background traffic at
     ``background`` of each NIC's line rate (:func:`~fabric_jax.scale.add_background`),
     the collective calls priced by ``latency`` (:data:`~fabric_jax.scale.LATENCY_MODELS`;
@@ -517,15 +518,24 @@ def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
                              f"the jobs must sum to n_gpus = {n_gpus}; got {list(job_gpus)}")
         srv = job_servers(int(n_gpus) // g, None, placement, seed=seed,
                           sizes=[x // g for x in sizes])
+    if job_models is None:
+        models = [kw.get("model")] * len(sizes)
+    else:
+        models = list(job_models)
+        if len(models) != len(sizes):
+            raise ValueError(f"job_models: one model per job ({len(sizes)}); got "
+                             f"{len(models)}")
     nic_rate = sysm.nic_gbps * 1e9 / 8.0
     gpu = "b200" if "b200" in sysm.name else "h100_sxm"
     plans = {}
-    for size in sorted(set(sizes)):
-        plans[size] = scale_plan(n_gpus=size, gpus_per_server=g, **kw,
-                                 **(plan_options or {}))
-    steps = [step_flows(*plans[size], gpu, nic_rate=nic_rate, seed=seed + j,
+    for size, mdl in zip(sizes, models):
+        if (size, mdl) not in plans:
+            plans[size, mdl] = scale_plan(n_gpus=size, gpus_per_server=g,
+                                          **({} if mdl is None else {"model": mdl}),
+                                          **(plan_options or {}))
+    steps = [step_flows(*plans[size, mdl], gpu, nic_rate=nic_rate, seed=seed + j,
                         **{"latency": latency, **(step_options or {})})
-             for j, size in enumerate(sizes)]
+             for j, (size, mdl) in enumerate(zip(sizes, models))]
     step = place_jobs(steps, srv, placement=placement)          # 1 job packed: as is
     # the background's own stream (seed + a constant: not the expert popularity's)
     step = add_background(step, background, nic_rate, size_cdf=background_cdf,
@@ -556,7 +566,7 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
                 workers: int = 1, progress=None, fifo_bands=None, on_row=None,
                 done=None, jobs: int = 1, placement: str = "packed",
                 background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF,
-                latency: str = DEFAULT_LATENCY, job_gpus=None) -> dict:
+                latency: str = DEFAULT_LATENCY, job_gpus=None, job_models=None) -> dict:
     """Every preset (and the ideal fabric) on ``n_gpus`` GPUs: one training step.
 
     ``jobs`` > 1 runs that many jobs of ``n_gpus / jobs`` GPUs at once, one plan each
@@ -566,7 +576,8 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     job ``j``'s expert popularity uses seed ``seed + j`` (the same model on other data:
     other hot experts).  ``job_gpus`` (GPUs per job, summing to ``n_gpus``) runs jobs of
     different sizes instead, each with the plan of its size (:func:`~fabric_jax.scale.
-    place_jobs`).  The metrics add each job's step time and their spread
+    place_jobs`); ``job_models`` (one model name per job) gives the jobs different
+    models.  The metrics add each job's step time and their spread
     (:func:`point_metrics`).
 
     ``background`` > 0 adds open-loop Poisson traffic at that fraction of each NIC's
@@ -600,7 +611,8 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
         n_gpus, system=system, model=model, seed=seed, switch_radix=switch_radix,
         beyond_radix=beyond_radix, plan_options=plan_options, step_options=step_options,
         jobs=jobs, placement=placement, background=background,
-        background_cdf=background_cdf, latency=latency, job_gpus=job_gpus)
+        background_cdf=background_cdf, latency=latency, job_gpus=job_gpus,
+        job_models=job_models)
     rails = tuple(range(g)) if rails == "all" else rails
     if rails is not None and int(topo.params.get("tiers", 2)) != 2:
         rails = None                               # three tiers: no exact reduction
@@ -610,6 +622,7 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
                jobs=jobs, placement=placement, background=step.info.get("background"),
                latency=latency,
                job_gpus=None if job_gpus is None else [int(x) for x in job_gpus],
+               job_models=None if job_models is None else list(job_models),
                rails=None if rails is None else list(rails), fabrics={}, reduction={})
     done = done or {}
     lock = threading.Lock()

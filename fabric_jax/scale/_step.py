@@ -581,7 +581,8 @@ def place_jobs(steps, servers, *, placement: str | None = None) -> StepFlows:
     renumbered; flows in job order.  The jobs run their steps at once.
 
     Jobs of one plan (equal shares) keep the scalar fields.  Jobs of different plans
-    (different sizes: other data-parallel degrees, slice counts, compute times) keep
+    (different sizes or models: other data-parallel degrees, slice counts, compute
+    times, collective calls) keep
     theirs in :attr:`StepFlows.job_steps`: each job's flows carry one slice of *its*
     step, and since every job's slice is the same line-rate time (``slice_time`` of
     :func:`step_flows`, up to rounding to whole slices), one slice of each job meets one
@@ -610,7 +611,8 @@ def place_jobs(steps, servers, *, placement: str | None = None) -> StepFlows:
         raise ValueError(f"servers: must use each of the {n_srv} servers once")
     if J == 1 and np.array_equal(rows[0], np.arange(rows[0].size)):
         return steps[0]
-    one_plan = all(st.slices == steps[0].slices and st.compute_time == steps[0].compute_time
+    one_plan = all(st.info == steps[0].info and st.slices == steps[0].slices
+                   and st.compute_time == steps[0].compute_time
                    and st.n_gpus == steps[0].n_gpus for st in steps)
     gid = lambda j, x: rows[j][np.asarray(x) // g] * g + np.asarray(x) % g  # noqa
     cat = lambda f: np.concatenate([f(j, st) for j, st in enumerate(steps)])  # noqa
@@ -630,6 +632,7 @@ def place_jobs(steps, servers, *, placement: str | None = None) -> StepFlows:
              tokens_per_step=float(st.tokens_per_step), info=st.info) for st in steps)
     if job_steps is not None:
         info["job_gpus"] = [int(st.n_gpus) for st in steps]
+        info["job_models"] = [st.info.get("model") for st in steps]
     return StepFlows(src=cat(lambda j, st: gid(j, st.src)).astype(np.int32),
                      dst=cat(lambda j, st: gid(j, st.dst)).astype(np.int32),
                      src_rank=cat(lambda j, st: gid(j, st.src_rank)).astype(np.int32),
