@@ -18,8 +18,9 @@ from .. import metrics as mx
 from ..fabrics import get_fabric
 from ..paths import PathSet, PathsTruncatedWarning, mix64, shortest_paths
 from ._fabric import clos_paths, ecmp_paths, rail_symmetric_paths, rail_view, scale_topology
-from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_LATENCY, StepFlows, add_background,
-                    collective_overhead, job_servers, place_jobs, scale_plan, step_flows)
+from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_LATENCY, DEFAULT_MODEL, StepFlows,
+                    add_background, collective_overhead, job_servers, place_jobs,
+                    scale_plan, step_flows)
 
 __all__ = ["DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "CONGESTED_DELAY", "HASHED_ROUTING",
            "HORIZON_FACTOR", "RailRun", "route_flows", "simulate_rails", "ideal_rails",
@@ -338,7 +339,8 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     pj = step.per_job
     k, C = pj["slices"], pj["compute_time"]               # [jobs]
     f = np.array([float(i["overlap"]) for i in pj["info"]])
-    phase_lat = _phase_latency(run)
+    # the path latency the calls pay per network step (none on the ideal crossbar)
+    phase_lat = {} if run.latency is None else phase_latency(fl, run.latency)
     lats = [collective_overhead(i, nic_rate, phase_lat) for i in pj["info"]]
     L = np.array([x["total"] for x in lats])
     t_job = np.zeros(J)
@@ -392,14 +394,6 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
         out.update(fabric_cost_share=float(rep["fabric_cost_share"]),
                    cost_per_million_tokens=float(rep["cost_per_million_tokens"]))
     return out
-
-
-def _phase_latency(run: RailRun) -> dict:
-    """``{phase: s}``: the mean zero-load one-way latency of the run's step flows of each
-    phase (``{}`` without latencies: the ideal crossbar has none)."""
-    if run.latency is None:
-        return {}
-    return phase_latency(run.flows, run.latency)
 
 
 def phase_latency(flows: StepFlows, latency) -> dict:
@@ -506,7 +500,6 @@ def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
     from ..systems import get_system
     sysm = get_system(system)
     topo = scale_topology(n_gpus, sysm, switch_radix=switch_radix, beyond_radix=beyond_radix)
-    kw = dict(model=model) if model is not None else {}
     g = sysm.gpus_per_server
     if job_gpus is None:
         sizes = [int(n_gpus) // int(jobs)] * int(jobs)
@@ -519,7 +512,7 @@ def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
         srv = job_servers(int(n_gpus) // g, None, placement, seed=seed,
                           sizes=[x // g for x in sizes])
     if job_models is None:
-        models = [kw.get("model")] * len(sizes)
+        models = [model or DEFAULT_MODEL] * len(sizes)
     else:
         models = list(job_models)
         if len(models) != len(sizes):
@@ -530,8 +523,7 @@ def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
     plans = {}
     for size, mdl in zip(sizes, models):
         if (size, mdl) not in plans:
-            plans[size, mdl] = scale_plan(n_gpus=size, gpus_per_server=g,
-                                          **({} if mdl is None else {"model": mdl}),
+            plans[size, mdl] = scale_plan(mdl, n_gpus=size, gpus_per_server=g,
                                           **(plan_options or {}))
     steps = [step_flows(*plans[size, mdl], gpu, nic_rate=nic_rate, seed=seed + j,
                         **{"latency": latency, **(step_options or {})})
