@@ -26,6 +26,18 @@ as each part finishes (a timeout keeps what ran):
 ``events``
     :func:`fabric_jax.simulate_flows` (exact, event-driven) on the coupled instances of
     ``experiments/bench_flowsim.py`` (3k, 10k flows).
+``variants``
+    what removes the launch cost of the fluid step, measured rather than argued: the
+    ``fluid`` part's DCQCN + PFC row (10^5 flows on ``fat_tree(16)``; ``--small``: 2,000
+    on ``fat_tree(8)``) rerun in a fresh process per variant (XLA reads its flags when
+    the backend starts): XLA's default; ``solver_unroll=4`` (the per-step solves' first
+    iterations as straight-line code, :func:`fabric_jax.simulate_fluid`); XLA:GPU
+    command buffers (CUDA graphs) extended to while loops and conditionals
+    (``--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL``: the loop predicate stays
+    on the device), with and without the unroll.  Time per step, its ratio to the
+    default, and whether the variant's results equal the default's to the bit
+    (``same_result``: every variant computes the same thing).  On a CPU the GPU flags
+    are accepted and do nothing (a smoke run).
 ``batched``
     :func:`fabric_jax.simulate_flows_batched` over 8 seeds against the same seeds one by
     one: the cost per scenario.  (Fluid scenarios through :func:`fabric_jax.sweep` are
@@ -41,7 +53,8 @@ in a subprocess) and reports the ratio of its time per step to this code's
 
 Usage::
 
-    PYTHONPATH=. python experiments/bench_gpu.py [--small] [--parts solve,fluid,events,batched]
+    PYTHONPATH=. python experiments/bench_gpu.py [--small]
+        [--parts kernels,solve,fluid,events,batched,variants]
         [--json results/gpu.json] [--baseline-rev REV]
 """
 
@@ -72,7 +85,15 @@ import jax.numpy as jnp  # noqa: E402
 import fabric_jax as fj  # noqa: E402
 from fabric_jax.paths import PathsTruncatedWarning  # noqa: E402
 
-PARTS = ("kernels", "solve", "fluid", "events", "batched")
+PARTS = ("kernels", "solve", "fluid", "events", "batched", "variants")
+
+#: ``variants`` part: (name, XLA flags added to ``XLA_FLAGS``, ``solver_unroll``).
+XLA_VARIANTS = (
+    ("default", "", 0),
+    ("unroll4", "", 4),
+    ("graphs_while", "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL", 0),
+    ("graphs_while_unroll4", "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL", 4),
+)
 
 
 # ------------------------------------------------------------------ instances
@@ -147,13 +168,17 @@ FLUID_CASES = {"dcqcn_pfc": dict(law="dcqcn", flow_control="pfc"),
                "hpcc": dict(law="hpcc", flow_control="none")}
 
 
-def fluid_row(k, n, case, steps, dev):
-    """One fluid measurement on device ``dev`` (also run by ``--baseline-rev``)."""
+def fluid_row(k, n, case, steps, dev, unroll=0):
+    """One fluid measurement on device ``dev`` (also run by ``--baseline-rev``);
+    ``unroll``: ``simulate_fluid(solver_unroll=)`` (only passed when set, so that a
+    baseline without it runs)."""
     topo, inc, cap = pair_instance(k, n)
     kw = dict(dt=1e-6, buffer=np.asarray(topo.buffer, float) if np.all(
         np.isfinite(np.asarray(topo.buffer, float))) else 1e6,
         link_latency=np.asarray(topo.latency, float), nic_links=topo,
         **FLUID_CASES[case])
+    if unroll:
+        kw["solver_unroll"] = int(unroll)
     size = np.full(inc.n_flows, 1e12, np.float32)
     with jax.default_device(dev):
         def run(n_steps):
@@ -163,11 +188,23 @@ def fluid_row(k, n, case, steps, dev):
     step_s = max(t2 - t1, 1e-9) / steps
     row = dict(k=k, flows=n, case=case, n_steps=steps, first_s=first, step_s=step_s,
                flow_steps_per_s=n / step_s, dt_s=1e-6)
+    # a fingerprint of the results, to tell variants that compute the same thing
+    row["result_digest"] = _digest(r2)
     it = getattr(r2.info, "solver_iterations", None)
     if it is not None:
         row["solve_iterations_per_step"] = float(np.asarray(it)[0]) / (2 * steps)
         row["nic_rounds_per_step"] = float(np.asarray(it)[1]) / (2 * steps)
     return row
+
+
+def _digest(result) -> str:
+    """SHA-256 of every array of a result pytree (bytes in order): equal digests mean
+    results equal to the bit."""
+    import hashlib
+    h = hashlib.sha256()
+    for leaf in jax.tree_util.tree_leaves(result):
+        h.update(np.ascontiguousarray(np.asarray(leaf)).tobytes())
+    return h.hexdigest()[:16]
 
 
 def fluid_hlo(k, n, case, steps):
@@ -295,6 +332,45 @@ def part_batched(small, backends):
     # and prepares its inputs on the host, so it cannot be vmapped; issue 24, open)
 
 
+def variant_row(k, n, steps, name, flags, unroll):
+    """:func:`fluid_row` (DCQCN + PFC) in a fresh process with ``flags`` added to
+    ``XLA_FLAGS``: ``dict`` or ``{"error": ...}`` when the process fails (e.g. an XLA
+    that does not know a flag)."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = " ".join(x for x in (env.get("XLA_FLAGS", ""), flags) if x)
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(root), env.get("PYTHONPATH", ""))
+                                        if x)
+    code = ("import json, sys, jax; sys.path.insert(0, 'experiments'); import bench_gpu as b;"
+            f"print(json.dumps(b.fluid_row({k}, {n}, 'dcqcn_pfc', {steps}, jax.devices()[0],"
+            f" {int(unroll)}), default=float))")
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env,
+                         capture_output=True, text=True)
+    row = dict(variant=name, xla_flags=flags, solver_unroll=int(unroll))
+    if out.returncode != 0:
+        row["error"] = (out.stderr.strip().splitlines() or ["?"])[-1][-300:]
+        return row
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    row.update({key: r[key] for key in ("k", "flows", "n_steps", "first_s", "step_s",
+                                        "flow_steps_per_s", "result_digest")})
+    row.update({key: r[key] for key in r if key.endswith("per_step")})
+    row["process_wall_s"] = time.perf_counter() - t0
+    return row
+
+
+def part_variants(small, backends):
+    k, n, steps = (8, 2_000, 10) if small else (16, 100_000, 20)
+    rows = []
+    for name, flags, unroll in XLA_VARIANTS:
+        row = variant_row(k, n, steps, name, flags, unroll)
+        if rows and "step_s" in row and "step_s" in rows[0]:
+            row["default_over_variant"] = rows[0]["step_s"] / row["step_s"]
+            row["same_result"] = row["result_digest"] == rows[0]["result_digest"]
+        rows.append(row)
+        yield rows
+
+
 # ----------------------------------------------------------------- baseline
 def baseline_runner(rev: str):
     """A function running :func:`fluid_row` on the code of git revision ``rev`` (in a
@@ -355,7 +431,8 @@ def main(argv=None):
                 solve=lambda: part_solve(a.small, backends, a.max_flows, a.only_k),
                 fluid=lambda: part_fluid(a.small, backends, baseline, a.max_flows),
                 events=lambda: part_events(a.small, backends),
-                batched=lambda: part_batched(a.small, backends))
+                batched=lambda: part_batched(a.small, backends),
+                variants=lambda: part_variants(a.small, backends))
     t0 = time.time()
     for p in parts:
         for rows in gens[p]():

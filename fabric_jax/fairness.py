@@ -371,11 +371,12 @@ def _iteration_rows(li, weight, active, capacity, demand, n_links, rate, frozen,
 
 
 def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_name=None,
-                fine: bool | str = True):
+                fine: bool | str = True, unroll: int = 0):
     """While-loop solve on the flow-major layout, compacting the rows of open flows
     into geometrically shrinking buffers as flows freeze (frozen load folds into a
     residual capacity).  With ``axis_name`` each shard compacts its own rows; a level
-    ends when every shard's open rows fit its next buffer."""
+    ends when every shard's open rows fit its next buffer.  ``unroll``: iterations run
+    straight-line before the first level's loop (see :func:`solve`)."""
     n_flows, width = inc.n_flows, inc.row_width
     li = inc.link_idx.reshape(n_flows, width)
     w = inc.weight.astype(capacity.dtype).reshape(n_flows, width)
@@ -413,6 +414,12 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_n
                                    axis_name, table)
             return r, f, c[2] + 1
 
+        if level == 0:
+            for _ in range(unroll):
+                busy = _any_shard(jnp.any(~f), axis_name)
+                r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, r, f,
+                                       axis_name, table)
+                it = it + busy.astype(jnp.int32)
         r, f, it = jax.lax.while_loop(cond, body, (r, f, it))
     rate = rate.at[rows].set(r, mode="drop")
     frozen = frozen.at[rows].set(f, mode="drop")
@@ -420,7 +427,7 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_n
 
 
 def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
-          axis_name=None, compaction: str = "fine") -> MaxMinResult:
+          axis_name=None, compaction: str = "fine", unroll: int = 0) -> MaxMinResult:
     """Unvalidated, traceable core of :func:`max_min_fair` (for use inside jitted loops).
 
     ``capacity`` ``[links]`` and ``demand`` ``[flows]`` must be arrays of the same float
@@ -444,7 +451,22 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
     loop whose every step settles in a few iterations (the fluid engine's) gains
     nothing from them at run time and takes ``"none"``.  The answer does not depend
     on it (the same iteration on the same entries).
+
+    ``unroll`` (static int, default 0; with ``iterations=None`` only): run that many
+    iterations as straight-line code before the while loop, which then finishes what
+    is left (its condition, "is any flow still open", is the exactness check: it
+    runs zero iterations when the unrolled ones froze every flow).  An iteration
+    after the last freeze changes nothing, so the result is bit-identical to the plain
+    loop's with ``compaction="none"`` (the fluid step's; with compaction levels the
+    same up to the order of float sums), and ``info.iterations`` counts only the
+    iterations that had an open flow (the bottleneck depth, whatever ``unroll``).  For accelerators: a time-stepped
+    solve that settles in a few iterations then runs them with no data-dependent
+    stop (no predicate read back per iteration, and a fixed sequence of kernels that
+    a CUDA graph can hold); on a CPU the iterations beyond the depth are wasted work.
     """
+    if unroll and iterations is not None:
+        raise ValueError("unroll: only with iterations=None (the exact while loop); "
+                         f"got unroll={unroll!r} with iterations={iterations!r}")
     dtype = capacity.dtype
     n_links, n_flows = inc.n_links, inc.n_flows
     if max_iter is None:
@@ -473,7 +495,7 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
         rate, frozen, it = jax.lax.fori_loop(0, iterations, body, (rate, frozen, it))
     elif inc.row_width is not None and inc.nnz == n_flows * inc.row_width:
         rate, frozen, it = _solve_rows(inc, capacity, demand, rate, frozen, max_iter,
-                                       axis_name, compaction)
+                                       axis_name, compaction, unroll)
     else:
         li, fi, w, act = inc.link_idx, inc.flow_idx, weight, active
         residual = capacity
@@ -499,6 +521,13 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
                                              n_flows, c[0], c[1], axis_name, table)
                 return r, f, c[2] + 1, n_open
 
+            if level == 0:
+                for _ in range(unroll):
+                    busy = _any_shard(jnp.any(~frozen), axis_name)
+                    rate, frozen, _, _ = _iteration(li, fi, w, act, residual, demand,
+                                                    n_links, n_flows, rate, frozen,
+                                                    axis_name, table)
+                    it = it + busy.astype(jnp.int32)
             n_open0 = jnp.sum(act & ~frozen[fi])
             rate, frozen, it, _ = jax.lax.while_loop(cond, body, (rate, frozen, it, n_open0))
             # Load of the flows frozen at this level, over this level's entries (exact:
@@ -738,7 +767,7 @@ def joining_share(inc: Incidence, capacity, rates, load=None, *, axis_name=None)
 
 
 def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: bool = False,
-               axis_name=None):
+               axis_name=None, unroll: int = 0):
     """Weighted max-min fair rates when every flow crosses at most one link: a water-fill
     per link.
 
@@ -780,6 +809,9 @@ def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: 
       axis_name: as :func:`solve`: inside ``shard_map`` with the flows split over that
         mesh axis, a link's sums are ``psum`` over it and every shard runs the rounds
         until no flow joins on any shard (the same levels and rounds as unsharded).
+      unroll: (static, with ``iterations=None``) rounds run as straight-line code
+        before the while loop, which finishes the rest (none when a straight-line round
+        already changed nothing): the same rates and round count as without.
 
     Returns:
       ``[flows]`` rates, bytes/s, in the dtype of ``capacity`` (and the rounds with
@@ -812,12 +844,21 @@ def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: 
         return limited | (demand <= level(limited)[seg])
 
     limited = ~on          # a flow on no link takes its demand
+    if unroll and iterations is not None:
+        raise ValueError("unroll: only with iterations=None (the exact while loop); "
+                         f"got unroll={unroll!r} with iterations={iterations!r}")
     if iterations is None:
         def body(c):
             new = join(c[0])
             return new, _any_shard(jnp.any(new != c[0]), axis_name), c[2] + 1
-        limited, _, rounds = jax.lax.while_loop(
-            lambda c: c[1], body, (limited, jnp.asarray(True), jnp.asarray(0, jnp.int32)))
+        going, rounds = jnp.asarray(True), jnp.asarray(0, jnp.int32)
+        for _ in range(unroll):   # the rounds the loop would run, while it would run
+            new = join(limited)
+            rounds = rounds + going.astype(jnp.int32)
+            going = going & _any_shard(jnp.any(new != limited), axis_name)
+            limited = new
+        limited, _, rounds = jax.lax.while_loop(lambda c: c[1], body,
+                                                (limited, going, rounds))
     else:
         limited = jax.lax.fori_loop(0, int(iterations), lambda i, lim: join(lim), limited)
         rounds = jnp.asarray(int(iterations), jnp.int32)

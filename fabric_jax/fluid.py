@@ -218,7 +218,10 @@ link-side sums over the hop table are segment tables
 (:mod:`fabric_jax.segments`: gathers and row reductions on an accelerator, no atomic
 adds contending on hot links; scatters on the CPU, where they are faster).  The per-step
 max-min solves stay exact (a while loop to convergence; ``FluidInfo.solver_iterations``
-counts their iterations).
+counts their iterations); ``solver_unroll=K`` runs their first ``K`` iterations as
+straight-line code, the loop's entry test being the exactness check (bit-identical
+results; for accelerators, where a step that settles within ``K`` iterations then has
+no data-dependent stop: ``experiments/bench_gpu.py --parts variants`` measures it).
 
 Sources: the fluid queue (Lindley recursion per step) and the max-min share follow the
 flow-level models of SimGrid (Velho et al., ACM TOMACS 2013) and of the DCQCN fluid
@@ -289,8 +292,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    arrival=None, deps=None, delay=None, latency=None, line_rate=None,
                    base_rtt=None, flow_control="none", fc_params=None, buffer=None,
                    smooth=None, save_every: int | None = None,
-                   solver_iterations: int | None = None, routing=None, faults=None,
-                   init_state=None, link_latency=None, nic_links=None, reorder: bool = True,
+                   solver_iterations: int | None = None, solver_unroll: int = 0,
+                   routing=None, faults=None, init_state=None, link_latency=None, nic_links=None, reorder: bool = True,
                    loss_recovery: str = "selective", mtu: float = rx.DEFAULT_MTU,
                    reorder_tolerance: float = 0.0, traffic_class=None, classes=None,
                    shared_buffer=None, stop_when_idle: bool = False,
@@ -342,6 +345,12 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
       solver_iterations: fixed iteration count of the per-step max-min solve (needed
         for reverse-mode gradients; default: exact while-loop, or ``flows + 1`` in the
         smooth mode).
+      solver_unroll: iterations of each per-step max-min solve (and rounds of the NIC
+        water-fill) run as straight-line code before its while loop, which finishes
+        what is left (:func:`fabric_jax.fairness.solve`, ``unroll``): bit-identical
+        results, for accelerators, where a step that settles within them runs with no
+        data-dependent stop.  Default 0 (the plain while loop, fastest on a CPU).  Not
+        with ``solver_iterations`` or ``smooth``.
       routing: a :class:`fabric_jax.routing.Routing` (policy, its params and initial
         state over a ``[flows, paths, hops]`` path table): dynamic per-step splits.
         Every incidence entry of a flow must be on one of its candidate paths.
@@ -420,7 +429,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
 
 def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, deps, delay,
              latency, line_rate, base_rtt, flow_control, fc_params, buffer, smooth,
-             save_every, solver_iterations, routing, faults, init_state, link_latency,
+             save_every, solver_iterations, solver_unroll, routing, faults, init_state,
+             link_latency,
              nic_links, reorder, loss_recovery, mtu, reorder_tolerance, traffic_class,
              classes, shared_buffer, stop_when_idle, fifo_bands, burstiness, delay_steps):
     """Host side of :func:`simulate_fluid` (every argument as there, no defaults):
@@ -444,6 +454,10 @@ def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, de
     if solver_iterations is not None and not (
             isinstance(solver_iterations, (int, np.integer)) and solver_iterations >= 1):
         raise ValueError(f"solver_iterations must be a positive integer; got {solver_iterations!r}")
+    if not (isinstance(solver_unroll, (int, np.integer)) and not isinstance(solver_unroll, bool)
+            and solver_unroll >= 0):
+        raise ValueError("solver_unroll must be a non-negative integer (iterations); "
+                         f"got {solver_unroll!r}")
     smooth = sm.EXACT if smooth is None else smooth
     if not isinstance(smooth, sm.Smoothing):
         raise ValueError("smooth must be a fabric_jax.smooth.Smoothing (e.g. smooth.smooth(0.05))")
@@ -540,6 +554,9 @@ def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, de
         n_outer, inner, keep_traj = int(n_steps) // save_every, int(save_every), True
     if solver_iterations is None and smooth.enabled:
         solver_iterations = n_flows + 1
+    if solver_unroll and solver_iterations is not None:
+        raise ValueError("solver_unroll: unrolls the exact while loop, so it cannot be "
+                         "combined with solver_iterations or smooth; set solver_unroll=0")
     sched = None
     if faults is not None:
         sched = fm.fault_schedule(faults, n_links, float(dt))
@@ -574,7 +591,8 @@ def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, de
                burstiness=jnp.asarray(burstiness, fdt))
     net = _class_net(net, tc_cfg, tc_arr, sb, flow_control, capacity, float(dt), fdt)
     static = _Static(law=law, fc=flow_control, policy=policy, shape=shape,
-                     solver_iterations=solver_iterations, rx_ooo=bool(rx_ooo),
+                     solver_iterations=solver_iterations, solver_unroll=int(solver_unroll),
+                     rx_ooo=bool(rx_ooo),
                      go_back_n=loss_recovery == "go_back_n", n_classes=n_classes,
                      levels=() if tc_cfg is None else tc_cfg.levels, shared=sb is not None,
                      stop_when_idle=bool(stop_when_idle),

@@ -186,6 +186,7 @@ class _Static:
     policy: Any
     shape: _Shape
     solver_iterations: Any
+    solver_unroll: int = 0    # straight-line iterations before the per-step solves' loops
     rx_ooo: bool = False      # out-of-order arrivals cost (reorder=False, several paths)
     go_back_n: bool = False   # loss_recovery == "go_back_n"
     n_classes: int = 1        # traffic classes (1: the single-class model)
@@ -536,7 +537,7 @@ def _allocate_paths(static, hops, inc, fresh, send):
     demand = jnp.where(split > 0, send[:, None], 0.0).ravel()
     axis_name = hops.axis_name
     sol = solve(pinc, fresh, demand, iterations=static.solver_iterations,
-                compaction=_STEP_COMPACTION, axis_name=axis_name,
+                compaction=_STEP_COMPACTION, axis_name=axis_name, unroll=static.solver_unroll,
                 max_iter=_solve_cap(pinc.n_flows, axis_name))
     r = jnp.minimum(sol.rates, demand).reshape(split.shape)
     alloc_p = split * r
@@ -617,7 +618,7 @@ def _nic_send(static, switch, inc, cap, offered, ports="check", axis_name=None):
 
     def one_port():
         return water_fill(port, weight, cap, offered, iterations=iters, with_rounds=True,
-                          axis_name=axis_name)
+                          axis_name=axis_name, unroll=static.solver_unroll)
 
     def several_ports():
         nic_inc = Incidence(li, fi, w_nic, n_links, n_flows)
@@ -806,7 +807,8 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
                       pinc_v.n_flows)
     sol2 = solve(pinc2, jnp.concatenate([spare, room]), rest,
                  iterations=static.solver_iterations, compaction=_STEP_COMPACTION,
-                 axis_name=ax, max_iter=_solve_cap(pinc2.n_flows, ax))
+                 axis_name=ax, max_iter=_solve_cap(pinc2.n_flows, ax),
+                 unroll=static.solver_unroll)
     r_p = r_p + jnp.minimum(sol2.rates, rest).reshape(r_p.shape)
     alloc_p = split_p * r_p
     alloc = _flow_alloc(split_p, alloc_p, send)

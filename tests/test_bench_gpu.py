@@ -56,3 +56,28 @@ def test_bench_gpu_rejects_unknown_parts():
     bench = _load()
     with pytest.raises(SystemExit):
         bench.main(["--parts", "solve,warp"])
+
+
+@pytest.mark.slow
+def test_bench_gpu_variants_compute_the_same_thing(tmp_path):
+    # each variant in its own process, XLA flags set before the backend starts (on a
+    # CPU the GPU flags are accepted and do nothing); every variant's results equal
+    # the default's to the bit, and the ratio is the one of the two measured times
+    bench = _load()
+    out = tmp_path / "gpu.json"
+    bench.main(["--small", "--parts", "variants", "--json", str(out)])
+    rows = json.loads(out.read_text())["parts"]["variants"]
+    assert [r["variant"] for r in rows] == [v[0] for v in bench.XLA_VARIANTS]
+    assert all("error" not in r for r in rows), rows
+    assert [r["solver_unroll"] for r in rows] == [v[2] for v in bench.XLA_VARIANTS]
+    for r in rows[1:]:
+        assert r["same_result"] is True
+        assert r["default_over_variant"] == pytest.approx(rows[0]["step_s"] / r["step_s"])
+        assert r["solve_iterations_per_step"] == rows[0]["solve_iterations_per_step"]
+
+
+def test_bench_gpu_variant_reports_a_failing_process():
+    # an XLA that does not know a flag aborts the process: the row says so, no crash
+    bench = _load()
+    row = bench.variant_row(8, 10, 1, "bogus", "--xla_no_such_flag_in_any_xla=1", 0)
+    assert row["variant"] == "bogus" and "error" in row and "step_s" not in row
