@@ -40,9 +40,9 @@ as each part finishes (a timeout keeps what ran):
     are accepted and do nothing (a smoke run).
 ``batched``
     :func:`fabric_jax.simulate_flows_batched` over 8 seeds against the same seeds one by
-    one: the cost per scenario.  (Fluid scenarios through :func:`fabric_jax.sweep` are
-    not measured: :func:`~fabric_jax.simulate_fluid` checks and prepares its inputs on
-    the host, so it cannot be vmapped yet.)
+    one, and :func:`fabric_jax.simulate_fluid_batched` over 8 load levels of the
+    ``fluid`` part's 10^4-flow DCQCN + PFC instance against the same runs one by one:
+    the cost per scenario.
 
 Every part runs on the default backend and, when that is an accelerator, on this
 machine's CPU backend too (``cpu_*`` keys), for the ratio.  ``--small``: CPU-sized
@@ -328,8 +328,25 @@ def part_batched(small, backends):
                      per_scenario_s=steady / b, loop_per_scenario_s=loop,
                      loop_over_batched=loop / (steady / b)))
     yield rows
-    # (fluid scenarios through fabric_jax.sweep are not measured: simulate_fluid checks
-    # and prepares its inputs on the host, so it cannot be vmapped; issue 24, open)
+    # fluid: b load levels (sizes) of the fluid part's DCQCN + PFC instance, one
+    # vmapped program against the same scenarios run one by one (each program compiled
+    # before the timing; the step count is the fluid part's)
+    k, n, steps = (8, 2_000, 20) if small else (16, 10_000, 50)
+    topo, inc, cap = pair_instance(k, n)
+    kw = dict(dt=1e-6, n_steps=steps, buffer=1e6, link_latency=np.asarray(topo.latency, float),
+              nic_links=topo, **FLUID_CASES["dcqcn_pfc"])
+    sizes = np.stack([np.full(n, 1e5 * 4.0 ** i, np.float32) for i in range(b)])
+    first, steady, res = timed(lambda: fj.simulate_fluid_batched(inc, cap, sizes, **kw),
+                               repeats=1)
+    _block(fj.simulate_fluid(inc, cap, sizes[0], **kw).finish)      # compile the single run
+    t0 = time.perf_counter()
+    for i in range(b):
+        _block(fj.simulate_fluid(inc, cap, sizes[i], **kw).finish)
+    loop = (time.perf_counter() - t0) / b
+    rows.append(dict(kind="fluid", flows=n, batch=b, n_steps=steps, first_s=first,
+                     per_scenario_s=steady / b, loop_per_scenario_s=loop,
+                     loop_over_batched=loop / (steady / b)))
+    yield rows
 
 
 def variant_row(k, n, steps, name, flags, unroll):

@@ -254,7 +254,8 @@ from . import fluid_step as fs
 from .fluid_step import (COMPLETION_RTOL, FluidInfo, FluidResult, FluidTrajectory,
                          _init_carry, _Net, _Shape, _Static)
 
-__all__ = ["simulate_fluid", "FluidResult", "FluidTrajectory", "FluidInfo", "COMPLETION_RTOL"]
+__all__ = ["simulate_fluid", "simulate_fluid_batched", "FluidResult", "FluidTrajectory",
+           "FluidInfo", "COMPLETION_RTOL"]
 
 
 # ----------------------------------------------------------------- host side
@@ -425,6 +426,122 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
     # every argument, as passed (the host preparation is shared with
     # fabric_jax.distributed.simulate_fluid_sharded, which runs the same loop sharded)
     return fs._run(*_prepare(**locals()))
+
+
+def simulate_fluid_batched(incidence, capacity, size, *, scenarios=None,
+                           **kwargs) -> FluidResult:
+    """Many fluid scenarios of one shape in one compiled program: :func:`simulate_fluid`
+    ``vmap``-ed over a leading scenario axis.
+
+    Scenario ``b`` is ``simulate_fluid(incidence, capacity[b], size[b], **kwargs,
+    **scenarios[b])``: a load sweep (sizes), degraded links (capacities), a tuning sweep
+    (``scenarios=[{"params": ...}, ...]``), seeds of a workload (``arrival``).  Each
+    scenario is checked and prepared on the host as :func:`simulate_fluid` does; they
+    must share every static choice (law, flow control, routing policy, ``n_steps`` and
+    ``save_every``, the NIC-port layout the host proves) and every array shape, so that
+    one program runs them all.  Arrays equal in every scenario (the hop table, usually)
+    are passed once, not stacked.  On an accelerator the batch shares each kernel
+    launch (issue 24: a step is launch-bound, so ``B`` scenarios cost little more than
+    one); on a CPU a batch costs about ``B`` runs (``experiments/bench_gpu.py --parts
+    batched`` measures both).  The per-step solves' while loops run until every
+    scenario's has converged (``vmap`` of a loop: a converged scenario's state is held,
+    and its ``info.solver_iterations`` stays its own); the results are its own run's
+    up to the order of float sums (bit for bit on the CPU in ``tests/test_fluid_batched.py``).
+
+    Args:
+      incidence: as :func:`simulate_fluid` (shared).
+      capacity: ``[scenarios, links]`` bytes/s, or ``[links]`` shared.
+      size: ``[scenarios, flows]`` bytes, or ``[flows]`` shared.
+      scenarios: optional list of dicts, one per scenario, of further
+        :func:`simulate_fluid` keyword arguments that differ between scenarios (a key
+        may not also be in ``kwargs``).
+      **kwargs: :func:`simulate_fluid` keyword arguments shared by every scenario
+        (``dt`` and ``n_steps`` among them).
+
+    Returns:
+      :class:`FluidResult` with a leading scenario axis on every array.
+
+    Raises:
+      ValueError: nothing batched, batch sizes that differ, a key both in ``kwargs``
+        and a scenario, an unknown argument, scenarios whose static choices or array
+        shapes differ (each named with its index), or any of :func:`simulate_fluid`'s.
+    """
+    import inspect
+    batch = {}
+    if np.ndim(capacity) == 2:
+        batch["capacity"] = np.shape(capacity)[0]
+    if np.ndim(size) == 2:
+        batch["size"] = np.shape(size)[0]
+    if scenarios is not None:
+        if not (isinstance(scenarios, (list, tuple))
+                and all(isinstance(sc, dict) for sc in scenarios)):
+            raise ValueError("scenarios: a list of dicts of simulate_fluid keyword "
+                             f"arguments, one per scenario; got {type(scenarios).__name__}")
+        batch["scenarios"] = len(scenarios)
+    if not batch:
+        raise ValueError("simulate_fluid_batched: nothing is batched; give capacity "
+                         "[scenarios, links], size [scenarios, flows] or scenarios=[...] "
+                         "(one scenario: use simulate_fluid)")
+    if len(set(batch.values())) > 1:
+        raise ValueError(f"the batch sizes differ: {batch}; give every batched argument "
+                         "the same number of scenarios")
+    n = next(iter(batch.values()))
+    if n < 1:
+        raise ValueError("simulate_fluid_batched: the batch is empty")
+    sig = inspect.signature(simulate_fluid)
+    prepared = []
+    for b in range(n):
+        extra = {} if scenarios is None else scenarios[b]
+        both = sorted(set(extra) & set(kwargs))
+        if both:
+            raise ValueError(f"scenarios[{b}]: {both} also given for every scenario; give "
+                             "each argument one way")
+        try:
+            bound = sig.bind(incidence, capacity[b] if "capacity" in batch else capacity,
+                             size[b] if "size" in batch else size, **kwargs, **extra)
+        except TypeError as err:
+            raise ValueError(f"scenarios[{b}]: {err} (arguments of simulate_fluid)") from None
+        bound.apply_defaults()
+        prepared.append(_prepare(**bound.arguments))
+    head = prepared[0][:4]
+    flat0, treedef = jax.tree_util.tree_flatten(prepared[0][4:])
+    flats = [flat0]
+    for b, p in enumerate(prepared[1:], 1):
+        if p[:4] != head:
+            raise ValueError(f"scenarios[{b}]: its static choices (law, flow control, "
+                             "routing policy, n_steps / save_every, NIC ports ...) differ from "
+                             "scenario 0's; one batch is one compiled program: run it apart")
+        flat, tdef = jax.tree_util.tree_flatten(p[4:])
+        if tdef != treedef:
+            raise ValueError(f"scenarios[{b}]: its arguments differ in kind from scenario "
+                             "0's (an option given in one and not the other?)")
+        for x, y in zip(flat0, flat):
+            if np.shape(x) != np.shape(y) or jnp.result_type(x) != jnp.result_type(y):
+                raise ValueError(f"scenarios[{b}]: an array of shape {np.shape(y)} "
+                                 f"({jnp.result_type(y)}) where scenario 0 has "
+                                 f"{np.shape(x)} ({jnp.result_type(x)}); a batch needs one "
+                                 "shape")
+        flats.append(flat)
+    leaves, axes = [], []
+    for i, x0 in enumerate(flat0):
+        xs = [f[i] for f in flats]
+        if all(x is x0 or _equal(x, x0) for x in xs[1:]):
+            leaves.append(x0)
+            axes.append(None)
+        else:
+            leaves.append(jnp.stack([jnp.asarray(x) for x in xs]))
+            axes.append(0)
+    return fs._run_batched(*head, treedef, tuple(axes), *leaves)
+
+
+def _equal(a, b) -> bool:
+    """Host: two arrays equal in shape, dtype and every element (NaN equal to NaN)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if np.issubdtype(a.dtype, np.inexact):
+        return bool(np.array_equal(a, b, equal_nan=True))
+    return bool(np.array_equal(a, b))
 
 
 def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, deps, delay,

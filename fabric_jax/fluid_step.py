@@ -1249,3 +1249,15 @@ def _run_body(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, r
 
 #: The run, compiled once per static choice and shape.
 _run = jax.jit(_run_body, static_argnums=(0, 1, 2, 3))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
+def _run_batched(static, n_outer, inner, keep_traj, treedef, axes, *leaves):
+    """:func:`_run` over a batch of scenarios: ``leaves`` are the flattened device
+    arguments (``treedef``), those with ``axes[i] == 0`` carrying the scenario axis
+    first, the others shared; one ``vmap`` of the run (the per-step solves' loops run
+    until every scenario's has converged)."""
+    def one(*ls):
+        return _run_body(static, n_outer, inner, keep_traj,
+                         *jax.tree_util.tree_unflatten(treedef, ls))
+    return jax.vmap(one, in_axes=axes)(*leaves)

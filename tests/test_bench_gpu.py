@@ -42,10 +42,12 @@ def test_bench_gpu_small_runs_every_cpu_part(tmp_path, capsys):
     events = data["parts"]["events"]
     assert [r["flows"] for r in events] == [300]
     assert all(r["events"] >= 1 for r in events)
-    (ev,) = data["parts"]["batched"]
+    ev, fl = data["parts"]["batched"]
     assert ev["kind"] == "events" and ev["batch"] == 4
-    assert ev["loop_over_batched"] == pytest.approx(
-        ev["loop_per_scenario_s"] / ev["per_scenario_s"])
+    assert fl["kind"] == "fluid" and fl["batch"] == 4 and fl["flows"] == 2000
+    for row in (ev, fl):
+        assert row["loop_over_batched"] == pytest.approx(
+            row["loop_per_scenario_s"] / row["per_scenario_s"])
     printed = capsys.readouterr().out
     for part in ("[solve]", "[events]", "[batched]", "loop_over_batched"):
         assert part in printed
