@@ -15,7 +15,8 @@ itself.
   the batch to a multiple of the device count (the padding repeats the last scenario
   and is stripped from the result).  Functions that
   already take a leading batch axis (``max_min_fair`` with ``[batch, links]``
-  capacities, :func:`fabric_jax.simulate_flows_batched`, which keep host-side logic) run
+  capacities, :func:`fabric_jax.simulate_flows_batched`,
+  :func:`fabric_jax.simulate_fluid_batched`, which keep host-side logic) run
   with ``batched=True``: their batched inputs are placed sharded and the functions' own
   ``jit``-ed kernels follow that placement (GSPMD sharding propagation).
 * :func:`max_min_fair_sharded` -- one huge scenario: the *flow* dimension of the
@@ -144,7 +145,8 @@ def sweep(fn: Callable, *args, in_axes=0, mesh: Mesh | None = None, batched: boo
         (traceable: ``jit``/``vmap``-able, e.g. ``lambda c: fj.max_min_fair(inc, c)``);
         it is ``vmap``-ed over the leading axis of the batched arguments.  With
         ``batched=True`` a function that already takes the leading batch axis (e.g.
-        :func:`fabric_jax.simulate_flows_batched`, or ``max_min_fair`` with
+        :func:`fabric_jax.simulate_flows_batched`,
+        :func:`fabric_jax.simulate_fluid_batched`, or ``max_min_fair`` with
         ``[batch, links]`` capacities); it is called once with the batched arguments
         placed sharded along that axis.
       *args: pytrees of arrays.  Batched ones carry the scenario axis first (size

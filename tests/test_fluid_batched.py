@@ -109,3 +109,15 @@ def test_scenarios_whose_arrays_differ_in_shape_are_refused(proxy):
                                  **kw)
     alone = simulate_fluid(inc, cap, size, faults=[(40e-6, [1], 0.0)], **kw)
     _close(np.asarray(got.finish)[1], alone.finish)
+
+
+def test_sweep_runs_fluid_scenarios_through_the_batched_run(proxy):
+    from fabric_jax import sweep
+    inc, cap, kw = proxy
+    caps = np.stack([cap, 0.6 * cap])
+    sizes = np.stack([np.full(inc.n_flows, 1e6), np.full(inc.n_flows, 4e5)])
+    got = sweep(lambda c, s: simulate_fluid_batched(inc, c, s, **kw), caps, sizes,
+                batched=True)
+    direct = simulate_fluid_batched(inc, caps, sizes, **kw)
+    for f in FIELDS:
+        _close(getattr(got, f), getattr(direct, f))
