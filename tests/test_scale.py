@@ -919,3 +919,51 @@ def test_scale_latency_script_rings_against_nccl(tmp_path):
     big = next(r for r in rows if r["gpus"] == 8192 and r["fabric"] == "roce")
     assert big["nccl_calls"]["dp_all_gather"]["algorithm"] == "pat"
     assert load_experiment("scale_latency").main(["--gpus", "8"]) == 2
+
+
+def test_independent_job_overlap_lies_between_alone_and_always():
+    # two jobs at random share leaf uplinks: each job's estimated step lies between its
+    # step alone and its step with the other job always there (the runs' bound), the
+    # duties are fractions, and the ideal crossbar (nothing shared) gives the bound
+    out = sc.scale_point(128, ["roce"], jobs=2, placement="random", latency="none",
+                         job_overlap="independent", seed=1)
+    m, ideal = out["fabrics"]["roce"], out["ideal"]
+    assert out["job_overlap"] == "independent" and m["overlap_runs"] == 3
+    t = np.asarray(m["job_set_slice_times"], float)
+    assert t.shape == (4, 2) and np.all(np.isnan(t[0]))
+    k = out["slices"]
+    C = m["compute_time"]
+    for j in range(2):
+        alone = max(C, C + k * t[1 << j, j])
+        both = m["job_step_times"][j]
+        assert both == pytest.approx(max(C, C + k * t[3, j]), rel=1e-9)
+        est = m["job_step_times_independent"][j]
+        assert alone * (1 - 1e-12) <= est <= both * (1 + 1e-12)
+        assert 0.0 < m["job_duty"][j] < 1.0
+    assert m["gpu_utilization_independent"] >= m["gpu_utilization"] - 1e-12
+    np.testing.assert_allclose(ideal["job_step_times_independent"], ideal["job_step_times"])
+    assert ideal["overlap_runs"] == 0
+    with pytest.raises(ValueError, match="job_overlap"):
+        sc.scale_point(128, ["roce"], jobs=2, job_overlap="sometimes")
+    with pytest.raises(ValueError, match="at most"):
+        sc.scale_point(1024, ["roce"], jobs=8, job_overlap="independent")
+
+
+def test_cli_job_overlap_independent_adds_its_columns(tmp_path, capsys):
+    from fabric_jax.cli import main
+    out = tmp_path / "s.json"
+    rc = main(["scale", "--gpus", "128", "--fabrics", "roce", "--jobs", "2", "--placement",
+               "random", "--latency", "none", "--job-overlap", "independent", "--quiet",
+               "--json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "ind util %" in text and "ind vs ideal +%" in text and "not synchronised" in text
+    import json
+    pt = json.loads(out.read_text())["points"][0]
+    m = pt["fabrics"]["roce"]
+    assert pt["job_overlap"] == "independent" and len(m["job_duty"]) == 2
+    # errors: one job, or more jobs than the sets allow
+    assert main(["scale", "--gpus", "128", "--job-overlap", "independent"]) == 2
+    assert "needs 2 to" in capsys.readouterr().err
+    assert main(["scale", "--gpus", "1024", "--jobs", "8", "--job-overlap",
+                 "independent"]) == 2

@@ -59,6 +59,12 @@ their size (slices, compute time, collective calls): one slice of each job runs 
 once, every slice being the same line-rate time (an assumption, named in
 :func:`place_jobs`).
 
+How often the jobs' communication meets (``--job-overlap``, :mod:`._overlap`): the
+runs put every job's slices on the fabric at once (``always``, an upper bound);
+``independent`` also runs every set of the jobs and weights each job's slice time by
+the chance that the others are communicating, for jobs whose step phases are
+independent (:func:`independent_overlap`).
+
 **Background traffic** (``--background``, :func:`add_background`): open-loop Poisson
 flows between servers at a fraction of each NIC's line rate, the same on every rail (an
 assumption that keeps the reduction exact), left out of the step's figures and reported
@@ -82,7 +88,9 @@ from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROU
                    HORIZON_FACTOR, IDEAL, RailRun, build_point, ideal_rails, phase_latency,
                    point_metrics, route_flows, run_fabric, run_scale, scale_point,
                    simulate_rails, simulate_rails_on_devices, worst_vs_ideal,
-                   zero_load_latency)
+                   zero_load_latency, job_set_times, overlap_metrics)
+from ._overlap import (JOB_OVERLAPS, MAX_OVERLAP_JOBS, expected_slice_times,
+                       independent_overlap)
 from ._validate import (balls_into_bins, random_bisection, ring_shift, uplinks_used,
                         window_efficiency)
 
@@ -97,5 +105,7 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "HORIZON_FACTOR", "IDEAL", "RailRun", "ideal_rails", "point_metrics",
            "route_flows", "run_scale", "scale_point", "simulate_rails", "build_point",
            "run_fabric", "worst_vs_ideal", "phase_latency", "zero_load_latency",
-           "simulate_rails_on_devices", "balls_into_bins", "random_bisection", "ring_shift",
+           "simulate_rails_on_devices", "job_set_times", "overlap_metrics",
+           "JOB_OVERLAPS", "MAX_OVERLAP_JOBS", "expected_slice_times", "independent_overlap",
+           "balls_into_bins", "random_bisection", "ring_shift",
            "uplinks_used", "window_efficiency"]

@@ -89,6 +89,13 @@ def add_parser(sub):
                         f"(default packed: whole blocks; spread: round robin, every leaf "
                         f"holds every job; random: a fragmented cluster, also with one "
                         f"job)")
+    p.add_argument("--job-overlap", default="always", choices=("always", "independent"),
+                   help="several jobs: always (default) runs every job's slices at once, an "
+                        "upper bound on their interference; independent also runs every "
+                        "set of the jobs apart (2^J - 1 runs per fabric, at most 6 jobs) "
+                        "and weights each job's slice time by the chance that the others "
+                        "communicate with it, for jobs whose steps are not synchronised "
+                        "(adds the columns 'ind util %%' and 'ind vs ideal +%%')")
     p.add_argument("--background", type=float, default=0.0, metavar="LOAD",
                    help="background traffic sharing the fabric: open-loop Poisson flows "
                         "between servers at this fraction of each NIC's line rate, [0, 1) "
@@ -203,6 +210,12 @@ def _parse(args):
     if args.latency not in LATENCY_MODELS:
         raise _Bad(f"--latency must be one of {', '.join(LATENCY_MODELS)}; got "
                    f"{args.latency!r}")
+    from ._overlap import MAX_OVERLAP_JOBS
+    n_jobs = len(job_gpus) if job_gpus else args.jobs
+    if getattr(args, "job_overlap", "always") == "independent" and not (
+            2 <= n_jobs <= MAX_OVERLAP_JOBS):
+        raise _Bad(f"--job-overlap independent needs 2 to {MAX_OVERLAP_JOBS} jobs (--jobs or "
+                   f"--job-gpus: it runs every set of them); got {n_jobs}")
     if args.placement not in PLACEMENTS:
         raise _Bad(f"--placement must be one of {', '.join(PLACEMENTS)}; got "
                    f"{args.placement!r}")
@@ -271,7 +284,8 @@ def run(args) -> int:
                 on_row=save, done=earlier.get(g), jobs=args.jobs,
                 placement=args.placement, background=args.background,
                 background_cdf=args.background_cdf, latency=args.latency,
-                job_gpus=v["job_gpus"], job_models=v["job_models"]))
+                job_gpus=v["job_gpus"], job_models=v["job_models"],
+                job_overlap=args.job_overlap))
     except ValueError as err:
         print(f"fabric-jax scale: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -297,11 +311,11 @@ def run(args) -> int:
 _SAME = ("system", "model", "dt_us", "rails", "max_paths", "switch_radix", "beyond_radix",
          "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal",
          "jobs", "placement", "background", "background_cdf", "latency", "job_gpus",
-         "job_models")
+         "job_models", "job_overlap")
 #: values of inputs an older JSON may lack (it was written before the flag existed)
 _BEFORE = {"jobs": 1, "placement": "packed", "background": 0.0,
            "background_cdf": "web_search", "latency": "none", "job_gpus": None,
-           "job_models": None}
+           "job_models": None, "job_overlap": "always"}
 
 
 def _earlier(args) -> dict:
@@ -363,17 +377,22 @@ def format_table(results: dict) -> str:
     ideal fabric (%; the fabric's part, job by job), and the step time and utilisation
     are the slowest job's and the jobs' mean; with background traffic, ``bg p50 x`` /
     ``bg p99 x``: the background flows' completion-time slowdowns (over their time on
-    an idle fabric) and ``vs ideal +%``."""
+    an idle fabric) and ``vs ideal +%``; with ``--job-overlap independent``, ``ind util
+    %`` and ``ind vs ideal +%``: the utilisation and the largest slowdown against the
+    ideal fabric for jobs whose steps are not synchronised
+    (:func:`~fabric_jax.scale.independent_overlap`)."""
     from ._run import worst_vs_ideal
     several = any(_placed(pt) for pt in results["points"])
     bg = any(pt.get("background") for pt in results["points"])
     several = several or bg          # "vs ideal +%" is the step's figure with background
+    ind = any(pt.get("job_overlap") == "independent" for pt in results["points"])
     head = (f"{'GPUs':>6} {'fabric':<11} {'step ms':>8} {'util %':>6} {'lat ms':>6} "
             f"{'p50 ms':>7} "
             f"{'p99 ms':>7} {'p99/p50':>7} {'eff bw':>6} {'congst %':>8} {'pause s':>8} "
             f"{'fabric $ %':>10} {'exact':>5}"
             + (f" {'jobs +%':>7} {'vs ideal +%':>11}" if several else "")
-            + (f" {'bg p50 x':>8} {'bg p99 x':>8}" if bg else ""))
+            + (f" {'bg p50 x':>8} {'bg p99 x':>8}" if bg else "")
+            + (f" {'ind util %':>10} {'ind vs ideal +%':>15}" if ind else ""))
     lines = [head, "-" * len(head)]
     for pt in results["points"]:
         rows = list(pt["fabrics"].items())
@@ -395,7 +414,10 @@ def format_table(results: dict) -> str:
                    f"{f(worst_vs_ideal(m, pt.get('ideal')), 100, 2):>11}"
                    if several else "")
                 + (f" {f(m.get('background_p50_slowdown'), 1, 2):>8} "
-                   f"{f(m.get('background_p99_slowdown'), 1, 2):>8}" if bg else ""))
+                   f"{f(m.get('background_p99_slowdown'), 1, 2):>8}" if bg else "")
+                + (f" {f(m.get('gpu_utilization_independent'), 100):>10} "
+                   f"{f(worst_vs_ideal(m, pt.get('ideal'), independent=True), 100, 2):>15}"
+                   if ind else ""))
     for pt in results["points"]:
         whose = "the first job's " if pt.get("job_gpus") or pt.get("job_models") else ""
         lines.append(f"{pt['gpus']} GPUs: {pt['topology']}; {whose}"
@@ -407,6 +429,8 @@ def format_table(results: dict) -> str:
                      + (f"; {pt['jobs']} job{'s' if pt['jobs'] > 1 else ''} of "
                         f"{_job_sizes(pt)}, {pt['placement']} placement "
                         f"(plan per job)" if _placed(pt) else "")
+                     + ("; ind: jobs whose steps are not synchronised (--job-overlap "
+                        "independent)" if pt.get("job_overlap") == "independent" else "")
                      + (f"; background {pt['background']['load']:g} of line rate per NIC "
                         f"({pt['background']['size_cdf']} sizes, "
                         f"{pt['background']['flows']} flows arriving over "

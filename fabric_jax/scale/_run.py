@@ -18,6 +18,7 @@ from .. import metrics as mx
 from ..fabrics import get_fabric
 from ..paths import PathSet, PathsTruncatedWarning, mix64, shortest_paths
 from ._fabric import clos_paths, ecmp_paths, rail_symmetric_paths, rail_view, scale_topology
+from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS, independent_overlap
 from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_LATENCY, DEFAULT_MODEL, StepFlows,
                     add_background, collective_overhead, job_servers, place_jobs,
                     scale_plan, step_flows)
@@ -143,7 +144,7 @@ class RailRun:
 
 def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                    n_steps: int, max_paths=DEFAULT_MAX_PATHS, seed: int = 0,
-                   fifo_bands: int | None = None) -> RailRun:
+                   fifo_bands: int | None = None, keep=None) -> RailRun:
     """``fabric``'s fluid run of the flows of ``rails`` on their sub-fabric.
 
     The flows of the rails (``step.rail``) run alone on the rails' own links
@@ -152,17 +153,23 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
     control at the NIC rate, flow control, receiver, per-link latency, each flow capped
     at its cut).  ``rails=None`` runs every flow on the whole fabric.  Routing:
     :func:`route_flows` on the full fabric (so hashes and candidate sets are those of
-    the full run), links renumbered in order.
+    the full run), links renumbered in order.  ``keep`` (``[flows]`` bool): run only
+    these flows (a closed set: a kept flow's dependencies kept), each routed as in the
+    run of every flow (its hash keeps its flow number).
     """
     from ..study.run import simulate_paths
     fab = get_fabric(fabric)
     t0 = time.perf_counter()
+    keep = np.ones(step.n_flows, bool) if keep is None else np.asarray(keep, bool)
+    if keep.shape != (step.n_flows,):
+        raise ValueError(f"keep: a [{step.n_flows}] bool mask; got shape {keep.shape}")
     if rails is None:
-        ids = np.arange(step.n_flows)
-        sub_step, topo, link_of, host_of = step, topology, None, None
+        ids = np.flatnonzero(keep)
+        sub_step, topo, link_of, host_of = (step if keep.all() else step.subset(ids),
+                                            topology, None, None)
     else:
         view = rail_view(topology, rails)
-        ids = np.flatnonzero(np.isin(step.rail, view.rails))
+        ids = np.flatnonzero(np.isin(step.rail, view.rails) & keep)
         sub_step, topo = step.subset(ids), view.topology
         link_of, host_of = view.link_of, view.host_of
         if view.shared.any():
@@ -296,6 +303,14 @@ def _rank_completion(run: RailRun, step: StepFlows) -> np.ndarray:
     return np.where(sim[rank % g], comp, comp[rep])
 
 
+def _job_slice_times(comp: np.ndarray, step: StepFlows) -> np.ndarray:
+    """``[jobs]`` each job's slice time: its ranks' latest completion (``comp`` from
+    :func:`_rank_completion`; 0 for a job with no flows in the run)."""
+    t_job = np.zeros(step.n_jobs)
+    np.maximum.at(t_job, step.rank_job, comp)
+    return t_job
+
+
 def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
                   nic_rate: float, *, n_rails: int, gpu_price_per_hour=None) -> dict:
     """The headline figures of one run, for the whole step and the whole cluster.
@@ -343,8 +358,7 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     phase_lat = {} if run.latency is None else phase_latency(fl, run.latency)
     lats = [collective_overhead(i, nic_rate, phase_lat) for i in pj["info"]]
     L = np.array([x["total"] for x in lats])
-    t_job = np.zeros(J)
-    np.maximum.at(t_job, step.rank_job, comp)
+    t_job = _job_slice_times(comp, step)
     t_comm = float(np.max(k * t_job + L))
     step_job = np.maximum(C, (1.0 - f) * C + k * t_job + L) if finished \
         else np.full(J, np.inf)
@@ -428,13 +442,15 @@ def _background_metrics(run: RailRun, step: StepFlows, nic_rate: float) -> dict:
                 background_window=float(step.info["background"]["window"]))
 
 
-def worst_vs_ideal(metrics: dict, ideal: dict | None) -> float:
+def worst_vs_ideal(metrics: dict, ideal: dict | None, *, independent: bool = False) -> float:
     """The largest slowdown of a job against the same job on the ideal fabric, ``max_j
     step_j / ideal step_j - 1``, from two :func:`point_metrics` results (NaN without the
-    ideal one or where a step is missing)."""
-    if not ideal or "job_step_times" not in metrics or "job_step_times" not in ideal:
+    ideal one or where a step is missing); ``independent``: the step times of the
+    independent-phases estimate (``job_step_times_independent``)."""
+    key = "job_step_times_independent" if independent else "job_step_times"
+    if not ideal or key not in metrics or key not in ideal:
         return float("nan")
-    a, b = metrics["job_step_times"], ideal["job_step_times"]
+    a, b = metrics[key], ideal[key]
     if any(x is None for x in a + b):
         return float("nan")
     return max(x / y for x, y in zip(a, b)) - 1.0
@@ -537,14 +553,15 @@ def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
 
 def run_fabric(step: StepFlows, topology, fabric, t_ideal: float, *, rails=(0,),
                dt: float, max_paths=DEFAULT_MAX_PATHS, seed: int = 0, fifo_bands=None,
-               horizon_factor=HORIZON_FACTOR) -> RailRun:
-    """``fabric``'s run of ``step`` (:func:`simulate_rails`) over ``horizon_factor`` times
-    the ideal fabric's slice time ``t_ideal`` (40 steps more), the horizon doubled once
-    when flows are left unfinished."""
+               horizon_factor=HORIZON_FACTOR, keep=None) -> RailRun:
+    """``fabric``'s run of ``step`` (:func:`simulate_rails`, ``keep`` as there) over
+    ``horizon_factor`` times the ideal fabric's slice time ``t_ideal`` (40 steps more),
+    the horizon doubled once when flows are left unfinished."""
     n_steps = int(np.ceil(horizon_factor * t_ideal / dt)) + 40
     for _ in range(2):
         run = simulate_rails(step, topology, fabric, rails=rails, dt=dt, n_steps=n_steps,
-                             max_paths=max_paths, seed=seed, fifo_bands=fifo_bands)
+                             max_paths=max_paths, seed=seed, fifo_bands=fifo_bands,
+                             keep=keep)
         if np.all(np.isfinite(run.finish)):
             break
         n_steps *= 2
@@ -558,7 +575,8 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
                 workers: int = 1, progress=None, fifo_bands=None, on_row=None,
                 done=None, jobs: int = 1, placement: str = "packed",
                 background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF,
-                latency: str = DEFAULT_LATENCY, job_gpus=None, job_models=None) -> dict:
+                latency: str = DEFAULT_LATENCY, job_gpus=None, job_models=None,
+                job_overlap: str = "always") -> dict:
     """Every preset (and the ideal fabric) on ``n_gpus`` GPUs: one training step.
 
     ``jobs`` > 1 runs that many jobs of ``n_gpus / jobs`` GPUs at once, one plan each
@@ -585,6 +603,16 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     them to the step (:func:`~fabric_jax.scale.collective_overhead`): ``"nccl"``
     (default: ring or PAT as NCCL picks), ``"ring"``, or ``"none"`` (the bandwidth view).
 
+    ``job_overlap`` (several jobs): ``"always"`` (default) reports the runs as they are,
+    every job's slices at once (an upper bound on the interference);
+    ``"independent"`` also runs every set of the jobs apart (``2^J - 2`` more runs per
+    preset, at most :data:`~fabric_jax.scale.MAX_OVERLAP_JOBS` jobs) and adds the
+    estimate for jobs whose step phases are independent
+    (:func:`~fabric_jax.scale.independent_overlap`): ``job_duty``,
+    ``job_step_times_independent``, ``step_time_independent``,
+    ``gpu_utilization_independent``, ``tokens_per_second_independent``, and the slice
+    times of every set of jobs, ``job_set_slice_times`` (``[2^J][J]``, row = bit mask).
+
     ``on_row(out)``, when given, is called with the point's partial result after the ideal
     fabric and after each preset (under a lock when ``workers > 1``), so a caller can save
     what has finished; ``done`` (a partial result of the same point, from an earlier run)
@@ -599,6 +627,12 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     sysm = get_system(system)
     g = sysm.gpus_per_server
     jobs = int(jobs) if job_gpus is None else len(job_gpus)
+    if job_overlap not in JOB_OVERLAPS:
+        raise ValueError(f"job_overlap: must be one of {JOB_OVERLAPS}; got {job_overlap!r}")
+    independent = job_overlap == "independent" and jobs > 1
+    if independent and jobs > MAX_OVERLAP_JOBS:
+        raise ValueError(f"job_overlap='independent' runs every set of the jobs (2^J - 1 "
+                         f"runs): at most {MAX_OVERLAP_JOBS} jobs; got {jobs}")
     topo, step, nic_rate = build_point(
         n_gpus, system=system, model=model, seed=seed, switch_radix=switch_radix,
         beyond_radix=beyond_radix, plan_options=plan_options, step_options=step_options,
@@ -615,6 +649,7 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
                latency=latency,
                job_gpus=None if job_gpus is None else [int(x) for x in job_gpus],
                job_models=None if job_models is None else list(job_models),
+               job_overlap=job_overlap if jobs > 1 else "always",
                rails=None if rails is None else list(rails), fabrics={}, reduction={})
     done = done or {}
     lock = threading.Lock()
@@ -641,6 +676,11 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
         t_ideal = float(np.max(base.finish))
         if ideal:
             out[IDEAL] = point_metrics(base, step, topo, None, nic_rate, n_rails=g)
+            if independent:
+                # the ideal crossbar: jobs share no link, every set gives the same times
+                full = _job_slice_times(_rank_completion(base, step), step)
+                out[IDEAL].update(overlap_metrics(
+                    step, np.broadcast_to(full, (2 ** jobs, jobs)), out[IDEAL], runs=0))
     elif ideal:
         out[IDEAL] = done[IDEAL]
     upd(f"{n_gpus} GPUs: ideal fabric")
@@ -651,6 +691,11 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
         run = run_fabric(step, topo, fab, t_ideal, rails=rails, dt=dt, max_paths=max_paths,
                          seed=seed, fifo_bands=fifo_bands, horizon_factor=horizon_factor)
         met = point_metrics(run, step, topo, name, nic_rate, n_rails=g)
+        if independent:
+            table = job_set_times(step, run, lambda keep: run_fabric(
+                step, topo, fab, t_ideal, rails=rails, dt=dt, max_paths=max_paths,
+                seed=seed, fifo_bands=fifo_bands, horizon_factor=horizon_factor, keep=keep))
+            met.update(overlap_metrics(step, table, met, runs=2 ** jobs - 1))
         red = _reduction(step, topo, fab.routing, rails, max_paths)
         with lock:
             out["fabrics"][name] = met
@@ -669,6 +714,53 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
     out["reduction"] = {p: out["reduction"][p] for p in presets}
     out["wall_s"] = elapsed()
     return out
+
+
+def job_set_times(step: StepFlows, full_run: RailRun, runner) -> np.ndarray:
+    """``[2^J, J]`` each job's slice time for every set of running jobs (bit mask rows,
+    :func:`~fabric_jax.scale.expected_slice_times`): the full set from ``full_run``,
+    every other set from ``runner(keep)`` (a run of the flows ``keep``: the set's jobs'
+    step flows and any background).  Entries of jobs outside a set are NaN."""
+    J = step.n_jobs
+    full = 2 ** J - 1
+    table = np.full((2 ** J, J), np.nan)
+    table[full] = _job_slice_times(_rank_completion(full_run, step), step)
+    job, bg = step.job, ~step.is_step
+    for m in range(1, full):              # 2^J - 2 sets, J <= MAX_OVERLAP_JOBS
+        members = (m >> np.arange(J)) & 1 == 1
+        run = runner(bg | (step.is_step & members[job]))
+        t = _job_slice_times(_rank_completion(run, step), step)
+        table[m] = np.where(members, t, np.nan)
+    return table
+
+
+def overlap_metrics(step: StepFlows, table, met: dict, *, runs: int) -> dict:
+    """The independent-phases figures (:func:`~fabric_jax.scale.independent_overlap`) of
+    a point's run from its ``[2^J, J]`` slice-time ``table`` (:func:`job_set_times`) and
+    its metrics ``met`` (for each job's latency ``L``); NaN when a run did not finish."""
+    pj = step.per_job
+    C, G = pj["compute_time"], pj["gpus"]
+    f = np.array([float(i["overlap"]) for i in pj["info"]])
+    L = np.asarray(met["job_latency_times"], float)
+    J = step.n_jobs
+    own = np.asarray(table, float)[np.flatnonzero(np.arange(2 ** J) > 0)]
+    rows = np.arange(1, 2 ** J)
+    member = (rows[:, None] >> np.arange(J)[None, :]) & 1 == 1
+    if not np.all(np.isfinite(own[member])):
+        nan = float("nan")
+        return dict(job_duty=[nan] * J, job_step_times_independent=[nan] * J,
+                    step_time_independent=nan, gpu_utilization_independent=nan,
+                    tokens_per_second_independent=nan, overlap_runs=int(runs))
+    res = independent_overlap(table, pj["slices"], C, f, L)
+    st = res["step_times"]
+    util = (np.mean(C / st) if np.all(G == G[0]) else np.sum(G * C / st) / np.sum(G))
+    return dict(job_duty=[float(x) for x in res["duty"]],
+                job_step_times_independent=[float(x) for x in st],
+                step_time_independent=float(np.max(st)),
+                gpu_utilization_independent=float(util),
+                tokens_per_second_independent=float(np.sum(pj["tokens_per_step"] / st)),
+                overlap_runs=int(runs), overlap_converged=bool(res["converged"]),
+                job_set_slice_times=np.asarray(table, float).tolist())
 
 
 def run_scale(gpus, presets, *, progress=None, **kw) -> dict:
