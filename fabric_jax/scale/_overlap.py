@@ -18,8 +18,12 @@ per set: ``2^J - 1`` of them).  The duties depend on the slice times (a slowed j
 stays on the network longer), so ``u`` is the fixed point of ``u_j = min(1, k_j
 E[t_j] / step_j(E[t_j]))``, found by iterating from the jobs' duties alone (the map
 is monotone when ``t_i(S)`` grows with ``S``, so the iteration rises to the smallest
-fixed point).  ``E[t_i]`` lies between job ``i`` alone and job ``i`` with every other
-job (the "always" bound the runs report), and equals both when the jobs share no link.
+fixed point).  ``E[t_i]`` is a weighted mean of job ``i``'s slice times over the sets
+it runs in, so it lies between job ``i`` alone and job ``i`` with every other job (the
+"always" bound the runs report) when those times grow with the set -- with two jobs,
+always; with more, up to the runs' own variation (about 1 % of a slice at 8,192
+GPUs, where a third job can make a second one's routing luckier) -- and
+it equals both when the jobs share no link.
 
 Departures: a job's communication window is treated as uniform (its slices are alike,
 as :func:`~fabric_jax.scale.step_flows` makes them), and a slice's time is taken from
