@@ -459,10 +459,11 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
     after the last freeze changes nothing, so the result is bit-identical to the plain
     loop's with ``compaction="none"`` (the fluid step's; with compaction levels the
     same up to the order of float sums), and ``info.iterations`` counts only the
-    iterations that had an open flow (the bottleneck depth, whatever ``unroll``).  For accelerators: a time-stepped
-    solve that settles in a few iterations then runs them with no data-dependent
-    stop (no predicate read back per iteration, and a fixed sequence of kernels that
-    a CUDA graph can hold); on a CPU the iterations beyond the depth are wasted work.
+    iterations that had an open flow (the bottleneck depth, whatever ``unroll``).  For
+    accelerators: a time-stepped solve that settles in a few iterations then runs them
+    with no data-dependent stop (no predicate read back per iteration, and a fixed
+    sequence of kernels that a CUDA graph can hold); on a CPU the iterations beyond
+    the depth are wasted work.
     """
     if unroll and iterations is not None:
         raise ValueError("unroll: only with iterations=None (the exact while loop); "

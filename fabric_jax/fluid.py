@@ -294,7 +294,8 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    base_rtt=None, flow_control="none", fc_params=None, buffer=None,
                    smooth=None, save_every: int | None = None,
                    solver_iterations: int | None = None, solver_unroll: int = 0,
-                   routing=None, faults=None, init_state=None, link_latency=None, nic_links=None, reorder: bool = True,
+                   routing=None, faults=None, init_state=None, link_latency=None,
+                   nic_links=None, reorder: bool = True,
                    loss_recovery: str = "selective", mtu: float = rx.DEFAULT_MTU,
                    reorder_tolerance: float = 0.0, traffic_class=None, classes=None,
                    shared_buffer=None, stop_when_idle: bool = False,
@@ -445,10 +446,11 @@ def simulate_fluid_batched(incidence, capacity, size, *, scenarios=None,
     more than one; not yet measured on a GPU); on a CPU a batch is slower than running
     its scenarios one by one (1.5 x per scenario: 8 scenarios of 10^4 flows, 2 cores,
     ``docs/performance.md``), so use it there for one compile, not for speed
-    (``experiments/bench_gpu.py --parts batched`` measures both).  The per-step solves' while loops run until every
-    scenario's has converged (``vmap`` of a loop: a converged scenario's state is held,
-    and its ``info.solver_iterations`` stays its own); the results are its own run's
-    up to the order of float sums (bit for bit on the CPU in ``tests/test_fluid_batched.py``).
+    (``experiments/bench_gpu.py --parts batched`` measures both).  The per-step
+    solves' while loops run until every scenario's has converged (``vmap`` of a loop:
+    a converged scenario's state is held, and its ``info.solver_iterations`` stays its
+    own); the results are its own run's up to the order of float sums (bit for bit on
+    the CPU in ``tests/test_fluid_batched.py``).
 
     Args:
       incidence: as :func:`simulate_fluid` (shared).

@@ -537,8 +537,8 @@ def _allocate_paths(static, hops, inc, fresh, send):
     demand = jnp.where(split > 0, send[:, None], 0.0).ravel()
     axis_name = hops.axis_name
     sol = solve(pinc, fresh, demand, iterations=static.solver_iterations,
-                compaction=_STEP_COMPACTION, axis_name=axis_name, unroll=static.solver_unroll,
-                max_iter=_solve_cap(pinc.n_flows, axis_name))
+                compaction=_STEP_COMPACTION, axis_name=axis_name,
+                max_iter=_solve_cap(pinc.n_flows, axis_name), unroll=static.solver_unroll)
     r = jnp.minimum(sol.rates, demand).reshape(split.shape)
     alloc_p = split * r
     return (r, alloc_p, _flow_alloc(split, alloc_p, send),
