@@ -233,6 +233,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -470,7 +471,6 @@ def simulate_fluid_batched(incidence, capacity, size, *, scenarios=None,
         and a scenario, an unknown argument, scenarios whose static choices or array
         shapes differ (each named with its index), or any of :func:`simulate_fluid`'s.
     """
-    import inspect
     batch = {}
     if np.ndim(capacity) == 2:
         batch["capacity"] = np.shape(capacity)[0]
