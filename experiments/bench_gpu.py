@@ -1,10 +1,9 @@
 """Benchmark: the engine at GPU sizes, first call and steady state apart, GPU beside CPU.
 
 One command (issue 24), writing ``results/gpu.json`` as each part finishes (a timeout
-keeps what ran).  Every part with its CPU-backend comparison is more than one
-10-minute device call is sure to hold (the parts' CPU sides alone take about 10
-minutes on a 16-core host, estimated from the 2-core runs): on a lent GPU run it as two
-calls, ``--parts kernels,fluid,variants --json results/gpu_a.json`` then ``--parts
+keeps what ran).  Every part with its CPU-backend comparison may not fit one
+10-minute device call (not yet timed on a GPU; on these 2 cores the CPU sides of the
+solve and events parts alone take several minutes): on a lent GPU run it as two calls, ``--parts kernels,fluid,variants --json results/gpu_a.json`` then ``--parts
 solve,events,batched --json results/gpu_b.json``.  The parts:
 
 ``kernels``
