@@ -967,3 +967,15 @@ def test_cli_job_overlap_independent_adds_its_columns(tmp_path, capsys):
     assert "needs 2 to" in capsys.readouterr().err
     assert main(["scale", "--gpus", "1024", "--jobs", "8", "--job-overlap",
                  "independent"]) == 2
+
+
+def test_overlap_metrics_of_an_unfinished_run_are_nan():
+    # a set whose run left flows unfinished has no slice time: the estimate is NaN,
+    # not a number built on an infinite time
+    _, step, _ = sc.build_point(128, jobs=2, placement="random")
+    table = np.array([[np.nan, np.nan], [1e-3, np.nan], [np.nan, np.inf], [2e-3, 2e-3]])
+    met = dict(job_latency_times=[0.0, 0.0])
+    out = sc.overlap_metrics(step, table, met, runs=3)
+    assert np.isnan(out["step_time_independent"]) and all(np.isnan(out["job_duty"]))
+    ok = sc.overlap_metrics(step, np.where(np.isinf(table), 1.5e-3, table), met, runs=3)
+    assert np.isfinite(ok["step_time_independent"]) and ok["overlap_converged"]

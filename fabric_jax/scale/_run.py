@@ -743,10 +743,9 @@ def overlap_metrics(step: StepFlows, table, met: dict, *, runs: int) -> dict:
     f = np.array([float(i["overlap"]) for i in pj["info"]])
     L = np.asarray(met["job_latency_times"], float)
     J = step.n_jobs
-    own = np.asarray(table, float)[np.flatnonzero(np.arange(2 ** J) > 0)]
-    rows = np.arange(1, 2 ** J)
+    rows = np.arange(1, 2 ** J)                        # every non-empty set
     member = (rows[:, None] >> np.arange(J)[None, :]) & 1 == 1
-    if not np.all(np.isfinite(own[member])):
+    if not np.all(np.isfinite(np.asarray(table, float)[1:][member])):
         nan = float("nan")
         return dict(job_duty=[nan] * J, job_step_times_independent=[nan] * J,
                     step_time_independent=nan, gpu_utilization_independent=nan,
