@@ -59,6 +59,9 @@ def _persistent_compilation_cache():
         atexit.register(shutil.rmtree, path, True)
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    # a `fabric-jax` started by a test in a subprocess uses the same folder, not the
+    # user's cache (fabric_jax.cli.compilation_cache)
+    os.environ.setdefault("FABRIC_JAX_CACHE", path)
 
 
 _persistent_compilation_cache()
