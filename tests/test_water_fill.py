@@ -194,7 +194,9 @@ def test_solve_flat_matches_progressive_filling_x64(inst):
 
 
 class _Static:
+    """The fields of ``fluid_step._Static`` that ``_nic_send`` reads."""
     solver_iterations = None
+    solver_unroll = 0
 
 
 def _nic_problem(several_ports: bool):
