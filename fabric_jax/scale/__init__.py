@@ -82,8 +82,8 @@ from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, clos_paths, ecm
 from ._step import (BACKGROUND, BUCKET_PARAMS, DEFAULT_BACKGROUND_CDF, DEFAULT_EP,
                     DEFAULT_LATENCY, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP,
                     DEFAULT_SKEW, LATENCY_MODELS, PHASES, PLACEMENTS, StepFlows,
-                    add_background, collective_overhead, job_servers, place_jobs,
-                    scale_plan, step_flows)
+                    add_background, collective_overhead, job_servers, job_step_time,
+                    place_jobs, scale_plan, step_flows)
 from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROUTING,
                    HORIZON_FACTOR, IDEAL, RailRun, build_point, ideal_rails, phase_latency,
                    point_metrics, route_flows, run_fabric, run_scale, scale_point,
@@ -100,7 +100,7 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "DEFAULT_EP", "DEFAULT_MICROBATCHES", "DEFAULT_MODEL", "DEFAULT_PP",
            "DEFAULT_SKEW", "PHASES", "PLACEMENTS", "StepFlows", "job_servers",
            "place_jobs", "scale_plan", "step_flows", "BUCKET_PARAMS", "DEFAULT_LATENCY",
-           "LATENCY_MODELS", "collective_overhead",
+           "LATENCY_MODELS", "collective_overhead", "job_step_time",
            "CONGESTED_DELAY", "DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "HASHED_ROUTING",
            "HORIZON_FACTOR", "IDEAL", "RailRun", "ideal_rails", "point_metrics",
            "route_flows", "run_scale", "scale_point", "simulate_rails", "build_point",

@@ -28,8 +28,8 @@ it equals both when the jobs share no link.
 Departures: a job's communication window is treated as uniform (its slices are alike,
 as :func:`~fabric_jax.scale.step_flows` makes them), and a slice's time is taken from
 a run in which the other jobs' slices start together with it (the runs' concurrency).
-Step time per job is then ``max(C, (1 - f) C + k E[t] + L)``, as in
-:func:`~fabric_jax.scale.point_metrics`.
+Step time per job is then ``max(C, (1 - f) C + k E[t] + L)``
+(:func:`~fabric_jax.scale.job_step_time`, as :func:`~fabric_jax.scale.point_metrics`).
 
 Units: seconds.
 """
@@ -37,6 +37,8 @@ Units: seconds.
 from __future__ import annotations
 
 import numpy as np
+
+from ._step import job_step_time
 
 __all__ = ["JOB_OVERLAPS", "MAX_OVERLAP_JOBS", "expected_slice_times", "independent_overlap"]
 
@@ -93,7 +95,7 @@ def independent_overlap(table, slices, compute, overlap, latency, *, tol: float 
                   (slices, compute, overlap, latency))
 
     def step(t):
-        return np.maximum(C, (1.0 - f) * C + k * t + L)
+        return job_step_time(C, f, k, t, L)
 
     def duty_of(t):
         return np.clip(k * t / step(t), 0.0, 1.0)

@@ -20,8 +20,8 @@ from ..paths import PathSet, PathsTruncatedWarning, mix64, shortest_paths
 from ._fabric import clos_paths, ecmp_paths, rail_symmetric_paths, rail_view, scale_topology
 from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS, independent_overlap
 from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_LATENCY, DEFAULT_MODEL, StepFlows,
-                    add_background, collective_overhead, job_servers, place_jobs,
-                    scale_plan, step_flows)
+                    add_background, collective_overhead, job_servers, job_step_time,
+                    place_jobs, scale_plan, step_flows)
 
 __all__ = ["DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "CONGESTED_DELAY", "HASHED_ROUTING",
            "HORIZON_FACTOR", "RailRun", "route_flows", "simulate_rails", "ideal_rails",
@@ -311,6 +311,13 @@ def _job_slice_times(comp: np.ndarray, step: StepFlows) -> np.ndarray:
     return t_job
 
 
+def _utilization(compute, gpus, step_times) -> float:
+    """GPU utilisation of several jobs: the mean of ``C_j / step_j`` over equal jobs,
+    the GPU-weighted mean otherwise."""
+    C, G, st = (np.asarray(x, float) for x in (compute, gpus, step_times))
+    return float(np.mean(C / st) if np.all(G == G[0]) else np.sum(G * C / st) / np.sum(G))
+
+
 def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
                   nic_rate: float, *, n_rails: int, gpu_price_per_hour=None) -> dict:
     """The headline figures of one run, for the whole step and the whole cluster.
@@ -360,13 +367,11 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     L = np.array([x["total"] for x in lats])
     t_job = _job_slice_times(comp, step)
     t_comm = float(np.max(k * t_job + L))
-    step_job = np.maximum(C, (1.0 - f) * C + k * t_job + L) if finished \
-        else np.full(J, np.inf)
+    step_job = job_step_time(C, f, k, t_job, L) if finished else np.full(J, np.inf)
     step_time = float(np.max(step_job))
     tokens_s = float(np.sum(pj["tokens_per_step"] / step_job)) if finished else 0.0
     G = pj["gpus"]
-    util = (np.mean(C / step_job) if np.all(G == G[0])
-            else np.sum(G * C / step_job) / np.sum(G))
+    util = _utilization(C, G, step_job)
     rj = step.rank_job
     pct = mx.percentiles(k[rj] * comp + L[rj], (50, 99))
     p50, p99 = float(pct["p50"]), float(pct["p99"])
@@ -752,7 +757,7 @@ def overlap_metrics(step: StepFlows, table, met: dict, *, runs: int) -> dict:
                     tokens_per_second_independent=nan, overlap_runs=int(runs))
     res = independent_overlap(table, pj["slices"], C, f, L)
     st = res["step_times"]
-    util = (np.mean(C / st) if np.all(G == G[0]) else np.sum(G * C / st) / np.sum(G))
+    util = _utilization(C, G, st)
     return dict(job_duty=[float(x) for x in res["duty"]],
                 job_step_times_independent=[float(x) for x in st],
                 step_time_independent=float(np.max(st)),

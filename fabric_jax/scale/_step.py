@@ -466,6 +466,17 @@ def _collective_calls(plan: ParallelPlan, cb: dict, groups: dict, server) -> lis
     return calls
 
 
+def job_step_time(compute, overlap, slices, slice_time, latency):
+    """A job's step time, ``max(C, (1 - f) C + k T + L)``: compute ``C`` (s) of which a
+    fraction ``f`` overlaps the network, ``k`` slices of ``T`` seconds each, and the
+    per-message latency ``L`` (s) of the step's calls (:func:`collective_overhead`).
+    NumPy, elementwise over jobs."""
+    C = np.asarray(compute, float)
+    return np.maximum(C, (1.0 - np.asarray(overlap, float)) * C
+                      + np.asarray(slices, float) * np.asarray(slice_time, float)
+                      + np.asarray(latency, float))
+
+
 def collective_overhead(info: dict, nic_rate: float, path_latency=0.0) -> dict:
     """Time per step that the step's collective calls cost beyond the bytes the fluid
     run carries: NCCL's per-call latency (:func:`fabric_jax.collectives.nccl_latency`),
