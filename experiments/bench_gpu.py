@@ -3,8 +3,9 @@
 One command (issue 24), writing ``results/gpu.json`` as each part finishes (a timeout
 keeps what ran).  Every part with its CPU-backend comparison may not fit one
 10-minute device call (not yet timed on a GPU; on these 2 cores the CPU sides of the
-solve and events parts alone take several minutes): on a lent GPU run it as two calls, ``--parts kernels,fluid,variants --json results/gpu_a.json`` then ``--parts
-solve,events,batched --json results/gpu_b.json``.  The parts:
+solve and events parts alone take several minutes): on a lent GPU run it as two
+calls, ``--parts kernels,fluid,unroll,variants --json results/gpu_a.json`` then
+``--parts solve,events,batched,fluid_batched --json results/gpu_b.json``.  The parts:
 
 ``kernels``
     the fusions of the compiled ``simulate_fluid`` run on the issue's proxy instance
@@ -43,9 +44,15 @@ solve,events,batched --json results/gpu_b.json``.  The parts:
     are accepted and do nothing (a smoke run).
 ``batched``
     :func:`fabric_jax.simulate_flows_batched` over 8 seeds against the same seeds one by
-    one, and :func:`fabric_jax.simulate_fluid_batched` over 8 load levels of the
-    ``fluid`` part's 10^4-flow DCQCN + PFC instance against the same runs one by one:
-    the cost per scenario.
+    one: the cost per scenario.
+``fluid_batched``
+    :func:`fabric_jax.simulate_fluid_batched` over 8 load levels of the ``fluid`` part's
+    10^4-flow DCQCN + PFC instance against the same runs one by one: the cost per
+    scenario.
+``unroll``
+    ``simulate_fluid(solver_unroll=K)`` for ``K`` = 0, 4, 8 interleaved in one process
+    on the ``fluid`` part's DCQCN + PFC instances: time per step and its ratio to
+    ``K = 0``.  (The ``kernels`` part adds the fusion counts with ``K = 4``.)
 
 Every part runs on the default backend and, when that is an accelerator, on this
 machine's CPU backend too (``cpu_*`` keys), for the ratio.  ``--small``: CPU-sized
@@ -57,7 +64,7 @@ in a subprocess) and reports the ratio of its time per step to this code's
 Usage::
 
     PYTHONPATH=. python experiments/bench_gpu.py [--small]
-        [--parts kernels,solve,fluid,events,batched,variants]
+        [--parts kernels,solve,fluid,events,batched,fluid_batched,unroll,variants]
         [--json results/gpu.json] [--baseline-rev REV]
 """
 
@@ -88,7 +95,8 @@ import jax.numpy as jnp  # noqa: E402
 import fabric_jax as fj  # noqa: E402
 from fabric_jax.paths import PathsTruncatedWarning  # noqa: E402
 
-PARTS = ("kernels", "solve", "fluid", "events", "batched", "variants")
+PARTS = ("kernels", "solve", "fluid", "events", "batched", "fluid_batched", "unroll",
+         "variants")
 
 #: ``variants`` part: (name, XLA flags added to ``XLA_FLAGS``, ``solver_unroll``).
 XLA_VARIANTS = (
@@ -257,27 +265,35 @@ def part_fluid(small, backends, baseline=None, max_flows=None):
             yield rows
 
 
-def kernel_row(k, law, fc):
+def kernel_row(k, law, fc, unroll=0):
     """Kernel counts of the compiled fluid run on the issue-24 proxy instance
     (``experiments/bench_dynamics.py``'s ``fat_tree(k)`` permutation + 16-to-1 incast),
-    with the per-step solves' measured iterations (also run by ``--baseline-rev``)."""
+    with the per-step solves' measured iterations (also run by ``--baseline-rev``).
+    ``unroll``: ``solver_unroll`` (the unrolled iterations are in the step's fusions;
+    launches per step are then not computed: the loops' trip counts past the unrolled
+    ones are not recorded)."""
     from bench_dynamics import workload
     topo, inc, cap, lat = workload(k, 16, 0, None)
     steps = 200
+    opts = {"solver_unroll": int(unroll)} if unroll else {}
     compiled, res = _hlo.compiled_fluid_run(
         inc, cap, np.full(inc.n_flows, 1e6), dt=1e-6, n_steps=steps, law=law,
-        flow_control=fc, buffer=1e6, link_latency=np.asarray(topo.latency), nic_links=topo)
+        flow_control=fc, buffer=1e6, link_latency=np.asarray(topo.latency), nic_links=topo,
+        **opts)
     counts = _hlo.kernel_counts(compiled.as_text())
     it = getattr(res.info, "solver_iterations", None)
     trips = ({} if it is None else
              {"allocate": float(np.asarray(it)[0]) / steps,
               "nic_send": float(np.asarray(it)[1]) / steps})
     per_step = _hlo.launches_per_step(counts, trips)
-    return dict(k=k, flows=inc.n_flows, law=law, flow_control=fc, fusions=counts["fusions"],
-                fusions_outside_loops=counts["entry"], step_fusions=per_step["step_fusions"],
-                inner_loops=[(lp["fusions"], lp["cond_fusions"]) for lp in per_step["inner"]],
-                launches_per_step=per_step["launches_per_step"] if trips else None,
-                **{f"{key}_iterations_per_step": v for key, v in trips.items()})
+    row = dict(k=k, flows=inc.n_flows, law=law, flow_control=fc, fusions=counts["fusions"],
+               fusions_outside_loops=counts["entry"], step_fusions=per_step["step_fusions"],
+               inner_loops=[(lp["fusions"], lp["cond_fusions"]) for lp in per_step["inner"]],
+               launches_per_step=per_step["launches_per_step"] if trips and not unroll
+               else None, **{f"{key}_iterations_per_step": v for key, v in trips.items()})
+    if unroll:
+        row["solver_unroll"] = int(unroll)
+    return row
 
 
 def part_kernels(small, backends, baseline=None):
@@ -291,6 +307,44 @@ def part_kernels(small, backends, baseline=None):
                             ("fusions", "fusions_outside_loops", "step_fusions",
                              "inner_loops")})
         rows.append(row)
+        yield rows
+    rows.append(kernel_row(8, "dcqcn", "pfc", unroll=4))
+    yield rows
+
+
+def part_unroll(small, backends):
+    """``solver_unroll`` 0 / 4 / 8 against each other on the default backend, the
+    fluid part's DCQCN + PFC instances (10^4 and 10^5 random pairs on ``fat_tree(16)``;
+    ``--small``: 2,000 on ``fat_tree(8)``), interleaved in one process (every program
+    compiled first; each repetition runs the three in turn): the median time per step
+    (the difference of a ``2n``- and an ``n``-step run over ``n``) and its ratio to
+    ``K = 0``."""
+    sizes = [(8, 2_000, 10, 3)] if small else [(16, 10_000, 50, 5), (16, 100_000, 20, 3)]
+    ks = (0, 4, 8)
+    rows = []
+    for k, n, steps, reps in sizes:
+        topo, inc, cap = pair_instance(k, n)
+        kw = dict(dt=1e-6, buffer=1e6, link_latency=np.asarray(topo.latency, float),
+                  nic_links=topo, **FLUID_CASES["dcqcn_pfc"])
+        size = np.full(n, 1e12, np.float32)
+
+        def run(unroll, m):
+            return _block(fj.simulate_fluid(inc, cap, size, n_steps=m, solver_unroll=unroll,
+                                            **kw).finish)
+        for u in ks:
+            run(u, steps), run(u, 2 * steps)
+        per = {u: [] for u in ks}
+        for _ in range(reps):
+            for u in ks:
+                t0 = time.perf_counter()
+                run(u, steps)
+                t1 = time.perf_counter()
+                run(u, 2 * steps)
+                per[u].append(max((time.perf_counter() - t1) - (t1 - t0), 1e-9) / steps)
+        med = {u: float(np.median(per[u])) for u in ks}
+        for u in ks:
+            rows.append(dict(k=k, flows=n, n_steps=steps, repeats=reps, solver_unroll=u,
+                             step_s=med[u], over_unroll0=med[u] / med[0]))
         yield rows
 
 
@@ -331,25 +385,31 @@ def part_batched(small, backends):
                      per_scenario_s=steady / b, loop_per_scenario_s=loop,
                      loop_over_batched=loop / (steady / b)))
     yield rows
-    # fluid: b load levels (sizes) of the fluid part's DCQCN + PFC instance, one
-    # vmapped program against the same scenarios run one by one (each program compiled
-    # before the timing; the step count is the fluid part's)
-    k, n, steps = (8, 2_000, 20) if small else (16, 10_000, 50)
+
+
+def part_fluid_batched(small, backends):
+    """:func:`fabric_jax.simulate_fluid_batched` over ``b`` load levels (sizes) of the
+    fluid part's 10^4-flow DCQCN + PFC instance (``--small``: 2,000 flows, 4 levels)
+    against the same scenarios run one by one: each program compiled before the timing,
+    medians of 2 repetitions, the step count the fluid part's."""
+    k, n, steps, b = (8, 2_000, 20, 4) if small else (16, 10_000, 50, 8)
     topo, inc, cap = pair_instance(k, n)
     kw = dict(dt=1e-6, n_steps=steps, buffer=1e6, link_latency=np.asarray(topo.latency, float),
               nic_links=topo, **FLUID_CASES["dcqcn_pfc"])
     sizes = np.stack([np.full(n, 1e5 * 4.0 ** i, np.float32) for i in range(b)])
-    first, steady, res = timed(lambda: fj.simulate_fluid_batched(inc, cap, sizes, **kw),
-                               repeats=1)
+    first, steady, _ = timed(lambda: fj.simulate_fluid_batched(inc, cap, sizes, **kw),
+                             repeats=2)
     _block(fj.simulate_fluid(inc, cap, sizes[0], **kw).finish)      # compile the single run
-    t0 = time.perf_counter()
-    for i in range(b):
-        _block(fj.simulate_fluid(inc, cap, sizes[i], **kw).finish)
-    loop = (time.perf_counter() - t0) / b
-    rows.append(dict(kind="fluid", flows=n, batch=b, n_steps=steps, first_s=first,
-                     per_scenario_s=steady / b, loop_per_scenario_s=loop,
-                     loop_over_batched=loop / (steady / b)))
-    yield rows
+    loops = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        for i in range(b):
+            _block(fj.simulate_fluid(inc, cap, sizes[i], **kw).finish)
+        loops.append((time.perf_counter() - t0) / b)
+    loop = float(np.median(loops))
+    yield [dict(kind="fluid", flows=n, batch=b, n_steps=steps, first_s=first,
+                per_scenario_s=steady / b, loop_per_scenario_s=loop,
+                loop_over_batched=loop / (steady / b))]
 
 
 def variant_row(k, n, steps, name, flags, unroll):
@@ -361,17 +421,14 @@ def variant_row(k, n, steps, name, flags, unroll):
     env["XLA_FLAGS"] = " ".join(x for x in (env.get("XLA_FLAGS", ""), flags) if x)
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(root), env.get("PYTHONPATH", ""))
                                         if x)
-    code = ("import json, sys, jax; sys.path.insert(0, 'experiments'); import bench_gpu as b;"
-            f"print(json.dumps(b.fluid_row({k}, {n}, 'dcqcn_pfc', {steps}, jax.devices()[0],"
-            f" {int(unroll)}), default=float))")
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env,
-                         capture_output=True, text=True)
+    r, err = _call_in_process("bench_gpu", "fluid_row",
+                              f"{k}, {n}, 'dcqcn_pfc', {steps}, jax.devices()[0], "
+                              f"{int(unroll)}", root, env)
     row = dict(variant=name, xla_flags=flags, solver_unroll=int(unroll))
-    if out.returncode != 0:
-        row["error"] = (out.stderr.strip().splitlines() or ["?"])[-1][-300:]
+    if r is None:
+        row["error"] = (err.strip().splitlines() or ["?"])[-1][-300:]
         return row
-    r = json.loads(out.stdout.strip().splitlines()[-1])
     row.update({key: r[key] for key in ("k", "flows", "n_steps", "first_s", "step_s",
                                         "flow_steps_per_s", "result_digest")})
     row.update({key: r[key] for key in r if key.endswith("per_step")})
@@ -410,17 +467,25 @@ def baseline_runner(rev: str):
 
     def run(fn, args):
         extra = ", jax.devices('cpu')[0]" if fn == "fluid_row" else ""
-        code = ("import json, sys, jax; sys.path.insert(0, 'experiments');"
-                "import _bench_gpu_here as b;"
-                f"print(json.dumps(b.{fn}(*{tuple(args)!r}{extra}), default=float))")
-        env = dict(os.environ, PYTHONPATH=str(tmp))
-        out = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=env,
-                             capture_output=True, text=True)
-        if out.returncode != 0:
-            print(out.stderr[-2000:], file=sys.stderr)
-            return None
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        out, err = _call_in_process("_bench_gpu_here", fn, f"*{tuple(args)!r}{extra}", tmp,
+                                    dict(os.environ, PYTHONPATH=str(tmp)))
+        if out is None:
+            print(err[-2000:], file=sys.stderr)
+        return out
     return run
+
+
+def _call_in_process(module: str, fn: str, args: str, cwd, env):
+    """``(result, stderr)``: ``experiments/<module>.<fn>(<args>)`` run in a fresh Python
+    process in ``cwd`` with ``env``, its JSON result read from the last line printed
+    (``None`` when the process fails)."""
+    code = (f"import json, sys, jax; sys.path.insert(0, 'experiments'); import {module} as b;"
+            f"print(json.dumps(b.{fn}({args}), default=float))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        return None, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
 def main(argv=None):
@@ -452,6 +517,8 @@ def main(argv=None):
                 fluid=lambda: part_fluid(a.small, backends, baseline, a.max_flows),
                 events=lambda: part_events(a.small, backends),
                 batched=lambda: part_batched(a.small, backends),
+                fluid_batched=lambda: part_fluid_batched(a.small, backends),
+                unroll=lambda: part_unroll(a.small, backends),
                 variants=lambda: part_variants(a.small, backends))
     t0 = time.time()
     for p in parts:
