@@ -445,9 +445,9 @@ def simulate_fluid_batched(incidence, capacity, size, *, scenarios=None,
     are passed once, not stacked.  On an accelerator the batch shares each kernel
     launch (issue 24: a step is launch-bound, so ``B`` scenarios should cost little
     more than one; not yet measured on a GPU); on a CPU a batch is slower than running
-    its scenarios one by one (1.5 x per scenario: 8 scenarios of 10^4 flows, 2 cores,
-    ``docs/performance.md``), so use it there for one compile, not for speed
-    (``experiments/bench_gpu.py --parts batched`` measures both).  The per-step
+    its scenarios one by one (1.2-1.5 x per scenario: 8 scenarios of 10^4 flows, 2
+    cores, ``docs/performance.md``), so use it there for one compile, not for speed
+    (``experiments/bench_gpu.py --parts fluid_batched`` measures both).  The per-step
     solves' while loops run until every scenario's has converged (``vmap`` of a loop:
     a converged scenario's state is held, and its ``info.solver_iterations`` stays its
     own); the results are its own run's up to the order of float sums (bit for bit on
