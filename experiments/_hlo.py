@@ -10,15 +10,38 @@ the loops inside it (measured, e.g. :attr:`fabric_jax.FluidInfo.solver_iteration
 The counts are XLA-version and backend dependent (the CPU backend fuses less than the
 GPU's: no multi-output sibling fusion, reductions handed to YNNPACK stand alone), so they
 are compared within one run, before and after a change.
+
+**XLA:GPU's own program, without a GPU.**  :func:`gpu_device` gives a compile-only
+device of XLA's CUDA backend for an H100 or H200 (the device descriptions in
+``experiments/gpu_targets/``), through JAX's CUDA plugin, which compiles without the GPU
+when given the device description (``jax.experimental.topologies``); install it in an
+environment of its own (``pip install "jax[cuda12]"``; on a host without a GPU run with
+``JAX_PLATFORMS=cpu``).  :func:`compiled_fluid_run` with ``target="h200"`` compiles the
+fluid run for it, and :func:`launch_model` reads from that program what one time step
+costs the GPU runtime: kernels (fusions, copies, library calls) and **host round trips**.
+A ``while`` loop whose trip count XLA does not know evaluates its condition on the
+device, copies the predicate to the host and waits for it, every iteration (XLA's
+``WhileThunk``); a loop with a known trip count (``fori_loop``, ``scan``) runs its body
+that many times with no round trip, and so does a ``while`` held by a CUDA graph's
+conditional node (command buffers; not modelled here).  These are what a step costs in
+launches and stalls, not its time.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["kernel_counts", "compiled_text", "compiled_fluid_run", "launches_per_step"]
+__all__ = ["kernel_counts", "compiled_text", "compiled_fluid_run", "launches_per_step",
+           "gpu_device", "compile_for", "launch_model", "GPU_TARGETS"]
+
+#: Device descriptions for :func:`gpu_device` (``experiments/gpu_targets/<name>.txtpb``).
+GPU_TARGETS = ("h100", "h200")
 
 _FUSION = re.compile(r"^\s*%\S+ = .*? fusion\(", re.M)
+#: Instructions that run as a kernel (or a memcpy / library call) of their own on a GPU.
+_KERNEL = re.compile(r"^\s*(?:ROOT )?%\S+ = .*? (?:fusion|copy|custom-call|sort|scatter|"
+                     r"all-reduce|all-gather|reduce-scatter|all-to-all)\(", re.M)
+_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _WHILE = re.compile(r"^\s*%\S+ = .*? while\(.*?condition=(%[\w.\-]+), body=(%[\w.\-]+)", re.M)
 
 
@@ -29,12 +52,19 @@ def compiled_text(fn, *args, **kwargs) -> str:
     return lowered.compile().as_text()
 
 
-def compiled_fluid_run(*args, **kwargs):
+def compiled_fluid_run(*args, target: str | None = None, **kwargs):
     """``(compiled, result)``: :func:`fabric_jax.simulate_fluid` run with these arguments,
     and its jitted core (``fabric_jax.fluid_step._run``) compiled for the arguments it got
-    (caught on the way in: the public function prepares them on the host)."""
+    (caught on the way in: the public function prepares them on the host).
+
+    ``target``: ``None`` the default backend; a name of :data:`GPU_TARGETS`: the run is
+    made on this host in the accelerator form (link-side sums as gather tables,
+    ``fabric_jax.segments.forced("gather")``) and its core compiled by XLA:GPU for that
+    device (:func:`gpu_device`), so the result's iteration counts go with the GPU
+    program."""
     import fabric_jax.fluid as fl
     import fabric_jax.fluid_step as fs
+    from fabric_jax import segments
     captured = {}
     orig = fs._run
 
@@ -43,10 +73,50 @@ def compiled_fluid_run(*args, **kwargs):
         return orig(*a)
     fs._run = spy
     try:
-        res = fl.simulate_fluid(*args, **kwargs)
+        with segments.forced("gather" if target else None):
+            res = fl.simulate_fluid(*args, **kwargs)
     finally:
         fs._run = orig
-    return orig.lower(*captured["a"]).compile(), res
+    if target is None:
+        return orig.lower(*captured["a"]).compile(), res
+    a = captured["a"]
+    return compile_for(orig, a[:4], a[4:], gpu_device(target)), res
+
+
+def gpu_device(target: str = "h200"):
+    """A compile-only XLA:GPU device for ``target`` (a name of :data:`GPU_TARGETS`),
+    usable on a host without that GPU (see the module docstring)."""
+    from pathlib import Path
+    if target not in GPU_TARGETS:
+        raise ValueError(f"target must be one of {GPU_TARGETS}; got {target!r}")
+    spec = (Path(__file__).with_name("gpu_targets") / f"{target}.txtpb").read_text()
+    try:
+        from jax.experimental import topologies
+        topo = topologies.get_topology_desc(platform="cuda", topology="1x1x1",
+                                            target_config=spec)
+    except Exception as e:  # no CUDA plugin, or one that cannot compile deviceless
+        raise RuntimeError(
+            "compiling for a GPU on this host needs JAX's CUDA plugin: in an environment of "
+            "its own, pip install 'jax[cuda12]' (the jax version of this one), and run "
+            f"with JAX_PLATFORMS=cpu ({type(e).__name__}: {e})") from e
+    return topo.devices[0]
+
+
+def compile_for(jitted, static_args, args, device):
+    """``jitted(*static_args, *args)`` compiled for ``device`` (e.g. :func:`gpu_device`):
+    the arrays of ``args`` become shape/dtype placeholders placed on it."""
+    import jax
+    import numpy as np
+    sharding = jax.sharding.SingleDeviceSharding(device)
+
+    def spec(x):
+        if isinstance(x, (jax.Array, np.ndarray, np.generic)):
+            return jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=sharding)
+        return x
+    placeholders = jax.tree_util.tree_map(spec, tuple(args))
+    platform = {"gpu": "cuda"}.get(device.platform, device.platform)
+    lowered = jitted.trace(*static_args, *placeholders).lower(lowering_platforms=(platform,))
+    return lowered.compile()
 
 
 def _computations(text: str) -> dict:
@@ -113,3 +183,74 @@ def launches_per_step(counts: dict, trips: dict | None = None) -> dict:
         out.append(dict(fusions=lp["fusions"], cond_fusions=lp["cond_fusions"], trips=n,
                         scope=names[0] if names else None))
     return dict(step_fusions=step["fusions"], inner=out, launches_per_step=total)
+
+
+def launch_model(text: str, trips: dict | None = None) -> dict:
+    """What one step of the time loop costs the GPU runtime, read from a compiled
+    program (best from XLA:GPU, :func:`compiled_fluid_run` with a ``target``).
+
+    The step loop is the loop with the most fusions in its body (as
+    :func:`launches_per_step`).  Kernels are the instructions that launch one (fusions,
+    copies, library calls, collectives); a loop inside the step runs its trip count if
+    XLA knows it (``known_trip_count``), else ``trips[scope]`` (``scope``: a name scope
+    found in the loop's body, e.g. ``"allocate"``; 1 without one), and each of its
+    iterations evaluates its condition; a loop without a known trip count costs a host
+    round trip per evaluation of its condition (``trips + 1``), a ``conditional`` one per
+    execution.
+
+    Returns:
+      ``{"kernels", "fusions_in_program", "step_kernels", "kernels_per_step",
+      "round_trips_per_step", "inner": [{"scope", "trips", "known_trip_count",
+      "kernels", "cond_kernels"}]}``: ``kernels`` is the program's kernel instructions,
+      ``step_kernels`` the step body's own, ``kernels_per_step`` with the loops inside it
+      at their trips.
+    """
+    comps = _computations(text)
+    trips = trips or {}
+    loops = {}
+    for name, block in comps.items():
+        for line in block.split("\n"):
+            m = _WHILE.search(line)
+            if m:
+                known = _TRIP.search(line)
+                loops[m.group(2)] = dict(parent=name, cond=m.group(1), body=m.group(2),
+                                         known=int(known.group(1)) if known else None)
+
+    def kernels(name):
+        return len(_KERNEL.findall(comps.get(name, "")))
+
+    def cost(name):
+        """(kernels, round trips) of one execution of computation ``name``."""
+        block = comps.get(name, "")
+        k, sync = float(kernels(name)), 0.0
+        sync += block.count(" conditional(")
+        for lp in (lp for lp in loops.values() if lp["parent"] == name):
+            scopes = [s for s in trips if s in comps.get(lp["body"], "")]
+            n = lp["known"] if lp["known"] is not None else float(
+                trips[scopes[0]] if scopes else 1.0)
+            bk, bs = cost(lp["body"])
+            ck, cs = cost(lp["cond"])
+            if lp["known"] is None:
+                k += n * (bk + ck) + ck
+                sync += n * (bs + cs + 1) + cs + 1
+            else:
+                k += n * bk
+                sync += n * bs
+        return k, sync
+
+    if not loops:
+        return dict(kernels=kernels("ENTRY"), fusions_in_program=len(_FUSION.findall(text)),
+                    step_kernels=0, kernels_per_step=0.0, round_trips_per_step=0.0, inner=[])
+    step = max(loops.values(), key=lambda lp: len(_FUSION.findall(comps.get(lp["body"], ""))))
+    inner = []
+    for lp in (lp for lp in loops.values() if lp["parent"] == step["body"]):
+        scopes = [s for s in trips if s in comps.get(lp["body"], "")]
+        inner.append(dict(scope=scopes[0] if scopes else None,
+                          trips=lp["known"] if lp["known"] is not None else (
+                              float(trips[scopes[0]]) if scopes else 1.0),
+                          known_trip_count=lp["known"] is not None,
+                          kernels=kernels(lp["body"]), cond_kernels=kernels(lp["cond"])))
+    k, sync = cost(step["body"])
+    return dict(kernels=len(_KERNEL.findall(text)), fusions_in_program=len(_FUSION.findall(text)),
+                step_kernels=kernels(step["body"]), kernels_per_step=k,
+                round_trips_per_step=sync, inner=inner)

@@ -403,24 +403,29 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_n
             r, f, d = r[pick], ~keep | f[pick], d[pick]
         stop_at = sizes[level + 1] if level + 1 < len(sizes) else 0
 
-        def cond(c, stop_at=stop_at):
-            return _any_shard(jnp.sum(~c[1]) > stop_at, axis_name) & (c[2] < max_iter)
+        def going(f, it, stop_at=stop_at):
+            return _any_shard(jnp.sum(~f) > stop_at, axis_name) & (it < max_iter)
 
         # the incidence's segment table holds the entries of the first level only
         table = inc.by_link if level == 0 else None
 
-        def body(c, li=li, w=w, act=act, residual=residual, d=d, table=table):
+        # The loop's condition is computed at the end of the body, beside the freeze
+        # that it tests (one fused reduction there instead of kernels of its own: on a
+        # GPU the condition is read back to the host every iteration).
+        def body(c, li=li, w=w, act=act, residual=residual, d=d, table=table,
+                 going=going):
             r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, c[0], c[1],
                                    axis_name, table)
-            return r, f, c[2] + 1
+            return r, f, c[2] + 1, going(f, c[2] + 1)
 
-        if level == 0:
-            for _ in range(unroll):
-                busy = _any_shard(jnp.any(~f), axis_name)
-                r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, r, f,
+        if level == 0 and unroll:
+            def fixed(_, c, li=li, w=w, act=act, residual=residual, d=d, table=table):
+                busy = _any_shard(jnp.any(~c[1]), axis_name)
+                r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, c[0], c[1],
                                        axis_name, table)
-                it = it + busy.astype(jnp.int32)
-        r, f, it = jax.lax.while_loop(cond, body, (r, f, it))
+                return r, f, c[2] + busy.astype(jnp.int32)
+            r, f, it = jax.lax.fori_loop(0, unroll, fixed, (r, f, it))
+        r, f, it, _ = jax.lax.while_loop(lambda c: c[3], body, (r, f, it, going(f, it)))
     rate = rate.at[rows].set(r, mode="drop")
     frozen = frozen.at[rows].set(f, mode="drop")
     return rate, frozen, it
@@ -522,13 +527,13 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
                                              n_flows, c[0], c[1], axis_name, table)
                 return r, f, c[2] + 1, n_open
 
-            if level == 0:
-                for _ in range(unroll):
-                    busy = _any_shard(jnp.any(~frozen), axis_name)
-                    rate, frozen, _, _ = _iteration(li, fi, w, act, residual, demand,
-                                                    n_links, n_flows, rate, frozen,
-                                                    axis_name, table)
-                    it = it + busy.astype(jnp.int32)
+            if level == 0 and unroll:
+                def fixed(_, c, li=li, fi=fi, w=w, act=act, residual=residual, table=table):
+                    busy = _any_shard(jnp.any(~c[1]), axis_name)
+                    r, f, _, _ = _iteration(li, fi, w, act, residual, demand, n_links,
+                                            n_flows, c[0], c[1], axis_name, table)
+                    return r, f, c[2] + busy.astype(jnp.int32)
+                rate, frozen, it = jax.lax.fori_loop(0, unroll, fixed, (rate, frozen, it))
             n_open0 = jnp.sum(act & ~frozen[fi])
             rate, frozen, it, _ = jax.lax.while_loop(cond, body, (rate, frozen, it, n_open0))
             # Load of the flows frozen at this level, over this level's entries (exact:
@@ -853,11 +858,13 @@ def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: 
             new = join(c[0])
             return new, _any_shard(jnp.any(new != c[0]), axis_name), c[2] + 1
         going, rounds = jnp.asarray(True), jnp.asarray(0, jnp.int32)
-        for _ in range(unroll):   # the rounds the loop would run, while it would run
-            new = join(limited)
-            rounds = rounds + going.astype(jnp.int32)
-            going = going & _any_shard(jnp.any(new != limited), axis_name)
-            limited = new
+        if unroll:
+            def fixed(_, c):   # the rounds the loop would run, while it would run
+                new = join(c[0])
+                return (new, c[1] & _any_shard(jnp.any(new != c[0]), axis_name),
+                        c[2] + c[1].astype(jnp.int32))
+            limited, going, rounds = jax.lax.fori_loop(0, unroll, fixed,
+                                                       (limited, going, rounds))
         limited, _, rounds = jax.lax.while_loop(lambda c: c[1], body,
                                                 (limited, going, rounds))
     else:
