@@ -37,7 +37,7 @@ __all__ = ["kernel_counts", "compiled_text", "compiled_fluid_run", "launches_per
 #: Device descriptions for :func:`gpu_device` (``experiments/gpu_targets/<name>.txtpb``).
 GPU_TARGETS = ("h100", "h200")
 
-_FUSION = re.compile(r"^\s*%\S+ = .*? fusion\(", re.M)
+_FUSION = re.compile(r"^\s*(?:ROOT )?%\S+ = .*? fusion\(", re.M)
 #: Instructions that run as a kernel (or a memcpy / library call) of their own on a GPU.
 _KERNEL = re.compile(r"^\s*(?:ROOT )?%\S+ = .*? (?:fusion|copy|custom-call|sort|scatter|"
                      r"all-reduce|all-gather|reduce-scatter|all-to-all)\(", re.M)

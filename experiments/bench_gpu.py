@@ -53,6 +53,21 @@ calls, ``--parts kernels,fluid,unroll,variants --json results/gpu_a.json`` then
     ``simulate_fluid(solver_unroll=K)`` for ``K`` = 0, 4, 8 interleaved in one process
     on the ``fluid`` part's DCQCN + PFC instances: time per step and its ratio to
     ``K = 0``.  (The ``kernels`` part adds the fusion counts with ``K = 4``.)
+``aot``
+    XLA:GPU's own program for ``--target`` (``h200`` by default, or ``h100``), compiled
+    on this host without the GPU (it needs JAX's CUDA plugin: ``experiments/_hlo.py``,
+    "XLA:GPU's own program"): the proxy instance of ``kernels`` (DCQCN + PFC, HPCC) and
+    the ``fluid`` part's 10^4- and 10^5-flow DCQCN + PFC instances, each as it is,
+    with ``solver_unroll=K`` (``K`` above its solves' mean depth) and with
+    ``solver_check_every=M``: fusions in the program, kernels in one step's body, and
+    per step, at the solves' iterations measured by running the same program's CPU
+    form, kernels launched and host round trips (:func:`_hlo.launch_model`; the exact
+    loop's trips are taken as ``max(0, mean depth - K) / M``, a lower bound -- exact
+    for ``K = 0, M = 1``, and for ``K`` covering every step's depth -- so with ``M > 1``
+    a step may cost up to ``M - 1`` idle iterations more), and bytes per flow
+    (XLA:GPU's memory analysis of the program).  With
+    ``--baseline-rev`` the baseline's figures beside them (its package, this part's
+    code).  Not a timing: what a step asks of the GPU runtime.
 
 Every part runs on the default backend and, when that is an accelerator, on this
 machine's CPU backend too (``cpu_*`` keys), for the ratio.  ``--small``: CPU-sized
@@ -64,8 +79,8 @@ in a subprocess) and reports the ratio of its time per step to this code's
 Usage::
 
     PYTHONPATH=. python experiments/bench_gpu.py [--small]
-        [--parts kernels,solve,fluid,events,batched,fluid_batched,unroll,variants]
-        [--json results/gpu.json] [--baseline-rev REV]
+        [--parts kernels,solve,fluid,events,batched,fluid_batched,unroll,variants,aot]
+        [--json results/gpu.json] [--baseline-rev REV] [--target h200]
 """
 
 from __future__ import annotations
@@ -96,7 +111,7 @@ import fabric_jax as fj  # noqa: E402
 from fabric_jax.paths import PathsTruncatedWarning  # noqa: E402
 
 PARTS = ("kernels", "solve", "fluid", "events", "batched", "fluid_batched", "unroll",
-         "variants")
+         "variants", "aot")
 
 #: ``variants`` part: (name, XLA flags added to ``XLA_FLAGS``, ``solver_unroll``).
 XLA_VARIANTS = (
@@ -449,6 +464,72 @@ def part_variants(small, backends):
 
 
 # ----------------------------------------------------------------- baseline
+def aot_row(instance, case, unroll, target, steps, check_every=1):
+    """One row of the ``aot`` part (also run by ``--baseline-rev``): ``instance`` is
+    ``"proxy"`` (``kernels``' instance) or ``(k, flows)`` (``fluid``'s)."""
+    opts = {"solver_unroll": int(unroll)} if unroll else {}
+    if check_every != 1:
+        opts["solver_check_every"] = int(check_every)
+    if instance == "proxy":
+        from bench_dynamics import workload
+        topo, inc, cap, lat = workload(8, 16, 0, None)
+        size = np.full(inc.n_flows, 1e6)
+        k, buffer = 8, 1e6
+    else:
+        k, n = instance
+        topo, inc, cap = pair_instance(k, n)
+        size, buffer = np.full(inc.n_flows, 1e12, np.float32), 1e6
+    compiled, res = _hlo.compiled_fluid_run(
+        inc, cap, size, dt=1e-6, n_steps=steps, buffer=buffer,
+        link_latency=np.asarray(topo.latency), nic_links=topo, target=target,
+        **FLUID_CASES[case], **opts)
+    it = np.asarray(res.info.solver_iterations, float) / steps
+    mean = {"allocate": it[0], "nic_send": it[1]}
+    # trips of the exact loops: at least max(0, depth - K) / M on the mean depth (each
+    # step's own ceil((depth - K) / M) is not recorded); the NIC water-fill has no M
+    trips = {key: max(0.0, v - unroll) / (check_every if key == "allocate" else 1)
+             for key, v in mean.items()}
+    model = _hlo.launch_model(compiled.as_text(), trips)
+    return dict(instance="proxy" if instance == "proxy" else f"fat_tree({k})",
+                flows=inc.n_flows, case=case, solver_unroll=int(unroll),
+                solver_check_every=int(check_every), target=target,
+                n_steps=steps, solve_iterations_per_step=mean["allocate"],
+                nic_rounds_per_step=mean["nic_send"],
+                fusions_in_program=model["fusions_in_program"],
+                kernels_in_program=model["kernels"], step_kernels=model["step_kernels"],
+                kernels_per_step=model["kernels_per_step"],
+                round_trips_per_step=model["round_trips_per_step"],
+                bytes_per_flow=_bytes(compiled, inc.n_flows))
+
+
+def part_aot(small, backends, target="h200", baseline=None, max_flows=None):
+    rows = []
+    # (instance, case, solver_unroll, steps, solver_check_every)
+    cases = [("proxy", "dcqcn_pfc", 0, 200, 1), ("proxy", "hpcc", 0, 200, 1),
+             ("proxy", "dcqcn_pfc", 4, 200, 1)]
+    cases += ([((8, 2_000), "dcqcn_pfc", 0, 10, 1), ((8, 2_000), "dcqcn_pfc", 16, 10, 1),
+               ((8, 2_000), "dcqcn_pfc", 0, 10, 4)] if small
+              else [((16, 10_000), "dcqcn_pfc", 0, 30, 1),
+                    ((16, 10_000), "dcqcn_pfc", 24, 30, 1),
+                    ((16, 10_000), "dcqcn_pfc", 0, 30, 4),
+                    ((16, 100_000), "dcqcn_pfc", 0, 30, 1),
+                    ((16, 100_000), "dcqcn_pfc", 48, 30, 1),
+                    ((16, 100_000), "dcqcn_pfc", 0, 30, 4),
+                    ((16, 100_000), "dcqcn_pfc", 0, 30, 8)])
+    for inst, case, unroll, steps, every in cases:
+        if max_flows and inst != "proxy" and inst[1] > max_flows:
+            continue
+        row = aot_row(inst, case, unroll, target, steps, every)
+        if baseline is not None and not unroll and every == 1:
+            b = baseline("aot_row", (inst, case, unroll, target, steps))
+            if b is not None:
+                for key in ("fusions_in_program", "kernels_per_step", "round_trips_per_step",
+                            "bytes_per_flow"):
+                    row["baseline_" + key] = b[key]
+        rows.append(row)
+        yield rows
+
+
 def baseline_runner(rev: str):
     """A function running :func:`fluid_row` on the code of git revision ``rev`` (in a
     subprocess, on the CPU backend), or ``None`` if the revision cannot be exported."""
@@ -463,7 +544,9 @@ def baseline_runner(rev: str):
         return None
     # this file's instances and timing, applied to the baseline's package
     (tmp / "experiments" / "_bench_gpu_here.py").write_text(Path(__file__).read_text())
-    (tmp / "experiments" / "_hlo.py").write_text((Path(__file__).parent / "_hlo.py").read_text())
+    for name in ("_hlo.py", "gpu_targets/h100.txtpb", "gpu_targets/h200.txtpb"):
+        (tmp / "experiments" / name).parent.mkdir(exist_ok=True)
+        (tmp / "experiments" / name).write_text((Path(__file__).parent / name).read_text())
 
     def run(fn, args):
         extra = ", jax.devices('cpu')[0]" if fn == "fluid_row" else ""
@@ -491,13 +574,15 @@ def _call_in_process(module: str, fn: str, args: str, cwd, env):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true", help="CPU-sized smoke run")
-    ap.add_argument("--parts", default=",".join(PARTS),
-                    help=f"comma-separated subset of {','.join(PARTS)}")
+    ap.add_argument("--parts", default=",".join(p for p in PARTS if p != "aot"),
+                    help=f"comma-separated subset of {','.join(PARTS)} (default: all but aot)")
     ap.add_argument("--json", default="results/gpu.json")
     ap.add_argument("--baseline-rev", default=None,
                     help="also run the kernels and fluid parts on this git revision's code (CPU)")
     ap.add_argument("--max-flows", type=int, default=None,
                     help="skip instances with more flows (e.g. 100000 on a CPU)")
+    ap.add_argument("--target", default="h200", choices=_hlo.GPU_TARGETS,
+                    help="aot part: the GPU XLA compiles for (no GPU needed)")
     ap.add_argument("--only-k", type=int, default=None,
                     help="solve part: only the fat_tree(k) instances of this k (e.g. 16)")
     a = ap.parse_args(argv)
@@ -519,7 +604,8 @@ def main(argv=None):
                 batched=lambda: part_batched(a.small, backends),
                 fluid_batched=lambda: part_fluid_batched(a.small, backends),
                 unroll=lambda: part_unroll(a.small, backends),
-                variants=lambda: part_variants(a.small, backends))
+                variants=lambda: part_variants(a.small, backends),
+                aot=lambda: part_aot(a.small, backends, a.target, baseline, a.max_flows))
     t0 = time.time()
     for p in parts:
         for rows in gens[p]():

@@ -137,7 +137,7 @@ def _validate(inc: Incidence, capacity, demand):
 
 
 def max_min_fair(incidence, capacity, demand=None, *, iterations: int | None = None,
-                 max_iter: int | None = None) -> MaxMinResult:
+                 max_iter: int | None = None, check_every: int = 1) -> MaxMinResult:
     """Weighted max-min fair rates of flows over links (see the module docstring).
 
     Args:
@@ -152,6 +152,12 @@ def max_min_fair(incidence, capacity, demand=None, *, iterations: int | None = N
         differentiable).  Default: iterate until every flow is frozen (``while_loop``).
       max_iter: safety cap for the while loop (default ``n_flows + 1``, which always
         suffices since each iteration freezes at least one flow).
+      check_every: iterations of the while loop between its tests "is any flow still
+        open" (default 1).  The rates and ``info.iterations`` do not depend on it (an
+        iteration after the last freeze changes nothing); on a GPU each test is a
+        predicate read back to the host, so a deep solve (hundreds of iterations at
+        10^6 flows) reads it ``check_every`` times less often, at the cost of at most
+        ``check_every - 1`` idle iterations (see :func:`solve`).
 
     Returns:
       :class:`MaxMinResult` (``rates`` ``[flows]``, ``link_load`` ``[links]``,
@@ -171,6 +177,14 @@ def max_min_fair(incidence, capacity, demand=None, *, iterations: int | None = N
     _validate(inc, capacity, demand)
     if iterations is not None and (not isinstance(iterations, (int, np.integer)) or iterations < 1):
         raise ValueError(f"iterations must be a positive integer or None; got {iterations!r}")
+    if (isinstance(check_every, bool) or not isinstance(check_every, (int, np.integer))
+            or check_every < 1):
+        raise ValueError(f"check_every must be a positive integer (iterations per test of "
+                         f"the loop); got {check_every!r}")
+    if check_every != 1 and iterations is not None:
+        raise ValueError("check_every: only without iterations (it spaces the tests of the "
+                         "exact while loop); drop one of them")
+    check_every = int(check_every)
     dtype = jnp.result_type(float)
     capacity = jnp.asarray(capacity, dtype)
     demand = (jnp.full(capacity.shape[:-1] + (inc.n_flows,), jnp.inf, dtype)
@@ -187,9 +201,10 @@ def max_min_fair(incidence, capacity, demand=None, *, iterations: int | None = N
         if iterations is not None:
             return jax.vmap(lambda c, d: _max_min_fair(inc, c, d, iterations, max_iter))(
                 capacity, demand)
-        return _max_min_fair_blocks(inc, capacity, demand, max_iter * b)
+        return _max_min_fair_blocks(inc, capacity, demand, max_iter * b, check_every)
     inc, compaction = _for_backend(inc)
-    return _max_min_fair(inc, capacity, demand, iterations, max_iter, compaction)
+    return _max_min_fair(inc, capacity, demand, iterations, max_iter, compaction,
+                         check_every)
 
 
 #: Below this many entries a one-off solve keeps the CPU's layout on every backend (the
@@ -232,11 +247,12 @@ def block_diagonal(inc: Incidence, batch: int) -> Incidence:
                      inc.n_links * batch, inc.n_flows * batch, inc.row_width)
 
 
-@functools.partial(jax.jit, static_argnums=(3,))
-def _max_min_fair_blocks(inc: Incidence, capacity, demand, max_iter) -> MaxMinResult:
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _max_min_fair_blocks(inc: Incidence, capacity, demand, max_iter,
+                         check_every=1) -> MaxMinResult:
     b = capacity.shape[0]
     res = solve(block_diagonal(inc, b), capacity.reshape(-1), demand.reshape(-1),
-                max_iter=max_iter)
+                max_iter=max_iter, check_every=check_every)
     info = MaxMinInfo(iterations=jnp.broadcast_to(res.info.iterations, (b,)),
                       max_violation=jnp.max(jnp.maximum(
                           res.link_load.reshape(b, -1) - capacity, 0.0), axis=1, initial=0.0),
@@ -245,11 +261,11 @@ def _max_min_fair_blocks(inc: Incidence, capacity, demand, max_iter) -> MaxMinRe
                         saturated=res.saturated.reshape(b, -1), info=info)
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4, 5))
+@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6))
 def _max_min_fair(inc: Incidence, capacity, demand, iterations, max_iter,
-                  compaction="fine") -> MaxMinResult:
+                  compaction="fine", check_every=1) -> MaxMinResult:
     return solve(inc, capacity, demand, iterations=iterations, max_iter=max_iter,
-                 compaction=compaction)
+                 compaction=compaction, check_every=check_every)
 
 
 #: Below this many entries the solver stops compacting (a level's loop is cheap).
@@ -371,12 +387,13 @@ def _iteration_rows(li, weight, active, capacity, demand, n_links, rate, frozen,
 
 
 def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_name=None,
-                fine: bool | str = True, unroll: int = 0):
+                fine: bool | str = True, unroll: int = 0, check_every: int = 1):
     """While-loop solve on the flow-major layout, compacting the rows of open flows
     into geometrically shrinking buffers as flows freeze (frozen load folds into a
     residual capacity).  With ``axis_name`` each shard compacts its own rows; a level
     ends when every shard's open rows fit its next buffer.  ``unroll``: iterations run
-    straight-line before the first level's loop (see :func:`solve`)."""
+    in a loop of known trip count before the first level's loop; ``check_every``:
+    iterations per trip of the loops (see :func:`solve`)."""
     n_flows, width = inc.n_flows, inc.row_width
     li = inc.link_idx.reshape(n_flows, width)
     w = inc.weight.astype(capacity.dtype).reshape(n_flows, width)
@@ -414,9 +431,15 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_n
         # GPU the condition is read back to the host every iteration).
         def body(c, li=li, w=w, act=act, residual=residual, d=d, table=table,
                  going=going):
-            r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, c[0], c[1],
-                                   axis_name, table)
-            return r, f, c[2] + 1, going(f, c[2] + 1)
+            r, f, it = c[0], c[1], c[2]
+            for j in range(check_every):
+                # the loop runs while a flow is open; the block's later iterations count
+                # only while one still is (after the last freeze they change nothing)
+                it = it + (1 if j == 0 else
+                           _any_shard(jnp.any(~f), axis_name).astype(jnp.int32))
+                r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, r, f,
+                                       axis_name, table)
+            return r, f, it, going(f, it)
 
         if level == 0 and unroll:
             def fixed(_, c, li=li, w=w, act=act, residual=residual, d=d, table=table):
@@ -432,7 +455,8 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_n
 
 
 def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
-          axis_name=None, compaction: str = "fine", unroll: int = 0) -> MaxMinResult:
+          axis_name=None, compaction: str = "fine", unroll: int = 0,
+          check_every: int = 1) -> MaxMinResult:
     """Unvalidated, traceable core of :func:`max_min_fair` (for use inside jitted loops).
 
     ``capacity`` ``[links]`` and ``demand`` ``[flows]`` must be arrays of the same float
@@ -466,13 +490,26 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
     same up to the order of float sums), and ``info.iterations`` counts only the
     iterations that had an open flow (the bottleneck depth, whatever ``unroll``).  For
     accelerators: a time-stepped solve that settles in a few iterations then runs them
-    with no data-dependent stop (no predicate read back per iteration, and a fixed
-    sequence of kernels that a CUDA graph can hold); on a CPU the iterations beyond
-    the depth are wasted work.
+    with no data-dependent stop -- they are a loop whose trip count XLA knows, which
+    XLA:GPU runs without reading a predicate back to the host per iteration (its
+    ``WhileThunk``; ``experiments/_hlo.py``, :func:`launch_model`); on a CPU the
+    iterations beyond the depth are wasted work.
+
+    ``check_every`` (static int >= 1, default 1; with ``iterations=None`` only): the
+    while loop runs that many iterations per trip and tests "is any flow still open"
+    once per trip, so a GPU reads its predicate back ``check_every`` times less often,
+    for at most ``check_every - 1`` iterations past the last freeze (which change
+    nothing: the same bits, the same ``info.iterations``, as ``unroll``).
     """
     if unroll and iterations is not None:
         raise ValueError("unroll: only with iterations=None (the exact while loop); "
                          f"got unroll={unroll!r} with iterations={iterations!r}")
+    if not (isinstance(check_every, (int, np.integer)) and check_every >= 1):
+        raise ValueError(f"check_every must be a positive integer; got {check_every!r}")
+    if check_every != 1 and iterations is not None:
+        raise ValueError("check_every: only with iterations=None (the exact while loop); "
+                         f"got check_every={check_every!r} with iterations={iterations!r}")
+    check_every = int(check_every)
     dtype = capacity.dtype
     n_links, n_flows = inc.n_links, inc.n_flows
     if max_iter is None:
@@ -501,7 +538,7 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
         rate, frozen, it = jax.lax.fori_loop(0, iterations, body, (rate, frozen, it))
     elif inc.row_width is not None and inc.nnz == n_flows * inc.row_width:
         rate, frozen, it = _solve_rows(inc, capacity, demand, rate, frozen, max_iter,
-                                       axis_name, compaction, unroll)
+                                       axis_name, compaction, unroll, check_every)
     else:
         li, fi, w, act = inc.link_idx, inc.flow_idx, weight, active
         residual = capacity
@@ -523,9 +560,13 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
             table = inc.by_link if level == 0 else None
 
             def body(c, li=li, fi=fi, w=w, act=act, residual=residual, table=table):
-                r, f, _, n_open = _iteration(li, fi, w, act, residual, demand, n_links,
-                                             n_flows, c[0], c[1], axis_name, table)
-                return r, f, c[2] + 1, n_open
+                r, f, it, n_open = c
+                for j in range(check_every):   # as in _solve_rows
+                    it = it + (1 if j == 0 else
+                               _any_shard(n_open > 0, axis_name).astype(jnp.int32))
+                    r, f, _, n_open = _iteration(li, fi, w, act, residual, demand, n_links,
+                                                 n_flows, r, f, axis_name, table)
+                return r, f, it, n_open
 
             if level == 0 and unroll:
                 def fixed(_, c, li=li, fi=fi, w=w, act=act, residual=residual, table=table):

@@ -218,10 +218,12 @@ link-side sums over the hop table are segment tables
 (:mod:`fabric_jax.segments`: gathers and row reductions on an accelerator, no atomic
 adds contending on hot links; scatters on the CPU, where they are faster).  The per-step
 max-min solves stay exact (a while loop to convergence; ``FluidInfo.solver_iterations``
-counts their iterations); ``solver_unroll=K`` runs their first ``K`` iterations as
-straight-line code, the loop's entry test being the exactness check (bit-identical
-results; for accelerators, where a step that settles within ``K`` iterations then has
-no data-dependent stop: ``experiments/bench_gpu.py --parts variants`` measures it).
+counts their iterations); ``solver_unroll=K`` runs their first ``K`` iterations as a
+loop of known trip count, the while loop's entry test being the exactness check, and
+``solver_check_every=M`` tests the while loop's condition once every ``M`` iterations
+(both bit-identical; for accelerators, where XLA:GPU reads a while loop's predicate
+back to the host every test: ``experiments/bench_gpu.py --parts aot`` counts those round
+trips per step from XLA:GPU's program, ``--parts variants`` times them on a GPU).
 
 Sources: the fluid queue (Lindley recursion per step) and the max-min share follow the
 flow-level models of SimGrid (Velho et al., ACM TOMACS 2013) and of the DCQCN fluid
@@ -295,7 +297,7 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    base_rtt=None, flow_control="none", fc_params=None, buffer=None,
                    smooth=None, save_every: int | None = None,
                    solver_iterations: int | None = None, solver_unroll: int = 0,
-                   routing=None, faults=None, init_state=None, link_latency=None,
+                   solver_check_every: int = 1, routing=None, faults=None, init_state=None, link_latency=None,
                    nic_links=None, reorder: bool = True,
                    loss_recovery: str = "selective", mtu: float = rx.DEFAULT_MTU,
                    reorder_tolerance: float = 0.0, traffic_class=None, classes=None,
@@ -349,11 +351,19 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         for reverse-mode gradients; default: exact while-loop, or ``flows + 1`` in the
         smooth mode).
       solver_unroll: iterations of each per-step max-min solve (and rounds of the NIC
-        water-fill) run as straight-line code before its while loop, which finishes
-        what is left (:func:`fabric_jax.fairness.solve`, ``unroll``): bit-identical
-        results, for accelerators, where a step that settles within them runs with no
-        data-dependent stop.  Default 0 (the plain while loop, fastest on a CPU).  Not
-        with ``solver_iterations`` or ``smooth``.
+        water-fill) run as a loop of known trip count before its while loop, which
+        finishes what is left (:func:`fabric_jax.fairness.solve`, ``unroll``):
+        bit-identical results, for accelerators, where a step that settles within them
+        runs with no data-dependent stop (XLA:GPU reads no predicate back to the host for
+        them).  Default 0 (the plain while loop, fastest on a CPU).  Not with
+        ``solver_iterations`` or ``smooth``.
+      solver_check_every: iterations of each per-step max-min solve's while loop between
+        its tests "is any flow still open" (:func:`fabric_jax.fairness.solve`,
+        ``check_every``): bit-identical results and iteration counts; on a GPU each test
+        is a predicate read back to the host, so a deep solve (tens of iterations per
+        step at 10^5 flows) waits on the host that many times less often, for at most
+        ``solver_check_every - 1`` idle iterations.  Default 1.  Not with
+        ``solver_iterations`` or ``smooth``.
       routing: a :class:`fabric_jax.routing.Routing` (policy, its params and initial
         state over a ``[flows, paths, hops]`` path table): dynamic per-step splits.
         Every incidence entry of a flow must be on one of its candidate paths.
@@ -550,8 +560,8 @@ def _equal(a, b) -> bool:
 
 def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, deps, delay,
              latency, line_rate, base_rtt, flow_control, fc_params, buffer, smooth,
-             save_every, solver_iterations, solver_unroll, routing, faults, init_state,
-             link_latency,
+             save_every, solver_iterations, solver_unroll, solver_check_every, routing,
+             faults, init_state, link_latency,
              nic_links, reorder, loss_recovery, mtu, reorder_tolerance, traffic_class,
              classes, shared_buffer, stop_when_idle, fifo_bands, burstiness, delay_steps):
     """Host side of :func:`simulate_fluid` (every argument as there, no defaults):
@@ -579,6 +589,10 @@ def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, de
             and solver_unroll >= 0):
         raise ValueError("solver_unroll must be a non-negative integer (iterations); "
                          f"got {solver_unroll!r}")
+    if not (isinstance(solver_check_every, (int, np.integer))
+            and not isinstance(solver_check_every, bool) and solver_check_every >= 1):
+        raise ValueError("solver_check_every must be a positive integer (iterations per "
+                         f"test of the solver's loop); got {solver_check_every!r}")
     smooth = sm.EXACT if smooth is None else smooth
     if not isinstance(smooth, sm.Smoothing):
         raise ValueError("smooth must be a fabric_jax.smooth.Smoothing (e.g. smooth.smooth(0.05))")
@@ -678,6 +692,10 @@ def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, de
     if solver_unroll and solver_iterations is not None:
         raise ValueError("solver_unroll: unrolls the exact while loop, so it cannot be "
                          "combined with solver_iterations or smooth; set solver_unroll=0")
+    if solver_check_every != 1 and solver_iterations is not None:
+        raise ValueError("solver_check_every: spaces the tests of the exact while loop, so "
+                         "it cannot be combined with solver_iterations or smooth; set "
+                         "solver_check_every=1")
     sched = None
     if faults is not None:
         sched = fm.fault_schedule(faults, n_links, float(dt))
@@ -713,6 +731,7 @@ def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, de
     net = _class_net(net, tc_cfg, tc_arr, sb, flow_control, capacity, float(dt), fdt)
     static = _Static(law=law, fc=flow_control, policy=policy, shape=shape,
                      solver_iterations=solver_iterations, solver_unroll=int(solver_unroll),
+                     solver_check_every=int(solver_check_every),
                      rx_ooo=bool(rx_ooo),
                      go_back_n=loss_recovery == "go_back_n", n_classes=n_classes,
                      levels=() if tc_cfg is None else tc_cfg.levels, shared=sb is not None,

@@ -186,7 +186,8 @@ class _Static:
     policy: Any
     shape: _Shape
     solver_iterations: Any
-    solver_unroll: int = 0    # straight-line iterations before the per-step solves' loops
+    solver_unroll: int = 0    # iterations of known trip count before the solves' loops
+    solver_check_every: int = 1   # iterations per test of the per-step solves' loops
     rx_ooo: bool = False      # out-of-order arrivals cost (reorder=False, several paths)
     go_back_n: bool = False   # loss_recovery == "go_back_n"
     n_classes: int = 1        # traffic classes (1: the single-class model)
@@ -538,7 +539,8 @@ def _allocate_paths(static, hops, inc, fresh, send):
     axis_name = hops.axis_name
     sol = solve(pinc, fresh, demand, iterations=static.solver_iterations,
                 compaction=_STEP_COMPACTION, axis_name=axis_name,
-                max_iter=_solve_cap(pinc.n_flows, axis_name), unroll=static.solver_unroll)
+                max_iter=_solve_cap(pinc.n_flows, axis_name), unroll=static.solver_unroll,
+                check_every=static.solver_check_every)
     r = jnp.minimum(sol.rates, demand).reshape(split.shape)
     alloc_p = split * r
     return (r, alloc_p, _flow_alloc(split, alloc_p, send),
@@ -808,7 +810,7 @@ def _transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, of
     sol2 = solve(pinc2, jnp.concatenate([spare, room]), rest,
                  iterations=static.solver_iterations, compaction=_STEP_COMPACTION,
                  axis_name=ax, max_iter=_solve_cap(pinc2.n_flows, ax),
-                 unroll=static.solver_unroll)
+                 unroll=static.solver_unroll, check_every=static.solver_check_every)
     r_p = r_p + jnp.minimum(sol2.rates, rest).reshape(r_p.shape)
     alloc_p = split_p * r_p
     alloc = _flow_alloc(split_p, alloc_p, send)

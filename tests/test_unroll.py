@@ -1,6 +1,8 @@
-"""Straight-line iterations before the exact loops (issue 24: "a fixed iteration count
-with an exactness check"): ``fairness.solve(unroll=K)``, ``fairness.water_fill(unroll=K)``
-and ``simulate_fluid(solver_unroll=K)``.
+"""Iterations of known trip count before the exact loops (issue 24: "a fixed iteration
+count with an exactness check"): ``fairness.solve(unroll=K)``,
+``fairness.water_fill(unroll=K)`` and ``simulate_fluid(solver_unroll=K)``; and the exact
+loops testing their condition once every ``M`` iterations (``solve(check_every=M)``,
+``max_min_fair(check_every=M)``, ``simulate_fluid(solver_check_every=M)``).
 
 The oracle is the plain while loop itself: an iteration after the last freeze changes
 nothing, so the unrolled solve must give the same rates to the bit (with the fluid
@@ -56,6 +58,35 @@ def test_unrolled_solve_is_the_loop_to_the_bit(seed, layout):
                                atol=1e-5 * scale)
 
 
+@pytest.mark.parametrize("layout", ["rows", "coo"])
+def test_solve_checking_every_m_iterations_is_the_loop_to_the_bit(layout):
+    inst, inc, cap, dem = _instance(2, layout)
+    ref = solve(inc, cap, dem, compaction="none")
+    depth = int(ref.info.iterations)
+    for m in (2, 3, depth, depth + 5):
+        for k in (0, 2):
+            got = solve(inc, cap, dem, compaction="none", check_every=m, unroll=k)
+            np.testing.assert_array_equal(np.asarray(got.rates), np.asarray(ref.rates))
+            assert int(got.info.iterations) == depth and bool(got.info.converged)
+
+
+def test_max_min_fair_check_every_gives_the_same_answer_and_refuses_bad_values():
+    from fabric_jax import max_min_fair
+    inst, inc, cap, dem = _instance(1, "rows")
+    ref = max_min_fair(inc, cap, dem)
+    got = max_min_fair(inc, cap, dem, check_every=4)
+    np.testing.assert_array_equal(np.asarray(got.rates), np.asarray(ref.rates))
+    assert int(got.info.iterations) == int(ref.info.iterations)
+    batch = max_min_fair(inc, jnp.stack([cap, 0.5 * cap]), check_every=3)
+    np.testing.assert_array_equal(np.asarray(batch.rates[0]),
+                                  np.asarray(max_min_fair(inc, cap).rates))
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="check_every"):
+            max_min_fair(inc, cap, dem, check_every=bad)
+    with pytest.raises(ValueError, match="check_every"):
+        max_min_fair(inc, cap, dem, check_every=2, iterations=10)
+
+
 def test_unrolled_solve_with_compaction_levels_gives_the_same_rates():
     inst, inc, cap, dem = _instance(0, "rows")
     ref = solve(inc, cap, dem, compaction="fine")
@@ -109,6 +140,23 @@ def test_fluid_solver_unroll_is_bit_identical(law, fc):
     ref = _proxy(law=law, flow_control=fc)
     for k in (1, 4):
         _same(_proxy(law=law, flow_control=fc, solver_unroll=k), ref)
+
+
+@pytest.mark.parametrize("law,fc", [("dcqcn", "pfc"), ("hpcc", "none")])
+def test_fluid_solver_check_every_is_bit_identical(law, fc):
+    ref = _proxy(law=law, flow_control=fc)
+    _same(_proxy(law=law, flow_control=fc, solver_check_every=3), ref)
+    _same(_proxy(law=law, flow_control=fc, solver_check_every=2, solver_unroll=1), ref)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "4"])
+def test_fluid_solver_check_every_rejects_bad_values(bad):
+    with pytest.raises(ValueError, match="solver_check_every"):
+        _proxy(law="dcqcn", flow_control="pfc", solver_check_every=bad)
+    if bad == 0:
+        with pytest.raises(ValueError, match="solver_check_every"):
+            _proxy(law="dcqcn", flow_control="pfc", solver_check_every=2,
+                   solver_iterations=10)
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "4"])

@@ -1,0 +1,127 @@
+"""What a fluid step asks of the GPU runtime, read from a compiled program
+(``experiments/_hlo.py``: :func:`launch_model`, :func:`gpu_device`; issue 24).
+
+The oracle of :func:`launch_model` is arithmetic on a hand-written program: kernels of the
+step body, plus each inner loop's body (and condition) times its trips, and a host round
+trip per evaluation of the condition of a loop whose trip count XLA does not know (XLA's
+``WhileThunk`` reads the predicate back each time; with a known trip count it does not).
+On the compiled fluid run the model must see the per-step solves as loops of unknown trip
+count and ``solver_unroll``'s iterations as loops of known trip count.
+"""
+
+import numpy as np
+import pytest
+
+from tests.helpers import load_experiment
+
+hlo = load_experiment("_hlo")
+bench_dynamics = load_experiment("bench_dynamics")
+
+
+def _program(inner_trip_count=None):
+    known = ("" if inner_trip_count is None else
+             f', backend_config={{"known_trip_count":{{"n":"{inner_trip_count}"}}}}')
+    return f"""HloModule m
+
+%cond.in (p: (f32[8], pred[])) -> pred[] {{
+  %p = (f32[8]{{0}}, pred[]) parameter(0)
+  ROOT %g = pred[] get-tuple-element(%p), index=1
+}}
+
+%body.in (p: (f32[8], pred[])) -> (f32[8], pred[]) {{
+  %p = (f32[8]{{0}}, pred[]) parameter(0)
+  %a = f32[8]{{0}} fusion(%p), kind=kLoop, calls=%c1, metadata={{op_name="allocate/while/body/min"}}
+  %b = pred[] fusion(%a), kind=kInput, calls=%c2, metadata={{op_name="allocate/while/body/or"}}
+  ROOT %t = (f32[8]{{0}}, pred[]) tuple(%a, %b)
+}}
+
+%cond.step (p: (s32[], f32[8])) -> pred[] {{
+  %p = (s32[], f32[8]{{0}}) parameter(0)
+  ROOT %c = pred[] fusion(%p), kind=kLoop, calls=%c3
+}}
+
+%body.step (p: (s32[], f32[8])) -> (s32[], f32[8]) {{
+  %p = (s32[], f32[8]{{0}}) parameter(0)
+  %x = f32[8]{{0}} fusion(%p), kind=kLoop, calls=%c4
+  %y = f32[8]{{0}} fusion(%x), kind=kLoop, calls=%c5
+  %z = f32[8]{{0}} fusion(%y), kind=kLoop, calls=%c6
+  %cp = f32[8]{{0}} copy(%z)
+  %w = (f32[8]{{0}}, pred[]) while(%t0), condition=%cond.in, body=%body.in{known}
+  ROOT %r = (s32[], f32[8]{{0}}) tuple(%i, %cp)
+}}
+
+ENTRY %main (a: f32[8]) -> f32[8] {{
+  %a = f32[8]{{0}} parameter(0)
+  %init = f32[8]{{0}} fusion(%a), kind=kLoop, calls=%c7
+  %w = (s32[], f32[8]{{0}}) while(%t), condition=%cond.step, body=%body.step, backend_config={{"known_trip_count":{{"n":"10"}}}}
+  ROOT %o = f32[8]{{0}} get-tuple-element(%w), index=1
+}}
+"""
+
+
+def test_a_loop_of_unknown_trip_count_costs_a_round_trip_per_test():
+    m = hlo.launch_model(_program(), {"allocate": 5})
+    assert m["step_kernels"] == 4                     # three fusions and a copy
+    assert m["kernels_per_step"] == 4 + 5 * 2         # the inner body five times
+    assert m["round_trips_per_step"] == 5 + 1         # its condition six times
+    (inner,) = m["inner"]
+    assert inner == dict(scope="allocate", trips=5, known_trip_count=False, kernels=2,
+                         cond_kernels=0)
+    assert m["fusions_in_program"] == 7 and m["kernels"] == 8
+
+
+def test_a_loop_of_known_trip_count_costs_no_round_trip():
+    m = hlo.launch_model(_program(inner_trip_count=3), {"allocate": 5})
+    assert m["kernels_per_step"] == 4 + 3 * 2         # its own trip count, not ``trips``
+    assert m["round_trips_per_step"] == 0
+    assert m["inner"][0]["known_trip_count"] is True
+
+
+def test_the_compiled_fluid_run_has_its_solves_as_loops_the_model_reads():
+    topo, inc, cap, lat = bench_dynamics.workload(8, 16, 0, None)
+    kw = dict(dt=1e-6, n_steps=20, law="dcqcn", flow_control="pfc", buffer=1e6,
+              link_latency=np.asarray(topo.latency), nic_links=topo)
+    compiled, res = hlo.compiled_fluid_run(inc, cap, np.full(inc.n_flows, 1e6), **kw)
+    it = np.asarray(res.info.solver_iterations, float) / kw["n_steps"]
+    trips = {"allocate": it[0], "nic_send": it[1]}
+    m = hlo.launch_model(compiled.as_text(), trips)
+    assert sorted(lp["scope"] for lp in m["inner"]) == ["allocate", "nic_send"]
+    assert not any(lp["known_trip_count"] for lp in m["inner"])
+    # each exact loop tests its condition once more than it iterates
+    assert m["round_trips_per_step"] == pytest.approx(it[0] + 1 + it[1] + 1)
+    unrolled, res4 = hlo.compiled_fluid_run(inc, cap, np.full(inc.n_flows, 1e6),
+                                            solver_unroll=4, **kw)
+    for field in ("delivered", "finish", "link_queue"):
+        np.testing.assert_array_equal(np.asarray(getattr(res4, field)),
+                                      np.asarray(getattr(res, field)))
+    m4 = hlo.launch_model(unrolled.as_text(), {key: 0.0 for key in trips})
+    fixed = [lp for lp in m4["inner"] if lp["known_trip_count"]]
+    assert sorted(lp["scope"] for lp in fixed) == ["allocate", "nic_send"]
+    assert all(lp["trips"] == 4 for lp in fixed)
+    # with no iteration left for the exact loops: one test each, nothing else
+    assert m4["round_trips_per_step"] == 2
+    # testing every 3 iterations: the solve's loop is a third as many trips (its body
+    # three iterations), the same results
+    every, res3 = hlo.compiled_fluid_run(inc, cap, np.full(inc.n_flows, 1e6),
+                                         solver_check_every=3, **kw)
+    np.testing.assert_array_equal(np.asarray(res3.delivered), np.asarray(res.delivered))
+    m3 = hlo.launch_model(every.as_text(), {"allocate": it[0] / 3, "nic_send": it[1]})
+    (solve3,) = [lp for lp in m3["inner"] if lp["scope"] == "allocate"]
+    (solve1,) = [lp for lp in m["inner"] if lp["scope"] == "allocate"]
+    assert solve3["kernels"] > 2 * solve1["kernels"]      # three iterations per trip
+    assert m3["round_trips_per_step"] == pytest.approx(it[0] / 3 + 1 + it[1] + 1)
+
+
+def test_gpu_device_names_its_targets_and_how_to_get_the_plugin():
+    with pytest.raises(ValueError, match="h200"):
+        hlo.gpu_device("a100")
+    try:
+        import jax_plugins.xla_cuda12  # noqa: F401
+        has_plugin = True
+    except ImportError:
+        has_plugin = False
+    if has_plugin:   # an environment set up for it: a compile-only XLA:GPU device
+        assert hlo.gpu_device("h100").platform in ("gpu", "cuda")
+    else:            # the test environment: the error says what to install
+        with pytest.raises(RuntimeError, match=r"jax\[cuda12\]"):
+            hlo.gpu_device("h200")
