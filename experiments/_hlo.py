@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["kernel_counts", "compiled_text", "compiled_fluid_run", "launches_per_step",
-           "gpu_device", "compile_for", "launch_model", "GPU_TARGETS"]
+           "gpu_device", "compile_for", "launch_model", "solve_launches", "GPU_TARGETS"]
 
 #: Device descriptions for :func:`gpu_device` (``experiments/gpu_targets/<name>.txtpb``).
 GPU_TARGETS = ("h100", "h200")
@@ -254,3 +254,28 @@ def launch_model(text: str, trips: dict | None = None) -> dict:
     return dict(kernels=len(_KERNEL.findall(text)), fusions_in_program=len(_FUSION.findall(text)),
                 step_kernels=kernels(step["body"]), kernels_per_step=k,
                 round_trips_per_step=sync, inner=inner)
+
+
+def solve_launches(text: str, trips: float) -> dict:
+    """Kernels and host round trips of one call of a program made of straight-line code
+    and while loops of unknown trip count (a one-off max-min solve): ``trips`` is how
+    many times the loops' bodies run in all (the solver's one loop; with compaction
+    levels, one loop per level, counted together).
+
+    Returns ``{"kernels": kernels in the program, "loops": loops of unknown trip count,
+    "body_kernels", "cond_kernels": per loop (their mean), "kernels_per_call",
+    "round_trips_per_call"}`` (a loop's condition runs, and is read back, once per trip
+    and once more at its exit).
+    """
+    comps = _computations(text)
+    loops = [(m.group(1), m.group(2)) for block in comps.values()
+             for m in (_WHILE.search(line) for line in block.split("\n")) if m
+             and not _TRIP.search(m.string)]
+    n = max(len(loops), 1)
+    body = sum(len(_KERNEL.findall(comps.get(b, ""))) for _, b in loops) / n
+    cond = sum(len(_KERNEL.findall(comps.get(c, ""))) for c, _ in loops) / n
+    total = len(_KERNEL.findall(text))
+    outside = total - len(loops) * (body + cond)
+    return dict(kernels=total, loops=len(loops), body_kernels=body, cond_kernels=cond,
+                kernels_per_call=outside + trips * (body + cond) + len(loops) * cond,
+                round_trips_per_call=trips + len(loops))

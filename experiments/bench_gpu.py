@@ -63,18 +63,24 @@ calls, ``--parts kernels,fluid,unroll,variants --json results/gpu_a.json`` then
     per step, at the solves' iterations measured by running the same program's CPU
     form, kernels launched and host round trips (:func:`_hlo.launch_model`; the exact
     loop's trips are taken as ``max(0, mean depth - K) / M``, a lower bound -- exact
-    for ``K = 0, M = 1``, and for ``K`` covering every step's depth -- so with ``M > 1``
-    a step may cost up to ``M - 1`` idle iterations more), and bytes per flow
-    (XLA:GPU's memory analysis of the program).  With
-    ``--baseline-rev`` the baseline's figures beside them (its package, this part's
-    code).  Not a timing: what a step asks of the GPU runtime.
+    for ``K = 0, M = 1``, and for ``K`` covering every step's depth; the ``_max``
+    columns add the ``(M - 1) / M`` trip per solve that rounding up may cost), and
+    bytes per flow (XLA:GPU's memory analysis of the program).  Then one exact
+    :func:`fabric_jax.max_min_fair` of 10^5 and 10^6 random pairs on ``fat_tree(16)``
+    (``solve``'s instances), with ``check_every`` 1 and 8: kernels and round trips per
+    solve at its measured depth.  With ``--baseline-rev`` the baseline's figures beside
+    the fluid rows (its package, this part's code).  Not a timing: what a step asks of
+    the GPU runtime.
 
 Every part runs on the default backend and, when that is an accelerator, on this
 machine's CPU backend too (``cpu_*`` keys), for the ratio.  ``--small``: CPU-sized
 instances (a smoke run: the test suite runs it).  ``--baseline-rev REV`` also runs the
 ``fluid`` part on the code of git revision ``REV`` (exported to a temporary folder, run
 in a subprocess) and reports the ratio of its time per step to this code's
-(``baseline_step_s`` / ``step_s``), so "not slower than before" is measured in one run.
+(``baseline_step_s`` / ``step_s``), so "not slower than before" is measured in one run;
+with ``--ab-repeats N`` this code and the baseline run in turn, each in a fresh process,
+``N`` times (``ab_step_s``, ``baseline_step_s``: medians; ``baseline_over_new``: the
+median of the paired ratios), which holds on a noisy machine where one run does not.
 
 Usage::
 
@@ -243,7 +249,20 @@ def fluid_hlo(k, n, case, steps):
     return _hlo.kernel_counts(compiled.as_text()), _bytes(compiled, n)
 
 
-def part_fluid(small, backends, baseline=None, max_flows=None):
+def _here(fn, args):
+    """:func:`fluid_row` (or another function of this file) on this code, on the CPU
+    backend, in a fresh process (the new side of ``--ab-repeats``)."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        x for x in (str(root), os.environ.get("PYTHONPATH", "")) if x))
+    extra = ", jax.devices('cpu')[0]" if fn == "fluid_row" else ""
+    out, err = _call_in_process("bench_gpu", fn, f"*{tuple(args)!r}{extra}", root, env)
+    if out is None:
+        print(err[-2000:], file=sys.stderr)
+    return out
+
+
+def part_fluid(small, backends, baseline=None, max_flows=None, ab_repeats=1):
     sizes = [(8, 2_000, 10), (8, 10_000, 10)] if small else [(16, 10_000, 50),
                                                              (16, 100_000, 20),
                                                              (32, 1_000_000, 10)]
@@ -271,7 +290,20 @@ def part_fluid(small, backends, baseline=None, max_flows=None):
                        step_fusions=per_step["step_fusions"],
                        launches_per_step=per_step["launches_per_step"],
                        bytes_per_flow=bpf)
-            if baseline is not None and n <= 100_000:
+            if baseline is not None and n <= 100_000 and ab_repeats > 1:
+                # A/B in turn, each run in a fresh process (this code, the baseline's)
+                pairs = []
+                for _ in range(ab_repeats):
+                    new = _here("fluid_row", (k, n, case, steps))
+                    old = baseline("fluid_row", (k, n, case, steps))
+                    if new is not None and old is not None:
+                        pairs.append((new["step_s"], old["step_s"]))
+                if pairs:
+                    new_s, old_s = np.array(pairs).T
+                    row.update(ab_pairs=len(pairs), ab_step_s=float(np.median(new_s)),
+                               baseline_step_s=float(np.median(old_s)),
+                               baseline_over_new=float(np.median(old_s / new_s)))
+            elif baseline is not None and n <= 100_000:
                 b = baseline("fluid_row", (k, n, case, steps))
                 if b is not None:
                     row["baseline_step_s"] = b["step_s"]
@@ -490,6 +522,10 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
     trips = {key: max(0.0, v - unroll) / (check_every if key == "allocate" else 1)
              for key, v in mean.items()}
     model = _hlo.launch_model(compiled.as_text(), trips)
+    # a solve of depth d tests its loop ceil(d / M) <= d / M + (M - 1) / M times
+    most = _hlo.launch_model(compiled.as_text(), {
+        key: v + ((check_every - 1) / check_every if key == "allocate" else 0.0)
+        for key, v in trips.items()})
     return dict(instance="proxy" if instance == "proxy" else f"fat_tree({k})",
                 flows=inc.n_flows, case=case, solver_unroll=int(unroll),
                 solver_check_every=int(check_every), target=target,
@@ -499,7 +535,37 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
                 kernels_in_program=model["kernels"], step_kernels=model["step_kernels"],
                 kernels_per_step=model["kernels_per_step"],
                 round_trips_per_step=model["round_trips_per_step"],
+                kernels_per_step_max=most["kernels_per_step"],
+                round_trips_per_step_max=most["round_trips_per_step"],
                 bytes_per_flow=_bytes(compiled, inc.n_flows))
+
+
+def aot_solve_row(k, n, target, check_every=1):
+    """A row of the ``aot`` part for one exact :func:`fabric_jax.max_min_fair` of ``n``
+    random pairs on ``fat_tree(k)``: XLA:GPU's program for it as ``max_min_fair`` runs it
+    on an accelerator (segment tables, no compaction levels), its iterations (the
+    bottleneck depth, counted by running the solve on this host)."""
+    from fabric_jax import fairness, segments
+    topo, inc, cap = pair_instance(k, n)
+    res = fj.max_min_fair(inc, cap)
+    iters = int(res.info.iterations)
+    with segments.forced("gather"):
+        ginc, compaction = fairness._for_backend(inc)
+    dtype = jnp.result_type(float)
+    args = (ginc, jnp.asarray(cap, dtype), jnp.full((inc.n_flows,), jnp.inf, dtype))
+    compiled = _hlo.compile_for(fairness._max_min_fair, (), args + (None, inc.n_flows + 1,
+                                compaction, int(check_every)), _hlo.gpu_device(target))
+    # a depth-d solve runs its loop ceil(d / M) times
+    model = _hlo.solve_launches(compiled.as_text(), -(-iters // check_every))
+    return dict(instance=f"fat_tree({k})", flows=n, case="max_min_fair",
+                solver_check_every=int(check_every), target=target, iterations=iters,
+                compaction=compaction, fusions_in_program=len(_hlo._FUSION.findall(
+                    compiled.as_text())), kernels_in_program=model["kernels"],
+                loop_body_kernels=model["body_kernels"],
+                loop_cond_kernels=model["cond_kernels"],
+                kernels_per_solve=model["kernels_per_call"],
+                round_trips_per_solve=model["round_trips_per_call"],
+                bytes_per_flow=_bytes(compiled, n))
 
 
 def part_aot(small, backends, target="h200", baseline=None, max_flows=None):
@@ -528,6 +594,13 @@ def part_aot(small, backends, target="h200", baseline=None, max_flows=None):
                     row["baseline_" + key] = b[key]
         rows.append(row)
         yield rows
+    solves = [(8, 2_000)] if small else [(16, 100_000), (16, 1_000_000)]
+    for k, n in solves:
+        if max_flows and n > max_flows:
+            continue
+        for every in (1, 8):
+            rows.append(aot_solve_row(k, n, target, every))
+            yield rows
 
 
 def baseline_runner(rev: str):
@@ -579,6 +652,10 @@ def main(argv=None):
     ap.add_argument("--json", default="results/gpu.json")
     ap.add_argument("--baseline-rev", default=None,
                     help="also run the kernels and fluid parts on this git revision's code (CPU)")
+    ap.add_argument("--ab-repeats", type=int, default=1,
+                    help="fluid part with --baseline-rev: time this code and the baseline "
+                         "in turn, each in a fresh process, this many times (medians and "
+                         "the median of the paired ratios)")
     ap.add_argument("--max-flows", type=int, default=None,
                     help="skip instances with more flows (e.g. 100000 on a CPU)")
     ap.add_argument("--target", default="h200", choices=_hlo.GPU_TARGETS,
@@ -599,7 +676,8 @@ def main(argv=None):
     baseline = baseline_runner(a.baseline_rev) if a.baseline_rev else None
     gens = dict(kernels=lambda: part_kernels(a.small, backends, baseline),
                 solve=lambda: part_solve(a.small, backends, a.max_flows, a.only_k),
-                fluid=lambda: part_fluid(a.small, backends, baseline, a.max_flows),
+                fluid=lambda: part_fluid(a.small, backends, baseline, a.max_flows,
+                                         a.ab_repeats),
                 events=lambda: part_events(a.small, backends),
                 batched=lambda: part_batched(a.small, backends),
                 fluid_batched=lambda: part_fluid_batched(a.small, backends),

@@ -100,3 +100,28 @@ def test_bench_gpu_fluid_batched_and_unroll_parts(tmp_path):
     assert rows[0]["over_unroll0"] == 1.0 and all(r["step_s"] > 0 for r in rows)
     for r in rows[1:]:
         assert r["over_unroll0"] == pytest.approx(r["step_s"] / rows[0]["step_s"])
+
+
+def test_bench_gpu_aot_part_compiles_for_the_gpu_or_says_what_it_needs(tmp_path):
+    """``--parts aot`` compiles XLA:GPU's program on this host: with JAX's CUDA plugin it
+    runs (its rows are checked in ``tests/test_launch_model.py``'s terms); without it,
+    as in the test environment, it stops with the install command, not a traceback from
+    deep inside JAX."""
+    bench = _load()
+    try:
+        import jax_plugins.xla_cuda12  # noqa: F401
+        has_plugin = True
+    except ImportError:
+        has_plugin = False
+    args = ["--small", "--parts", "aot", "--max-flows", "1", "--json", str(tmp_path / "a.json")]
+    if not has_plugin:
+        with pytest.raises(RuntimeError, match=r"pip install 'jax\[cuda12\]'"):
+            bench.main(args)
+        return
+    out = bench.main(args)
+    rows = out["parts"]["aot"]
+    assert [r["instance"] for r in rows] == ["proxy"] * 3
+    plain, _, unrolled = rows
+    assert plain["round_trips_per_step"] == pytest.approx(
+        plain["solve_iterations_per_step"] + 1 + plain["nic_rounds_per_step"] + 1)
+    assert unrolled["round_trips_per_step"] == 2
