@@ -34,11 +34,12 @@ calls, ``--parts kernels,fluid,unroll,variants --json results/gpu_a.json`` then
     what removes the launch cost of the fluid step, measured rather than argued: the
     ``fluid`` part's DCQCN + PFC row (10^5 flows on ``fat_tree(16)``; ``--small``: 2,000
     on ``fat_tree(8)``) rerun in a fresh process per variant (XLA reads its flags when
-    the backend starts): XLA's default; ``solver_unroll=4`` (the per-step solves' first
-    iterations as straight-line code, :func:`fabric_jax.simulate_fluid`); XLA:GPU
-    command buffers (CUDA graphs) extended to while loops and conditionals
-    (``--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL``: the loop predicate stays
-    on the device), with and without the unroll.  Time per step, its ratio to the
+    the backend starts): XLA's default, ``solver_unroll=4`` (the per-step solves' first
+    iterations as a loop of known trip count, :func:`fabric_jax.simulate_fluid`) and
+    ``solver_check_every=8`` (their loop tested once every 8 iterations); and the same
+    three with XLA:GPU command buffers (CUDA graphs) extended to while loops and
+    conditionals (``--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL``: the loop
+    predicate stays on the device).  Time per step, its ratio to the
     default, and whether the variant's results equal the default's to the bit
     (``same_result``: every variant computes the same thing).  On a CPU the GPU flags
     are accepted and do nothing (a smoke run).
@@ -119,12 +120,15 @@ from fabric_jax.paths import PathsTruncatedWarning  # noqa: E402
 PARTS = ("kernels", "solve", "fluid", "events", "batched", "fluid_batched", "unroll",
          "variants", "aot")
 
-#: ``variants`` part: (name, XLA flags added to ``XLA_FLAGS``, ``solver_unroll``).
+#: ``variants`` part: (name, XLA flags added to ``XLA_FLAGS``, ``solver_unroll``,
+#: ``solver_check_every``).
 XLA_VARIANTS = (
-    ("default", "", 0),
-    ("unroll4", "", 4),
-    ("graphs_while", "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL", 0),
-    ("graphs_while_unroll4", "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL", 4),
+    ("default", "", 0, 1),
+    ("unroll4", "", 4, 1),
+    ("check8", "", 0, 8),
+    ("graphs_while", "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL", 0, 1),
+    ("graphs_while_unroll4", "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL", 4, 1),
+    ("graphs_while_check8", "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL", 0, 8),
 )
 
 
@@ -200,10 +204,10 @@ FLUID_CASES = {"dcqcn_pfc": dict(law="dcqcn", flow_control="pfc"),
                "hpcc": dict(law="hpcc", flow_control="none")}
 
 
-def fluid_row(k, n, case, steps, dev, unroll=0):
+def fluid_row(k, n, case, steps, dev, unroll=0, check_every=1):
     """One fluid measurement on device ``dev`` (also run by ``--baseline-rev``);
-    ``unroll``: ``simulate_fluid(solver_unroll=)`` (only passed when set, so that a
-    baseline without it runs)."""
+    ``unroll``, ``check_every``: ``simulate_fluid(solver_unroll=, solver_check_every=)``
+    (only passed when set, so that a baseline without them runs)."""
     topo, inc, cap = pair_instance(k, n)
     kw = dict(dt=1e-6, buffer=np.asarray(topo.buffer, float) if np.all(
         np.isfinite(np.asarray(topo.buffer, float))) else 1e6,
@@ -211,6 +215,8 @@ def fluid_row(k, n, case, steps, dev, unroll=0):
         **FLUID_CASES[case])
     if unroll:
         kw["solver_unroll"] = int(unroll)
+    if check_every != 1:
+        kw["solver_check_every"] = int(check_every)
     size = np.full(inc.n_flows, 1e12, np.float32)
     with jax.default_device(dev):
         def run(n_steps):
@@ -459,7 +465,7 @@ def part_fluid_batched(small, backends):
                 loop_over_batched=loop / (steady / b))]
 
 
-def variant_row(k, n, steps, name, flags, unroll):
+def variant_row(k, n, steps, name, flags, unroll, check_every=1):
     """:func:`fluid_row` (DCQCN + PFC) in a fresh process with ``flags`` added to
     ``XLA_FLAGS``: ``dict`` or ``{"error": ...}`` when the process fails (e.g. an XLA
     that does not know a flag)."""
@@ -471,8 +477,9 @@ def variant_row(k, n, steps, name, flags, unroll):
     t0 = time.perf_counter()
     r, err = _call_in_process("bench_gpu", "fluid_row",
                               f"{k}, {n}, 'dcqcn_pfc', {steps}, jax.devices()[0], "
-                              f"{int(unroll)}", root, env)
-    row = dict(variant=name, xla_flags=flags, solver_unroll=int(unroll))
+                              f"{int(unroll)}, {int(check_every)}", root, env)
+    row = dict(variant=name, xla_flags=flags, solver_unroll=int(unroll),
+               solver_check_every=int(check_every))
     if r is None:
         row["error"] = (err.strip().splitlines() or ["?"])[-1][-300:]
         return row
@@ -486,8 +493,8 @@ def variant_row(k, n, steps, name, flags, unroll):
 def part_variants(small, backends):
     k, n, steps = (8, 2_000, 10) if small else (16, 100_000, 20)
     rows = []
-    for name, flags, unroll in XLA_VARIANTS:
-        row = variant_row(k, n, steps, name, flags, unroll)
+    for name, flags, unroll, every in XLA_VARIANTS:
+        row = variant_row(k, n, steps, name, flags, unroll, every)
         if rows and "step_s" in row and "step_s" in rows[0]:
             row["default_over_variant"] = rows[0]["step_s"] / row["step_s"]
             row["same_result"] = row["result_digest"] == rows[0]["result_digest"]

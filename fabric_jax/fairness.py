@@ -482,9 +482,9 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
     on it (the same iteration on the same entries).
 
     ``unroll`` (static int, default 0; with ``iterations=None`` only): run that many
-    iterations as straight-line code before the while loop, which then finishes what
-    is left (its condition, "is any flow still open", is the exactness check: it
-    runs zero iterations when the unrolled ones froze every flow).  An iteration
+    iterations as a loop of known trip count (no test) before the while loop, which
+    then finishes what is left (its condition, "is any flow still open", is the
+    exactness check: it runs zero iterations when the unrolled ones froze every flow).  An iteration
     after the last freeze changes nothing, so the result is bit-identical to the plain
     loop's with ``compaction="none"`` (the fluid step's; with compaction levels the
     same up to the order of float sums), and ``info.iterations`` counts only the
@@ -856,9 +856,9 @@ def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: 
       axis_name: as :func:`solve`: inside ``shard_map`` with the flows split over that
         mesh axis, a link's sums are ``psum`` over it and every shard runs the rounds
         until no flow joins on any shard (the same levels and rounds as unsharded).
-      unroll: (static, with ``iterations=None``) rounds run as straight-line code
-        before the while loop, which finishes the rest (none when a straight-line round
-        already changed nothing): the same rates and round count as without.
+      unroll: (static, with ``iterations=None``) rounds run as a loop of known trip
+        count before the while loop, which finishes the rest (none when one of those
+        rounds already changed nothing): the same rates and round count as without.
 
     Returns:
       ``[flows]`` rates, bytes/s, in the dtype of ``capacity`` (and the rounds with
