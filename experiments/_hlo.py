@@ -62,9 +62,9 @@ def compiled_fluid_run(*args, target: str | None = None, **kwargs):
     ``fabric_jax.segments.forced("gather")``) and its core compiled by XLA:GPU for that
     device (:func:`gpu_device`), so the result's iteration counts go with the GPU
     program."""
+    import contextlib
     import fabric_jax.fluid as fl
     import fabric_jax.fluid_step as fs
-    from fabric_jax import segments
     captured = {}
     orig = fs._run
 
@@ -73,7 +73,12 @@ def compiled_fluid_run(*args, target: str | None = None, **kwargs):
         return orig(*a)
     fs._run = spy
     try:
-        with segments.forced("gather" if target else None):
+        if target is None:   # (older packages, run by --baseline-rev, lack segments)
+            form = contextlib.nullcontext()
+        else:
+            from fabric_jax import segments
+            form = segments.forced("gather")
+        with form:
             res = fl.simulate_fluid(*args, **kwargs)
     finally:
         fs._run = orig
