@@ -280,6 +280,9 @@ def solve_launches(text: str, trips: float) -> dict:
     body = sum(len(_KERNEL.findall(comps.get(b, ""))) for _, b in loops) / n
     cond = sum(len(_KERNEL.findall(comps.get(c, ""))) for c, _ in loops) / n
     total = len(_KERNEL.findall(text))
+    if not loops:   # straight-line (or known trip counts only): no round trip
+        return dict(kernels=total, loops=0, body_kernels=0.0, cond_kernels=0.0,
+                    kernels_per_call=float(total), round_trips_per_call=0.0)
     outside = total - len(loops) * (body + cond)
     return dict(kernels=total, loops=len(loops), body_kernels=body, cond_kernels=cond,
                 kernels_per_call=outside + trips * (body + cond) + len(loops) * cond,

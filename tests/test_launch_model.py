@@ -125,3 +125,14 @@ def test_gpu_device_names_its_targets_and_how_to_get_the_plugin():
     else:            # the test environment: the error says what to install
         with pytest.raises(RuntimeError, match=r"jax\[cuda12\]"):
             hlo.gpu_device("h200")
+
+
+def test_solve_launches_counts_a_one_off_loop():
+    # the step loop has a known trip count (not a solver loop); the inner one does not
+    m = hlo.solve_launches(_program(), trips=5)
+    assert m["loops"] == 1 and m["body_kernels"] == 2 and m["cond_kernels"] == 0
+    assert m["kernels"] == 8
+    assert m["kernels_per_call"] == (8 - 2) + 5 * 2      # the rest once, the body 5 times
+    assert m["round_trips_per_call"] == 5 + 1
+    known = hlo.solve_launches(_program(inner_trip_count=3), trips=5)
+    assert known["loops"] == 0 and known["round_trips_per_call"] == 0
