@@ -133,6 +133,20 @@ def _computations(text: str) -> dict:
     return comps
 
 
+def _loops(comps: dict) -> list:
+    """Every ``while`` of a module: ``[{"parent", "cond", "body", "known"}]`` (``known``:
+    XLA's ``known_trip_count``, or ``None``)."""
+    loops = []
+    for name, block in comps.items():
+        for line in block.split("\n"):
+            m = _WHILE.search(line)
+            if m:
+                known = _TRIP.search(line)
+                loops.append(dict(parent=name, cond=m.group(1), body=m.group(2),
+                                  known=int(known.group(1)) if known else None))
+    return loops
+
+
 def kernel_counts(text: str) -> dict:
     """Fusions of an optimised HLO module, in all and per loop.
 
@@ -143,16 +157,13 @@ def kernel_counts(text: str) -> dict:
     """
     comps = _computations(text)
     total = len(_FUSION.findall(text))
-    loops = []
-    parent_of = {}
-    for name, block in comps.items():
-        for cond, body in _WHILE.findall(block):
-            parent_of[body] = name
-            loops.append(dict(body=body, cond=cond, text=comps.get(body, ""),
-                              fusions=len(_FUSION.findall(comps.get(body, ""))),
-                              cond_fusions=len(_FUSION.findall(comps.get(cond, "")))))
+    loops = [dict(body=lp["body"], cond=lp["cond"], parent=lp["parent"],
+                  text=comps.get(lp["body"], ""),
+                  fusions=len(_FUSION.findall(comps.get(lp["body"], ""))),
+                  cond_fusions=len(_FUSION.findall(comps.get(lp["cond"], ""))))
+             for lp in _loops(comps)]
+    parent_of = {lp["body"]: lp["parent"] for lp in loops}
     for lp in loops:
-        lp["parent"] = parent_of.get(lp["body"])
         depth, p = 0, lp["parent"]
         while p in parent_of:
             depth, p = depth + 1, parent_of[p]
@@ -212,27 +223,26 @@ def launch_model(text: str, trips: dict | None = None) -> dict:
     """
     comps = _computations(text)
     trips = trips or {}
-    loops = {}
-    for name, block in comps.items():
-        for line in block.split("\n"):
-            m = _WHILE.search(line)
-            if m:
-                known = _TRIP.search(line)
-                loops[m.group(2)] = dict(parent=name, cond=m.group(1), body=m.group(2),
-                                         known=int(known.group(1)) if known else None)
+    loops = _loops(comps)
 
     def kernels(name):
         return len(_KERNEL.findall(comps.get(name, "")))
+
+    def scope(lp):
+        return next((s for s in trips if s in comps.get(lp["body"], "")), None)
+
+    def n_trips(lp):
+        if lp["known"] is not None:
+            return lp["known"]
+        return float(trips[scope(lp)]) if scope(lp) else 1.0
 
     def cost(name):
         """(kernels, round trips) of one execution of computation ``name``."""
         block = comps.get(name, "")
         k, sync = float(kernels(name)), 0.0
         sync += block.count(" conditional(")
-        for lp in (lp for lp in loops.values() if lp["parent"] == name):
-            scopes = [s for s in trips if s in comps.get(lp["body"], "")]
-            n = lp["known"] if lp["known"] is not None else float(
-                trips[scopes[0]] if scopes else 1.0)
+        for lp in (lp for lp in loops if lp["parent"] == name):
+            n = n_trips(lp)
             bk, bs = cost(lp["body"])
             ck, cs = cost(lp["cond"])
             if lp["known"] is None:
@@ -246,15 +256,10 @@ def launch_model(text: str, trips: dict | None = None) -> dict:
     if not loops:
         return dict(kernels=kernels("ENTRY"), fusions_in_program=len(_FUSION.findall(text)),
                     step_kernels=0, kernels_per_step=0.0, round_trips_per_step=0.0, inner=[])
-    step = max(loops.values(), key=lambda lp: len(_FUSION.findall(comps.get(lp["body"], ""))))
-    inner = []
-    for lp in (lp for lp in loops.values() if lp["parent"] == step["body"]):
-        scopes = [s for s in trips if s in comps.get(lp["body"], "")]
-        inner.append(dict(scope=scopes[0] if scopes else None,
-                          trips=lp["known"] if lp["known"] is not None else (
-                              float(trips[scopes[0]]) if scopes else 1.0),
-                          known_trip_count=lp["known"] is not None,
-                          kernels=kernels(lp["body"]), cond_kernels=kernels(lp["cond"])))
+    step = max(loops, key=lambda lp: len(_FUSION.findall(comps.get(lp["body"], ""))))
+    inner = [dict(scope=scope(lp), trips=n_trips(lp), known_trip_count=lp["known"] is not None,
+                  kernels=kernels(lp["body"]), cond_kernels=kernels(lp["cond"]))
+             for lp in loops if lp["parent"] == step["body"]]
     k, sync = cost(step["body"])
     return dict(kernels=len(_KERNEL.findall(text)), fusions_in_program=len(_FUSION.findall(text)),
                 step_kernels=kernels(step["body"]), kernels_per_step=k,
@@ -273,12 +278,10 @@ def solve_launches(text: str, trips: float) -> dict:
     and once more at its exit).
     """
     comps = _computations(text)
-    loops = [(m.group(1), m.group(2)) for block in comps.values()
-             for m in (_WHILE.search(line) for line in block.split("\n")) if m
-             and not _TRIP.search(m.string)]
+    loops = [lp for lp in _loops(comps) if lp["known"] is None]
     n = max(len(loops), 1)
-    body = sum(len(_KERNEL.findall(comps.get(b, ""))) for _, b in loops) / n
-    cond = sum(len(_KERNEL.findall(comps.get(c, ""))) for c, _ in loops) / n
+    body = sum(len(_KERNEL.findall(comps.get(lp["body"], ""))) for lp in loops) / n
+    cond = sum(len(_KERNEL.findall(comps.get(lp["cond"], ""))) for lp in loops) / n
     total = len(_KERNEL.findall(text))
     if not loops:   # straight-line (or known trip counts only): no round trip
         return dict(kernels=total, loops=0, body_kernels=0.0, cond_kernels=0.0,

@@ -245,27 +245,39 @@ def _digest(result) -> str:
     return h.hexdigest()[:16]
 
 
+def fluid_program(instance, steps, target=None, **kw):
+    """``(compiled, result, flows)``: the fluid run on ``instance`` -- ``"proxy"`` (the
+    issue's instance, ``experiments/bench_dynamics.py``: ``fat_tree(8)``, a permutation
+    and a 16-to-1 incast, 1 MB flows) or ``(k, flows)`` (:func:`pair_instance`, flows
+    that never finish) -- with ``kw`` (law, flow control, solver options), dt = 1 us,
+    compiled for ``target`` (:func:`_hlo.compiled_fluid_run`)."""
+    if instance == "proxy":
+        from bench_dynamics import workload
+        topo, inc, cap, _ = workload(8, 16, 0, None)
+        size = np.full(inc.n_flows, 1e6)
+    else:
+        topo, inc, cap = pair_instance(*instance)
+        size = np.full(inc.n_flows, 1e12, np.float32)
+    compiled, res = _hlo.compiled_fluid_run(
+        inc, cap, size, dt=1e-6, n_steps=steps, buffer=1e6,
+        link_latency=np.asarray(topo.latency), nic_links=topo, target=target, **kw)
+    return compiled, res, inc.n_flows
+
+
 def fluid_hlo(k, n, case, steps):
     """Fusion counts and bytes per flow of the compiled fluid run."""
-    topo, inc, cap = pair_instance(k, n)
-    compiled, _ = _hlo.compiled_fluid_run(
-        inc, cap, np.full(inc.n_flows, 1e12, np.float32), dt=1e-6, n_steps=steps,
-        buffer=1e6, link_latency=np.asarray(topo.latency), nic_links=topo,
-        **FLUID_CASES[case])
+    compiled, _, _ = fluid_program((k, n), steps, **FLUID_CASES[case])
     return _hlo.kernel_counts(compiled.as_text()), _bytes(compiled, n)
 
 
-def _here(fn, args):
-    """:func:`fluid_row` (or another function of this file) on this code, on the CPU
-    backend, in a fresh process (the new side of ``--ab-repeats``)."""
+def _here(fn, args: str, flags: str = ""):
+    """``(result, stderr)``: ``fn(<args>)`` of this file, on this code, in a fresh process
+    with ``flags`` added to ``XLA_FLAGS`` (:func:`_call_in_process`)."""
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         x for x in (str(root), os.environ.get("PYTHONPATH", "")) if x))
-    extra = ", jax.devices('cpu')[0]" if fn == "fluid_row" else ""
-    out, err = _call_in_process("bench_gpu", fn, f"*{tuple(args)!r}{extra}", root, env)
-    if out is None:
-        print(err[-2000:], file=sys.stderr)
-    return out
+    env["XLA_FLAGS"] = " ".join(x for x in (env.get("XLA_FLAGS", ""), flags) if x)
+    return _call_in_process("bench_gpu", fn, args, root, env)
 
 
 def part_fluid(small, backends, baseline=None, max_flows=None, ab_repeats=1):
@@ -300,7 +312,10 @@ def part_fluid(small, backends, baseline=None, max_flows=None, ab_repeats=1):
                 # A/B in turn, each run in a fresh process (this code, the baseline's)
                 pairs = []
                 for _ in range(ab_repeats):
-                    new = _here("fluid_row", (k, n, case, steps))
+                    new, err = _here("fluid_row", f"{k}, {n}, {case!r}, {steps}, "
+                                     "jax.devices('cpu')[0]")
+                    if new is None:
+                        print(err[-2000:], file=sys.stderr)
                     old = baseline("fluid_row", (k, n, case, steps))
                     if new is not None and old is not None:
                         pairs.append((new["step_s"], old["step_s"]))
@@ -318,28 +333,22 @@ def part_fluid(small, backends, baseline=None, max_flows=None, ab_repeats=1):
             yield rows
 
 
-def kernel_row(k, law, fc, unroll=0):
+def kernel_row(law, fc, unroll=0):
     """Kernel counts of the compiled fluid run on the issue-24 proxy instance
-    (``experiments/bench_dynamics.py``'s ``fat_tree(k)`` permutation + 16-to-1 incast),
-    with the per-step solves' measured iterations (also run by ``--baseline-rev``).
-    ``unroll``: ``solver_unroll`` (the unrolled iterations are in the step's fusions;
-    launches per step are then not computed: the loops' trip counts past the unrolled
-    ones are not recorded)."""
-    from bench_dynamics import workload
-    topo, inc, cap, lat = workload(k, 16, 0, None)
+    (:func:`fluid_program`), with the per-step solves' measured iterations (also run by
+    ``--baseline-rev``).  ``unroll``: ``solver_unroll`` (the unrolled iterations are in
+    the step's fusions; launches per step are then not computed: the loops' trip counts
+    past the unrolled ones are not recorded)."""
     steps = 200
     opts = {"solver_unroll": int(unroll)} if unroll else {}
-    compiled, res = _hlo.compiled_fluid_run(
-        inc, cap, np.full(inc.n_flows, 1e6), dt=1e-6, n_steps=steps, law=law,
-        flow_control=fc, buffer=1e6, link_latency=np.asarray(topo.latency), nic_links=topo,
-        **opts)
+    compiled, res, n_flows = fluid_program("proxy", steps, law=law, flow_control=fc, **opts)
     counts = _hlo.kernel_counts(compiled.as_text())
     it = getattr(res.info, "solver_iterations", None)
     trips = ({} if it is None else
              {"allocate": float(np.asarray(it)[0]) / steps,
               "nic_send": float(np.asarray(it)[1]) / steps})
     per_step = _hlo.launches_per_step(counts, trips)
-    row = dict(k=k, flows=inc.n_flows, law=law, flow_control=fc, fusions=counts["fusions"],
+    row = dict(k=8, flows=n_flows, law=law, flow_control=fc, fusions=counts["fusions"],
                fusions_outside_loops=counts["entry"], step_fusions=per_step["step_fusions"],
                inner_loops=[(lp["fusions"], lp["cond_fusions"]) for lp in per_step["inner"]],
                launches_per_step=per_step["launches_per_step"] if trips and not unroll
@@ -352,16 +361,16 @@ def kernel_row(k, law, fc, unroll=0):
 def part_kernels(small, backends, baseline=None):
     rows = []
     for law, fc in (("dcqcn", "pfc"), ("hpcc", "none")):
-        row = kernel_row(8, law, fc)
+        row = kernel_row(law, fc)
         if baseline is not None:
-            b = baseline("kernel_row", (8, law, fc))
+            b = baseline("kernel_row", (law, fc))
             if b is not None:
                 row.update({"baseline_" + key: b[key] for key in
                             ("fusions", "fusions_outside_loops", "step_fusions",
                              "inner_loops")})
         rows.append(row)
         yield rows
-    rows.append(kernel_row(8, "dcqcn", "pfc", unroll=4))
+    rows.append(kernel_row("dcqcn", "pfc", unroll=4))
     yield rows
 
 
@@ -469,15 +478,9 @@ def variant_row(k, n, steps, name, flags, unroll, check_every=1):
     """:func:`fluid_row` (DCQCN + PFC) in a fresh process with ``flags`` added to
     ``XLA_FLAGS``: ``dict`` or ``{"error": ...}`` when the process fails (e.g. an XLA
     that does not know a flag)."""
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = " ".join(x for x in (env.get("XLA_FLAGS", ""), flags) if x)
-    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(root), env.get("PYTHONPATH", ""))
-                                        if x)
     t0 = time.perf_counter()
-    r, err = _call_in_process("bench_gpu", "fluid_row",
-                              f"{k}, {n}, 'dcqcn_pfc', {steps}, jax.devices()[0], "
-                              f"{int(unroll)}, {int(check_every)}", root, env)
+    r, err = _here("fluid_row", f"{k}, {n}, 'dcqcn_pfc', {steps}, jax.devices()[0], "
+                   f"{int(unroll)}, {int(check_every)}", flags)
     row = dict(variant=name, xla_flags=flags, solver_unroll=int(unroll),
                solver_check_every=int(check_every))
     if r is None:
@@ -502,26 +505,15 @@ def part_variants(small, backends):
         yield rows
 
 
-# ----------------------------------------------------------------- baseline
+# ---------------------------------------------------------------------- aot
 def aot_row(instance, case, unroll, target, steps, check_every=1):
     """One row of the ``aot`` part (also run by ``--baseline-rev``): ``instance`` is
     ``"proxy"`` (``kernels``' instance) or ``(k, flows)`` (``fluid``'s)."""
     opts = {"solver_unroll": int(unroll)} if unroll else {}
     if check_every != 1:
         opts["solver_check_every"] = int(check_every)
-    if instance == "proxy":
-        from bench_dynamics import workload
-        topo, inc, cap, lat = workload(8, 16, 0, None)
-        size = np.full(inc.n_flows, 1e6)
-        k, buffer = 8, 1e6
-    else:
-        k, n = instance
-        topo, inc, cap = pair_instance(k, n)
-        size, buffer = np.full(inc.n_flows, 1e12, np.float32), 1e6
-    compiled, res = _hlo.compiled_fluid_run(
-        inc, cap, size, dt=1e-6, n_steps=steps, buffer=buffer,
-        link_latency=np.asarray(topo.latency), nic_links=topo, target=target,
-        **FLUID_CASES[case], **opts)
+    compiled, res, n_flows = fluid_program(instance, steps, target, **FLUID_CASES[case],
+                                           **opts)
     it = np.asarray(res.info.solver_iterations, float) / steps
     mean = {"allocate": it[0], "nic_send": it[1]}
     # trips of the exact loops: at least max(0, depth - K) / M on the mean depth (each
@@ -533,8 +525,8 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
     most = _hlo.launch_model(compiled.as_text(), {
         key: v + ((check_every - 1) / check_every if key == "allocate" else 0.0)
         for key, v in trips.items()})
-    return dict(instance="proxy" if instance == "proxy" else f"fat_tree({k})",
-                flows=inc.n_flows, case=case, solver_unroll=int(unroll),
+    return dict(instance="proxy" if instance == "proxy" else f"fat_tree({instance[0]})",
+                flows=n_flows, case=case, solver_unroll=int(unroll),
                 solver_check_every=int(check_every), target=target,
                 n_steps=steps, solve_iterations_per_step=mean["allocate"],
                 nic_rounds_per_step=mean["nic_send"],
@@ -544,7 +536,7 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
                 round_trips_per_step=model["round_trips_per_step"],
                 kernels_per_step_max=most["kernels_per_step"],
                 round_trips_per_step_max=most["round_trips_per_step"],
-                bytes_per_flow=_bytes(compiled, inc.n_flows))
+                bytes_per_flow=_bytes(compiled, n_flows))
 
 
 def aot_solve_row(k, n, target, check_every=1):
@@ -610,6 +602,7 @@ def part_aot(small, backends, target="h200", baseline=None, max_flows=None):
             yield rows
 
 
+# ----------------------------------------------------------------- baseline
 def baseline_runner(rev: str):
     """A function running :func:`fluid_row` on the code of git revision ``rev`` (in a
     subprocess, on the CPU backend), or ``None`` if the revision cannot be exported."""

@@ -110,6 +110,29 @@ def _is_concrete(x) -> bool:
     return x is not None and not isinstance(x, jax.core.Tracer)
 
 
+def check_loop_options(iterations=None, unroll=0, check_every=1, *,
+                       names=("iterations", "unroll", "check_every"), fixed=None):
+    """Host: the options that shape the solver's exact while loop (:func:`solve`'s
+    ``unroll`` and ``check_every``), checked against each other and against a fixed
+    iteration count.  ``names``: the caller's names for ``iterations``, ``unroll`` and
+    ``check_every`` (the errors name them); ``fixed``: what sets a fixed count, in
+    words (default: the ``iterations`` name).  Raises ``ValueError``."""
+    it_name, un_name, ce_name = names
+
+    def count(x):
+        return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+    if not (count(unroll) and unroll >= 0):
+        raise ValueError(f"{un_name} must be a non-negative integer (iterations); "
+                         f"got {unroll!r}")
+    if not (count(check_every) and check_every >= 1):
+        raise ValueError(f"{ce_name} must be a positive integer (iterations per test of the "
+                         f"solver's loop); got {check_every!r}")
+    if iterations is not None and (unroll or check_every != 1):
+        bad = un_name if unroll else ce_name
+        raise ValueError(f"{bad}: shapes the exact while loop, so it cannot be combined "
+                         f"with {fixed or it_name}; set {un_name}=0 and {ce_name}=1")
+
+
 def _validate(inc: Incidence, capacity, demand):
     check_entries(inc)
     cap_shape = np.shape(capacity)
@@ -177,13 +200,7 @@ def max_min_fair(incidence, capacity, demand=None, *, iterations: int | None = N
     _validate(inc, capacity, demand)
     if iterations is not None and (not isinstance(iterations, (int, np.integer)) or iterations < 1):
         raise ValueError(f"iterations must be a positive integer or None; got {iterations!r}")
-    if (isinstance(check_every, bool) or not isinstance(check_every, (int, np.integer))
-            or check_every < 1):
-        raise ValueError(f"check_every must be a positive integer (iterations per test of "
-                         f"the loop); got {check_every!r}")
-    if check_every != 1 and iterations is not None:
-        raise ValueError("check_every: only without iterations (it spaces the tests of the "
-                         "exact while loop); drop one of them")
+    check_loop_options(iterations, check_every=check_every)
     check_every = int(check_every)
     dtype = jnp.result_type(float)
     capacity = jnp.asarray(capacity, dtype)
@@ -426,28 +443,31 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_n
         # the incidence's segment table holds the entries of the first level only
         table = inc.by_link if level == 0 else None
 
+        def counted(c, li=li, w=w, act=act, residual=residual, d=d, table=table):
+            """One iteration, counted if a flow was open (after the last freeze an
+            iteration changes nothing)."""
+            r, f, it = c
+            busy = _any_shard(jnp.any(~f), axis_name).astype(jnp.int32)
+            r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, r, f, axis_name,
+                                   table)
+            return r, f, it + busy
+
         # The loop's condition is computed at the end of the body, beside the freeze
         # that it tests (one fused reduction there instead of kernels of its own: on a
-        # GPU the condition is read back to the host every iteration).
+        # GPU the condition is read back to the host every iteration).  A trip runs
+        # ``check_every`` iterations; the loop runs while a flow is open, so its first
+        # one always counts.
         def body(c, li=li, w=w, act=act, residual=residual, d=d, table=table,
-                 going=going):
-            r, f, it = c[0], c[1], c[2]
-            for j in range(check_every):
-                # the loop runs while a flow is open; the block's later iterations count
-                # only while one still is (after the last freeze they change nothing)
-                it = it + (1 if j == 0 else
-                           _any_shard(jnp.any(~f), axis_name).astype(jnp.int32))
-                r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, r, f,
-                                       axis_name, table)
-            return r, f, it, going(f, it)
+                 going=going, counted=counted):
+            r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, c[0], c[1],
+                                   axis_name, table)
+            c = (r, f, c[2] + 1)
+            for _ in range(check_every - 1):
+                c = counted(c)
+            return c + (going(c[1], c[2]),)
 
         if level == 0 and unroll:
-            def fixed(_, c, li=li, w=w, act=act, residual=residual, d=d, table=table):
-                busy = _any_shard(jnp.any(~c[1]), axis_name)
-                r, f = _iteration_rows(li, w, act, residual, d, inc.n_links, c[0], c[1],
-                                       axis_name, table)
-                return r, f, c[2] + busy.astype(jnp.int32)
-            r, f, it = jax.lax.fori_loop(0, unroll, fixed, (r, f, it))
+            r, f, it = jax.lax.fori_loop(0, unroll, lambda _, c: counted(c), (r, f, it))
         r, f, it, _ = jax.lax.while_loop(lambda c: c[3], body, (r, f, it, going(f, it)))
     rate = rate.at[rows].set(r, mode="drop")
     frozen = frozen.at[rows].set(f, mode="drop")
@@ -501,14 +521,7 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
     for at most ``check_every - 1`` iterations past the last freeze (which change
     nothing: the same bits, the same ``info.iterations``, as ``unroll``).
     """
-    if unroll and iterations is not None:
-        raise ValueError("unroll: only with iterations=None (the exact while loop); "
-                         f"got unroll={unroll!r} with iterations={iterations!r}")
-    if not (isinstance(check_every, (int, np.integer)) and check_every >= 1):
-        raise ValueError(f"check_every must be a positive integer; got {check_every!r}")
-    if check_every != 1 and iterations is not None:
-        raise ValueError("check_every: only with iterations=None (the exact while loop); "
-                         f"got check_every={check_every!r} with iterations={iterations!r}")
+    check_loop_options(iterations, unroll, check_every)
     check_every = int(check_every)
     dtype = capacity.dtype
     n_links, n_flows = inc.n_links, inc.n_flows
@@ -559,24 +572,25 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
 
             table = inc.by_link if level == 0 else None
 
-            def body(c, li=li, fi=fi, w=w, act=act, residual=residual, table=table):
+            def counted(c, li=li, fi=fi, w=w, act=act, residual=residual, table=table):
+                """One iteration, counted if an entry was open (``c[3]``, the open
+                entries before it), as in :func:`_solve_rows`."""
                 r, f, it, n_open = c
-                for j in range(check_every):   # as in _solve_rows
-                    it = it + (1 if j == 0 else
-                               _any_shard(n_open > 0, axis_name).astype(jnp.int32))
-                    r, f, _, n_open = _iteration(li, fi, w, act, residual, demand, n_links,
-                                                 n_flows, r, f, axis_name, table)
-                return r, f, it, n_open
+                busy = _any_shard(n_open > 0, axis_name).astype(jnp.int32)
+                r, f, _, n_open = _iteration(li, fi, w, act, residual, demand, n_links,
+                                             n_flows, r, f, axis_name, table)
+                return r, f, it + busy, n_open
 
+            def body(c, counted=counted):   # the loop runs while an entry is open
+                c = counted(c)
+                for _ in range(check_every - 1):
+                    c = counted(c)
+                return c
+
+            c = (rate, frozen, it, jnp.sum(act & ~frozen[fi]))
             if level == 0 and unroll:
-                def fixed(_, c, li=li, fi=fi, w=w, act=act, residual=residual, table=table):
-                    busy = _any_shard(jnp.any(~c[1]), axis_name)
-                    r, f, _, _ = _iteration(li, fi, w, act, residual, demand, n_links,
-                                            n_flows, c[0], c[1], axis_name, table)
-                    return r, f, c[2] + busy.astype(jnp.int32)
-                rate, frozen, it = jax.lax.fori_loop(0, unroll, fixed, (rate, frozen, it))
-            n_open0 = jnp.sum(act & ~frozen[fi])
-            rate, frozen, it, _ = jax.lax.while_loop(cond, body, (rate, frozen, it, n_open0))
+                c = jax.lax.fori_loop(0, unroll, lambda _, c: counted(c), c)
+            rate, frozen, it, _ = jax.lax.while_loop(cond, body, c)
             # Load of the flows frozen at this level, over this level's entries (exact:
             # recomputed from the final rates rather than carried from the last step).
             on = act & frozen[fi]
@@ -891,9 +905,7 @@ def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: 
         return limited | (demand <= level(limited)[seg])
 
     limited = ~on          # a flow on no link takes its demand
-    if unroll and iterations is not None:
-        raise ValueError("unroll: only with iterations=None (the exact while loop); "
-                         f"got unroll={unroll!r} with iterations={iterations!r}")
+    check_loop_options(iterations, unroll)
     if iterations is None:
         def body(c):
             new = join(c[0])

@@ -246,6 +246,7 @@ from . import faults as fm
 from . import flowcontrol as fcm
 from . import smooth as sm
 from .cc import base as ccbase
+from .fairness import check_loop_options
 from .incidence import Incidence
 from . import links as lk
 from . import qos
@@ -585,14 +586,6 @@ def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, de
     if solver_iterations is not None and not (
             isinstance(solver_iterations, (int, np.integer)) and solver_iterations >= 1):
         raise ValueError(f"solver_iterations must be a positive integer; got {solver_iterations!r}")
-    if not (isinstance(solver_unroll, (int, np.integer)) and not isinstance(solver_unroll, bool)
-            and solver_unroll >= 0):
-        raise ValueError("solver_unroll must be a non-negative integer (iterations); "
-                         f"got {solver_unroll!r}")
-    if not (isinstance(solver_check_every, (int, np.integer))
-            and not isinstance(solver_check_every, bool) and solver_check_every >= 1):
-        raise ValueError("solver_check_every must be a positive integer (iterations per "
-                         f"test of the solver's loop); got {solver_check_every!r}")
     smooth = sm.EXACT if smooth is None else smooth
     if not isinstance(smooth, sm.Smoothing):
         raise ValueError("smooth must be a fabric_jax.smooth.Smoothing (e.g. smooth.smooth(0.05))")
@@ -689,13 +682,9 @@ def _prepare(incidence, capacity, size, *, dt, n_steps, law, params, arrival, de
         n_outer, inner, keep_traj = int(n_steps) // save_every, int(save_every), True
     if solver_iterations is None and smooth.enabled:
         solver_iterations = n_flows + 1
-    if solver_unroll and solver_iterations is not None:
-        raise ValueError("solver_unroll: unrolls the exact while loop, so it cannot be "
-                         "combined with solver_iterations or smooth; set solver_unroll=0")
-    if solver_check_every != 1 and solver_iterations is not None:
-        raise ValueError("solver_check_every: spaces the tests of the exact while loop, so "
-                         "it cannot be combined with solver_iterations or smooth; set "
-                         "solver_check_every=1")
+    check_loop_options(solver_iterations, solver_unroll, solver_check_every,
+                       names=("solver_iterations", "solver_unroll", "solver_check_every"),
+                       fixed="solver_iterations or smooth")
     sched = None
     if faults is not None:
         sched = fm.fault_schedule(faults, n_links, float(dt))
