@@ -32,7 +32,8 @@ from __future__ import annotations
 import re
 
 __all__ = ["kernel_counts", "compiled_text", "compiled_fluid_run", "launches_per_step",
-           "gpu_device", "compile_for", "launch_model", "solve_launches", "GPU_TARGETS"]
+           "gpu_device", "compile_for", "launch_model", "solve_launches", "run_launches",
+           "solve_depths", "loop_trips", "GPU_TARGETS"]
 
 #: Device descriptions for :func:`gpu_device` (``experiments/gpu_targets/<name>.txtpb``).
 GPU_TARGETS = ("h100", "h200")
@@ -43,6 +44,8 @@ _KERNEL = re.compile(r"^\s*(?:ROOT )?%\S+ = .*? (?:fusion|copy|custom-call|sort|
                      r"all-reduce|all-gather|reduce-scatter|all-to-all)\(", re.M)
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _WHILE = re.compile(r"^\s*%\S+ = .*? while\(.*?condition=(%[\w.\-]+), body=(%[\w.\-]+)", re.M)
+_BRANCHES = re.compile(r" conditional\(.*?(?:true_computation=(%[\w.\-]+), "
+                       r"false_computation=(%[\w.\-]+)|branch_computations=\{([^}]*)\})")
 
 
 def compiled_text(fn, *args, **kwargs) -> str:
@@ -52,7 +55,8 @@ def compiled_text(fn, *args, **kwargs) -> str:
     return lowered.compile().as_text()
 
 
-def compiled_fluid_run(*args, target: str | None = None, **kwargs):
+def compiled_fluid_run(*args, target: str | None = None, depths: dict | None = None,
+                       **kwargs):
     """``(compiled, result)``: :func:`fabric_jax.simulate_fluid` run with these arguments,
     and its jitted core (``fabric_jax.fluid_step._run``) compiled for the arguments it got
     (caught on the way in: the public function prepares them on the host).
@@ -61,27 +65,32 @@ def compiled_fluid_run(*args, target: str | None = None, **kwargs):
     made on this host in the accelerator form (link-side sums as gather tables,
     ``fabric_jax.segments.forced("gather")``) and its core compiled by XLA:GPU for that
     device (:func:`gpu_device`), so the result's iteration counts go with the GPU
-    program."""
+    program.  ``depths``: a dict filled with each step's solve iterations
+    (:func:`solve_depths`; recorded during the run, compiled without)."""
     import contextlib
     import fabric_jax.fluid as fl
     import fabric_jax.fluid_step as fs
     captured = {}
-    orig = fs._run
+    if target is None:   # (older packages, run by --baseline-rev, lack segments)
+        form = contextlib.nullcontext()
+    else:
+        from fabric_jax import segments
+        form = segments.forced("gather")
+    # the record first: it clears the jitted run's cache, which the spy does not have
+    record = solve_depths() if depths is not None else contextlib.nullcontext({})
+    with record as rec, form:
+        orig = fs._run
 
-    def spy(*a):
-        captured["a"] = a
-        return orig(*a)
-    fs._run = spy
-    try:
-        if target is None:   # (older packages, run by --baseline-rev, lack segments)
-            form = contextlib.nullcontext()
-        else:
-            from fabric_jax import segments
-            form = segments.forced("gather")
-        with form:
+        def spy(*a):
+            captured["a"] = a
+            return orig(*a)
+        fs._run = spy
+        try:
             res = fl.simulate_fluid(*args, **kwargs)
-    finally:
-        fs._run = orig
+        finally:
+            fs._run = orig
+    if depths is not None:
+        depths.update(rec)
     if target is None:
         return orig.lower(*captured["a"]).compile(), res
     a = captured["a"]
@@ -290,3 +299,148 @@ def solve_launches(text: str, trips: float) -> dict:
     return dict(kernels=total, loops=len(loops), body_kernels=body, cond_kernels=cond,
                 kernels_per_call=outside + trips * (body + cond) + len(loops) * cond,
                 round_trips_per_call=trips + len(loops))
+
+
+def run_launches(text: str, trips: dict | None = None, busy: float = 1.0) -> dict:
+    """Kernels and host round trips of one whole run of a compiled fluid program (the
+    time loop's chunks included), where :func:`launch_model` gives one step's.
+
+    The loops count as there (a known trip count: that many bodies; otherwise
+    ``trips[scope]`` bodies and one host round trip per test of the condition).  Each
+    ``conditional`` costs a host round trip (XLA:GPU reads its predicate back) and the
+    kernels of the branch it takes: the branch holding the step loop (the loop with the
+    most fusions in its body) a share ``busy`` of its executions, the others the rest
+    in equal shares -- for ``simulate_fluid``'s chunks, ``busy`` is the share of chunks
+    simulated rather than skipped as idle (``stop_when_idle``).
+
+    Returns ``{"kernels_per_run", "round_trips_per_run", "conditionals"}``.
+    """
+    comps = _computations(text)
+    trips = trips or {}
+    loops = _loops(comps)
+    if not 0.0 <= float(busy) <= 1.0:
+        raise ValueError(f"busy: a share in [0, 1]; got {busy!r}")
+    step = max(loops, key=lambda lp: len(_FUSION.findall(comps.get(lp["body"], ""))),
+               default=None)
+
+    def holds_step(name, seen=()):
+        if step is None or name in seen:
+            return False
+        if name == step["body"]:
+            return True
+        calls = set(re.findall(r"(?:body|condition|to_apply|calls|true_computation|"
+                               r"false_computation)=(%[\w.\-]+)", comps.get(name, "")))
+        for m in _BRANCHES.finditer(comps.get(name, "")):
+            calls.update(_branch_names(m))
+        return any(holds_step(c, seen + (name,)) for c in calls if c in comps)
+
+    def n_trips(lp):
+        if lp["known"] is not None:
+            return lp["known"]
+        body = comps.get(lp["body"], "")
+        return float(next((trips[s] for s in trips if s in body), 1.0))
+
+    n_cond = [0.0]
+
+    def cost(name, weight=1.0):
+        block = comps.get(name, "")
+        k, sync = float(len(_KERNEL.findall(block))), 0.0
+        for m in _BRANCHES.finditer(block):
+            names = _branch_names(m)
+            busy_ones = [b for b in names if holds_step(b)]
+            rest = [b for b in names if b not in busy_ones]
+            sync += 1.0
+            n_cond[0] += weight
+            for b in names:
+                share = (float(busy) / len(busy_ones) if b in busy_ones
+                         else (1.0 - float(busy) * bool(busy_ones)) / max(len(rest), 1))
+                bk, bs = cost(b, weight * share)
+                k, sync = k + share * bk, sync + share * bs
+        for lp in (lp for lp in loops if lp["parent"] == name):
+            n = n_trips(lp)
+            bk, bs = cost(lp["body"], weight * n)
+            ck, cs = cost(lp["cond"], weight * n)
+            if lp["known"] is None:
+                k += n * (bk + ck) + ck
+                sync += n * (bs + cs + 1) + cs + 1
+            else:
+                k += n * bk
+                sync += n * bs
+        return k, sync
+
+    k, sync = cost("ENTRY")
+    return dict(kernels_per_run=k, round_trips_per_run=sync, conditionals=n_cond[0])
+
+
+def _branch_names(m) -> list:
+    if m.group(3) is not None:
+        return [x.strip() for x in m.group(3).split(",") if x.strip()]
+    return [m.group(1), m.group(2)]
+
+
+def solve_depths():
+    """A context manager recording, while a fluid run is made inside it, each exact
+    solve's iterations, per step: ``{"allocate": [...], "nic_send": [...]}`` (one entry
+    per call of the step's max-min solve, ``fabric_jax.fluid_step``'s ``solve``, and
+    of its NIC share, ``_nic_send``: the counts ``FluidInfo.solver_iterations`` sums).
+
+    It wraps those functions with a ``jax.debug.callback`` while the block runs and
+    clears the jitted run's cache on the way in and out, so the traces with callbacks
+    serve no other call (the program compiled for a GPU is traced after the block,
+    without them).  For the launch model: a loop's trips per step are a function of
+    each step's depth (:func:`loop_trips`), not of the mean depth alone."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def block():
+        import jax
+        import fabric_jax.fluid_step as fs
+        rec = {"allocate": [], "nic_send": []}
+        orig_solve, orig_nic = fs.solve, fs._nic_send
+
+        def solve(*a, **k):
+            sol = orig_solve(*a, **k)
+            jax.debug.callback(lambda i: rec["allocate"].append(int(i)), sol.info.iterations)
+            return sol
+
+        def nic(*a, **k):
+            out = orig_nic(*a, **k)
+            jax.debug.callback(lambda i: rec["nic_send"].append(int(i)), out[1])
+            return out
+        fs.solve, fs._nic_send = solve, nic
+        fs._run.clear_cache()
+        try:
+            yield rec
+        finally:
+            fs.solve, fs._nic_send = orig_solve, orig_nic
+            fs._run.clear_cache()
+    return block()
+
+
+def loop_trips(depths, fixed: int = 0, every: int = 1) -> float:
+    """Mean trips of an exact solve's ``while`` loop over steps of these ``depths``
+    (iterations per call) when ``fixed`` iterations run before it in a loop of known
+    trip count (``solver_unroll``, or a first round the code always runs there) and each
+    trip runs ``every`` iterations (``solver_check_every``):
+    ``mean(ceil(max(0, depth - fixed) / every))``."""
+    import numpy as np
+    d = np.asarray(depths, float)
+    if d.size == 0:
+        return 0.0
+    return float(np.mean(np.ceil(np.maximum(d - int(fixed), 0.0) / int(every))))
+
+
+def water_fill_fixed_rounds() -> int:
+    """Rounds ``fabric_jax.fairness.water_fill`` runs before its ``while`` loop with
+    ``unroll=0``: 1 when it compiles to ``unroll=1``'s program (its first round, which
+    always runs, run outside the loop), else 0 (older code, as ``--baseline-rev`` runs)."""
+    import jax
+    import numpy as np
+    from fabric_jax.fairness import water_fill
+    args = (np.array([0, 1, 0, -1], np.int32), np.ones(4, np.float32),
+            np.ones(2, np.float32), np.ones(4, np.float32))
+
+    def fusions(k):
+        fn = jax.jit(lambda *a: water_fill(*a, with_rounds=True, unroll=k))
+        return len(_FUSION.findall(fn.lower(*args).compile().as_text()))
+    return int(fusions(0) == fusions(1))

@@ -62,11 +62,10 @@ calls, ``--parts kernels,fluid,unroll,variants --json results/gpu_a.json`` then
     with ``solver_unroll=K`` (``K`` above its solves' mean depth) and with
     ``solver_check_every=M``: fusions in the program, kernels in one step's body, and
     per step, at the solves' iterations measured by running the same program's CPU
-    form, kernels launched and host round trips (:func:`_hlo.launch_model`; the exact
-    loop's trips are taken as ``max(0, mean depth - K) / M``, a lower bound -- exact
-    for ``K = 0, M = 1``, and for ``K`` covering every step's depth; the ``_max``
-    columns add the ``(M - 1) / M`` trip per solve that rounding up may cost), and
-    bytes per flow (XLA:GPU's memory analysis of the program).  Then one exact
+    form, kernels launched and host round trips (:func:`_hlo.launch_model`; each exact
+    loop's trips from each step's recorded depth ``d``, :func:`_hlo.solve_depths`:
+    ``ceil(max(0, d - K) / M)`` for the solve, ``max(0, d - max(K, 1))`` for the NIC
+    water-fill, whose first round runs outside its loop), and bytes per flow (XLA:GPU's memory analysis of the program).  Then one exact
     :func:`fabric_jax.max_min_fair` of 10^5 and 10^6 random pairs on ``fat_tree(16)``
     (``solve``'s instances), with ``check_every`` 1 and 8: kernels and round trips per
     solve at its measured depth.  With ``--baseline-rev`` the baseline's figures beside
@@ -245,12 +244,13 @@ def _digest(result) -> str:
     return h.hexdigest()[:16]
 
 
-def fluid_program(instance, steps, target=None, **kw):
+def fluid_program(instance, steps, target=None, depths=None, **kw):
     """``(compiled, result, flows)``: the fluid run on ``instance`` -- ``"proxy"`` (the
     issue's instance, ``experiments/bench_dynamics.py``: ``fat_tree(8)``, a permutation
     and a 16-to-1 incast, 1 MB flows) or ``(k, flows)`` (:func:`pair_instance`, flows
     that never finish) -- with ``kw`` (law, flow control, solver options), dt = 1 us,
-    compiled for ``target`` (:func:`_hlo.compiled_fluid_run`)."""
+    compiled for ``target`` (:func:`_hlo.compiled_fluid_run`; ``depths``: a dict it fills
+    with each step's solve iterations)."""
     if instance == "proxy":
         from bench_dynamics import workload
         topo, inc, cap, _ = workload(8, 16, 0, None)
@@ -258,9 +258,10 @@ def fluid_program(instance, steps, target=None, **kw):
     else:
         topo, inc, cap = pair_instance(*instance)
         size = np.full(inc.n_flows, 1e12, np.float32)
+    opts = {} if depths is None else {"depths": depths}
     compiled, res = _hlo.compiled_fluid_run(
         inc, cap, size, dt=1e-6, n_steps=steps, buffer=1e6,
-        link_latency=np.asarray(topo.latency), nic_links=topo, target=target, **kw)
+        link_latency=np.asarray(topo.latency), nic_links=topo, target=target, **opts, **kw)
     return compiled, res, inc.n_flows
 
 
@@ -512,19 +513,22 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
     opts = {"solver_unroll": int(unroll)} if unroll else {}
     if check_every != 1:
         opts["solver_check_every"] = int(check_every)
-    compiled, res, n_flows = fluid_program(instance, steps, target, **FLUID_CASES[case],
-                                           **opts)
+    depths = {}
+    compiled, res, n_flows = fluid_program(instance, steps, target, depths,
+                                           **FLUID_CASES[case], **opts)
     it = np.asarray(res.info.solver_iterations, float) / steps
     mean = {"allocate": it[0], "nic_send": it[1]}
-    # trips of the exact loops: at least max(0, depth - K) / M on the mean depth (each
-    # step's own ceil((depth - K) / M) is not recorded); the NIC water-fill has no M
-    trips = {key: max(0.0, v - unroll) / (check_every if key == "allocate" else 1)
-             for key, v in mean.items()}
+    for key, v in mean.items():   # the record is the run's own count, step by step
+        if len(depths[key]) != steps or abs(np.mean(depths[key]) - v) > 1e-9 * max(v, 1):
+            raise RuntimeError(f"aot_row: {key}'s recorded depths ({len(depths[key])}, "
+                               f"mean {np.mean(depths[key])}) are not the run's ({v})")
+    # trips of the exact while loops, step by step: the solve's after its K fixed
+    # iterations, M per trip; the NIC water-fill's after K fixed rounds, or after its
+    # first round where the code runs that one outside the loop
+    first = _hlo.water_fill_fixed_rounds()
+    trips = {"allocate": _hlo.loop_trips(depths["allocate"], unroll, check_every),
+             "nic_send": _hlo.loop_trips(depths["nic_send"], max(int(unroll), first))}
     model = _hlo.launch_model(compiled.as_text(), trips)
-    # a solve of depth d tests its loop ceil(d / M) <= d / M + (M - 1) / M times
-    most = _hlo.launch_model(compiled.as_text(), {
-        key: v + ((check_every - 1) / check_every if key == "allocate" else 0.0)
-        for key, v in trips.items()})
     return dict(instance="proxy" if instance == "proxy" else f"fat_tree({instance[0]})",
                 flows=n_flows, case=case, solver_unroll=int(unroll),
                 solver_check_every=int(check_every), target=target,
@@ -534,8 +538,8 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
                 kernels_in_program=model["kernels"], step_kernels=model["step_kernels"],
                 kernels_per_step=model["kernels_per_step"],
                 round_trips_per_step=model["round_trips_per_step"],
-                kernels_per_step_max=most["kernels_per_step"],
-                round_trips_per_step_max=most["round_trips_per_step"],
+                solve_depth_max=int(max(depths["allocate"], default=0)),
+                solve_depth_zero_share=float(np.mean(np.asarray(depths["allocate"]) == 0)),
                 bytes_per_flow=_bytes(compiled, n_flows))
 
 

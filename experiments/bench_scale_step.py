@@ -21,11 +21,30 @@ Units: seconds, bytes.
    removes the fixed costs.
 3. **100k GPUs on paper**: flows per rail and in all at 98,304 GPUs (12,288 HGX
    servers) times the measured bytes per flow, over 90 % of an H200's 141 GB.
+4. **XLA:GPU's program for the scale point** (``--aot h200``; in an environment with
+   JAX's CUDA plugin, ``experiments/_hlo.py``): for each GPU count of ``--gpus`` and
+   each preset of ``--presets``, the scale study's run of rail 0 (``scale.scale_point``'s:
+   the point built, the ideal fabric's slice time, ``scale.run_fabric`` at ``--dt-us``)
+   made on this host in the accelerator form (gather tables, as it runs on a GPU), its
+   program compiled by XLA:GPU for the target (the compile timed on this host), and
+   read: kernels and host round trips per step and per run
+   (:func:`_hlo.launch_model`, :func:`_hlo.run_launches`; the solves' loop trips from
+   each simulated step's recorded depth, :func:`_hlo.solve_depths`, which also counts
+   the steps simulated: the chunks the run skips as idle are not), XLA:GPU's buffer sizes (``memory_analysis``: arguments,
+   outputs -- the trajectory --, temporaries) per flow, and the host-side times
+   (building the point, the ideal fabric, each run's preparation before the compiled
+   call).  **On paper**: what the point would take on that GPU if each kernel cost
+   ``--kernel-us`` (issue 24's ~5 us) and each round trip ``--round-trip-us`` (an
+   assumption: a small copy's ~5-7 us per call, Wu et al., "DualPath", arXiv
+   2602.21548, sec. 5.2, plus one launch the drained queue no longer hides), with the
+   host side and the compile as measured here.  Counts, not GPU times.
 
 Usage::
 
     python experiments/bench_scale_step.py --json results/bench_scale_step.json
     python experiments/bench_scale_step.py --memory --gpus 1024 8192
+    JAX_PLATFORMS=cpu .venv-gpu/bin/python experiments/bench_scale_step.py --aot h200 \
+        --gpus 8192 32768 --presets infiniband roce spectrum_x uec
 """
 
 from __future__ import annotations
@@ -132,6 +151,102 @@ def memory(g: int, preset: str, steps: int) -> dict:
     return r
 
 
+def aot_points(g: int, presets, target: str, dt: float, kernel_s: float,
+               round_trip_s: float) -> list:
+    """Rows of ``--aot`` for ``g`` GPUs (module docstring, item 4)."""
+    try:
+        import _hlo
+    except ImportError:  # pragma: no cover
+        from experiments import _hlo
+    import jax
+    import fabric_jax.fluid_step as fs
+    from fabric_jax import segments
+    from fabric_jax.scale._run import SAVE_EVERY
+    device = _hlo.gpu_device(target)      # first: a missing plugin stops before the work
+    first = _hlo.water_fill_fixed_rounds()
+    (topo, step, nic), t_build = _timed(lambda: sc.build_point(g))
+    base, t_ideal_s = _timed(lambda: sc.ideal_rails(step, nic))
+    t_ideal = float(np.max(base.finish))
+    rows = []
+    for preset in presets:
+        seen = []
+        t0 = time.perf_counter()
+        with _hlo.solve_depths() as rec, segments.forced("gather"):
+            orig = fs._run
+
+            def spy(*a, seen=seen, orig=orig, rec=rec):
+                seen.append(dict(args=a, at=time.perf_counter(),
+                                 first={k: len(v) for k, v in rec.items()}))
+                res = jax.block_until_ready(orig(*a))   # the run itself, not its dispatch
+                seen[-1]["res"], seen[-1]["done"] = res, time.perf_counter()
+                return res
+            fs._run = spy
+            try:
+                run = sc.run_fabric(step, topo, preset, t_ideal, dt=dt)
+            finally:
+                fs._run = orig
+        wall = time.perf_counter() - t0
+        last = seen[-1]
+        depths = {k: v[last["first"][k]:] for k, v in rec.items()}   # the last run's
+        cpu_s = sum(x["done"] - x["at"] for x in seen)
+        compiled, t_compile = _timed(lambda: _hlo.compile_for(
+            orig, last["args"][:4], last["args"][4:], device))
+        text = compiled.as_text()
+        mem = compiled.memory_analysis()
+        n_flows = int(run.flows.n_flows)
+        n_chunks = run.n_steps // SAVE_EVERY
+        busy = len(depths["allocate"])    # one solve per simulated step; idle chunks skip
+        trips = {"allocate": _hlo.loop_trips(depths["allocate"]),
+                 "nic_send": _hlo.loop_trips(depths["nic_send"], first)}
+        per_step = _hlo.launch_model(text, trips)
+        whole = _hlo.run_launches(text, trips, busy=busy / SAVE_EVERY / max(n_chunks, 1))
+        row = dict(gpus=g, preset=preset, target=target, flows=n_flows, dt_s=dt,
+                   n_steps=int(run.n_steps), chunks=int(n_chunks), runs=len(seen),
+                   busy_steps=busy,
+                   solve_iterations_per_step=float(np.mean(depths["allocate"])),
+                   nic_rounds_per_step=float(np.mean(depths["nic_send"])),
+                   solve_depth_zero_share=float(np.mean(np.asarray(depths["allocate"]) == 0)),
+                   fusions_in_program=len(_hlo._FUSION.findall(text)),
+                   step_kernels=per_step["step_kernels"],
+                   kernels_per_step=per_step["kernels_per_step"],
+                   round_trips_per_step=per_step["round_trips_per_step"],
+                   kernels_per_run=whole["kernels_per_run"],
+                   round_trips_per_run=whole["round_trips_per_run"],
+                   launch_s=(whole["kernels_per_run"] * kernel_s
+                             + whole["round_trips_per_run"] * round_trip_s),
+                   build_s=t_build, ideal_s=t_ideal_s, prepare_s=wall - cpu_s,
+                   cpu_run_s=cpu_s, compile_s=t_compile,
+                   argument_bytes=int(mem.argument_size_in_bytes),
+                   output_bytes=int(mem.output_size_in_bytes),
+                   temp_bytes=int(mem.temp_size_in_bytes),
+                   alias_bytes=int(mem.alias_size_in_bytes))
+        row["state_bytes_per_flow"] = (row["argument_bytes"] + row["temp_bytes"]
+                                       - row["alias_bytes"]) / n_flows
+        row["bytes_per_flow"] = row["state_bytes_per_flow"] + row["output_bytes"] / n_flows
+        rows.append(row)
+        print(f"  {g} GPUs {preset}: {n_flows} flows, {busy} of {run.n_steps} steps "
+              f"simulated, {row['kernels_per_step']:.0f} kernels and "
+              f"{row['round_trips_per_step']:.1f} round trips per step, "
+              f"{row['kernels_per_run']:.3g} and {row['round_trips_per_run']:.3g} per run, "
+              f"{target} compile {t_compile:.1f} s (this host), "
+              f"{row['bytes_per_flow']:.0f} B/flow", flush=True)
+    return rows
+
+
+def paper_time(rows: list) -> list:
+    """Per GPU count: the point on paper (module docstring, item 4): the host side and
+    the compiles as measured on this host, each run's launches at the assumed costs."""
+    out = []
+    for g in sorted({r["gpus"] for r in rows}):
+        rs = [r for r in rows if r["gpus"] == g]
+        host = rs[0]["build_s"] + rs[0]["ideal_s"] + sum(r["prepare_s"] for r in rs)
+        compile_s = sum(r["compile_s"] for r in rs)
+        launch = sum(r["launch_s"] for r in rs)
+        out.append(dict(gpus=g, presets=len(rs), host_s=host, compile_s=compile_s,
+                        launch_s=launch, total_s=host + compile_s + launch))
+    return out
+
+
 def main(argv=None) -> dict:
     ap = cm.parser(__doc__)
     ap.add_argument("--gpus", type=int, nargs="+", default=[1024, 8192, 32768, 98304])
@@ -143,7 +258,36 @@ def main(argv=None) -> dict:
     ap.add_argument("--mem-gpus", type=int, nargs="+", default=[1024, 8192])
     ap.add_argument("--presets", nargs="+", default=["roce", "spectrum_x"])
     ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--aot", choices=("h200", "h100"), default=None,
+                    help="XLA:GPU's program for each of --gpus x --presets instead of the "
+                         "host side (item 4; needs JAX's CUDA plugin)")
+    ap.add_argument("--dt-us", type=float, default=sc.DEFAULT_DT_US,
+                    help=f"--aot: fluid step, microseconds (default {sc.DEFAULT_DT_US:g})")
+    ap.add_argument("--kernel-us", type=float, default=5.0,
+                    help="--aot, on paper: microseconds per kernel (default 5)")
+    ap.add_argument("--round-trip-us", type=float, default=12.0,
+                    help="--aot, on paper: microseconds per host round trip (default 12)")
     a = ap.parse_args(argv)
+    if a.aot is not None:
+        for name, v in (("--dt-us", a.dt_us), ("--kernel-us", a.kernel_us),
+                        ("--round-trip-us", a.round_trip_us)):
+            if not np.isfinite(v) or v <= 0:
+                raise SystemExit(f"{name}: a positive number of microseconds; got {v}")
+        rows = [r for g in a.gpus for r in aot_points(
+            g, a.presets, a.aot, a.dt_us * 1e-6, a.kernel_us * 1e-6, a.round_trip_us * 1e-6)]
+        paper = paper_time(rows)
+        for p in paper:
+            print(f"  {p['gpus']} GPUs on paper ({a.aot}, {p['presets']} presets): host "
+                  f"{p['host_s']:.1f} s + compile {p['compile_s']:.1f} s (this host) + "
+                  f"launches {p['launch_s']:.1f} s = {p['total_s']:.0f} s", flush=True)
+        out = dict(aot=rows, paper=paper, kernel_us=a.kernel_us,
+                   round_trip_us=a.round_trip_us, device=cm.device_info())
+        return cm.finish(out, a, rows, ["gpus", "preset", "flows", "busy_steps",
+                                        "solve_iterations_per_step", "kernels_per_step",
+                                        "round_trips_per_step", "kernels_per_run",
+                                        "round_trips_per_run", "launch_s", "compile_s",
+                                        "prepare_s", "bytes_per_flow"],
+                         f"XLA:GPU ({a.aot}) program of the scale point's runs")
     rows = []
     _warm()
     for g in a.gpus:

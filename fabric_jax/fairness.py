@@ -417,6 +417,8 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_n
     act = w != 0
     rows = jnp.arange(n_flows)
     sizes = _levels(n_flows, width, fine)
+    if len(sizes) == 1:   # one loop: its first iteration always runs outside it (solve)
+        unroll = max(int(unroll), 1)
     residual = capacity
     it = jnp.asarray(0, jnp.int32)
     r, f, d = rate, frozen, demand
@@ -513,7 +515,10 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
     with no data-dependent stop -- they are a loop whose trip count XLA knows, which
     XLA:GPU runs without reading a predicate back to the host per iteration (its
     ``WhileThunk``; ``experiments/_hlo.py``, :func:`launch_model`); on a CPU the
-    iterations beyond the depth are wasted work.
+    iterations beyond the depth are wasted work.  With ``compaction="none"`` the first
+    iteration always runs this way (``unroll=0`` is ``unroll=1``): it is needed
+    whenever a flow crosses a link, so the while loop's first test, a host round trip
+    on a GPU, would ask what is known.
 
     ``check_every`` (static int >= 1, default 1; with ``iterations=None`` only): the
     while loop runs that many iterations per trip and tests "is any flow still open"
@@ -873,6 +878,9 @@ def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: 
       unroll: (static, with ``iterations=None``) rounds run as a loop of known trip
         count before the while loop, which finishes the rest (none when one of those
         rounds already changed nothing): the same rates and round count as without.
+        The first round always runs, so it always runs this way (``unroll=0`` is
+        ``unroll=1``): on a GPU the while loop's first test would be a host round trip
+        whose answer is known.
 
     Returns:
       ``[flows]`` rates, bytes/s, in the dtype of ``capacity`` (and the rounds with
@@ -907,6 +915,8 @@ def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: 
     limited = ~on          # a flow on no link takes its demand
     check_loop_options(iterations, unroll)
     if iterations is None:
+        unroll = max(int(unroll), 1)   # the first round always runs (docstring)
+
         def body(c):
             new = join(c[0])
             return new, _any_shard(jnp.any(new != c[0]), axis_name), c[2] + 1

@@ -81,14 +81,26 @@ def test_the_compiled_fluid_run_has_its_solves_as_loops_the_model_reads():
     topo, inc, cap, lat = bench_dynamics.workload(8, 16, 0, None)
     kw = dict(dt=1e-6, n_steps=20, law="dcqcn", flow_control="pfc", buffer=1e6,
               link_latency=np.asarray(topo.latency), nic_links=topo)
-    compiled, res = hlo.compiled_fluid_run(inc, cap, np.full(inc.n_flows, 1e6), **kw)
+    depths = {}
+    compiled, res = hlo.compiled_fluid_run(inc, cap, np.full(inc.n_flows, 1e6),
+                                           depths=depths, **kw)
     it = np.asarray(res.info.solver_iterations, float) / kw["n_steps"]
-    trips = {"allocate": it[0], "nic_send": it[1]}
+    # one record per step and solve, summing to the run's own counts
+    for key, total in zip(("allocate", "nic_send"), np.asarray(res.info.solver_iterations)):
+        assert len(depths[key]) == kw["n_steps"] and sum(depths[key]) == total
+    assert min(depths["nic_send"]) >= 1               # the water-fill's first round
+    assert hlo.water_fill_fixed_rounds() == 1         # runs outside its loop
+    trips = {"allocate": hlo.loop_trips(depths["allocate"]),
+             "nic_send": hlo.loop_trips(depths["nic_send"], fixed=1)}
+    assert trips["allocate"] == pytest.approx(it[0])
+    assert trips["nic_send"] == pytest.approx(it[1] - 1)
     m = hlo.launch_model(compiled.as_text(), trips)
     assert sorted(lp["scope"] for lp in m["inner"]) == ["allocate", "nic_send"]
     assert not any(lp["known_trip_count"] for lp in m["inner"])
     # each exact loop tests its condition once more than it iterates
-    assert m["round_trips_per_step"] == pytest.approx(it[0] + 1 + it[1] + 1)
+    assert m["round_trips_per_step"] == pytest.approx(it[0] + 1 + (it[1] - 1) + 1)
+    # the program compiled after the record has no callback in it
+    assert "callback" not in compiled.as_text().lower()
     unrolled, res4 = hlo.compiled_fluid_run(inc, cap, np.full(inc.n_flows, 1e6),
                                             solver_unroll=4, **kw)
     for field in ("delivered", "finish", "link_queue"):
@@ -136,3 +148,127 @@ def test_solve_launches_counts_a_one_off_loop():
     assert m["round_trips_per_call"] == 5 + 1
     known = hlo.solve_launches(_program(inner_trip_count=3), trips=5)
     assert known["loops"] == 0 and known["round_trips_per_call"] == 0
+
+
+def _chunked_program():
+    """An outer time loop of 4 chunks (known trip count); each chunk's body has one
+    kernel of its own and a conditional: skip (1 kernel) or simulate (a scan of 2 steps
+    of ``_program``'s step body, 4 kernels and an inner while loop of 2 kernels)."""
+    return """HloModule m
+
+%cond.in (p: (f32[8], pred[])) -> pred[] {
+  %p = (f32[8]{0}, pred[]) parameter(0)
+  ROOT %g = pred[] get-tuple-element(%p), index=1
+}
+
+%body.in (p: (f32[8], pred[])) -> (f32[8], pred[]) {
+  %p = (f32[8]{0}, pred[]) parameter(0)
+  %a = f32[8]{0} fusion(%p), kind=kLoop, calls=%c1, metadata={op_name="allocate/while/body/min"}
+  %b = pred[] fusion(%a), kind=kInput, calls=%c2
+  ROOT %t = (f32[8]{0}, pred[]) tuple(%a, %b)
+}
+
+%cond.step (p: (s32[], f32[8])) -> pred[] {
+  %p = (s32[], f32[8]{0}) parameter(0)
+  ROOT %c = pred[] compare(%p), direction=LT
+}
+
+%body.step (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %p = (s32[], f32[8]{0}) parameter(0)
+  %x = f32[8]{0} fusion(%p), kind=kLoop, calls=%c4
+  %y = f32[8]{0} fusion(%x), kind=kLoop, calls=%c5
+  %z = f32[8]{0} fusion(%y), kind=kLoop, calls=%c6
+  %cp = f32[8]{0} copy(%z)
+  %w = (f32[8]{0}, pred[]) while(%t0), condition=%cond.in, body=%body.in
+  ROOT %r = (s32[], f32[8]{0}) tuple(%i, %cp)
+}
+
+%simulate (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  %w = (s32[], f32[8]{0}) while(%t), condition=%cond.step, body=%body.step, backend_config={"known_trip_count":{"n":"2"}}
+  ROOT %o = f32[8]{0} get-tuple-element(%w), index=1
+}
+
+%skip (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  ROOT %s = f32[8]{0} fusion(%p), kind=kLoop, calls=%c8
+}
+
+%cond.chunk (p: (s32[], f32[8])) -> pred[] {
+  %p = (s32[], f32[8]{0}) parameter(0)
+  ROOT %c = pred[] compare(%p), direction=LT
+}
+
+%body.chunk (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %p = (s32[], f32[8]{0}) parameter(0)
+  %idle = pred[] fusion(%p), kind=kInput, calls=%c9
+  %c = f32[8]{0} conditional(%idle, %v, %v), true_computation=%skip, false_computation=%simulate
+  ROOT %r = (s32[], f32[8]{0}) tuple(%i, %c)
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %a = f32[8]{0} parameter(0)
+  %init = f32[8]{0} fusion(%a), kind=kLoop, calls=%c7
+  %w = (s32[], f32[8]{0}) while(%t), condition=%cond.chunk, body=%body.chunk, backend_config={"known_trip_count":{"n":"4"}}
+  ROOT %o = f32[8]{0} get-tuple-element(%w), index=1
+}
+"""
+
+
+def test_run_launches_counts_the_chunks_and_the_branch_each_takes():
+    text = _chunked_program()
+    step = hlo.launch_model(text, {"allocate": 3})
+    assert step["kernels_per_step"] == 4 + 3 * 2 and step["round_trips_per_step"] == 3 + 1
+    for busy in (1.0, 0.5, 0.0):
+        m = hlo.run_launches(text, {"allocate": 3}, busy=busy)
+        # the entry's kernel; per chunk its own kernel, a round trip for the
+        # conditional, and the branch taken: 2 steps, or the skip's kernel
+        assert m["kernels_per_run"] == pytest.approx(
+            1 + 4 * (1 + busy * 2 * step["kernels_per_step"] + (1 - busy) * 1))
+        assert m["round_trips_per_run"] == pytest.approx(
+            4 * (1 + busy * 2 * step["round_trips_per_step"]))
+        assert m["conditionals"] == 4
+    with pytest.raises(ValueError, match="busy"):
+        hlo.run_launches(text, {}, busy=1.5)
+
+
+def test_run_launches_on_the_compiled_fluid_run_is_its_steps_and_chunks():
+    topo, inc, cap, lat = bench_dynamics.workload(8, 16, 0, None)
+    kw = dict(dt=1e-6, n_steps=40, law="dcqcn", flow_control="pfc", buffer=1e6,
+              link_latency=np.asarray(topo.latency), nic_links=topo, save_every=10,
+              stop_when_idle=True)
+    compiled, res = hlo.compiled_fluid_run(inc, cap, np.full(inc.n_flows, 1e6), **kw)
+    text = compiled.as_text()
+    it = np.asarray(res.info.solver_iterations, float) / kw["n_steps"]
+    trips = {"allocate": it[0], "nic_send": it[1]}
+    step = hlo.launch_model(text, trips)
+    whole = hlo.run_launches(text, trips, busy=1.0)
+    assert whole["conditionals"] == 4                 # one per chunk of 10 steps
+    assert whole["round_trips_per_run"] == pytest.approx(
+        40 * step["round_trips_per_step"] + 4)
+    assert whole["kernels_per_run"] > 40 * step["kernels_per_step"]
+    idle = hlo.run_launches(text, trips, busy=0.0)
+    assert idle["round_trips_per_run"] == 4
+    assert idle["kernels_per_run"] < 0.1 * whole["kernels_per_run"]
+
+
+def test_loop_trips_is_each_steps_ceil_of_what_the_fixed_iterations_leave():
+    d = [0, 1, 2, 5, 9]
+    assert hlo.loop_trips(d) == pytest.approx(17 / 5)
+    # 4 fixed iterations leave 0, 0, 0, 1, 5; 2 per trip: 0, 0, 0, 1, 3
+    assert hlo.loop_trips(d, fixed=4, every=2) == pytest.approx(4 / 5)
+    assert hlo.loop_trips(d, every=4) == pytest.approx((0 + 1 + 1 + 2 + 3) / 5)
+    assert hlo.loop_trips([]) == 0.0
+
+
+def test_solve_depths_leaves_no_callback_behind():
+    topo, inc, cap, lat = bench_dynamics.workload(8, 16, 0, None)
+    kw = dict(dt=1e-6, n_steps=5, buffer=1e6, link_latency=np.asarray(topo.latency),
+              nic_links=topo)
+    from fabric_jax import simulate_fluid
+    with hlo.solve_depths() as rec:
+        inside = simulate_fluid(inc, cap, np.full(inc.n_flows, 1e6), **kw)
+    assert len(rec["allocate"]) == 5 and len(rec["nic_send"]) == 5
+    after = simulate_fluid(inc, cap, np.full(inc.n_flows, 1e6), **kw)
+    assert len(rec["allocate"]) == 5                   # the later run records nothing
+    np.testing.assert_array_equal(np.asarray(after.delivered), np.asarray(inside.delivered))

@@ -114,7 +114,13 @@ def test_unrolled_water_fill_gives_the_same_rates_and_rounds():
     dem = jnp.asarray(rng.uniform(0.0, 0.05, n_flows) * LINK_100G, jnp.float32)
     ref, rounds = water_fill(link, weight, cap, dem, with_rounds=True)
     assert int(rounds) >= 3
-    for k in (1, int(rounds) - 1, int(rounds), int(rounds) + 3):
+    # the reference without a while loop: a fixed number of rounds (fori_loop), the
+    # same rates to the bit once it covers the rounds that changed something (all but
+    # the last, which found no flow to join)
+    fixed = lambda n: np.asarray(water_fill(link, weight, cap, dem, iterations=n))  # noqa: E731
+    np.testing.assert_array_equal(fixed(int(rounds) - 1), np.asarray(ref))
+    np.testing.assert_array_equal(fixed(int(rounds) + 5), np.asarray(ref))
+    for k in (0, 1, int(rounds) - 1, int(rounds), int(rounds) + 3):
         got, got_rounds = water_fill(link, weight, cap, dem, with_rounds=True, unroll=k)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
         assert int(got_rounds) == int(rounds)

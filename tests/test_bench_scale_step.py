@@ -1,0 +1,58 @@
+"""``experiments/bench_scale_step.py --aot``: XLA:GPU's program for the scale study's
+runs (issue 25 on paper).  Without JAX's CUDA plugin (the test environment) it stops
+with the install command before any work; with it, a small point's rows obey the launch
+model's arithmetic.  :func:`paper_time` is checked against hand sums."""
+
+import pytest
+
+from tests.helpers import load_experiment
+
+bench = load_experiment("bench_scale_step")
+
+
+def _has_plugin() -> bool:
+    try:
+        import jax_plugins.xla_cuda12  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def test_aot_compiles_for_the_gpu_or_says_what_it_needs(tmp_path):
+    args = ["--aot", "h200", "--gpus", "16", "--presets", "roce", "--json",
+            str(tmp_path / "a.json")]
+    if not _has_plugin():
+        with pytest.raises(RuntimeError, match=r"pip install 'jax\[cuda12\]'"):
+            bench.main(args)
+        return
+    out = bench.main(args)
+    (row,) = out["aot"]
+    assert row["flows"] > 0 and 0 < row["busy_steps"] <= row["n_steps"]
+    assert row["busy_steps"] % 20 == 0                 # whole chunks of save_every steps
+    # every chunk: a round trip for its conditional; every simulated step its own
+    assert row["round_trips_per_run"] == pytest.approx(
+        row["busy_steps"] * row["round_trips_per_step"] + row["chunks"])
+    assert row["kernels_per_run"] > row["busy_steps"] * row["kernels_per_step"]
+    assert row["bytes_per_flow"] > row["state_bytes_per_flow"] > 0
+    (p,) = out["paper"]
+    assert p["total_s"] == pytest.approx(p["host_s"] + p["compile_s"] + p["launch_s"])
+    assert p["launch_s"] == pytest.approx(row["kernels_per_run"] * 5e-6
+                                          + row["round_trips_per_run"] * 12e-6)
+
+
+@pytest.mark.parametrize("flag", ["--kernel-us", "--round-trip-us", "--dt-us"])
+def test_aot_refuses_non_positive_costs(flag):
+    with pytest.raises(SystemExit, match=flag):
+        bench.main(["--aot", "h200", "--gpus", "16", flag, "0"])
+
+
+def test_paper_time_adds_the_host_the_compiles_and_the_launches():
+    rows = [dict(gpus=8, build_s=1.0, ideal_s=0.5, prepare_s=p, compile_s=c, launch_s=x)
+            for p, c, x in ((0.25, 2.0, 3.0), (0.75, 3.0, 5.0))]
+    rows.append(dict(gpus=16, build_s=2.0, ideal_s=0.0, prepare_s=1.0, compile_s=1.0,
+                     launch_s=1.0))
+    small, big = bench.paper_time(rows)
+    # the point is built once per GPU count; each preset prepares, compiles and runs
+    assert small == dict(gpus=8, presets=2, host_s=1.0 + 0.5 + 0.25 + 0.75, compile_s=5.0,
+                         launch_s=8.0, total_s=2.5 + 5.0 + 8.0)
+    assert big["total_s"] == 3.0 + 1.0 + 1.0 and big["presets"] == 1
