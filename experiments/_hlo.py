@@ -430,17 +430,30 @@ def loop_trips(depths, fixed: int = 0, every: int = 1) -> float:
     return float(np.mean(np.ceil(np.maximum(d - int(fixed), 0.0) / int(every))))
 
 
-def water_fill_fixed_rounds() -> int:
-    """Rounds ``fabric_jax.fairness.water_fill`` runs before its ``while`` loop with
-    ``unroll=0``: 1 when it compiles to ``unroll=1``'s program (its first round, which
-    always runs, run outside the loop), else 0 (older code, as ``--baseline-rev`` runs)."""
+def first_iterations() -> dict:
+    """Iterations the fluid step's exact solves run before their ``while`` loops with
+    ``solver_unroll=0``: ``{"allocate": 0 or 1, "nic_send": 0 or 1}``, 1 where the code
+    compiles ``unroll=0`` to ``unroll=1``'s program (the first iteration, which always
+    runs, run outside the loop: ``fairness.solve`` with one level, ``fairness.
+    water_fill``), 0 in older code (as ``--baseline-rev`` runs)."""
     import jax
+    import jax.numpy as jnp
     import numpy as np
-    from fabric_jax.fairness import water_fill
-    args = (np.array([0, 1, 0, -1], np.int32), np.ones(4, np.float32),
-            np.ones(2, np.float32), np.ones(4, np.float32))
+    from fabric_jax import Incidence
+    from fabric_jax.fairness import solve, water_fill
+    link = np.array([0, 1, 0, 1], np.int32)
+    args = (np.ones(4, np.float32), np.ones(2, np.float32), np.ones(4, np.float32))
 
-    def fusions(k):
-        fn = jax.jit(lambda *a: water_fill(*a, with_rounds=True, unroll=k))
-        return len(_FUSION.findall(fn.lower(*args).compile().as_text()))
-    return int(fusions(0) == fusions(1))
+    def fusions(fn):
+        return len(_FUSION.findall(jax.jit(fn).lower(*args).compile().as_text()))
+
+    def solved(k):
+        def fn(w, cap, dem):
+            inc = Incidence(jnp.asarray(link), jnp.arange(4), w, 2, 4, 1)
+            return solve(inc, cap, dem, compaction="none", unroll=k).rates
+        return fn
+
+    def filled(k):
+        return lambda w, cap, dem: water_fill(link, w, cap, dem, with_rounds=True, unroll=k)
+    return {"allocate": int(fusions(solved(0)) == fusions(solved(1))),
+            "nic_send": int(fusions(filled(0)) == fusions(filled(1)))}

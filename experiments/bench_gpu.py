@@ -64,8 +64,9 @@ calls, ``--parts kernels,fluid,unroll,variants --json results/gpu_a.json`` then
     per step, at the solves' iterations measured by running the same program's CPU
     form, kernels launched and host round trips (:func:`_hlo.launch_model`; each exact
     loop's trips from each step's recorded depth ``d``, :func:`_hlo.solve_depths`:
-    ``ceil(max(0, d - K) / M)`` for the solve, ``max(0, d - max(K, 1))`` for the NIC
-    water-fill, whose first round runs outside its loop), and bytes per flow (XLA:GPU's memory analysis of the program).  Then one exact
+    ``ceil(max(0, d - max(K, 1)) / M)`` for the solve, ``max(0, d - max(K, 1))`` for
+    the NIC water-fill: the first iteration of each runs outside its loop,
+    :func:`_hlo.first_iterations`), and bytes per flow (XLA:GPU's memory analysis of the program).  Then one exact
     :func:`fabric_jax.max_min_fair` of 10^5 and 10^6 random pairs on ``fat_tree(16)``
     (``solve``'s instances), with ``check_every`` 1 and 8: kernels and round trips per
     solve at its measured depth.  With ``--baseline-rev`` the baseline's figures beside
@@ -522,12 +523,14 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
         if len(depths[key]) != steps or abs(np.mean(depths[key]) - v) > 1e-9 * max(v, 1):
             raise RuntimeError(f"aot_row: {key}'s recorded depths ({len(depths[key])}, "
                                f"mean {np.mean(depths[key])}) are not the run's ({v})")
-    # trips of the exact while loops, step by step: the solve's after its K fixed
-    # iterations, M per trip; the NIC water-fill's after K fixed rounds, or after its
-    # first round where the code runs that one outside the loop
-    first = _hlo.water_fill_fixed_rounds()
-    trips = {"allocate": _hlo.loop_trips(depths["allocate"], unroll, check_every),
-             "nic_send": _hlo.loop_trips(depths["nic_send"], max(int(unroll), first))}
+    # trips of the exact while loops, step by step: after the K fixed iterations (or
+    # the first one, where the code runs that one outside the loop), M per trip for
+    # the solve
+    first = _hlo.first_iterations()
+    trips = {"allocate": _hlo.loop_trips(depths["allocate"],
+                                         max(int(unroll), first["allocate"]), check_every),
+             "nic_send": _hlo.loop_trips(depths["nic_send"],
+                                         max(int(unroll), first["nic_send"]))}
     model = _hlo.launch_model(compiled.as_text(), trips)
     return dict(instance="proxy" if instance == "proxy" else f"fat_tree({instance[0]})",
                 flows=n_flows, case=case, solver_unroll=int(unroll),

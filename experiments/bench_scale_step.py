@@ -163,7 +163,7 @@ def aot_points(g: int, presets, target: str, dt: float, kernel_s: float,
     from fabric_jax import segments
     from fabric_jax.scale._run import SAVE_EVERY
     device = _hlo.gpu_device(target)      # first: a missing plugin stops before the work
-    first = _hlo.water_fill_fixed_rounds()
+    first = _hlo.first_iterations()
     (topo, step, nic), t_build = _timed(lambda: sc.build_point(g))
     base, t_ideal_s = _timed(lambda: sc.ideal_rails(step, nic))
     t_ideal = float(np.max(base.finish))
@@ -196,8 +196,7 @@ def aot_points(g: int, presets, target: str, dt: float, kernel_s: float,
         n_flows = int(run.flows.n_flows)
         n_chunks = run.n_steps // SAVE_EVERY
         busy = len(depths["allocate"])    # one solve per simulated step; idle chunks skip
-        trips = {"allocate": _hlo.loop_trips(depths["allocate"]),
-                 "nic_send": _hlo.loop_trips(depths["nic_send"], first)}
+        trips = {key: _hlo.loop_trips(depths[key], first[key]) for key in depths}
         per_step = _hlo.launch_model(text, trips)
         whole = _hlo.run_launches(text, trips, busy=busy / SAVE_EVERY / max(n_chunks, 1))
         row = dict(gpus=g, preset=preset, target=target, flows=n_flows, dt_s=dt,

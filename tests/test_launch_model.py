@@ -88,17 +88,24 @@ def test_the_compiled_fluid_run_has_its_solves_as_loops_the_model_reads():
     # one record per step and solve, summing to the run's own counts
     for key, total in zip(("allocate", "nic_send"), np.asarray(res.info.solver_iterations)):
         assert len(depths[key]) == kw["n_steps"] and sum(depths[key]) == total
-    assert min(depths["nic_send"]) >= 1               # the water-fill's first round
-    assert hlo.water_fill_fixed_rounds() == 1         # runs outside its loop
-    trips = {"allocate": hlo.loop_trips(depths["allocate"]),
-             "nic_send": hlo.loop_trips(depths["nic_send"], fixed=1)}
-    assert trips["allocate"] == pytest.approx(it[0])
+    # every step's solves ran (each has a flow on a link), and their first iterations
+    # run outside the while loops
+    assert min(depths["allocate"]) >= 1 and min(depths["nic_send"]) >= 1
+    assert hlo.first_iterations() == {"allocate": 1, "nic_send": 1}
+    trips = {key: hlo.loop_trips(depths[key], fixed=1) for key in depths}
+    assert trips["allocate"] == pytest.approx(it[0] - 1)
     assert trips["nic_send"] == pytest.approx(it[1] - 1)
     m = hlo.launch_model(compiled.as_text(), trips)
     assert sorted(lp["scope"] for lp in m["inner"]) == ["allocate", "nic_send"]
     assert not any(lp["known_trip_count"] for lp in m["inner"])
     # each exact loop tests its condition once more than it iterates
-    assert m["round_trips_per_step"] == pytest.approx(it[0] + 1 + (it[1] - 1) + 1)
+    assert m["round_trips_per_step"] == pytest.approx(it[0] + it[1])
+    # ... and its body's kernels: the step's own hold the two first iterations
+    plain0 = hlo.launch_model(compiled.as_text(), {key: 0.0 for key in depths})
+    (solve_loop,) = [lp for lp in m["inner"] if lp["scope"] == "allocate"]
+    assert m["kernels_per_step"] - plain0["kernels_per_step"] == pytest.approx(
+        trips["allocate"] * solve_loop["kernels"]
+        + trips["nic_send"] * [lp for lp in m["inner"] if lp["scope"] == "nic_send"][0]["kernels"])
     # the program compiled after the record has no callback in it
     assert "callback" not in compiled.as_text().lower()
     unrolled, res4 = hlo.compiled_fluid_run(inc, cap, np.full(inc.n_flows, 1e6),
@@ -117,11 +124,14 @@ def test_the_compiled_fluid_run_has_its_solves_as_loops_the_model_reads():
     every, res3 = hlo.compiled_fluid_run(inc, cap, np.full(inc.n_flows, 1e6),
                                          solver_check_every=3, **kw)
     np.testing.assert_array_equal(np.asarray(res3.delivered), np.asarray(res.delivered))
-    m3 = hlo.launch_model(every.as_text(), {"allocate": it[0] / 3, "nic_send": it[1]})
+    trips3 = {"allocate": hlo.loop_trips(depths["allocate"], fixed=1, every=3),
+              "nic_send": trips["nic_send"]}
+    m3 = hlo.launch_model(every.as_text(), trips3)
     (solve3,) = [lp for lp in m3["inner"] if lp["scope"] == "allocate"]
-    (solve1,) = [lp for lp in m["inner"] if lp["scope"] == "allocate"]
-    assert solve3["kernels"] > 2 * solve1["kernels"]      # three iterations per trip
-    assert m3["round_trips_per_step"] == pytest.approx(it[0] / 3 + 1 + it[1] + 1)
+    assert solve3["kernels"] > 2 * solve_loop["kernels"]  # three iterations per trip
+    assert m3["round_trips_per_step"] == pytest.approx(
+        trips3["allocate"] + 1 + trips["nic_send"] + 1)
+    assert trips3["allocate"] <= trips["allocate"]
 
 
 def test_gpu_device_names_its_targets_and_how_to_get_the_plugin():
