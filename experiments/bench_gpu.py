@@ -561,8 +561,10 @@ def aot_solve_row(k, n, target, check_every=1):
     args = (ginc, jnp.asarray(cap, dtype), jnp.full((inc.n_flows,), jnp.inf, dtype))
     compiled = _hlo.compile_for(fairness._max_min_fair, (), args + (None, inc.n_flows + 1,
                                 compaction, int(check_every)), _hlo.gpu_device(target))
-    # a depth-d solve runs its loop ceil(d / M) times
-    model = _hlo.solve_launches(compiled.as_text(), -(-iters // check_every))
+    # a depth-d solve runs its loop ceil(d / M) times, after its first iteration where
+    # the code runs that one outside the loop (:func:`_hlo.first_iterations`)
+    trips = _hlo.loop_trips([iters], _hlo.first_iterations()["allocate"], check_every)
+    model = _hlo.solve_launches(compiled.as_text(), trips)
     return dict(instance=f"fat_tree({k})", flows=n, case="max_min_fair",
                 solver_check_every=int(check_every), target=target, iterations=iters,
                 compaction=compaction, fusions_in_program=len(_hlo._FUSION.findall(
