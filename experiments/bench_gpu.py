@@ -65,7 +65,7 @@ calls, ``--parts kernels,fluid,unroll,variants --json results/gpu_a.json`` then
     form, kernels launched and host round trips (:func:`_hlo.launch_model`; each exact
     loop's trips from each step's recorded depth ``d``, :func:`_hlo.solve_depths`:
     ``ceil(max(0, d - max(K, 1)) / M)`` for the solve, ``max(0, d - max(K, 1))`` for
-    the NIC water-fill: the first iteration of each runs outside its loop,
+    the NIC water-fill: on a GPU the first iteration of each runs outside its loop,
     :func:`_hlo.first_iterations`), and bytes per flow (XLA:GPU's memory analysis of the program).  Then one exact
     :func:`fabric_jax.max_min_fair` of 10^5 and 10^6 random pairs on ``fat_tree(16)``
     (``solve``'s instances), with ``check_every`` 1 and 8: kernels and round trips per
@@ -526,7 +526,7 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
     # trips of the exact while loops, step by step: after the K fixed iterations (or
     # the first one, where the code runs that one outside the loop), M per trip for
     # the solve
-    first = _hlo.first_iterations()
+    first = _hlo.first_iterations("cpu" if target is None else "cuda")
     trips = {"allocate": _hlo.loop_trips(depths["allocate"],
                                          max(int(unroll), first["allocate"]), check_every),
              "nic_send": _hlo.loop_trips(depths["nic_send"],
@@ -563,7 +563,7 @@ def aot_solve_row(k, n, target, check_every=1):
                                 compaction, int(check_every)), _hlo.gpu_device(target))
     # a depth-d solve runs its loop ceil(d / M) times, after its first iteration where
     # the code runs that one outside the loop (:func:`_hlo.first_iterations`)
-    trips = _hlo.loop_trips([iters], _hlo.first_iterations()["allocate"], check_every)
+    trips = _hlo.loop_trips([iters], _hlo.first_iterations("cuda")["allocate"], check_every)
     model = _hlo.solve_launches(compiled.as_text(), trips)
     return dict(instance=f"fat_tree({k})", flows=n, case="max_min_fair",
                 solver_check_every=int(check_every), target=target, iterations=iters,

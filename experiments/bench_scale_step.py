@@ -163,7 +163,7 @@ def aot_points(g: int, presets, target: str, dt: float, kernel_s: float,
     from fabric_jax import segments
     from fabric_jax.scale._run import SAVE_EVERY
     device = _hlo.gpu_device(target)      # first: a missing plugin stops before the work
-    first = _hlo.first_iterations()
+    first = _hlo.first_iterations("cuda")
     (topo, step, nic), t_build = _timed(lambda: sc.build_point(g))
     base, t_ideal_s = _timed(lambda: sc.ideal_rails(step, nic))
     t_ideal = float(np.max(base.finish))

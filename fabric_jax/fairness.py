@@ -333,6 +333,17 @@ def _link_min(values, li, n_links, axis_name, table=None):
     return out if axis_name is None else jax.lax.pmin(out, axis_name)
 
 
+def on_accelerators(accelerator, cpu, operand):
+    """``accelerator(operand)`` in a program compiled for a GPU or TPU, ``cpu(operand)``
+    in one compiled for the CPU (chosen when the program is lowered,
+    ``jax.lax.platform_dependent``: one branch is compiled).  For forms that cost the
+    same work but differ in what the runtime does with them, e.g. a while loop's first
+    iteration run before the loop: on XLA:GPU the loop's first test is a host round trip
+    (its ``WhileThunk`` reads the predicate back), on the CPU it is free and the
+    peeled iteration only adds fusions."""
+    return jax.lax.platform_dependent(operand, cpu=cpu, default=accelerator)
+
+
 def _any_shard(x, axis_name):
     """``x`` (a scalar bool) or-ed over shards: keeps loop trip counts uniform."""
     if axis_name is None:
@@ -417,8 +428,8 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_n
     act = w != 0
     rows = jnp.arange(n_flows)
     sizes = _levels(n_flows, width, fine)
-    if len(sizes) == 1:   # one loop: its first iteration always runs outside it (solve)
-        unroll = max(int(unroll), 1)
+    # one loop: on an accelerator its first iteration runs outside it (solve)
+    peel = len(sizes) == 1 and not unroll
     residual = capacity
     it = jnp.asarray(0, jnp.int32)
     r, f, d = rate, frozen, demand
@@ -468,9 +479,17 @@ def _solve_rows(inc: Incidence, capacity, demand, rate, frozen, max_iter, axis_n
                 c = counted(c)
             return c + (going(c[1], c[2]),)
 
-        if level == 0 and unroll:
-            r, f, it = jax.lax.fori_loop(0, unroll, lambda _, c: counted(c), (r, f, it))
-        r, f, it, _ = jax.lax.while_loop(lambda c: c[3], body, (r, f, it, going(f, it)))
+        def run(c, k, body=body, going=going, counted=counted):
+            """``k`` counted iterations in a loop of known trip count, then the loop."""
+            if k:
+                c = jax.lax.fori_loop(0, k, lambda _, c: counted(c), c)
+            r, f, it = c
+            return jax.lax.while_loop(lambda c: c[3], body, (r, f, it, going(f, it)))[:3]
+
+        if level == 0 and peel:
+            r, f, it = on_accelerators(lambda c: run(c, 1), lambda c: run(c, 0), (r, f, it))
+        else:
+            r, f, it = run((r, f, it), unroll if level == 0 else 0)
     rate = rate.at[rows].set(r, mode="drop")
     frozen = frozen.at[rows].set(f, mode="drop")
     return rate, frozen, it
@@ -515,8 +534,9 @@ def solve(inc: Incidence, capacity, demand, *, iterations=None, max_iter=None,
     with no data-dependent stop -- they are a loop whose trip count XLA knows, which
     XLA:GPU runs without reading a predicate back to the host per iteration (its
     ``WhileThunk``; ``experiments/_hlo.py``, :func:`launch_model`); on a CPU the
-    iterations beyond the depth are wasted work.  With ``compaction="none"`` the first
-    iteration always runs this way (``unroll=0`` is ``unroll=1``): it is needed
+    iterations beyond the depth are wasted work.  With ``compaction="none"``, in a
+    program compiled for an accelerator, the first iteration always runs this way
+    (``unroll=0`` is ``unroll=1`` there, :func:`on_accelerators`): it is needed
     whenever a flow crosses a link, so the while loop's first test, a host round trip
     on a GPU, would ask what is known.
 
@@ -878,9 +898,10 @@ def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: 
       unroll: (static, with ``iterations=None``) rounds run as a loop of known trip
         count before the while loop, which finishes the rest (none when one of those
         rounds already changed nothing): the same rates and round count as without.
-        The first round always runs, so it always runs this way (``unroll=0`` is
-        ``unroll=1``): on a GPU the while loop's first test would be a host round trip
-        whose answer is known.
+        The first round always runs, so in a program compiled for an accelerator it
+        always runs this way (``unroll=0`` is ``unroll=1`` there,
+        :func:`on_accelerators`): on a GPU the while loop's first test would be a host
+        round trip whose answer is known.
 
     Returns:
       ``[flows]`` rates, bytes/s, in the dtype of ``capacity`` (and the rounds with
@@ -915,21 +936,26 @@ def water_fill(link, weight, capacity, demand, *, iterations=None, with_rounds: 
     limited = ~on          # a flow on no link takes its demand
     check_loop_options(iterations, unroll)
     if iterations is None:
-        unroll = max(int(unroll), 1)   # the first round always runs (docstring)
-
         def body(c):
             new = join(c[0])
             return new, _any_shard(jnp.any(new != c[0]), axis_name), c[2] + 1
-        going, rounds = jnp.asarray(True), jnp.asarray(0, jnp.int32)
+
+        def fixed(_, c):   # the rounds the loop would run, while it would run
+            new = join(c[0])
+            return (new, c[1] & _any_shard(jnp.any(new != c[0]), axis_name),
+                    c[2] + c[1].astype(jnp.int32))
+
+        def run(c, k):
+            """``k`` rounds in a loop of known trip count, then the loop."""
+            if k:
+                c = jax.lax.fori_loop(0, k, fixed, c)
+            return jax.lax.while_loop(lambda c: c[1], body, c)
+
+        c = (limited, jnp.asarray(True), jnp.asarray(0, jnp.int32))
         if unroll:
-            def fixed(_, c):   # the rounds the loop would run, while it would run
-                new = join(c[0])
-                return (new, c[1] & _any_shard(jnp.any(new != c[0]), axis_name),
-                        c[2] + c[1].astype(jnp.int32))
-            limited, going, rounds = jax.lax.fori_loop(0, unroll, fixed,
-                                                       (limited, going, rounds))
-        limited, _, rounds = jax.lax.while_loop(lambda c: c[1], body,
-                                                (limited, going, rounds))
+            limited, _, rounds = run(c, int(unroll))
+        else:   # the first round always runs: on an accelerator, outside the loop
+            limited, _, rounds = on_accelerators(lambda c: run(c, 1), lambda c: run(c, 0), c)
     else:
         limited = jax.lax.fori_loop(0, int(iterations), lambda i, lim: join(lim), limited)
         rounds = jnp.asarray(int(iterations), jnp.int32)

@@ -88,19 +88,19 @@ def test_the_compiled_fluid_run_has_its_solves_as_loops_the_model_reads():
     # one record per step and solve, summing to the run's own counts
     for key, total in zip(("allocate", "nic_send"), np.asarray(res.info.solver_iterations)):
         assert len(depths[key]) == kw["n_steps"] and sum(depths[key]) == total
-    # every step's solves ran (each has a flow on a link), and their first iterations
-    # run outside the while loops
+    # every step's solves ran (each has a flow on a link); on the CPU their first
+    # iterations stay inside the while loops (on a GPU they run before them, below)
     assert min(depths["allocate"]) >= 1 and min(depths["nic_send"]) >= 1
-    assert hlo.first_iterations() == {"allocate": 1, "nic_send": 1}
-    trips = {key: hlo.loop_trips(depths[key], fixed=1) for key in depths}
-    assert trips["allocate"] == pytest.approx(it[0] - 1)
-    assert trips["nic_send"] == pytest.approx(it[1] - 1)
+    assert hlo.first_iterations("cpu") == {"allocate": 0, "nic_send": 0}
+    trips = {key: hlo.loop_trips(depths[key]) for key in depths}
+    assert trips["allocate"] == pytest.approx(it[0])
+    assert trips["nic_send"] == pytest.approx(it[1])
     m = hlo.launch_model(compiled.as_text(), trips)
     assert sorted(lp["scope"] for lp in m["inner"]) == ["allocate", "nic_send"]
     assert not any(lp["known_trip_count"] for lp in m["inner"])
     # each exact loop tests its condition once more than it iterates
-    assert m["round_trips_per_step"] == pytest.approx(it[0] + it[1])
-    # ... and its body's kernels: the step's own hold the two first iterations
+    assert m["round_trips_per_step"] == pytest.approx(it[0] + 1 + it[1] + 1)
+    # ... and launches its body's kernels once per trip
     plain0 = hlo.launch_model(compiled.as_text(), {key: 0.0 for key in depths})
     (solve_loop,) = [lp for lp in m["inner"] if lp["scope"] == "allocate"]
     assert m["kernels_per_step"] - plain0["kernels_per_step"] == pytest.approx(
@@ -124,7 +124,7 @@ def test_the_compiled_fluid_run_has_its_solves_as_loops_the_model_reads():
     every, res3 = hlo.compiled_fluid_run(inc, cap, np.full(inc.n_flows, 1e6),
                                          solver_check_every=3, **kw)
     np.testing.assert_array_equal(np.asarray(res3.delivered), np.asarray(res.delivered))
-    trips3 = {"allocate": hlo.loop_trips(depths["allocate"], fixed=1, every=3),
+    trips3 = {"allocate": hlo.loop_trips(depths["allocate"], every=3),
               "nic_send": trips["nic_send"]}
     m3 = hlo.launch_model(every.as_text(), trips3)
     (solve3,) = [lp for lp in m3["inner"] if lp["scope"] == "allocate"]
@@ -282,3 +282,12 @@ def test_solve_depths_leaves_no_callback_behind():
     after = simulate_fluid(inc, cap, np.full(inc.n_flows, 1e6), **kw)
     assert len(rec["allocate"]) == 5                   # the later run records nothing
     np.testing.assert_array_equal(np.asarray(after.delivered), np.asarray(inside.delivered))
+
+
+def test_the_solves_first_iterations_leave_their_loops_on_a_gpu_only():
+    """``fairness.on_accelerators``: a program lowered for a GPU runs each exact solve's
+    first iteration before its while loop (no host round trip for a test whose answer
+    is known), one lowered for the CPU keeps the plain loop (the peeled iteration
+    would only add fusions there).  Lowering for a GPU needs no GPU."""
+    assert hlo.first_iterations("cuda") == {"allocate": 1, "nic_send": 1}
+    assert hlo.first_iterations("cpu") == {"allocate": 0, "nic_send": 0}
