@@ -251,15 +251,8 @@ def launch_model(text: str, trips: dict | None = None) -> dict:
         k, sync = float(kernels(name)), 0.0
         sync += block.count(" conditional(")
         for lp in (lp for lp in loops if lp["parent"] == name):
-            n = n_trips(lp)
-            bk, bs = cost(lp["body"])
-            ck, cs = cost(lp["cond"])
-            if lp["known"] is None:
-                k += n * (bk + ck) + ck
-                sync += n * (bs + cs + 1) + cs + 1
-            else:
-                k += n * bk
-                sync += n * bs
+            dk, ds = _loop_cost(lp, n_trips(lp), cost(lp["body"]), cost(lp["cond"]))
+            k, sync = k + dk, sync + ds
         return k, sync
 
     if not loops:
@@ -273,6 +266,17 @@ def launch_model(text: str, trips: dict | None = None) -> dict:
     return dict(kernels=len(_KERNEL.findall(text)), fusions_in_program=len(_FUSION.findall(text)),
                 step_kernels=kernels(step["body"]), kernels_per_step=k,
                 round_trips_per_step=sync, inner=inner)
+
+
+def _loop_cost(lp: dict, n: float, body: tuple, cond: tuple) -> tuple:
+    """``(kernels, host round trips)`` of loop ``lp`` (of :func:`_loops`) run ``n``
+    trips, given one execution's of its body and of its condition: with a known trip
+    count the body ``n`` times; otherwise the body ``n`` times and the condition
+    ``n + 1`` times, each test a round trip (XLA:GPU's ``WhileThunk``)."""
+    (bk, bs), (ck, cs) = body, cond
+    if lp["known"] is not None:
+        return n * bk, n * bs
+    return n * (bk + ck) + ck, n * (bs + cs + 1) + cs + 1
 
 
 def solve_launches(text: str, trips: float) -> dict:
@@ -358,14 +362,9 @@ def run_launches(text: str, trips: dict | None = None, busy: float = 1.0) -> dic
                 k, sync = k + share * bk, sync + share * bs
         for lp in (lp for lp in loops if lp["parent"] == name):
             n = n_trips(lp)
-            bk, bs = cost(lp["body"], weight * n)
-            ck, cs = cost(lp["cond"], weight * n)
-            if lp["known"] is None:
-                k += n * (bk + ck) + ck
-                sync += n * (bs + cs + 1) + cs + 1
-            else:
-                k += n * bk
-                sync += n * bs
+            dk, ds = _loop_cost(lp, n, cost(lp["body"], weight * n),
+                                cost(lp["cond"], weight * n))
+            k, sync = k + dk, sync + ds
         return k, sync
 
     k, sync = cost("ENTRY")
