@@ -30,10 +30,11 @@ Units: seconds, bytes.
    read: kernels and host round trips per step and per run
    (:func:`_hlo.launch_model`, :func:`_hlo.run_launches`; the solves' loop trips from
    each simulated step's recorded depth, :func:`_hlo.solve_depths`, which also counts
-   the steps simulated: the chunks the run skips as idle are not), XLA:GPU's buffer sizes (``memory_analysis``: arguments,
-   outputs -- the trajectory --, temporaries) per flow, and the host-side times
-   (building the point, the ideal fabric, each run's preparation before the compiled
-   call).  **On paper**: what the point would take on that GPU if each kernel cost
+   the steps simulated: the chunks the run skips as idle are not), XLA:GPU's buffer
+   sizes (``memory_analysis``: arguments, outputs -- the trajectory --, temporaries)
+   per flow, and the host-side times (building the point, the ideal fabric, each run's
+   host work around its compiled call: routing, preparing, reading the result).
+   **On paper**: what the point would take on that GPU if each kernel cost
    ``--kernel-us`` (issue 24's ~5 us) and each round trip ``--round-trip-us`` (an
    assumption: a small copy's ~5-7 us per call, Wu et al., "DualPath", arXiv
    2602.21548, sec. 5.2, plus one launch the drained queue no longer hides), with the
