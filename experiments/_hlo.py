@@ -221,7 +221,7 @@ def launch_model(text: str, trips: dict | None = None) -> dict:
     found in the loop's body, e.g. ``"allocate"``; 1 without one), and each of its
     iterations evaluates its condition; a loop without a known trip count costs a host
     round trip per evaluation of its condition (``trips + 1``), a ``conditional`` one per
-    execution.
+    execution and the kernels of its branches in equal shares (:class:`_Program`).
 
     Returns:
       ``{"kernels", "fusions_in_program", "step_kernels", "kernels_per_step",
@@ -230,42 +230,81 @@ def launch_model(text: str, trips: dict | None = None) -> dict:
       ``step_kernels`` the step body's own, ``kernels_per_step`` with the loops inside it
       at their trips.
     """
-    comps = _computations(text)
-    trips = trips or {}
-    loops = _loops(comps)
+    prog = _Program(text, trips)
+    if prog.step is None:
+        return dict(kernels=prog.kernels("ENTRY"), fusions_in_program=len(_FUSION.findall(text)),
+                    step_kernels=0, kernels_per_step=0.0, round_trips_per_step=0.0, inner=[])
+    body = prog.step["body"]
+    inner = [dict(scope=prog.scope(lp), trips=prog.trips(lp),
+                  known_trip_count=lp["known"] is not None,
+                  kernels=prog.kernels(lp["body"]), cond_kernels=prog.kernels(lp["cond"]))
+             for lp in prog.loops if lp["parent"] == body]
+    k, sync = prog.cost(body)
+    return dict(kernels=len(_KERNEL.findall(text)), fusions_in_program=len(_FUSION.findall(text)),
+                step_kernels=prog.kernels(body), kernels_per_step=k,
+                round_trips_per_step=sync, inner=inner)
 
-    def kernels(name):
-        return len(_KERNEL.findall(comps.get(name, "")))
 
-    def scope(lp):
-        return next((s for s in trips if s in comps.get(lp["body"], "")), None)
+class _Program:
+    """The cost model of a compiled program (:func:`launch_model`, :func:`run_launches`):
+    ``cost(name)`` is ``(kernels, host round trips)`` of one execution of computation
+    ``name``: its kernel instructions; each loop inside at its trips (a known trip count,
+    else ``trips[scope]``, 1 without one; :func:`_loop_cost`); each ``conditional`` a
+    round trip and the kernels of the branch it takes -- the branch holding the step
+    loop (the loop with the most fusions in its body) a share ``busy`` of its
+    executions, the others the rest in equal shares."""
 
-    def n_trips(lp):
+    def __init__(self, text: str, trips: dict | None = None, busy: float = 1.0):
+        self.comps = _computations(text)
+        self.trips_of = trips or {}
+        self.busy = float(busy)
+        self.loops = _loops(self.comps)
+        self.step = max(self.loops, default=None,
+                        key=lambda lp: len(_FUSION.findall(self.comps.get(lp["body"], ""))))
+        self.conditionals = 0.0
+
+    def kernels(self, name):
+        return len(_KERNEL.findall(self.comps.get(name, "")))
+
+    def scope(self, lp):
+        return next((s for s in self.trips_of if s in self.comps.get(lp["body"], "")), None)
+
+    def trips(self, lp):
         if lp["known"] is not None:
             return lp["known"]
-        return float(trips[scope(lp)]) if scope(lp) else 1.0
+        return float(self.trips_of[self.scope(lp)]) if self.scope(lp) else 1.0
 
-    def cost(name):
-        """(kernels, round trips) of one execution of computation ``name``."""
-        block = comps.get(name, "")
-        k, sync = float(kernels(name)), 0.0
-        sync += block.count(" conditional(")
-        for lp in (lp for lp in loops if lp["parent"] == name):
-            dk, ds = _loop_cost(lp, n_trips(lp), cost(lp["body"]), cost(lp["cond"]))
+    def holds_step(self, name, seen=()):
+        if self.step is None or name in seen or name not in self.comps:
+            return False
+        if name == self.step["body"]:
+            return True
+        block = self.comps[name]
+        calls = set(re.findall(r"(?:body|condition|to_apply|calls)=(%[\w.\-]+)", block))
+        for m in _BRANCHES.finditer(block):
+            calls.update(_branch_names(m))
+        return any(self.holds_step(c, seen + (name,)) for c in calls)
+
+    def cost(self, name, weight=1.0):
+        block = self.comps.get(name, "")
+        k, sync = float(self.kernels(name)), 0.0
+        for m in _BRANCHES.finditer(block):
+            names = _branch_names(m)
+            busy = [b for b in names if self.holds_step(b)]
+            rest = [b for b in names if b not in busy]
+            sync += 1.0
+            self.conditionals += weight
+            for b in names:
+                share = (self.busy / len(busy) if b in busy
+                         else (1.0 - self.busy * bool(busy)) / max(len(rest), 1))
+                bk, bs = self.cost(b, weight * share)
+                k, sync = k + share * bk, sync + share * bs
+        for lp in (lp for lp in self.loops if lp["parent"] == name):
+            n = self.trips(lp)
+            dk, ds = _loop_cost(lp, n, self.cost(lp["body"], weight * n),
+                                self.cost(lp["cond"], weight * n))
             k, sync = k + dk, sync + ds
         return k, sync
-
-    if not loops:
-        return dict(kernels=kernels("ENTRY"), fusions_in_program=len(_FUSION.findall(text)),
-                    step_kernels=0, kernels_per_step=0.0, round_trips_per_step=0.0, inner=[])
-    step = max(loops, key=lambda lp: len(_FUSION.findall(comps.get(lp["body"], ""))))
-    inner = [dict(scope=scope(lp), trips=n_trips(lp), known_trip_count=lp["known"] is not None,
-                  kernels=kernels(lp["body"]), cond_kernels=kernels(lp["cond"]))
-             for lp in loops if lp["parent"] == step["body"]]
-    k, sync = cost(step["body"])
-    return dict(kernels=len(_KERNEL.findall(text)), fusions_in_program=len(_FUSION.findall(text)),
-                step_kernels=kernels(step["body"]), kernels_per_step=k,
-                round_trips_per_step=sync, inner=inner)
 
 
 def _loop_cost(lp: dict, n: float, body: tuple, cond: tuple) -> tuple:
@@ -319,56 +358,11 @@ def run_launches(text: str, trips: dict | None = None, busy: float = 1.0) -> dic
 
     Returns ``{"kernels_per_run", "round_trips_per_run", "conditionals"}``.
     """
-    comps = _computations(text)
-    trips = trips or {}
-    loops = _loops(comps)
     if not 0.0 <= float(busy) <= 1.0:
         raise ValueError(f"busy: a share in [0, 1]; got {busy!r}")
-    step = max(loops, key=lambda lp: len(_FUSION.findall(comps.get(lp["body"], ""))),
-               default=None)
-
-    def holds_step(name, seen=()):
-        if step is None or name in seen:
-            return False
-        if name == step["body"]:
-            return True
-        calls = set(re.findall(r"(?:body|condition|to_apply|calls|true_computation|"
-                               r"false_computation)=(%[\w.\-]+)", comps.get(name, "")))
-        for m in _BRANCHES.finditer(comps.get(name, "")):
-            calls.update(_branch_names(m))
-        return any(holds_step(c, seen + (name,)) for c in calls if c in comps)
-
-    def n_trips(lp):
-        if lp["known"] is not None:
-            return lp["known"]
-        body = comps.get(lp["body"], "")
-        return float(next((trips[s] for s in trips if s in body), 1.0))
-
-    n_cond = [0.0]
-
-    def cost(name, weight=1.0):
-        block = comps.get(name, "")
-        k, sync = float(len(_KERNEL.findall(block))), 0.0
-        for m in _BRANCHES.finditer(block):
-            names = _branch_names(m)
-            busy_ones = [b for b in names if holds_step(b)]
-            rest = [b for b in names if b not in busy_ones]
-            sync += 1.0
-            n_cond[0] += weight
-            for b in names:
-                share = (float(busy) / len(busy_ones) if b in busy_ones
-                         else (1.0 - float(busy) * bool(busy_ones)) / max(len(rest), 1))
-                bk, bs = cost(b, weight * share)
-                k, sync = k + share * bk, sync + share * bs
-        for lp in (lp for lp in loops if lp["parent"] == name):
-            n = n_trips(lp)
-            dk, ds = _loop_cost(lp, n, cost(lp["body"], weight * n),
-                                cost(lp["cond"], weight * n))
-            k, sync = k + dk, sync + ds
-        return k, sync
-
-    k, sync = cost("ENTRY")
-    return dict(kernels_per_run=k, round_trips_per_run=sync, conditionals=n_cond[0])
+    prog = _Program(text, trips, busy)
+    k, sync = prog.cost("ENTRY")
+    return dict(kernels_per_run=k, round_trips_per_run=sync, conditionals=prog.conditionals)
 
 
 def _branch_names(m) -> list:

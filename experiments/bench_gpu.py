@@ -66,8 +66,8 @@ calls, ``--parts kernels,fluid,unroll,variants --json results/gpu_a.json`` then
     loop's trips from each step's recorded depth ``d``, :func:`_hlo.solve_depths`:
     ``ceil(max(0, d - max(K, 1)) / M)`` for the solve, ``max(0, d - max(K, 1))`` for
     the NIC water-fill: on a GPU the first iteration of each runs outside its loop,
-    :func:`_hlo.first_iterations`), and bytes per flow (XLA:GPU's memory analysis of the program).  Then one exact
-    :func:`fabric_jax.max_min_fair` of 10^5 and 10^6 random pairs on ``fat_tree(16)``
+    :func:`_hlo.first_iterations`), and bytes per flow (XLA:GPU's memory analysis of
+    the program).  Then one exact :func:`fabric_jax.max_min_fair` of 10^5 and 10^6 random pairs on ``fat_tree(16)``
     (``solve``'s instances), with ``check_every`` 1 and 8: kernels and round trips per
     solve at its measured depth.  With ``--baseline-rev`` the baseline's figures beside
     the fluid rows (its package, this part's code).  Not a timing: what a step asks of
@@ -526,7 +526,7 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
     # trips of the exact while loops, step by step: after the K fixed iterations (or
     # the first one, where the code runs that one outside the loop), M per trip for
     # the solve
-    first = _hlo.first_iterations("cpu" if target is None else "cuda")
+    first = _hlo.first_iterations("cuda")   # the program is compiled for a GPU
     trips = {"allocate": _hlo.loop_trips(depths["allocate"],
                                          max(int(unroll), first["allocate"]), check_every),
              "nic_send": _hlo.loop_trips(depths["nic_send"],
