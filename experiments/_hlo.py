@@ -22,9 +22,14 @@ costs the GPU runtime: kernels (fusions, copies, library calls) and **host round
 A ``while`` loop whose trip count XLA does not know evaluates its condition on the
 device, copies the predicate to the host and waits for it, every iteration (XLA's
 ``WhileThunk``); a loop with a known trip count (``fori_loop``, ``scan``) runs its body
-that many times with no round trip, and so does a ``while`` held by a CUDA graph's
-conditional node (command buffers; not modelled here).  These are what a step costs in
-launches and stalls, not its time.
+that many times with no round trip, and so does a ``while`` recorded into a command
+buffer (a CUDA graph), where a conditional node runs it on the device
+(``fabric_jax.compiling``: fabric_jax's programs ask for it).  XLA:GPU decides which
+thunks go into command buffers after the HLO is final and says so in its log only;
+:func:`compile_for` with ``buffers=[]`` reads that log (:func:`log_command_buffers`
+must run before JAX's backend starts), and :func:`launch_model` / :func:`run_launches`
+take the loops it put on the device.  These are what a step costs in launches and
+stalls, not its time.
 """
 
 from __future__ import annotations
@@ -33,19 +38,33 @@ import re
 
 __all__ = ["kernel_counts", "compiled_text", "compiled_fluid_run", "launches_per_step",
            "gpu_device", "compile_for", "launch_model", "solve_launches", "run_launches",
-           "solve_depths", "loop_trips", "GPU_TARGETS"]
+           "solve_depths", "loop_trips", "GPU_TARGETS", "log_command_buffers",
+           "DRIVER"]
 
 #: Device descriptions for :func:`gpu_device` (``experiments/gpu_targets/<name>.txtpb``).
 GPU_TARGETS = ("h100", "h200")
+#: The CUDA driver and runtime version :func:`gpu_device` describes by default.  An
+#: assumption about the machine: 12.9 is the CUDA runtime the ``jax[cuda12]`` 0.10 wheels
+#: install, with a driver at least as new (NVIDIA: a driver supports the features of the
+#: toolkits up to its own version).  XLA:GPU records ``while`` and ``conditional`` into
+#: CUDA graphs only with a driver and runtime >= 12.3; without a version (``driver=None``)
+#: a deviceless compile knows none (0.0.0) and keeps every loop on the host.
+DRIVER = "12.9.0"
+#: The environment that makes XLA:GPU's compiler log its command buffers.
+_CB_LOG = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "command_buffer_conversion_pass=3"}
+_CB_LINE = re.compile(r"Creating command buffer thunk with the following thunks: (.*)$", re.M)
+_CB_CONFIG = "CommandBufferConfig"
 
 _FUSION = re.compile(r"^\s*(?:ROOT )?%\S+ = .*? fusion\(", re.M)
 #: Instructions that run as a kernel (or a memcpy / library call) of their own on a GPU.
 _KERNEL = re.compile(r"^\s*(?:ROOT )?%\S+ = .*? (?:fusion|copy|custom-call|sort|scatter|"
                      r"all-reduce|all-gather|reduce-scatter|all-to-all)\(", re.M)
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-_WHILE = re.compile(r"^\s*%\S+ = .*? while\(.*?condition=(%[\w.\-]+), body=(%[\w.\-]+)", re.M)
-_BRANCHES = re.compile(r" conditional\(.*?(?:true_computation=(%[\w.\-]+), "
-                       r"false_computation=(%[\w.\-]+)|branch_computations=\{([^}]*)\})")
+_WHILE = re.compile(r"^\s*(?:ROOT )?%(\S+) = .*? while\(.*?condition=(%[\w.\-]+), "
+                    r"body=(%[\w.\-]+)", re.M)
+_BRANCHES = re.compile(r"^\s*(?:ROOT )?%(\S+) = .*? conditional\(.*?(?:true_computation="
+                       r"(%[\w.\-]+), false_computation=(%[\w.\-]+)|"
+                       r"branch_computations=\{([^}]*)\})", re.M)
 
 
 def compiled_text(fn, *args, **kwargs) -> str:
@@ -56,7 +75,7 @@ def compiled_text(fn, *args, **kwargs) -> str:
 
 
 def compiled_fluid_run(*args, target: str | None = None, depths: dict | None = None,
-                       **kwargs):
+                       buffers: list | None = None, **kwargs):
     """``(compiled, result)``: :func:`fabric_jax.simulate_fluid` run with these arguments,
     and its jitted core (``fabric_jax.fluid_step._run``) compiled for the arguments it got
     (caught on the way in: the public function prepares them on the host).
@@ -66,7 +85,9 @@ def compiled_fluid_run(*args, target: str | None = None, depths: dict | None = N
     ``fabric_jax.segments.forced("gather")``) and its core compiled by XLA:GPU for that
     device (:func:`gpu_device`), so the result's iteration counts go with the GPU
     program.  ``depths``: a dict filled with each step's solve iterations
-    (:func:`solve_depths`; recorded during the run, compiled without)."""
+    (:func:`solve_depths`; recorded during the run, compiled without).  ``buffers``
+    (with a ``target``): a list filled with XLA:GPU's command buffers
+    (:func:`compile_for`)."""
     import contextlib
     import fabric_jax.fluid as fl
     import fabric_jax.fluid_step as fs
@@ -94,16 +115,21 @@ def compiled_fluid_run(*args, target: str | None = None, depths: dict | None = N
     if target is None:
         return orig.lower(*captured["a"]).compile(), res
     a = captured["a"]
-    return compile_for(orig, a[:4], a[4:], gpu_device(target)), res
+    return compile_for(orig, a[:4], a[4:], gpu_device(target), buffers=buffers), res
 
 
-def gpu_device(target: str = "h200"):
+def gpu_device(target: str = "h200", driver: str | None = DRIVER):
     """A compile-only XLA:GPU device for ``target`` (a name of :data:`GPU_TARGETS`),
-    usable on a host without that GPU (see the module docstring)."""
+    usable on a host without that GPU (see the module docstring), with a CUDA driver and
+    runtime of version ``driver`` (:data:`DRIVER`; ``None``: unknown, as a deviceless
+    compile has it by default)."""
     from pathlib import Path
     if target not in GPU_TARGETS:
         raise ValueError(f"target must be one of {GPU_TARGETS}; got {target!r}")
     spec = (Path(__file__).with_name("gpu_targets") / f"{target}.txtpb").read_text()
+    if driver is not None:
+        version = f'  driver_version: "{driver}"\n  runtime_version: "{driver}"\n'
+        spec = spec.replace("  cuda_compute_capability {", version + "  cuda_compute_capability {", 1)
     try:
         from jax.experimental import topologies
         topo = topologies.get_topology_desc(platform="cuda", topology="1x1x1",
@@ -116,9 +142,14 @@ def gpu_device(target: str = "h200"):
     return topo.devices[0]
 
 
-def compile_for(jitted, static_args, args, device):
+def compile_for(jitted, static_args, args, device, buffers: list | None = None):
     """``jitted(*static_args, *args)`` compiled for ``device`` (e.g. :func:`gpu_device`):
-    the arrays of ``args`` become shape/dtype placeholders placed on it."""
+    the arrays of ``args`` become shape/dtype placeholders placed on it.
+
+    ``buffers``: a list to fill with XLA:GPU's command buffers, each the list of the
+    thunks (HLO instruction names) recorded into it, read from the compiler's log
+    (:func:`log_command_buffers` must have run before JAX's backend started; a
+    ``RuntimeError`` says so if the log is silent)."""
     import jax
     import numpy as np
     sharding = jax.sharding.SingleDeviceSharding(device)
@@ -130,7 +161,62 @@ def compile_for(jitted, static_args, args, device):
     placeholders = jax.tree_util.tree_map(spec, tuple(args))
     platform = {"gpu": "cuda"}.get(device.platform, device.platform)
     lowered = jitted.trace(*static_args, *placeholders).lower(lowering_platforms=(platform,))
-    return lowered.compile()
+    if buffers is None:
+        return lowered.compile()
+    with _stderr() as log:
+        compiled = lowered.compile()
+    if _CB_CONFIG not in log[0]:
+        raise RuntimeError("compile_for(buffers=...): XLA:GPU's compiler did not log its "
+                           "command buffers; call _hlo.log_command_buffers() before JAX's "
+                           "first computation (its CUDA plugin reads the setting when it "
+                           "loads)")
+    buffers.extend([x.strip() for x in m.group(1).split(",") if x.strip()]
+                   for m in _CB_LINE.finditer(log[0]))
+    return compiled
+
+
+def log_command_buffers():
+    """Make XLA:GPU's compiler log which thunks it records into command buffers (the
+    environment of :data:`_CB_LOG`, INFO logs and the conversion pass's): call it before
+    JAX's first computation, as benchmarks do first thing."""
+    import os
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = _CB_LOG["TF_CPP_MIN_LOG_LEVEL"]
+    vmodule = os.environ.get("TF_CPP_VMODULE", "")
+    if _CB_LOG["TF_CPP_VMODULE"] not in vmodule:
+        os.environ["TF_CPP_VMODULE"] = ",".join(x for x in (vmodule, _CB_LOG["TF_CPP_VMODULE"])
+                                                if x)
+
+
+def _stderr():
+    """A context manager yielding ``[text]``: what the process wrote to its standard
+    error (file descriptor 2, where XLA's C++ log goes) inside the block, also passed
+    on to the real standard error once the block ends."""
+    import contextlib
+    import os
+    import sys
+    import tempfile
+
+    @contextlib.contextmanager
+    def block():
+        out = [""]
+        with tempfile.TemporaryFile() as tmp:
+            sys.stderr.flush()
+            saved = os.dup(2)
+            os.dup2(tmp.fileno(), 2)
+            try:
+                yield out
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+                tmp.seek(0)
+                out[0] = tmp.read().decode(errors="replace")
+        kept = "\n".join(line for line in out[0].splitlines()
+                         if "command_buffer_conversion_pass" not in line
+                         and "se_gpu_pjrt_compiler" not in line)
+        if kept.strip():
+            sys.stderr.write(kept + "\n")
+    return block()
 
 
 def _computations(text: str) -> dict:
@@ -143,16 +229,16 @@ def _computations(text: str) -> dict:
 
 
 def _loops(comps: dict) -> list:
-    """Every ``while`` of a module: ``[{"parent", "cond", "body", "known"}]`` (``known``:
-    XLA's ``known_trip_count``, or ``None``)."""
+    """Every ``while`` of a module: ``[{"name", "parent", "cond", "body", "known"}]``
+    (``name``: the instruction's; ``known``: XLA's ``known_trip_count``, or ``None``)."""
     loops = []
     for name, block in comps.items():
         for line in block.split("\n"):
             m = _WHILE.search(line)
             if m:
                 known = _TRIP.search(line)
-                loops.append(dict(parent=name, cond=m.group(1), body=m.group(2),
-                                  known=int(known.group(1)) if known else None))
+                loops.append(dict(name=m.group(1), parent=name, cond=m.group(2),
+                                  body=m.group(3), known=int(known.group(1)) if known else None))
     return loops
 
 
@@ -210,7 +296,7 @@ def launches_per_step(counts: dict, trips: dict | None = None) -> dict:
     return dict(step_fusions=step["fusions"], inner=out, launches_per_step=total)
 
 
-def launch_model(text: str, trips: dict | None = None) -> dict:
+def launch_model(text: str, trips: dict | None = None, on_device=()) -> dict:
     """What one step of the time loop costs the GPU runtime, read from a compiled
     program (best from XLA:GPU, :func:`compiled_fluid_run` with a ``target``).
 
@@ -222,6 +308,9 @@ def launch_model(text: str, trips: dict | None = None) -> dict:
     iterations evaluates its condition; a loop without a known trip count costs a host
     round trip per evaluation of its condition (``trips + 1``), a ``conditional`` one per
     execution and the kernels of its branches in equal shares (:class:`_Program`).
+    ``on_device``: the instructions XLA:GPU recorded into command buffers
+    (:func:`compile_for`'s ``buffers``, flattened); a loop or ``conditional`` among them,
+    or inside one, runs on the device: no round trip, one more kernel per test.
 
     Returns:
       ``{"kernels", "fusions_in_program", "step_kernels", "kernels_per_step",
@@ -230,7 +319,7 @@ def launch_model(text: str, trips: dict | None = None) -> dict:
       ``step_kernels`` the step body's own, ``kernels_per_step`` with the loops inside it
       at their trips.
     """
-    prog = _Program(text, trips)
+    prog = _Program(text, trips, on_device=on_device)
     if prog.step is None:
         return dict(kernels=prog.kernels("ENTRY"), fusions_in_program=len(_FUSION.findall(text)),
                     step_kernels=0, kernels_per_step=0.0, round_trips_per_step=0.0, inner=[])
@@ -252,9 +341,16 @@ class _Program:
     else ``trips[scope]``, 1 without one; :func:`_loop_cost`); each ``conditional`` a
     round trip and the kernels of the branch it takes -- the branch holding the step
     loop (the loop with the most fusions in its body) a share ``busy`` of its
-    executions, the others the rest in equal shares."""
+    executions, the others the rest in equal shares.
 
-    def __init__(self, text: str, trips: dict | None = None, busy: float = 1.0):
+    ``on_device``: names of instructions recorded into command buffers (CUDA graphs).
+    A ``while`` or ``conditional`` among them, or in a computation one of them runs, is
+    a conditional node of the graph: it costs no host round trip, and one kernel per
+    test of its condition (XLA:GPU's CUDA command buffer sets the node's handle from the
+    predicate with a kernel of its own)."""
+
+    def __init__(self, text: str, trips: dict | None = None, busy: float = 1.0,
+                 on_device=()):
         self.comps = _computations(text)
         self.trips_of = trips or {}
         self.busy = float(busy)
@@ -262,6 +358,29 @@ class _Program:
         self.step = max(self.loops, default=None,
                         key=lambda lp: len(_FUSION.findall(self.comps.get(lp["body"], ""))))
         self.conditionals = 0.0
+        self.on_device = set(on_device)
+        self.device_comps = self._device_computations()
+
+    def _device_computations(self) -> set:
+        """The computations run inside command buffers: those of the loops and
+        conditionals of ``on_device``, and, inside them, every nested one."""
+        owned = {}   # instruction name -> (parent computation, computations it runs)
+        for lp in self.loops:
+            owned[lp["name"]] = (lp["parent"], [lp["body"], lp["cond"]])
+        for parent, block in self.comps.items():
+            for m in _BRANCHES.finditer(block):
+                owned[m.group(1)] = (parent, _branch_names(m))
+        device, changed = set(), True
+        while changed:
+            changed = False
+            for name, (parent, comps) in owned.items():
+                if (name in self.on_device or parent in device) and not set(comps) <= device:
+                    device.update(comps)
+                    changed = True
+        return device
+
+    def runs_on_device(self, name: str, parent: str) -> bool:
+        return name in self.on_device or parent in self.device_comps
 
     def kernels(self, name):
         return len(_KERNEL.findall(self.comps.get(name, "")))
@@ -292,7 +411,10 @@ class _Program:
             names = _branch_names(m)
             busy = [b for b in names if self.holds_step(b)]
             rest = [b for b in names if b not in busy]
-            sync += 1.0
+            if self.runs_on_device(m.group(1), name):
+                k += 1.0
+            else:
+                sync += 1.0
             self.conditionals += weight
             for b in names:
                 share = (self.busy / len(busy) if b in busy
@@ -302,23 +424,28 @@ class _Program:
         for lp in (lp for lp in self.loops if lp["parent"] == name):
             n = self.trips(lp)
             dk, ds = _loop_cost(lp, n, self.cost(lp["body"], weight * n),
-                                self.cost(lp["cond"], weight * n))
+                                self.cost(lp["cond"], weight * n),
+                                self.runs_on_device(lp["name"], name))
             k, sync = k + dk, sync + ds
         return k, sync
 
 
-def _loop_cost(lp: dict, n: float, body: tuple, cond: tuple) -> tuple:
+def _loop_cost(lp: dict, n: float, body: tuple, cond: tuple, device: bool = False) -> tuple:
     """``(kernels, host round trips)`` of loop ``lp`` (of :func:`_loops`) run ``n``
     trips, given one execution's of its body and of its condition: with a known trip
     count the body ``n`` times; otherwise the body ``n`` times and the condition
-    ``n + 1`` times, each test a round trip (XLA:GPU's ``WhileThunk``)."""
+    ``n + 1`` times, each test a round trip (XLA:GPU's ``WhileThunk``) or, ``device``
+    (a conditional node of a CUDA graph), one more kernel."""
     (bk, bs), (ck, cs) = body, cond
     if lp["known"] is not None:
         return n * bk, n * bs
-    return n * (bk + ck) + ck, n * (bs + cs + 1) + cs + 1
+    tests = n + 1
+    if device:
+        return n * bk + tests * (ck + 1), n * bs + tests * cs
+    return n * bk + tests * ck, n * bs + tests * (cs + 1)
 
 
-def solve_launches(text: str, trips: float) -> dict:
+def solve_launches(text: str, trips: float, on_device=()) -> dict:
     """Kernels and host round trips of one call of a program made of straight-line code
     and while loops of unknown trip count (a one-off max-min solve): ``trips`` is how
     many times the loops' bodies run in all (the solver's one loop; with compaction
@@ -327,7 +454,8 @@ def solve_launches(text: str, trips: float) -> dict:
     Returns ``{"kernels": kernels in the program, "loops": loops of unknown trip count,
     "body_kernels", "cond_kernels": per loop (their mean), "kernels_per_call",
     "round_trips_per_call"}`` (a loop's condition runs, and is read back, once per trip
-    and once more at its exit).
+    and once more at its exit; ``on_device`` as :func:`launch_model`'s: a loop recorded
+    into a command buffer is read back never, and its tests cost a kernel each).
     """
     comps = _computations(text)
     loops = [lp for lp in _loops(comps) if lp["known"] is None]
@@ -339,12 +467,15 @@ def solve_launches(text: str, trips: float) -> dict:
         return dict(kernels=total, loops=0, body_kernels=0.0, cond_kernels=0.0,
                     kernels_per_call=float(total), round_trips_per_call=0.0)
     outside = total - len(loops) * (body + cond)
+    tests = trips + len(loops)
+    device = sum(lp["name"] in set(on_device) for lp in loops) / len(loops)
     return dict(kernels=total, loops=len(loops), body_kernels=body, cond_kernels=cond,
-                kernels_per_call=outside + trips * (body + cond) + len(loops) * cond,
-                round_trips_per_call=trips + len(loops))
+                kernels_per_call=outside + trips * body + tests * (cond + device),
+                round_trips_per_call=tests * (1.0 - device))
 
 
-def run_launches(text: str, trips: dict | None = None, busy: float = 1.0) -> dict:
+def run_launches(text: str, trips: dict | None = None, busy: float = 1.0,
+                 on_device=()) -> dict:
     """Kernels and host round trips of one whole run of a compiled fluid program (the
     time loop's chunks included), where :func:`launch_model` gives one step's.
 
@@ -354,21 +485,22 @@ def run_launches(text: str, trips: dict | None = None, busy: float = 1.0) -> dic
     kernels of the branch it takes: the branch holding the step loop (the loop with the
     most fusions in its body) a share ``busy`` of its executions, the others the rest
     in equal shares -- for ``simulate_fluid``'s chunks, ``busy`` is the share of chunks
-    simulated rather than skipped as idle (``stop_when_idle``).
+    simulated rather than skipped as idle (``stop_when_idle``).  ``on_device`` as
+    :func:`launch_model`'s.
 
     Returns ``{"kernels_per_run", "round_trips_per_run", "conditionals"}``.
     """
     if not 0.0 <= float(busy) <= 1.0:
         raise ValueError(f"busy: a share in [0, 1]; got {busy!r}")
-    prog = _Program(text, trips, busy)
+    prog = _Program(text, trips, busy, on_device)
     k, sync = prog.cost("ENTRY")
     return dict(kernels_per_run=k, round_trips_per_run=sync, conditionals=prog.conditionals)
 
 
 def _branch_names(m) -> list:
-    if m.group(3) is not None:
-        return [x.strip() for x in m.group(3).split(",") if x.strip()]
-    return [m.group(1), m.group(2)]
+    if m.group(4) is not None:
+        return [x.strip() for x in m.group(4).split(",") if x.strip()]
+    return [m.group(2), m.group(3)]
 
 
 def solve_depths():

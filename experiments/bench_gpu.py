@@ -36,13 +36,14 @@ calls, ``--parts kernels,fluid,unroll,variants --json results/gpu_a.json`` then
     on ``fat_tree(8)``) rerun in a fresh process per variant (XLA reads its flags when
     the backend starts): XLA's default, ``solver_unroll=4`` (the per-step solves' first
     iterations as a loop of known trip count, :func:`fabric_jax.simulate_fluid`) and
-    ``solver_check_every=8`` (their loop tested once every 8 iterations); and the same
-    three with XLA:GPU command buffers (CUDA graphs) extended to while loops and
-    conditionals (``--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL``: the loop
-    predicate stays on the device).  Time per step, its ratio to the
-    default, and whether the variant's results equal the default's to the bit
-    (``same_result``: every variant computes the same thing).  On a CPU the GPU flags
-    are accepted and do nothing (a smoke run).
+    ``solver_check_every=8`` (their loop tested once every 8 iterations), each as
+    fabric_jax compiles it (XLA:GPU command buffers extended to while loops,
+    :mod:`fabric_jax.compiling`: the loops run as CUDA graph conditional nodes, no host
+    round trip) and with that turned off (``host_loops*``: ``FABRIC_JAX_DEVICE_LOOPS=0``,
+    XLA's default command buffers, every loop test read back by the host).  Time per
+    step, its ratio to the default, and whether the variant's results equal the
+    default's to the bit (``same_result``: every variant computes the same thing).  On a
+    CPU the GPU option does nothing (a smoke run).
 ``batched``
     :func:`fabric_jax.simulate_flows_batched` over 8 seeds against the same seeds one by
     one: the cost per scenario.
@@ -62,14 +63,20 @@ calls, ``--parts kernels,fluid,unroll,variants --json results/gpu_a.json`` then
     with ``solver_unroll=K`` (``K`` above its solves' mean depth) and with
     ``solver_check_every=M``: fusions in the program, kernels in one step's body, and
     per step, at the solves' iterations measured by running the same program's CPU
-    form, kernels launched and host round trips (:func:`_hlo.launch_model`; each exact
+    form, kernels launched and host round trips as fabric_jax compiles it (the loops
+    XLA:GPU's compiler logs as recorded into command buffers run on the device,
+    ``loops_on_device``) and with every loop on the host (``host_loops_*``: fabric_jax
+    before :mod:`fabric_jax.compiling`, ``FABRIC_JAX_DEVICE_LOOPS=0``, or a driver
+    older than CUDA 12.3) (:func:`_hlo.launch_model`; each exact
     loop's trips from each step's recorded depth ``d``, :func:`_hlo.solve_depths`:
     ``ceil(max(0, d - max(K, 1)) / M)`` for the solve, ``max(0, d - max(K, 1))`` for
     the NIC water-fill: on a GPU the first iteration of each runs outside its loop,
     :func:`_hlo.first_iterations`), and bytes per flow (XLA:GPU's memory analysis of
     the program).  Then one exact :func:`fabric_jax.max_min_fair` of 10^5 and 10^6 random pairs on ``fat_tree(16)``
     (``solve``'s instances), with ``check_every`` 1 and 8: kernels and round trips per
-    solve at its measured depth.  With ``--baseline-rev`` the baseline's figures beside
+    solve at its measured depth.  Then :func:`fabric_jax.simulate_flows` on ``events``'
+    coupled instances: its events, its loops and conditionals and how many XLA:GPU
+    runs on the device.  With ``--baseline-rev`` the baseline's figures beside
     the fluid rows (its package, this part's code).  Not a timing: what a step asks of
     the GPU runtime.
 
@@ -120,15 +127,16 @@ from fabric_jax.paths import PathsTruncatedWarning  # noqa: E402
 PARTS = ("kernels", "solve", "fluid", "events", "batched", "fluid_batched", "unroll",
          "variants", "aot")
 
-#: ``variants`` part: (name, XLA flags added to ``XLA_FLAGS``, ``solver_unroll``,
-#: ``solver_check_every``).
+#: ``variants`` part: (name, environment variables set in its process,
+#: ``solver_unroll``, ``solver_check_every``).
+_HOST_LOOPS = {"FABRIC_JAX_DEVICE_LOOPS": "0"}
 XLA_VARIANTS = (
-    ("default", "", 0, 1),
-    ("unroll4", "", 4, 1),
-    ("check8", "", 0, 8),
-    ("graphs_while", "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL", 0, 1),
-    ("graphs_while_unroll4", "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL", 4, 1),
-    ("graphs_while_check8", "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL", 0, 8),
+    ("default", {}, 0, 1),
+    ("unroll4", {}, 4, 1),
+    ("check8", {}, 0, 8),
+    ("host_loops", _HOST_LOOPS, 0, 1),
+    ("host_loops_unroll4", _HOST_LOOPS, 4, 1),
+    ("host_loops_check8", _HOST_LOOPS, 0, 8),
 )
 
 
@@ -245,13 +253,14 @@ def _digest(result) -> str:
     return h.hexdigest()[:16]
 
 
-def fluid_program(instance, steps, target=None, depths=None, **kw):
+def fluid_program(instance, steps, target=None, depths=None, buffers=None, **kw):
     """``(compiled, result, flows)``: the fluid run on ``instance`` -- ``"proxy"`` (the
     issue's instance, ``experiments/bench_dynamics.py``: ``fat_tree(8)``, a permutation
     and a 16-to-1 incast, 1 MB flows) or ``(k, flows)`` (:func:`pair_instance`, flows
     that never finish) -- with ``kw`` (law, flow control, solver options), dt = 1 us,
     compiled for ``target`` (:func:`_hlo.compiled_fluid_run`; ``depths``: a dict it fills
-    with each step's solve iterations)."""
+    with each step's solve iterations; ``buffers``: a list it fills with XLA:GPU's
+    command buffers, :func:`_hlo.compile_for`)."""
     if instance == "proxy":
         from bench_dynamics import workload
         topo, inc, cap, _ = workload(8, 16, 0, None)
@@ -260,6 +269,8 @@ def fluid_program(instance, steps, target=None, depths=None, **kw):
         topo, inc, cap = pair_instance(*instance)
         size = np.full(inc.n_flows, 1e12, np.float32)
     opts = {} if depths is None else {"depths": depths}
+    if buffers is not None:
+        opts["buffers"] = buffers
     compiled, res = _hlo.compiled_fluid_run(
         inc, cap, size, dt=1e-6, n_steps=steps, buffer=1e6,
         link_latency=np.asarray(topo.latency), nic_links=topo, target=target, **opts, **kw)
@@ -272,11 +283,12 @@ def fluid_hlo(k, n, case, steps):
     return _hlo.kernel_counts(compiled.as_text()), _bytes(compiled, n)
 
 
-def _here(fn, args: str, flags: str = ""):
+def _here(fn, args: str, flags: str = "", env: dict | None = None):
     """``(result, stderr)``: ``fn(<args>)`` of this file, on this code, in a fresh process
-    with ``flags`` added to ``XLA_FLAGS`` (:func:`_call_in_process`)."""
+    with ``flags`` added to ``XLA_FLAGS`` and the variables ``env`` set
+    (:func:`_call_in_process`)."""
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join(
         x for x in (str(root), os.environ.get("PYTHONPATH", "")) if x))
     env["XLA_FLAGS"] = " ".join(x for x in (env.get("XLA_FLAGS", ""), flags) if x)
     return _call_in_process("bench_gpu", fn, args, root, env)
@@ -476,15 +488,14 @@ def part_fluid_batched(small, backends):
                 loop_over_batched=loop / (steady / b))]
 
 
-def variant_row(k, n, steps, name, flags, unroll, check_every=1):
-    """:func:`fluid_row` (DCQCN + PFC) in a fresh process with ``flags`` added to
-    ``XLA_FLAGS``: ``dict`` or ``{"error": ...}`` when the process fails (e.g. an XLA
-    that does not know a flag)."""
+def variant_row(k, n, steps, name, env, unroll, check_every=1):
+    """:func:`fluid_row` (DCQCN + PFC) in a fresh process with the environment variables
+    ``env``: ``dict`` or ``{"error": ...}`` when the process fails."""
     t0 = time.perf_counter()
     r, err = _here("fluid_row", f"{k}, {n}, 'dcqcn_pfc', {steps}, jax.devices()[0], "
-                   f"{int(unroll)}, {int(check_every)}", flags)
-    row = dict(variant=name, xla_flags=flags, solver_unroll=int(unroll),
-               solver_check_every=int(check_every))
+                   f"{int(unroll)}, {int(check_every)}", env=env)
+    row = dict(variant=name, env=" ".join(f"{a}={b}" for a, b in env.items()),
+               solver_unroll=int(unroll), solver_check_every=int(check_every))
     if r is None:
         row["error"] = (err.strip().splitlines() or ["?"])[-1][-300:]
         return row
@@ -498,8 +509,8 @@ def variant_row(k, n, steps, name, flags, unroll, check_every=1):
 def part_variants(small, backends):
     k, n, steps = (8, 2_000, 10) if small else (16, 100_000, 20)
     rows = []
-    for name, flags, unroll, every in XLA_VARIANTS:
-        row = variant_row(k, n, steps, name, flags, unroll, every)
+    for name, env, unroll, every in XLA_VARIANTS:
+        row = variant_row(k, n, steps, name, env, unroll, every)
         if rows and "step_s" in row and "step_s" in rows[0]:
             row["default_over_variant"] = rows[0]["step_s"] / row["step_s"]
             row["same_result"] = row["result_digest"] == rows[0]["result_digest"]
@@ -514,9 +525,10 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
     opts = {"solver_unroll": int(unroll)} if unroll else {}
     if check_every != 1:
         opts["solver_check_every"] = int(check_every)
-    depths = {}
-    compiled, res, n_flows = fluid_program(instance, steps, target, depths,
+    depths, buffers = {}, []
+    compiled, res, n_flows = fluid_program(instance, steps, target, depths, buffers,
                                            **FLUID_CASES[case], **opts)
+    on_device = {name for b in buffers for name in b}
     it = np.asarray(res.info.solver_iterations, float) / steps
     mean = {"allocate": it[0], "nic_send": it[1]}
     for key, v in mean.items():   # the record is the run's own count, step by step
@@ -531,7 +543,9 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
                                          max(int(unroll), first["allocate"]), check_every),
              "nic_send": _hlo.loop_trips(depths["nic_send"],
                                          max(int(unroll), first["nic_send"]))}
-    model = _hlo.launch_model(compiled.as_text(), trips)
+    text = compiled.as_text()
+    model = _hlo.launch_model(text, trips, on_device=on_device)
+    host = _hlo.launch_model(text, trips)
     return dict(instance="proxy" if instance == "proxy" else f"fat_tree({instance[0]})",
                 flows=n_flows, case=case, solver_unroll=int(unroll),
                 solver_check_every=int(check_every), target=target,
@@ -541,9 +555,20 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
                 kernels_in_program=model["kernels"], step_kernels=model["step_kernels"],
                 kernels_per_step=model["kernels_per_step"],
                 round_trips_per_step=model["round_trips_per_step"],
+                host_loops_kernels_per_step=host["kernels_per_step"],
+                host_loops_round_trips_per_step=host["round_trips_per_step"],
+                command_buffers=len(buffers), loops_on_device=_on_device_share(text, on_device),
                 solve_depth_max=int(max(depths["allocate"], default=0)),
                 solve_depth_zero_share=float(np.mean(np.asarray(depths["allocate"]) == 0)),
                 bytes_per_flow=_bytes(compiled, n_flows))
+
+
+def _on_device_share(text: str, on_device) -> str:
+    """``"d/n"``: of the program's ``n`` while loops, the ``d`` XLA:GPU runs on the device
+    (recorded into a command buffer, or inside a loop or branch that is)."""
+    prog = _hlo._Program(text, on_device=on_device)
+    d = sum(prog.runs_on_device(lp["name"], lp["parent"]) for lp in prog.loops)
+    return f"{d}/{len(prog.loops)}"
 
 
 def aot_solve_row(k, n, target, check_every=1):
@@ -559,12 +584,16 @@ def aot_solve_row(k, n, target, check_every=1):
         ginc, compaction = fairness._for_backend(inc)
     dtype = jnp.result_type(float)
     args = (ginc, jnp.asarray(cap, dtype), jnp.full((inc.n_flows,), jnp.inf, dtype))
+    buffers = []
     compiled = _hlo.compile_for(fairness._max_min_fair, (), args + (None, inc.n_flows + 1,
-                                compaction, int(check_every)), _hlo.gpu_device(target))
+                                compaction, int(check_every)), _hlo.gpu_device(target),
+                                buffers=buffers)
+    on_device = {name for b in buffers for name in b}
     # a depth-d solve runs its loop ceil(d / M) times, after its first iteration where
     # the code runs that one outside the loop (:func:`_hlo.first_iterations`)
     trips = _hlo.loop_trips([iters], _hlo.first_iterations("cuda")["allocate"], check_every)
-    model = _hlo.solve_launches(compiled.as_text(), trips)
+    model = _hlo.solve_launches(compiled.as_text(), trips, on_device)
+    host = _hlo.solve_launches(compiled.as_text(), trips)
     return dict(instance=f"fat_tree({k})", flows=n, case="max_min_fair",
                 solver_check_every=int(check_every), target=target, iterations=iters,
                 compaction=compaction, fusions_in_program=len(_hlo._FUSION.findall(
@@ -573,6 +602,55 @@ def aot_solve_row(k, n, target, check_every=1):
                 loop_cond_kernels=model["cond_kernels"],
                 kernels_per_solve=model["kernels_per_call"],
                 round_trips_per_solve=model["round_trips_per_call"],
+                host_loops_kernels_per_solve=host["kernels_per_call"],
+                host_loops_round_trips_per_solve=host["round_trips_per_call"],
+                loops_on_device=_on_device_share(compiled.as_text(), on_device),
+                bytes_per_flow=_bytes(compiled, n))
+
+
+def aot_events_row(n, target):
+    """A row of the ``aot`` part for :func:`fabric_jax.simulate_flows` (exact events) on
+    ``events``' coupled instance of ``n`` flows: its events (run on this host) and
+    XLA:GPU's program for it -- its loops and conditionals, and which of them XLA:GPU
+    runs on the device (recorded into command buffers).  With every loop on the host
+    the event loop alone tests its condition once per event and once more at its exit
+    (``host_loops_round_trips_per_run_at_least``; each event's solve loops and branches
+    add theirs)."""
+    from bench_flowsim import coupled_instance
+    import fabric_jax.sim as sim
+    inc, c, a, s = coupled_instance(n, 0)
+    c, a, s = (x.astype(np.float32) for x in (c, a, s))
+    seen = {}
+    orig = sim._simulate_events
+
+    def spy(*args, **kw):
+        seen["args"] = tuple(args) + (kw["warm"], kw["tolerance"], kw["has_deps"])
+        return orig(*args, **kw)
+    sim._simulate_events = spy
+    try:
+        res = fj.simulate_flows(inc, c, a, s, max_active=n)
+    finally:
+        sim._simulate_events = orig
+    buffers = []
+    compiled = _hlo.compile_for(orig, (), seen["args"], _hlo.gpu_device(target),
+                                buffers=buffers)
+    text = compiled.as_text()
+    on_device = {name for b in buffers for name in b}
+    prog = _hlo._Program(text, on_device=on_device)
+    conds = [(m.group(1), parent) for parent, block in prog.comps.items()
+             for m in _hlo._BRANCHES.finditer(block)]
+    loops_dev = sum(prog.runs_on_device(lp["name"], lp["parent"]) for lp in prog.loops)
+    conds_dev = sum(prog.runs_on_device(name, parent) for name, parent in conds)
+    all_dev = loops_dev == len(prog.loops) and conds_dev == len(conds)
+    events = int(res.n_events)
+    return dict(instance="coupled", flows=n, case="simulate_flows", target=target,
+                events=events, fusions_in_program=len(_hlo._FUSION.findall(text)),
+                kernels_in_program=len(_hlo._KERNEL.findall(text)),
+                loops_on_device=f"{loops_dev}/{len(prog.loops)}",
+                conditionals_on_device=f"{conds_dev}/{len(conds)}",
+                command_buffers=len(buffers),
+                round_trips_per_run=0.0 if all_dev else None,
+                host_loops_round_trips_per_run_at_least=events + 1,
                 bytes_per_flow=_bytes(compiled, n))
 
 
@@ -609,6 +687,11 @@ def part_aot(small, backends, target="h200", baseline=None, max_flows=None):
         for every in (1, 8):
             rows.append(aot_solve_row(k, n, target, every))
             yield rows
+    for n in ([300] if small else [3_000, 10_000]):
+        if max_flows and n > max_flows:
+            continue
+        rows.append(aot_events_row(n, target))
+        yield rows
 
 
 # ----------------------------------------------------------------- baseline
@@ -632,8 +715,9 @@ def baseline_runner(rev: str):
 
     def run(fn, args):
         extra = ", jax.devices('cpu')[0]" if fn == "fluid_row" else ""
+        # (the aot rows read XLA:GPU's log of its command buffers: asked for at start)
         out, err = _call_in_process("_bench_gpu_here", fn, f"*{tuple(args)!r}{extra}", tmp,
-                                    dict(os.environ, PYTHONPATH=str(tmp)))
+                                    dict(os.environ, PYTHONPATH=str(tmp), **_hlo._CB_LOG))
         if out is None:
             print(err[-2000:], file=sys.stderr)
         return out
@@ -676,6 +760,8 @@ def main(argv=None):
     bad = [p for p in parts if p not in PARTS]
     if bad:
         ap.error(f"--parts: unknown {bad}; choose from {list(PARTS)}")
+    if "aot" in parts:   # before the backend starts: the CUDA plugin reads it on load
+        _hlo.log_command_buffers()
     accel = jax.devices()[0]
     backends = {"default": accel}
     if accel.platform != "cpu":

@@ -89,6 +89,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from .compiling import jit
 from .fairness import MaxMinInfo, MaxMinResult, solve, validate_inputs
 from .incidence import Incidence, as_incidence
 from .sim import flow_rows
@@ -255,14 +256,14 @@ def _cached(build, fn, axes, mesh):
 def _vmapped(fn, axes, mesh):
     """``jit(vmap(fn))``; the output keeps the scenario axis sharded like the inputs."""
     out_sh = None if mesh is None else NamedSharding(mesh, P(mesh.axis_names))
-    return jax.jit(jax.vmap(fn, in_axes=axes), out_shardings=out_sh)
+    return jit(jax.vmap(fn, in_axes=axes), out_shardings=out_sh)
 
 
 @functools.lru_cache(maxsize=64)
 def _per_device(fn, axes, mesh):
     """``jit(shard_map(fn))`` with the batched arguments split over the mesh."""
     row, rep = P(mesh.axis_names), P()
-    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=tuple(row if a == 0 else rep
+    return jit(jax.shard_map(fn, mesh=mesh, in_specs=tuple(row if a == 0 else rep
                                                               for a in axes),
                                  out_specs=row, check_vma=False))
 
@@ -353,7 +354,7 @@ def _sharded_solver(mesh: Mesh, n_links: int, max_iter: int):
                         w.reshape(-1), n_links, n_local, width)
         return solve(inc, capacity, demand, max_iter=max_iter, axis_name=axes)
 
-    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(row, row, rep, row),
+    return jit(jax.shard_map(local, mesh=mesh, in_specs=(row, row, rep, row),
                                  out_specs=out_specs))
 
 
@@ -627,7 +628,7 @@ def _sharded_fluid(static, n_outer, inner, keep_traj, mesh):
         missing = tuple(a for a in axes if a not in vma)
         return jax.lax.pcast(v, missing, to="varying") if missing else v
 
-    @jax.jit
+    @jit
     def run(args):
         out_specs = _fluid_out_specs(fs, axes, keep_traj, static.shape.lossy,
                                      args["rstate0"])

@@ -60,6 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .compiling import jit
 from .incidence import Incidence, as_incidence, check_entries
 from .segments import segment_reduce, segment_table, tables_wanted
 
@@ -264,7 +265,7 @@ def block_diagonal(inc: Incidence, batch: int) -> Incidence:
                      inc.n_links * batch, inc.n_flows * batch, inc.row_width)
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4))
+@functools.partial(jit, static_argnums=(3, 4))
 def _max_min_fair_blocks(inc: Incidence, capacity, demand, max_iter,
                          check_every=1) -> MaxMinResult:
     b = capacity.shape[0]
@@ -278,7 +279,7 @@ def _max_min_fair_blocks(inc: Incidence, capacity, demand, max_iter,
                         saturated=res.saturated.reshape(b, -1), info=info)
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6))
+@functools.partial(jit, static_argnums=(3, 4, 5, 6))
 def _max_min_fair(inc: Incidence, capacity, demand, iterations, max_iter,
                   compaction="fine", check_every=1) -> MaxMinResult:
     return solve(inc, capacity, demand, iterations=iterations, max_iter=max_iter,

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .compiling import jit
 from . import faults as fm
 from . import flowcontrol as fcm
 from . import smooth as sm
@@ -1250,10 +1251,10 @@ def _run_body(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, r
 
 
 #: The run, compiled once per static choice and shape.
-_run = jax.jit(_run_body, static_argnums=(0, 1, 2, 3))
+_run = jit(_run_body, static_argnums=(0, 1, 2, 3))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
+@functools.partial(jit, static_argnums=(0, 1, 2, 3, 4, 5))
 def _run_batched(static, n_outer, inner, keep_traj, treedef, axes, *leaves):
     """:func:`_run` over a batch of scenarios: ``leaves`` are the flattened device
     arguments (``treedef``), those with ``axes[i] == 0`` carrying the scenario axis

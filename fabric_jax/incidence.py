@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .compiling import jit
 from .segments import segment_reduce
 
 __all__ = ["Incidence", "as_incidence", "check_entries", "compact_incidence"]
@@ -324,7 +325,7 @@ def as_incidence(incidence) -> Incidence:
                      f"array; got {type(incidence).__name__}")
 
 
-@jax.jit
+@jit
 def _entry_stats(li, fi, w):
     """``[min link, max link, min flow, max flow]`` and whether all weights lie in [0, 1]
     (on the device: only these five scalars travel to the host)."""

@@ -124,6 +124,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .compiling import jit
 from .fairness import _link_sum, compact_indices, solve, solve_warm
 from .incidence import Incidence, as_incidence, check_entries
 
@@ -479,7 +480,7 @@ def _empty_result(batch_shape, dtype, max_events, record):
                          rate_history=rates)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 4, 8, 10))
+@functools.partial(jit, static_argnums=(0, 1, 2, 4, 8, 10))
 def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: int, capacity,
                      deps, flows, warm: bool = True, tolerance=0.0, has_deps: bool = True):
     arrival, size, delay = flows["arrival"], flows["size"], flows["delay"]
@@ -722,7 +723,7 @@ def simulate_flows_fixed_step(incidence, capacity, arrival, size, *, dt, n_steps
                            int(n_steps))
 
 
-@functools.partial(jax.jit, static_argnums=(5,))
+@functools.partial(jit, static_argnums=(5,))
 def _simulate_fixed(inc, capacity, deps, flows, dt, n_steps):
     arrival, size, delay = flows["arrival"], flows["size"], flows["delay"]
     latency, demand = flows["latency"], flows["demand"]

@@ -9,6 +9,9 @@ read from the compiled HLO, and the JSON and the printed tables agree.
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load():
-    import sys
     sys.path.insert(0, str(ROOT / "experiments"))
     spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "experiments" /
                                                   "bench_gpu.py")
@@ -77,9 +79,10 @@ def test_bench_gpu_variants_compute_the_same_thing(tmp_path):
 
 
 def test_bench_gpu_variant_reports_a_failing_process():
-    # an XLA that does not know a flag aborts the process: the row says so, no crash
+    # a setting fabric_jax refuses aborts the process: the row says so, no crash
     bench = _load()
-    row = bench.variant_row(8, 10, 1, "bogus", "--xla_no_such_flag_in_any_xla=1", 0)
+    row = bench.variant_row(8, 10, 1, "bogus", {"FABRIC_JAX_DEVICE_LOOPS": "maybe"}, 0)
+    assert "FABRIC_JAX_DEVICE_LOOPS" in row["error"]
     assert row["variant"] == "bogus" and "error" in row and "step_s" not in row
 
 
@@ -118,11 +121,21 @@ def test_bench_gpu_aot_part_compiles_for_the_gpu_or_says_what_it_needs(tmp_path)
         with pytest.raises(RuntimeError, match=r"pip install 'jax\[cuda12\]'"):
             bench.main(args)
         return
-    out = bench.main(args)
-    rows = out["parts"]["aot"]
+    # a process of its own: XLA:GPU's compiler logs its command buffers only if asked
+    # before JAX's backend starts (bench_gpu.main does so first)
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, str(root / "experiments" / "bench_gpu.py"), *args],
+                   check=True, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)))
+    rows = json.loads((tmp_path / "a.json").read_text())["parts"]["aot"]
     assert [r["instance"] for r in rows] == ["proxy"] * 3
     plain, _, unrolled = rows
-    # each solve's first iteration runs outside its loop: the loop tests depth times
-    assert plain["round_trips_per_step"] == pytest.approx(
+    # every loop on the host: each solve's first iteration runs outside its loop, so
+    # the loop tests depth times
+    assert plain["host_loops_round_trips_per_step"] == pytest.approx(
         plain["solve_iterations_per_step"] + plain["nic_rounds_per_step"])
-    assert unrolled["round_trips_per_step"] == 2
+    assert unrolled["host_loops_round_trips_per_step"] == 2
+    # as fabric_jax compiles it: the loops are conditional nodes of a CUDA graph
+    for r in rows:
+        assert r["round_trips_per_step"] == 0 and r["command_buffers"] >= 1
+        d, n = map(int, r["loops_on_device"].split("/"))
+        assert d == n >= 3

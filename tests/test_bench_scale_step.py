@@ -3,6 +3,12 @@ runs (issue 25 on paper).  Without JAX's CUDA plugin (the test environment) it s
 with the install command before any work; with it, a small point's rows obey the launch
 model's arithmetic.  :func:`paper_time` is checked against hand sums."""
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from tests.helpers import load_experiment
@@ -25,19 +31,33 @@ def test_aot_compiles_for_the_gpu_or_says_what_it_needs(tmp_path):
         with pytest.raises(RuntimeError, match=r"pip install 'jax\[cuda12\]'"):
             bench.main(args)
         return
-    out = bench.main(args)
+    # a process of its own: XLA:GPU's compiler logs its command buffers only if asked
+    # before JAX's backend starts (_hlo.log_command_buffers, which main calls first)
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, str(root / "experiments" / "bench_scale_step.py"), *args],
+                   check=True, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)))
+    out = json.loads((tmp_path / "a.json").read_text())
     (row,) = out["aot"]
     assert row["flows"] > 0 and 0 < row["busy_steps"] <= row["n_steps"]
     assert row["busy_steps"] % 20 == 0                 # whole chunks of save_every steps
-    # every chunk: a round trip for its conditional; every simulated step its own
-    assert row["round_trips_per_run"] == pytest.approx(
-        row["busy_steps"] * row["round_trips_per_step"] + row["chunks"])
+    # every loop on the host: a round trip for each chunk's conditional, and every
+    # simulated step its own; as fabric_jax compiles it, the step's loops are conditional
+    # nodes of a CUDA graph (none per step), and each chunk's conditional is still read
+    # back (XLA:GPU records no while loop that writes the trajectory at a row of its
+    # loop counter, and the chunks do)
+    assert row["host_loops_round_trips_per_run"] == pytest.approx(
+        row["busy_steps"] * row["host_loops_round_trips_per_step"] + row["chunks"])
+    assert row["round_trips_per_step"] == 0
+    assert row["round_trips_per_run"] == row["chunks"]
+    assert row["command_buffers"] >= 1
     assert row["kernels_per_run"] > row["busy_steps"] * row["kernels_per_step"]
     assert row["bytes_per_flow"] > row["state_bytes_per_flow"] > 0
     (p,) = out["paper"]
     assert p["total_s"] == pytest.approx(p["host_s"] + p["compile_s"] + p["launch_s"])
     assert p["launch_s"] == pytest.approx(row["kernels_per_run"] * 5e-6
                                           + row["round_trips_per_run"] * 12e-6)
+    assert p["host_loops_launch_s"] == pytest.approx(
+        row["host_loops_kernels_per_run"] * 5e-6 + row["host_loops_round_trips_per_run"] * 12e-6)
 
 
 @pytest.mark.parametrize("flag", ["--kernel-us", "--round-trip-us", "--dt-us"])
@@ -54,5 +74,8 @@ def test_paper_time_adds_the_host_the_compiles_and_the_launches():
     small, big = bench.paper_time(rows)
     # the point is built once per GPU count; each preset prepares, compiles and runs
     assert small == dict(gpus=8, presets=2, host_s=1.0 + 0.5 + 0.25 + 0.75, compile_s=5.0,
-                         launch_s=8.0, total_s=2.5 + 5.0 + 8.0)
+                         launch_s=8.0, total_s=2.5 + 5.0 + 8.0, host_loops_launch_s=8.0,
+                         host_loops_total_s=2.5 + 5.0 + 8.0)
+    rows[0]["host_loops_launch_s"] = 4.0        # the loops' round trips, where measured
+    assert bench.paper_time(rows)[0]["host_loops_total_s"] == 2.5 + 5.0 + 4.0 + 5.0
     assert big["total_s"] == 3.0 + 1.0 + 1.0 and big["presets"] == 1

@@ -291,3 +291,80 @@ def test_the_solves_first_iterations_leave_their_loops_on_a_gpu_only():
     would only add fusions there).  Lowering for a GPU needs no GPU."""
     assert hlo.first_iterations("cuda") == {"allocate": 1, "nic_send": 1}
     assert hlo.first_iterations("cpu") == {"allocate": 0, "nic_send": 0}
+
+
+def test_loops_in_a_command_buffer_cost_a_kernel_per_test_and_no_round_trip():
+    """A ``while`` that XLA:GPU recorded into a command buffer is a conditional node of
+    a CUDA graph: its condition's kernels and one kernel that sets the node's handle run
+    on the device at each test, and the host waits for none of them; a loop inside it is
+    on the device too, whether or not the log names it."""
+    text = _program().replace("%w = (s32[]", "%outer = (s32[]")   # the step loop's name
+    host = hlo.launch_model(text, {"allocate": 5})
+    dev = hlo.launch_model(text, {"allocate": 5}, on_device={"outer"})
+    assert host["round_trips_per_step"] == 5 + 1 and dev["round_trips_per_step"] == 0
+    # the inner loop's six tests: no kernel of their own (the predicate is a tuple
+    # element) plus the handle's kernel each
+    assert dev["kernels_per_step"] == host["kernels_per_step"] + 6
+    # named directly, the inner loop alone
+    inner = hlo.launch_model(text, {"allocate": 5}, on_device={"w"})
+    assert inner["round_trips_per_step"] == 0
+    # a name the program does not hold changes nothing
+    assert hlo.launch_model(text, {"allocate": 5}, on_device={"nope"}) == host
+
+
+def test_a_conditional_in_a_command_buffer_costs_a_kernel_and_no_round_trip():
+    text = _chunked_program().replace("%w = (s32[], f32[8]{0}) while(%t), "
+                                      "condition=%cond.chunk",
+                                      "%chunks = (s32[], f32[8]{0}) while(%t), "
+                                      "condition=%cond.chunk")
+    assert "%chunks" in text
+    host = hlo.run_launches(text, {"allocate": 3}, busy=0.5)
+    dev = hlo.run_launches(text, {"allocate": 3}, busy=0.5, on_device={"chunks"})
+    assert dev["round_trips_per_run"] == 0 and host["round_trips_per_run"] > 4
+    # per chunk: its conditional's kernel; per simulated step, the inner loop's 4 tests
+    assert dev["kernels_per_run"] == pytest.approx(
+        host["kernels_per_run"] + 4 * 1 + 4 * 0.5 * 2 * 4)
+    assert dev["conditionals"] == host["conditionals"] == 4
+
+
+def test_solve_launches_on_the_device():
+    host = hlo.solve_launches(_program(), trips=5)
+    dev = hlo.solve_launches(_program(), trips=5, on_device={"w"})
+    assert dev["round_trips_per_call"] == 0
+    assert dev["kernels_per_call"] == host["kernels_per_call"] + 6
+
+
+def test_compile_for_reads_the_command_buffers_from_the_compilers_log():
+    """The log lines transcribed from XLA:GPU's compiler (jaxlib 0.10.2, the proxy's
+    fluid run for an H200) are parsed into the thunks of each command buffer; a compile
+    that logs nothing (here: the CPU's, which has no command buffers) is refused with
+    the fix, not read as "no loop on the device"."""
+    log = ("I1206 17:16:08.1 8590 command_buffer_conversion_pass.cc:602] Module jit__run "
+           "CommandBufferConfig: enabled_commands: [FUSION, WHILE]\n"
+           "I1206 17:16:08.2 8590 command_buffer_conversion_pass.cc:531] Creating command "
+           "buffer thunk with the following thunks: copy.131, while.183, loop_add_fusion.5\n")
+    assert [m.group(1).split(", ") for m in hlo._CB_LINE.finditer(log)] == [
+        ["copy.131", "while.183", "loop_add_fusion.5"]]
+    import jax
+    import jax.numpy as jnp
+    with pytest.raises(RuntimeError, match="log_command_buffers"):
+        hlo.compile_for(jax.jit(lambda x: x + 1), (), (jnp.ones(3),), jax.devices("cpu")[0],
+                        buffers=[])
+
+
+def test_gpu_device_describes_a_driver_only_when_asked(monkeypatch):
+    seen = {}
+
+    class Topo:
+        devices = ["dev"]
+
+    def fake(platform, topology, target_config):
+        seen["spec"] = target_config
+        return Topo()
+    from jax.experimental import topologies
+    monkeypatch.setattr(topologies, "get_topology_desc", fake)
+    assert hlo.gpu_device("h200") == "dev"
+    assert f'driver_version: "{hlo.DRIVER}"' in seen["spec"]
+    assert seen["spec"].index("driver_version") < seen["spec"].index("cuda_compute_capability")
+    hlo.gpu_device("h200", driver=None)
+    assert "driver_version" not in seen["spec"]

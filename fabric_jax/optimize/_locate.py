@@ -97,6 +97,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..compiling import jit
 from ..fairness import max_min_fair
 from ..incidence import Incidence
 from ..paths import shortest_paths
@@ -917,7 +918,7 @@ def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
         scores, factors = jax.lax.map(fit, cand)
         return cand, scores, factors
 
-    run = jax.jit(run)
+    run = jit(run)
     _SOLVERS.clear()          # one problem at a time (bounded memory)
     _SOLVERS[key] = (prob, run)
     return run

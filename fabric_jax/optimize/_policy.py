@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ..compiling import jit
 from ._baselines import spray_split
 from ._objectives import masked_softmax, smooth_max, utilization
 from ._problem import RoutingProblem
@@ -101,7 +102,7 @@ def _logits(kind, params, demand):
     return params["bias"] + out.reshape(params["bias"].shape)
 
 
-@functools.partial(jax.jit, static_argnums=(0,))
+@functools.partial(jit, static_argnums=(0,))
 def _apply_batch(kind, params, path_mask, demands):
     return jax.vmap(lambda d: masked_softmax(_logits(kind, params, d), path_mask))(demands)
 
@@ -213,7 +214,7 @@ def train_routing_policy(problem: RoutingProblem, train_demands, *, kind: str = 
         return p, losses
 
     t0 = time.perf_counter()
-    compiled = jax.jit(train).lower(params, demands, norms, k_data).compile()
+    compiled = jit(train).lower(params, demands, norms, k_data).compile()
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     p, losses = compiled(params, demands, norms, k_data)

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ..compiling import jit
 from ._baselines import ecmp_split
 from ._objectives import cct_loss, masked_softmax, mlu_loss, tenant_mlu_loss
 from ._problem import RoutingProblem, check_flow_level
@@ -151,7 +152,7 @@ def _runner(spec: _Spec, optimizer, n: int, batched: bool):
 
     if batched:
         run = jax.vmap(run, in_axes=(None, 0, 0, None, 0))
-    return jax.jit(run)
+    return jit(run)
 
 
 def init_logits(problem: RoutingProblem, init="ecmp", seed: int = 0) -> np.ndarray:

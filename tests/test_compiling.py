@@ -1,0 +1,92 @@
+"""``fabric_jax.compiling``: the compiler options of every jitted engine (XLA:GPU's
+command buffers extended to while loops, so that the exact solves' and the time loop's
+tests stay on the GPU).
+
+What can be checked without a GPU: the option's value and when it is passed (the
+environment, the user's own ``XLA_FLAGS``, the jaxlib version); that the CPU program is
+the same with and without it, to the character; that every jit of the package goes
+through :func:`fabric_jax.compiling.jit`.  What XLA:GPU makes of it is read from its
+compiler (``tests/test_launch_model.py``, ``experiments/bench_gpu.py --parts aot``)."""
+
+import re
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fabric_jax as fj
+from fabric_jax import compiling, fairness
+
+
+def test_the_option_is_xlas_default_set_with_while():
+    opts = compiling.compiler_options(True)
+    kinds = opts["xla_gpu_enable_command_buffer"].split(",")
+    assert "WHILE" in kinds and "CONDITIONAL" in kinds and "FUSION" in kinds
+    assert len(set(kinds)) == len(kinds)
+    assert compiling.compiler_options(False) == {}
+
+
+@pytest.mark.parametrize("env, on", [
+    ({}, True), ({"FABRIC_JAX_DEVICE_LOOPS": "1"}, True),
+    ({"FABRIC_JAX_DEVICE_LOOPS": "0"}, False), ({"FABRIC_JAX_DEVICE_LOOPS": "off"}, False),
+    # the user's own choice of command buffers wins, e.g. XLA's documented way to turn
+    # them off
+    ({"XLA_FLAGS": "--xla_gpu_enable_command_buffer="}, False),
+    ({"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}, True),
+])
+def test_when_device_loops_are_asked_for(env, on):
+    assert compiling.device_loops(env, jaxlib_version="0.10.2") is on
+
+
+def test_an_older_jaxlib_gets_no_option_and_a_bad_setting_an_error():
+    assert compiling.device_loops({}, jaxlib_version="0.9.0") is False
+    assert compiling.device_loops({}, jaxlib_version="0.11.0.dev20261201") is True
+    with pytest.raises(ValueError, match="FABRIC_JAX_DEVICE_LOOPS"):
+        compiling.device_loops({"FABRIC_JAX_DEVICE_LOOPS": "yes please"})
+
+
+def test_jit_passes_the_options_and_jax_jits_arguments():
+    def f(x, n):
+        return jax.lax.fori_loop(0, n, lambda i, y: y * 2.0, x)
+    g = compiling.jit(f, static_argnums=(1,))
+    assert float(g(jnp.float32(1.0), 3)) == 8.0
+    h = compiling.jit(static_argnums=(1,))(f)            # as a decorator with arguments
+    assert float(h(jnp.float32(1.0), 2)) == 4.0
+    # the installed XLA knows every command type named (an unknown one is an error on
+    # every backend, the CPU's included)
+    compiled = jax.jit(f, static_argnums=(1,), compiler_options=compiling.compiler_options(
+        True)).lower(jnp.float32(1.0), 3).compile()
+    assert compiled is not None
+    with pytest.raises(Exception, match="WHILST"):
+        jax.jit(f, static_argnums=(1,), compiler_options={
+            "xla_gpu_enable_command_buffer": "FUSION,WHILST"}).lower(jnp.float32(1.0), 3).compile()
+
+
+@pytest.mark.filterwarnings("ignore::fabric_jax.paths.PathsTruncatedWarning")
+def test_the_cpu_program_is_the_same_with_and_without_device_loops():
+    topo = fj.fat_tree(4)
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, topo.n_hosts, (2, 64))
+    keep = src != dst
+    inc = fj.Incidence.from_paths(fj.shortest_paths(topo, src[keep], dst[keep], max_paths=1),
+                                  n_links=topo.n_links)
+    cap = jnp.asarray(topo.capacity, jnp.float32)
+    dem = jnp.full((inc.n_flows,), jnp.inf, jnp.float32)
+    args = (inc, cap, dem, None, inc.n_flows + 1, "fine", 1)
+    plain = jax.jit(fairness._max_min_fair.__wrapped__, static_argnums=(3, 4, 5, 6))
+    ours = fairness._max_min_fair
+
+    def text(fn):
+        return re.sub(r"HloModule \S+", "", fn.lower(*args).compile().as_text())
+    assert text(ours) == text(plain)
+    np.testing.assert_array_equal(np.asarray(ours(*args).rates), np.asarray(plain(*args).rates))
+
+
+def test_every_jit_of_the_package_goes_through_compiling_jit():
+    """One home for how programs are compiled: no ``jax.jit`` elsewhere in the package."""
+    root = Path(fj.__file__).parent
+    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
+                 if p.name != "compiling.py" and re.search(r"\bjax\.jit\b", p.read_text())]
+    assert offenders == []
