@@ -2,7 +2,9 @@
 
 Every jitted engine of the package (the fluid run, the event engine, the max-min
 solves, the sharded and batched forms) is compiled through :func:`jit`, which is
-``jax.jit`` with :func:`compiler_options`.
+``jax.jit`` with :func:`compiler_options` where the call is a program of its own (JAX
+takes compiler options at the top level only: inside a user's ``jax.jit``, ``vmap`` or
+``grad`` the engine is part of the user's program, compiled with the user's options).
 
 **Device-side loops (CUDA graph conditional nodes).**  A ``lax.while_loop`` whose trip
 count XLA does not know runs on XLA:GPU as a ``WhileThunk``: the condition is computed
@@ -23,9 +25,14 @@ What it changes: nothing on a CPU (the option is XLA:GPU's; the CPU program is t
 kernels in the same order).  On a GPU, the host round trips of the loops; where the
 driver or CUDA runtime is older than 12.3, XLA drops WHILE and CONDITIONAL itself and
 the program runs as before.  What it costs is a graph instantiation or update per call
-(XLA records the graph on a call and updates it when buffer addresses change), which a
-short call may not earn back; ``experiments/bench_gpu.py --parts variants`` times both
-on a GPU (``device_loops_off``).
+(XLA records the graph on a call and updates it when buffer addresses change; a first
+execution through plain thunks, its "warm-up", only where a command asks for one,
+collectives, which these one-device loops do not hold), which a short call may not earn
+back; ``experiments/bench_gpu.py --parts variants`` times both on a GPU
+(``host_loops*``).  Which loops XLA:GPU records is its own decision: not, for one, a loop
+whose body writes at a row of its own counter through a dynamic-slice fusion (a fluid
+run's trajectory, ``save_every``), whose tests stay on the host while the loops inside
+its body are recorded (``docs/performance.md``, "Loops on the device").
 
 Turn it off with the environment variable ``FABRIC_JAX_DEVICE_LOOPS=0`` (read when
 fabric_jax is imported).  An ``XLA_FLAGS`` that sets ``--xla_gpu_enable_command_buffer``
@@ -44,7 +51,7 @@ import os
 
 import jax
 
-__all__ = ["jit", "compiler_options", "device_loops", "COMMAND_BUFFER_TYPES"]
+__all__ = ["jit", "Jitted", "compiler_options", "device_loops", "COMMAND_BUFFER_TYPES"]
 
 #: XLA:GPU's default command buffer types in jaxlib 0.10, and WHILE.
 COMMAND_BUFFER_TYPES = ("FUSION", "CUBLAS", "CUBLASLT", "CUDNN", "CUSTOM_CALL",
@@ -95,11 +102,46 @@ def compiler_options(loops: bool | None = None) -> dict:
 _DEVICE_LOOPS = device_loops()
 
 
+def _top_level() -> bool:
+    """No JAX transformation is tracing: a jitted call here is compiled as a program of its
+    own (JAX takes ``compiler_options`` only there; a jit inside another's trace is part
+    of the outer program, compiled with the outer's options)."""
+    try:
+        from jax._src.core import trace_state_clean
+    except ImportError:   # a JAX without it: never pass the options (always allowed)
+        return False
+    return trace_state_clean()
+
+
+class Jitted:
+    """A function jitted twice: with :func:`compiler_options` for calls at the top level
+    (a program of its own), and without for calls inside another transformation (jit,
+    vmap, grad, shard_map of the caller), where JAX refuses the options.  The results are
+    the same; attributes (``lower``, ``trace``, ``eval_shape``...) are the top-level
+    form's, and :meth:`clear_cache` clears both."""
+
+    def __init__(self, fun, options: dict, kwargs: dict):
+        self._plain = jax.jit(fun, **kwargs)
+        self._top = (jax.jit(fun, compiler_options=options, **kwargs) if options
+                     else self._plain)
+        functools.update_wrapper(self, fun)
+
+    def __call__(self, *args, **kwargs):
+        return (self._top if _top_level() else self._plain)(*args, **kwargs)
+
+    def clear_cache(self):
+        self._top.clear_cache()
+        self._plain.clear_cache()
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_top"], name)
+
+
 def jit(fun=None, **kwargs):
-    """``jax.jit(fun, compiler_options=compiler_options(), **kwargs)``; usable as a
-    decorator, bare or with keyword arguments (``functools.partial(jit,
-    static_argnums=...)``)."""
+    """``jax.jit(fun, **kwargs)`` compiled with :func:`compiler_options` where it is a
+    program of its own (:class:`Jitted`); usable as a decorator, bare or with keyword
+    arguments (``functools.partial(jit, static_argnums=...)``)."""
     if fun is None:
         return functools.partial(jit, **kwargs)
     options = {**compiler_options(), **(kwargs.pop("compiler_options", None) or {})}
-    return jax.jit(fun, compiler_options=options or None, **kwargs)
+    return Jitted(fun, options, kwargs)

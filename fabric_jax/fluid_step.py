@@ -1191,6 +1191,18 @@ def _idle_snapshot(static, net, sched, c, dt, params):
                 law_state=unpack_law(c["law"], static.law.init(net.line_rate, params)))
 
 
+def _zeros_of(aval):
+    """Zeros of an abstract value's shape and type, varying over the same ``shard_map``
+    axes (``.vma``, or in jax 0.10 ``manual_axis_type.varying``): a loop carry
+    initialised with them has the type the loop's body gives it."""
+    z = jnp.zeros(aval.shape, aval.dtype)
+    vma = getattr(aval, "vma", None)
+    if vma is None:
+        mat = getattr(aval, "manual_axis_type", None)
+        vma = mat.varying if mat is not None else ()
+    return jax.lax.pcast(z, tuple(vma), to="varying") if vma else z
+
+
 def _run_body(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparams,
               rstate0, sched, carry):
     """The whole run (:func:`_run`); traced as it is inside ``shard_map`` by
@@ -1203,10 +1215,17 @@ def _run_body(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, r
     step = functools.partial(_step, static, net, params, fcp, smooth, dt, rparams, sched)
 
     def simulate(c):
-        c, snaps = jax.lax.scan(lambda cc, _: step(cc), c, None, length=inner)
         if not keep_traj:
+            c, _ = jax.lax.scan(lambda cc, _: (step(cc)[0], None), c, None, length=inner)
             return c, None
-        return c, jax.tree_util.tree_map(lambda a: a[-1], snaps)
+        # the chunk's snapshot is its last step's: carried from step to step, not
+        # stacked and sliced (a row written at the loop's counter each step is a
+        # dynamic-slice fusion on XLA:GPU, which keeps it from recording the chunk's
+        # loop into a CUDA graph: fabric_jax.compiling)
+        snap0 = jax.tree_util.tree_map(_zeros_of, jax.eval_shape(step, c)[1])
+        (c, snap), _ = jax.lax.scan(lambda cs, _: (step(cs[0]), None), (c, snap0), None,
+                                    length=inner)
+        return c, snap
 
     def skip(c):
         # idle: nothing is on a wire, and the wires' history (indexed by step) restarts

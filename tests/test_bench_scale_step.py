@@ -41,14 +41,13 @@ def test_aot_compiles_for_the_gpu_or_says_what_it_needs(tmp_path):
     assert row["flows"] > 0 and 0 < row["busy_steps"] <= row["n_steps"]
     assert row["busy_steps"] % 20 == 0                 # whole chunks of save_every steps
     # every loop on the host: a round trip for each chunk's conditional, and every
-    # simulated step its own; as fabric_jax compiles it, the step's loops are conditional
-    # nodes of a CUDA graph (none per step), and each chunk's conditional is still read
-    # back (XLA:GPU records no while loop that writes the trajectory at a row of its
-    # loop counter, and the chunks do)
+    # simulated step its own; as fabric_jax compiles it, the loops and the chunks'
+    # conditionals are conditional nodes of CUDA graphs: none (the chunk loop, which
+    # writes the trajectory at a row of its counter, is not recorded, but its trip
+    # count is known: it has no test to read back)
     assert row["host_loops_round_trips_per_run"] == pytest.approx(
         row["busy_steps"] * row["host_loops_round_trips_per_step"] + row["chunks"])
-    assert row["round_trips_per_step"] == 0
-    assert row["round_trips_per_run"] == row["chunks"]
+    assert row["round_trips_per_step"] == 0 and row["round_trips_per_run"] == 0
     assert row["command_buffers"] >= 1
     assert row["kernels_per_run"] > row["busy_steps"] * row["kernels_per_step"]
     assert row["bytes_per_flow"] > row["state_bytes_per_flow"] > 0

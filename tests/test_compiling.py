@@ -90,3 +90,22 @@ def test_every_jit_of_the_package_goes_through_compiling_jit():
     offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
                  if p.name != "compiling.py" and re.search(r"\bjax\.jit\b", p.read_text())]
     assert offenders == []
+
+
+def test_the_engines_run_inside_other_transformations():
+    """JAX takes compiler options on top-level jits only: inside a user's jit, vmap or
+    grad the package's jitted functions run without them (the same results)."""
+    import jax.numpy as jnp
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return jnp.sin(x) * 2.0
+    g = compiling.jit(f)
+    x = jnp.arange(3.0)
+    top = g(x)
+    np.testing.assert_array_equal(np.asarray(jax.jit(g)(x)), np.asarray(top))
+    np.testing.assert_array_equal(np.asarray(jax.vmap(g)(x)), np.asarray(top))
+    assert float(jax.grad(lambda y: g(y).sum())(jnp.float32(0.0))) == 2.0
+    g.clear_cache()
+    assert g.__wrapped__ is f and hasattr(g, "lower") and hasattr(g, "trace")

@@ -28,6 +28,7 @@ PKG = "fabric_jax"
 LAYERS = {
     # base
     "units": 0, "smooth": 0, "checkpoint": 0, "reference": 0, "metrics": 0, "segments": 0,
+    "compiling": 0,
     # topology
     "topology": 1, "systems": 1, "ns3": 1,
     # paths / incidence (routing policies split flows over paths)
