@@ -9,9 +9,10 @@ takes compiler options at the top level only: inside a user's ``jax.jit``, ``vma
 **Device-side loops (CUDA graph conditional nodes).**  A ``lax.while_loop`` whose trip
 count XLA does not know runs on XLA:GPU as a ``WhileThunk``: the condition is computed
 on the device, copied to the host, and the host waits for it before launching the next
-iteration -- one host round trip per test, which also drains the GPU's queue.  The
-exact solves (a loop until every flow is frozen), the fluid run's chunks and the event
-engine's loop over events are such loops.  XLA:GPU can instead record a loop into a
+iteration -- one host round trip per test, which also drains the GPU's queue (and a
+``conditional`` outside a command buffer reads its branch index back the same way).
+The exact solves (a loop until every flow is frozen) and the event engine's loop over
+events are such loops; the fluid run's idle-chunk test is such a conditional.  XLA:GPU can instead record a loop into a
 *command buffer* (a CUDA graph) as a conditional ``while`` node: the condition kernel
 sets the node's handle on the device and the graph runs the next iteration itself, no
 host in the loop (OpenXLA issue 6973, "On-device control flow with CUDA graph
@@ -31,8 +32,9 @@ collectives, which these one-device loops do not hold), which a short call may n
 back; ``experiments/bench_gpu.py --parts variants`` times both on a GPU
 (``host_loops*``).  Which loops XLA:GPU records is its own decision: not, for one, a loop
 whose body writes at a row of its own counter through a dynamic-slice fusion (a fluid
-run's trajectory, ``save_every``), whose tests stay on the host while the loops inside
-its body are recorded (``docs/performance.md``, "Loops on the device").
+run's trajectory, ``save_every``, one row per chunk: a loop of known trip count, with
+no test to read back), while what its body runs is recorded (``docs/performance.md``,
+"Loops on the device").
 
 Turn it off with the environment variable ``FABRIC_JAX_DEVICE_LOOPS=0`` (read when
 fabric_jax is imported).  An ``XLA_FLAGS`` that sets ``--xla_gpu_enable_command_buffer``
@@ -102,15 +104,18 @@ def compiler_options(loops: bool | None = None) -> dict:
 _DEVICE_LOOPS = device_loops()
 
 
+try:
+    from jax._src.core import trace_state_clean as _trace_state_clean
+except ImportError:   # pragma: no cover - a JAX without it: never pass the options
+    def _trace_state_clean() -> bool:
+        return False
+
+
 def _top_level() -> bool:
     """No JAX transformation is tracing: a jitted call here is compiled as a program of its
     own (JAX takes ``compiler_options`` only there; a jit inside another's trace is part
     of the outer program, compiled with the outer's options)."""
-    try:
-        from jax._src.core import trace_state_clean
-    except ImportError:   # a JAX without it: never pass the options (always allowed)
-        return False
-    return trace_state_clean()
+    return _trace_state_clean()
 
 
 class Jitted:
