@@ -201,10 +201,20 @@ def aot_points(g: int, presets, target: str, dt: float, kernel_s: float,
         busy = len(depths["allocate"])    # one solve per simulated step; idle chunks skip
         trips = {key: _hlo.loop_trips(depths[key], first[key]) for key in depths}
         share = busy / SAVE_EVERY / max(n_chunks, 1)
-        per_step = _hlo.launch_model(text, trips, on_device=on_device)
-        whole = _hlo.run_launches(text, trips, busy=share, on_device=on_device)
-        host = _hlo.run_launches(text, trips, busy=share)
-        host_step = _hlo.launch_model(text, trips)
+
+        def launches(prefix, device):
+            """A step's and the run's kernels and round trips, and their cost on paper,
+            with the loops of ``device`` on the device (named with ``prefix``)."""
+            step = _hlo.launch_model(text, trips, on_device=device)
+            run_ = _hlo.run_launches(text, trips, busy=share, on_device=device)
+            cols = dict(kernels_per_step=step["kernels_per_step"],
+                        round_trips_per_step=step["round_trips_per_step"],
+                        kernels_per_run=run_["kernels_per_run"],
+                        round_trips_per_run=run_["round_trips_per_run"],
+                        launch_s=(run_["kernels_per_run"] * kernel_s
+                                  + run_["round_trips_per_run"] * round_trip_s))
+            return {prefix + k: v for k, v in cols.items()}, step["step_kernels"]
+        as_compiled, step_kernels = launches("", on_device)
         row = dict(gpus=g, preset=preset, target=target, flows=n_flows, dt_s=dt,
                    n_steps=int(run.n_steps), chunks=int(n_chunks), runs=len(seen),
                    busy_steps=busy,
@@ -212,19 +222,8 @@ def aot_points(g: int, presets, target: str, dt: float, kernel_s: float,
                    nic_rounds_per_step=float(np.mean(depths["nic_send"])),
                    solve_depth_zero_share=float(np.mean(np.asarray(depths["allocate"]) == 0)),
                    fusions_in_program=len(_hlo._FUSION.findall(text)),
-                   step_kernels=per_step["step_kernels"],
-                   kernels_per_step=per_step["kernels_per_step"],
-                   round_trips_per_step=per_step["round_trips_per_step"],
-                   kernels_per_run=whole["kernels_per_run"],
-                   round_trips_per_run=whole["round_trips_per_run"],
-                   launch_s=(whole["kernels_per_run"] * kernel_s
-                             + whole["round_trips_per_run"] * round_trip_s),
-                   host_loops_kernels_per_step=host_step["kernels_per_step"],
-                   host_loops_round_trips_per_step=host_step["round_trips_per_step"],
-                   host_loops_kernels_per_run=host["kernels_per_run"],
-                   host_loops_round_trips_per_run=host["round_trips_per_run"],
-                   host_loops_launch_s=(host["kernels_per_run"] * kernel_s
-                                        + host["round_trips_per_run"] * round_trip_s),
+                   step_kernels=step_kernels, **as_compiled,
+                   **launches("host_loops_", ())[0],
                    command_buffers=len(buffers),
                    build_s=t_build, ideal_s=t_ideal_s, prepare_s=wall - cpu_s,
                    cpu_run_s=cpu_s, compile_s=t_compile,

@@ -12,10 +12,10 @@ on the device, copied to the host, and the host waits for it before launching th
 iteration -- one host round trip per test, which also drains the GPU's queue (and a
 ``conditional`` outside a command buffer reads its branch index back the same way).
 The exact solves (a loop until every flow is frozen) and the event engine's loop over
-events are such loops; the fluid run's idle-chunk test is such a conditional.  XLA:GPU can instead record a loop into a
-*command buffer* (a CUDA graph) as a conditional ``while`` node: the condition kernel
-sets the node's handle on the device and the graph runs the next iteration itself, no
-host in the loop (OpenXLA issue 6973, "On-device control flow with CUDA graph
+events are such loops; the fluid run's idle-chunk test is such a conditional.  XLA:GPU
+can instead record a loop into a *command buffer* (a CUDA graph) as a conditional
+``while`` node: the condition kernel sets the node's handle on the device and the graph
+runs the next iteration itself, no host in the loop (OpenXLA issue 6973, "On-device control flow with CUDA graph
 conditional nodes"; CUDA Programming Guide, "Conditional Graph Nodes", CUDA >= 12.3).
 XLA enables this per command type (``xla_gpu_enable_command_buffer``); its default set
 records fusions, library calls and ``conditional`` (CONDITIONAL) but not ``while``
@@ -139,7 +139,10 @@ class Jitted:
         self._plain.clear_cache()
 
     def __getattr__(self, name):
-        return getattr(self.__dict__["_top"], name)
+        top = self.__dict__.get("_top")
+        if top is None:
+            raise AttributeError(name)
+        return getattr(top, name)
 
 
 def jit(fun=None, **kwargs):

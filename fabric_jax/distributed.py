@@ -264,8 +264,8 @@ def _per_device(fn, axes, mesh):
     """``jit(shard_map(fn))`` with the batched arguments split over the mesh."""
     row, rep = P(mesh.axis_names), P()
     return jit(jax.shard_map(fn, mesh=mesh, in_specs=tuple(row if a == 0 else rep
-                                                              for a in axes),
-                                 out_specs=row, check_vma=False))
+                                                          for a in axes),
+                             out_specs=row, check_vma=False))
 
 
 # ----------------------------------------------------- one scenario, sharded flows
@@ -355,7 +355,7 @@ def _sharded_solver(mesh: Mesh, n_links: int, max_iter: int):
         return solve(inc, capacity, demand, max_iter=max_iter, axis_name=axes)
 
     return jit(jax.shard_map(local, mesh=mesh, in_specs=(row, row, rep, row),
-                                 out_specs=out_specs))
+                             out_specs=out_specs))
 
 
 # ------------------------------------------------ one fluid run, sharded flows
