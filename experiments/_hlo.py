@@ -364,23 +364,35 @@ class _Program:
     def _device_computations(self) -> set:
         """The computations run inside command buffers: those of the loops and
         conditionals of ``on_device``, and, inside them, every nested one."""
-        owned = {}   # instruction name -> (parent computation, computations it runs)
-        for lp in self.loops:
-            owned[lp["name"]] = (lp["parent"], [lp["body"], lp["cond"]])
-        for parent, block in self.comps.items():
-            for m in _BRANCHES.finditer(block):
-                owned[m.group(1)] = (parent, _branch_names(m))
         device, changed = set(), True
         while changed:
             changed = False
-            for name, (parent, comps) in owned.items():
+            for name, (parent, comps, _) in self.control_flow().items():
                 if (name in self.on_device or parent in device) and not set(comps) <= device:
                     device.update(comps)
                     changed = True
         return device
 
+    def control_flow(self) -> dict:
+        """Every ``while`` and ``conditional``: ``{instruction name: (parent computation,
+        computations it runs, "while" or "conditional")}``."""
+        flow = {lp["name"]: (lp["parent"], [lp["body"], lp["cond"]], "while")
+                for lp in self.loops}
+        for parent, block in self.comps.items():
+            for m in _BRANCHES.finditer(block):
+                flow[m.group(1)] = (parent, _branch_names(m), "conditional")
+        return flow
+
     def runs_on_device(self, name: str, parent: str) -> bool:
         return name in self.on_device or parent in self.device_comps
+
+    def on_device_counts(self) -> dict:
+        """``{"while": (on the device, in all), "conditional": (...)}``."""
+        out = {"while": [0, 0], "conditional": [0, 0]}
+        for name, (parent, _, kind) in self.control_flow().items():
+            out[kind][0] += self.runs_on_device(name, parent)
+            out[kind][1] += 1
+        return {kind: tuple(v) for kind, v in out.items()}
 
     def kernels(self, name):
         return len(_KERNEL.findall(self.comps.get(name, "")))

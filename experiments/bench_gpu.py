@@ -566,9 +566,8 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
 def _on_device_share(text: str, on_device) -> str:
     """``"d/n"``: of the program's ``n`` while loops, the ``d`` XLA:GPU runs on the device
     (recorded into a command buffer, or inside a loop or branch that is)."""
-    prog = _hlo._Program(text, on_device=on_device)
-    d = sum(prog.runs_on_device(lp["name"], lp["parent"]) for lp in prog.loops)
-    return f"{d}/{len(prog.loops)}"
+    d, n = _hlo._Program(text, on_device=on_device).on_device_counts()["while"]
+    return f"{d}/{n}"
 
 
 def aot_solve_row(k, n, target, check_every=1):
@@ -636,18 +635,15 @@ def aot_events_row(n, target):
                                 buffers=buffers)
     text = compiled.as_text()
     on_device = {name for b in buffers for name in b}
-    prog = _hlo._Program(text, on_device=on_device)
-    conds = [(m.group(1), parent) for parent, block in prog.comps.items()
-             for m in _hlo._BRANCHES.finditer(block)]
-    loops_dev = sum(prog.runs_on_device(lp["name"], lp["parent"]) for lp in prog.loops)
-    conds_dev = sum(prog.runs_on_device(name, parent) for name, parent in conds)
-    all_dev = loops_dev == len(prog.loops) and conds_dev == len(conds)
+    counts = _hlo._Program(text, on_device=on_device).on_device_counts()
+    (loops_dev, n_loops), (conds_dev, n_conds) = counts["while"], counts["conditional"]
+    all_dev = loops_dev == n_loops and conds_dev == n_conds
     events = int(res.n_events)
     return dict(instance="coupled", flows=n, case="simulate_flows", target=target,
                 events=events, fusions_in_program=len(_hlo._FUSION.findall(text)),
                 kernels_in_program=len(_hlo._KERNEL.findall(text)),
-                loops_on_device=f"{loops_dev}/{len(prog.loops)}",
-                conditionals_on_device=f"{conds_dev}/{len(conds)}",
+                loops_on_device=f"{loops_dev}/{n_loops}",
+                conditionals_on_device=f"{conds_dev}/{n_conds}",
                 command_buffers=len(buffers),
                 round_trips_per_run=0.0 if all_dev else None,
                 host_loops_round_trips_per_run_at_least=events + 1,

@@ -622,9 +622,7 @@ def _sharded_fluid(static, n_outer, inner, keep_traj, mesh):
                             args["sched"], carry)
 
     def _varying(v):
-        aval = jax.typeof(v)   # the axes it varies over: .vma, or (jax 0.10) manual_axis_type
-        vma = getattr(aval, "vma", None)
-        vma = aval.manual_axis_type.varying if vma is None else vma
+        vma = fs.varying_axes(jax.typeof(v))
         missing = tuple(a for a in axes if a not in vma)
         return jax.lax.pcast(v, missing, to="varying") if missing else v
 

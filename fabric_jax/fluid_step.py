@@ -1191,16 +1191,22 @@ def _idle_snapshot(static, net, sched, c, dt, params):
                 law_state=unpack_law(c["law"], static.law.init(net.line_rate, params)))
 
 
-def _zeros_of(aval):
-    """Zeros of an abstract value's shape and type, varying over the same ``shard_map``
-    axes (``.vma``, or in jax 0.10 ``manual_axis_type.varying``): a loop carry
-    initialised with them has the type the loop's body gives it."""
-    z = jnp.zeros(aval.shape, aval.dtype)
+def varying_axes(aval) -> frozenset:
+    """The ``shard_map`` axes an abstract value varies over (``.vma``, or in jax 0.10
+    ``manual_axis_type.varying``; none outside ``shard_map``)."""
     vma = getattr(aval, "vma", None)
     if vma is None:
         mat = getattr(aval, "manual_axis_type", None)
         vma = mat.varying if mat is not None else ()
-    return jax.lax.pcast(z, tuple(vma), to="varying") if vma else z
+    return frozenset(vma)
+
+
+def _zeros_of(aval):
+    """Zeros of an abstract value's shape and type, varying over the same ``shard_map``
+    axes: a loop carry initialised with them has the type the loop's body gives it."""
+    z = jnp.zeros(aval.shape, aval.dtype)
+    vma = tuple(sorted(varying_axes(aval)))
+    return jax.lax.pcast(z, vma, to="varying") if vma else z
 
 
 def _run_body(static, n_outer, inner, keep_traj, net, params, fcp, smooth, dt, rparams,
