@@ -1,12 +1,32 @@
 """Benchmark: the engine at GPU sizes, first call and steady state apart, GPU beside CPU.
 
 One command (issue 24), writing ``results/gpu.json`` as each part finishes (a timeout
-keeps what ran).  Every part with its CPU-backend comparison may not fit one
-10-minute device call (not yet timed on a GPU; on these 2 cores the CPU sides of the
-solve and events parts alone take several minutes): on a lent GPU run it as two
-calls, ``--parts kernels,fluid,unroll,variants --json results/gpu_a.json`` then
-``--parts solve,events,batched,fluid_batched --json results/gpu_b.json``.  The parts:
+keeps what ran).  On a lent GPU, one call::
 
+    PYTHONPATH=. python experiments/bench_gpu.py --session --json $OUT/gpu.json
+
+runs :data:`SESSION_PARTS` in that order (issue 24's table first, then issue 25's
+8,192-GPU target and ``compare``'s wall time, then the rest) and starts nothing after
+``--budget-s`` (:data:`SESSION_BUDGET_S`, inside the device call's 10 minutes); the
+JSON lists the parts it left out (``skipped``, ``truncated``).  Its first part,
+``preflight``, checks that the engines run and agree on that GPU with their loops kept
+on it, and if not runs the other parts with every loop on the host (below), so that a
+fault of XLA's command buffers does not cost the call.  JAX's preallocation of 75 % of
+the GPU's memory is turned off (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set),
+since several parts run a child process on the same GPU.  The parts:
+
+``preflight``
+    each engine (the one-off solve, a DCQCN + PFC fluid run and a batch of them, the
+    event engine and a batch of it; small instances) called three times in a fresh
+    process with the loops on the device (:mod:`fabric_jax.compiling`) and in another
+    with every loop on the host (``FABRIC_JAX_DEVICE_LOOPS=0``): whether each runs,
+    gives no NaN, repeats itself, and agrees with the other mode (within
+    :data:`PREFLIGHT_RTOL`); first call and later calls timed.  A command buffer is
+    recorded on the first call and updated on the next, which is where XLA's while-loop
+    command buffers have had faults (OpenXLA PRs 35760 and 36135: a crash on the second
+    execution).  If the device-loops process fails or disagrees, the parts after it run
+    in a child process with ``FABRIC_JAX_DEVICE_LOOPS=0`` and the JSON says so
+    (``device_loops_turned_off``).
 ``kernels``
     the fusions of the compiled ``simulate_fluid`` run on the issue's proxy instance
     (``fat_tree(8)``, ``experiments/bench_dynamics.py``; DCQCN + PFC, HPCC): in all,
@@ -55,6 +75,17 @@ calls, ``--parts kernels,fluid,unroll,variants --json results/gpu_a.json`` then
     ``simulate_fluid(solver_unroll=K)`` for ``K`` = 0, 4, 8 interleaved in one process
     on the ``fluid`` part's DCQCN + PFC instances: time per step and its ratio to
     ``K = 0``.  (The ``kernels`` part adds the fusion counts with ``K = 4``.)
+``scale``, ``scale_32k``
+    issue 25's targets: ``experiments/scale_sweep.py --gpus 8192`` (and ``32768``) as a
+    user runs it (all four presets and the ideal fabric, one training step of the default
+    model), in a fresh process: its wall time against the target on one H200 (60 s and
+    5 minutes, :data:`SCALE_TARGETS_S`) and each preset's step time, GPU utilisation,
+    p99/p50 and effective bandwidth from its JSON (written beside ``--json``).
+``compare``
+    ``fabric-jax compare`` on the built-in scenario as a user runs it: with an empty
+    compilation cache (``cold``) and with the one it filled (``warm``), then on the CPU
+    backend, with the largest relative difference of any figure of its JSON from the
+    first run's (``figures_over_1pct``: how many differ by more than 1 %).
 ``aot``
     XLA:GPU's own program for ``--target`` (``h200`` by default, or ``h100``), compiled
     on this host without the GPU (it needs JAX's CUDA plugin: ``experiments/_hlo.py``,
@@ -92,8 +123,9 @@ median of the paired ratios), which holds on a noisy machine where one run does 
 
 Usage::
 
-    PYTHONPATH=. python experiments/bench_gpu.py [--small]
-        [--parts kernels,solve,fluid,events,batched,fluid_batched,unroll,variants,aot]
+    PYTHONPATH=. python experiments/bench_gpu.py [--small] [--session] [--budget-s S]
+        [--parts preflight,kernels,solve,fluid,events,batched,fluid_batched,unroll,
+                 variants,scale,compare,scale_32k,aot]
         [--json results/gpu.json] [--baseline-rev REV] [--target h200]
 """
 
@@ -102,6 +134,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -124,8 +157,20 @@ import jax.numpy as jnp  # noqa: E402
 import fabric_jax as fj  # noqa: E402
 from fabric_jax.paths import PathsTruncatedWarning  # noqa: E402
 
-PARTS = ("kernels", "solve", "fluid", "events", "batched", "fluid_batched", "unroll",
-         "variants", "aot")
+PARTS = ("preflight", "kernels", "solve", "fluid", "events", "batched", "fluid_batched",
+         "unroll", "variants", "scale", "compare", "scale_32k", "aot")
+
+#: the parts run without ``--parts`` or ``--session``: the engine's, timed in this process.
+DEFAULT_PARTS = ("kernels", "solve", "fluid", "events", "batched", "fluid_batched", "unroll",
+                 "variants")
+#: ``--session``: the parts a lent GPU runs in one call, most wanted first (issue 24's
+#: table, then issue 25's 8,192-GPU target and ``compare``'s wall time, then the
+#: variants and the batches; the 32,768-GPU point last, as the time left allows).
+SESSION_PARTS = ("preflight", "fluid", "solve", "events", "scale", "compare", "variants",
+                 "batched", "fluid_batched", "unroll", "scale_32k")
+#: ``--session``: seconds after which no part or row is started (the device call's limit
+#: is 600 s; a row already running finishes).
+SESSION_BUDGET_S = 540.0
 
 #: ``variants`` part: (name, environment variables set in its process,
 #: ``solver_unroll``, ``solver_check_every``).
@@ -283,15 +328,16 @@ def fluid_hlo(k, n, case, steps):
     return _hlo.kernel_counts(compiled.as_text()), _bytes(compiled, n)
 
 
-def _here(fn, args: str, flags: str = "", env: dict | None = None):
+def _here(fn, args: str, flags: str = "", env: dict | None = None,
+          timeout: float | None = None):
     """``(result, stderr)``: ``fn(<args>)`` of this file, on this code, in a fresh process
-    with ``flags`` added to ``XLA_FLAGS`` and the variables ``env`` set
-    (:func:`_call_in_process`)."""
+    with ``flags`` added to ``XLA_FLAGS`` and the variables ``env`` set, stopped after
+    ``timeout`` seconds (:func:`_call_in_process`)."""
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join(
         x for x in (str(root), os.environ.get("PYTHONPATH", "")) if x))
     env["XLA_FLAGS"] = " ".join(x for x in (env.get("XLA_FLAGS", ""), flags) if x)
-    return _call_in_process("bench_gpu", fn, args, root, env)
+    return _call_in_process("bench_gpu", fn, args, root, env, timeout)
 
 
 def part_fluid(small, backends, baseline=None, max_flows=None, ab_repeats=1):
@@ -518,6 +564,297 @@ def part_variants(small, backends):
         yield rows
 
 
+# ---------------------------------------------------------------- preflight
+#: ``preflight`` part: the modes, each run in a fresh process: (name, environment).
+PREFLIGHT_MODES = (("device_loops", {}), ("host_loops", _HOST_LOOPS))
+#: ``preflight``: the largest relative difference between two figures still read as the
+#: same computation (float32 sums that a GPU may order differently from call to call).
+PREFLIGHT_RTOL = 1e-4
+#: ``preflight``: seconds a mode's process may take (small programs: a hang, not a slow
+#: compile, runs past it; the verdict then fails and the session goes on).
+PREFLIGHT_TIMEOUT_S = 150.0
+
+
+def _fingerprint(x) -> dict:
+    """A few order-free figures of an array (its size, NaNs, infinities, and the sum,
+    absolute sum, minimum and maximum of its finite values), compared between calls and
+    between processes by :func:`_largest_difference`."""
+    a = np.asarray(x, np.float64).ravel()
+    fin = a[np.isfinite(a)]
+    return dict(n=int(a.size), nan=int(np.isnan(a).sum()), inf=int(np.isinf(a).sum()),
+                sum=float(fin.sum()), abs_sum=float(np.abs(fin).sum()),
+                min=float(fin.min()) if fin.size else 0.0,
+                max=float(fin.max()) if fin.size else 0.0)
+
+
+def _largest_difference(a: dict, b: dict) -> float:
+    """The largest relative difference between two fingerprints (of
+    :func:`_fingerprint`, or dicts of them), ``inf`` where their counts differ."""
+    if set(a) != set(b):
+        return float("inf")
+    worst = 0.0
+    for key in a:
+        x, y = a[key], b[key]
+        if isinstance(x, dict):
+            worst = max(worst, _largest_difference(x, y))
+        elif key in ("n", "nan", "inf"):
+            worst = max(worst, 0.0 if x == y else float("inf"))
+        else:
+            worst = max(worst, abs(x - y) / max(abs(x), abs(y), 1e-30))
+    return worst
+
+
+def preflight_row(small: bool = False, calls: int = 3) -> dict:
+    """Each engine called ``calls`` times on the default device, in this process (run by
+    the ``preflight`` part in a fresh process per mode): the exact one-off solve
+    (:func:`fabric_jax.max_min_fair`), a DCQCN + PFC fluid run and a batch of them, the
+    event engine and a batch of it (instances of the ``solve``, ``fluid`` and ``events``
+    parts, smaller).  Per engine: the first call's seconds (compile included), the
+    later calls' median, each call's :func:`_fingerprint`, whether the calls agree with
+    the first (:data:`PREFLIGHT_RTOL`), and NaNs.  A call that raises ends the row with
+    ``error`` (a crash ends the process: the part says so)."""
+    from bench_flowsim import coupled_instance
+    k, n, steps, n_ev = (8, 500, 20, 100) if small else (16, 10_000, 50, 1_000)
+    topo, inc, cap = pair_instance(k, n)
+    size = np.full(n, 1e5, np.float32)
+    kw = dict(dt=1e-6, n_steps=steps, buffer=1e6, link_latency=np.asarray(topo.latency, float),
+              nic_links=topo, **FLUID_CASES["dcqcn_pfc"])
+    ev_inc, c, a, sz = coupled_instance(n_ev, 0)
+    c, a, sz = (x.astype(np.float32) for x in (c, a, sz))
+    engines = {
+        "max_min_fair": lambda: {"rates": fj.max_min_fair(inc, cap).rates},
+        "simulate_fluid": lambda: (lambda r: {"delivered": r.delivered, "finish": r.finish})(
+            fj.simulate_fluid(inc, cap, size, **kw)),
+        "simulate_fluid_batched": lambda: {"delivered": fj.simulate_fluid_batched(
+            inc, cap, np.stack([size, 2 * size]), **kw).delivered},
+        "simulate_flows": lambda: {"finish": fj.simulate_flows(ev_inc, c, a, sz,
+                                                               max_active=n_ev).finish},
+        "simulate_flows_batched": lambda: {"finish": fj.simulate_flows_batched(
+            ev_inc, np.stack([c, c]), np.stack([a, a]), np.stack([sz, 2 * sz]),
+            max_active=n_ev).finish},
+    }
+    row = dict(device=str(jax.devices()[0]), flows=n, event_flows=n_ev, calls=calls,
+               device_loops=_device_loops_setting())
+    if os.environ.get("BENCH_GPU_FAULT") == "device_loops" and row["device_loops"]:
+        # (the tests' stand-in for a GPU on which the device loops crash)
+        raise RuntimeError("BENCH_GPU_FAULT=device_loops: this process fails on purpose")
+    for name, fn in engines.items():
+        times, prints = [], []
+        try:
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                out = _block(fn())
+                times.append(time.perf_counter() - t0)
+                prints.append({key: _fingerprint(v) for key, v in out.items()})
+        except Exception as err:   # noqa: BLE001 - the row says what failed
+            row[name] = dict(error=f"{type(err).__name__}: {err}"[-300:], calls_done=len(times))
+            continue
+        repeat = max((_largest_difference(prints[0], q) for q in prints[1:]), default=0.0)
+        row[name] = dict(first_s=times[0], later_s=float(np.median(times[1:] or times)),
+                         fingerprint=prints[0], repeat_max_rel_diff=repeat,
+                         nan=sum(f["nan"] for f in prints[0].values()))
+    return row
+
+
+def _device_loops_setting() -> bool:
+    from fabric_jax import compiling
+    return bool(compiling.compiler_options())
+
+
+def part_preflight(small, backends, state):
+    """Whether the engines run, repeat and agree on this device with their loops kept
+    on it (:mod:`fabric_jax.compiling`: XLA:GPU command buffers with while loops as CUDA
+    graph conditional nodes, which XLA does not turn on by default) and with every loop
+    on the host (``FABRIC_JAX_DEVICE_LOOPS=0``): :func:`preflight_row` in a fresh process
+    per mode (:data:`PREFLIGHT_MODES`), each engine called several times (a command
+    buffer is recorded on the first call and updated on the next: where XLA has had bugs).
+    The verdict goes into ``state``: ``device_loops_ok`` is false when the device-loops
+    process fails, gives NaNs, disagrees with itself or with the host-loops process
+    beyond :data:`PREFLIGHT_RTOL`; :func:`main` then runs the other parts with
+    ``FABRIC_JAX_DEVICE_LOOPS=0`` (in a child process) and the JSON says so."""
+    rows, prints = [], {}
+    for mode, env in PREFLIGHT_MODES:
+        t0 = time.perf_counter()
+        r, err = _here("preflight_row", repr(bool(small)), env=env,
+                       timeout=min(state.get("timeout") or PREFLIGHT_TIMEOUT_S,
+                                   PREFLIGHT_TIMEOUT_S))
+        row = dict(mode=mode, process_wall_s=time.perf_counter() - t0)
+        if r is None:
+            row["error"] = (err.strip().splitlines() or ["?"])[-1][-300:]
+        else:
+            engines = [e for e in r if isinstance(r[e], dict)]
+            failed = [e for e in engines if "error" in r[e]]
+            row.update(device_loops=r["device_loops"], engines=len(engines),
+                       failed=",".join(failed) or None,
+                       nan=sum(r[e].get("nan", 0) for e in engines),
+                       repeat_max_rel_diff=max((r[e].get("repeat_max_rel_diff", 0.0)
+                                                for e in engines if e not in failed),
+                                               default=0.0),
+                       first_s=sum(r[e]["first_s"] for e in engines if e not in failed),
+                       later_s=sum(r[e]["later_s"] for e in engines if e not in failed),
+                       detail=r)
+            if failed:
+                row["error"] = "; ".join(f"{e}: {r[e]['error']}" for e in failed)[-300:]
+            prints[mode] = {e: r[e]["fingerprint"] for e in engines if e not in failed}
+        rows.append(row)
+        yield rows
+    dev, host = rows[0], rows[1]
+    diff = (_largest_difference(prints["device_loops"], prints["host_loops"])
+            if set(prints) == {"device_loops", "host_loops"} else None)
+    dev["max_rel_diff_vs_host_loops"] = diff
+    ok = ("error" not in dev and dev["nan"] == 0
+          and dev["repeat_max_rel_diff"] <= PREFLIGHT_RTOL
+          and (diff is None or diff <= PREFLIGHT_RTOL))
+    state["device_loops_ok"] = ok
+    state["verdict"] = (
+        "device loops run and agree with host loops" if ok and diff is not None else
+        "device loops run (the host-loops process failed: not compared)" if ok else
+        f"device loops failed or disagree ({dev.get('error') or 'NaN or difference'}); "
+        f"host loops: {'ok' if 'error' not in host else host['error']}")
+    yield rows
+
+
+# -------------------------------------------------------------- scale, compare
+def _child_env(**extra) -> dict:
+    """This process's environment for a child on the same device (JAX's preallocation
+    is off in :func:`main`, so the child finds the memory the parent does not use)."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(root), env.get("PYTHONPATH", "")) if x)
+    return env
+
+
+def _run_child(cmd, env, timeout) -> dict:
+    """``cmd`` in the repository's root: wall seconds, exit status (``None`` and
+    ``timed_out`` when it ran past ``timeout`` seconds), the tail of its error output."""
+    root = Path(__file__).resolve().parents[1]
+    t0 = time.perf_counter()
+    try:
+        out = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True,
+                             timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return dict(wall_s=time.perf_counter() - t0, rc=None, timed_out=True)
+    row = dict(wall_s=time.perf_counter() - t0, rc=out.returncode, timed_out=False)
+    if out.returncode != 0:
+        row["error"] = (out.stderr.strip().splitlines() or ["?"])[-1][-300:]
+    return row
+
+
+#: ``scale`` / ``scale_32k``: issue 25's targets on one H200 (seconds, all four presets
+#: and the ideal fabric, one training step of the default model).
+SCALE_TARGETS_S = {8192: 60.0, 32768: 300.0}
+
+
+def part_scale(small, backends, state, gpus=8192):
+    """Issue 25's scale point: ``experiments/scale_sweep.py --gpus N`` (all four presets
+    and the ideal fabric, the default model and fabric) as a user runs it, in a fresh
+    process on the default device, its wall time against :data:`SCALE_TARGETS_S`, and
+    each preset's headline figures from its JSON (``--small``: 16 GPUs, or 32 for
+    ``scale_32k``, ``roce`` only, a 20 us slice)."""
+    out_dir = Path(state["json_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n = {8192: 16, 32768: 32}.get(int(gpus), 16) if small else int(gpus)
+    path = out_dir / f"scale_{n}.json"
+    cmd = [sys.executable, "experiments/scale_sweep.py", "--gpus", str(n), "--quiet",
+           "--json", str(path)] + (["--fabrics", "roce", "--slice-us", "20"] if small else [])
+    row = dict(gpus=n, command=" ".join(["python"] + cmd[1:]), json=str(path),
+               target_s=None if small else SCALE_TARGETS_S.get(n))
+    row.update(_run_child(cmd, _child_env(), state.get("timeout")))
+    if row["target_s"] is not None:
+        row["within_target"] = bool(row["rc"] == 0 and row["wall_s"] <= row["target_s"])
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        yield [row]
+        return
+    row.update(complete=data.get("complete"), sweep_wall_s=data.get("wall_s"),
+               sweep_cpu_s=data.get("cpu_s"), device=data.get("device"))
+    for p in data.get("points", []):
+        for name, f in list(p.get("fabrics", {}).items()) + [("ideal", p.get("ideal") or {})]:
+            for key in ("step_time", "gpu_utilization", "p99_over_p50", "effective_bandwidth",
+                        "wall_s", "n_steps", "simulated_flows"):
+                if key in f:
+                    row[f"{name}_{key}"] = f[key]
+    yield [row]
+
+
+def part_scale_32k(small, backends, state):
+    """:func:`part_scale` at 32,768 GPUs (issue 25's 5-minute target on one H200)."""
+    yield from part_scale(small, backends, state, gpus=32768)
+
+
+def _numbers(x, path=""):
+    """``{path: value}`` for every number of a JSON document except timings (keys
+    ending in ``wall_s``, ``cpu_s``, ``_time_s`` or named ``seconds``)."""
+    if isinstance(x, dict):
+        out = {}
+        for k, v in x.items():
+            if str(k).endswith(("wall_s", "cpu_s")) or k in ("seconds", "elapsed_s"):
+                continue
+            out.update(_numbers(v, f"{path}/{k}"))
+        return out
+    if isinstance(x, list):
+        out = {}
+        for i, v in enumerate(x):
+            out.update(_numbers(v, f"{path}/{i}"))
+        return out
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return {}
+    return {path: float(x)}
+
+
+def _tiny_scenario(folder: Path) -> Path:
+    """``--small``'s scenario for ``compare``: a 4-server leaf-spine, ``roce`` only."""
+    path = folder / "tiny.toml"
+    path.write_text(
+        '[topology]\nkind = "leaf_spine"\nn_servers = 4\nnics_per_server = 1\n'
+        'servers_per_leaf = 2\nn_spines = 1\n\n[workload]\ntrain_servers = 2\n'
+        'tenant_servers = 2\nep_servers = 2\ntenant_fan_in = 1\nbackground_load = 0.0\n\n'
+        '[simulation]\nn_steps = 50\nisolation = false\n\n[fabrics]\npresets = ["roce"]\n')
+    return path
+
+
+def part_compare(small, backends, state):
+    """``fabric-jax compare`` on the built-in scenario as a user runs it (its own
+    process; ``--small``: a 4-server scenario, ``roce`` only): on the default device
+    with an empty compilation cache (``cold``: the first run on a machine) and again
+    with the cache it filled (``warm``: every later run), then on this machine's CPU
+    backend (cold) when the default is an accelerator, with the largest relative
+    difference of any figure in its JSON from the default device's (timings left out)."""
+    out_dir = Path(state["json_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bench_compare_"))
+    extra = ["--scenario", str(_tiny_scenario(tmp))] if small else []
+    accel = backends["default"].platform
+    runs = [(accel, "cold"), (accel, "warm")] + ([("cpu", "cold")] if accel != "cpu" else [])
+    rows, first = [], None
+    for platform, cache in runs:
+        path = out_dir / f"compare_{platform}_{cache}.json"
+        env = _child_env(FABRIC_JAX_CACHE=str(tmp / f"cache_{platform}"))
+        if platform == "cpu":
+            env["JAX_PLATFORMS"] = "cpu"
+        cmd = [sys.executable, "-m", "fabric_jax", "compare", "--quiet", "--json",
+               str(path)] + extra
+        row = dict(backend=platform, cache=cache,
+                   command=" ".join(["fabric-jax"] + cmd[3:]))
+        row.update(_run_child(cmd, env, state.get("timeout")))
+        try:
+            nums = _numbers(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            nums = None
+        if nums is not None and first is None:
+            first = nums
+        elif nums is not None:
+            shared = set(first) & set(nums)
+            rel = [abs(first[k] - nums[k]) / max(abs(first[k]), abs(nums[k]), 1e-30)
+                   for k in shared]
+            row.update(figures=len(shared), max_rel_diff_vs_first=max(rel, default=0.0),
+                       figures_over_1pct=sum(r > 0.01 for r in rel))
+        rows.append(row)
+        yield rows
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------- aot
 def aot_row(instance, case, unroll, target, steps, check_every=1):
     """One row of the ``aot`` part (also run by ``--baseline-rev``): ``instance`` is
@@ -720,24 +1057,38 @@ def baseline_runner(rev: str):
     return run
 
 
-def _call_in_process(module: str, fn: str, args: str, cwd, env):
+def _call_in_process(module: str, fn: str, args: str, cwd, env, timeout=None):
     """``(result, stderr)``: ``experiments/<module>.<fn>(<args>)`` run in a fresh Python
     process in ``cwd`` with ``env``, its JSON result read from the last line printed
-    (``None`` when the process fails)."""
+    (``None`` when the process fails, or runs past ``timeout`` seconds)."""
     code = (f"import json, sys, jax; sys.path.insert(0, 'experiments'); import {module} as b;"
             f"print(json.dumps(b.{fn}({args}), default=float))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env,
-                         capture_output=True, text=True)
+    try:
+        out = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env,
+                             capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"stopped after {timeout:.0f} s (the time left to the run)"
     if out.returncode != 0:
-        return None, out.stderr
+        return None, out.stderr or f"exit status {out.returncode}"
     return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true", help="CPU-sized smoke run")
-    ap.add_argument("--parts", default=",".join(p for p in PARTS if p != "aot"),
-                    help=f"comma-separated subset of {','.join(PARTS)} (default: all but aot)")
+    ap.add_argument("--parts", default=None,
+                    help=f"comma-separated subset of {','.join(PARTS)} (default: "
+                         f"{','.join(DEFAULT_PARTS)}; with --session: "
+                         f"{','.join(SESSION_PARTS)})")
+    ap.add_argument("--session", action="store_true",
+                    help="the one call a lent GPU gets: the session parts, most wanted "
+                         "first, started within --budget-s (default "
+                         f"{SESSION_BUDGET_S:.0f}); e.g. --json $OUT/gpu.json")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="start no part or row after this many seconds (a row already "
+                         "running finishes; child processes are stopped at it); the "
+                         "JSON lists what was left out")
+    ap.add_argument("--continue-from", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", default="results/gpu.json")
     ap.add_argument("--baseline-rev", default=None,
                     help="also run the kernels and fluid parts on this git revision's code (CPU)")
@@ -751,21 +1102,47 @@ def main(argv=None):
                     help="aot part: the GPU XLA compiles for (no GPU needed)")
     ap.add_argument("--only-k", type=int, default=None,
                     help="solve part: only the fat_tree(k) instances of this k (e.g. 16)")
+    ap.add_argument("--markdown", default=None, metavar="JSON",
+                    help="print issue 24's table and issue 25's targets from this JSON "
+                         "(a run's) as Markdown, and exit")
     a = ap.parse_args(argv)
-    parts = [p for p in a.parts.split(",") if p]
+    if a.markdown:
+        text = markdown(json.loads(Path(a.markdown).read_text()))
+        print(text)
+        return text
+    default = SESSION_PARTS if a.session else DEFAULT_PARTS
+    parts = [p for p in (a.parts.split(",") if a.parts else default) if p]
     bad = [p for p in parts if p not in PARTS]
     if bad:
         ap.error(f"--parts: unknown {bad}; choose from {list(PARTS)}")
+    budget = a.budget_s if a.budget_s is not None else (SESSION_BUDGET_S if a.session
+                                                          else None)
+    if budget is not None and not budget >= 0:
+        ap.error(f"--budget-s: seconds >= 0; got {budget}")
     if "aot" in parts:   # before the backend starts: the CUDA plugin reads it on load
         _hlo.log_command_buffers()
+    # Before the backend starts: JAX takes 75 % of a GPU's memory when it starts, and the
+    # parts that run a child process on the same GPU (preflight, variants, scale,
+    # compare) would find none left.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     accel = jax.devices()[0]
     backends = {"default": accel}
     if accel.platform != "cpu":
         backends["cpu"] = jax.devices("cpu")[0]
-    out = dict(device=device_info(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               small=a.small, parts={})
+    if a.continue_from:   # the rest of a run, in a child with other settings (below)
+        out = json.loads(Path(a.continue_from).read_text())
+    else:
+        out = dict(device=device_info(), date=time.strftime("%Y-%m-%d %H:%M UTC",
+                                                            time.gmtime()),
+                   small=a.small, started=time.time(), parts={})
+    out.setdefault("env", {})[accel.platform if not a.continue_from else "continued"] = {
+        key: os.environ.get(key) for key in ("XLA_PYTHON_CLIENT_PREALLOCATE",
+                                             "FABRIC_JAX_DEVICE_LOOPS", "XLA_FLAGS")}
+    out["device_loops"] = _device_loops_setting()
     baseline = baseline_runner(a.baseline_rev) if a.baseline_rev else None
-    gens = dict(kernels=lambda: part_kernels(a.small, backends, baseline),
+    state = dict(json_dir=str(Path(a.json).resolve().parent), timeout=None)
+    gens = dict(preflight=lambda: part_preflight(a.small, backends, state),
+                kernels=lambda: part_kernels(a.small, backends, baseline),
                 solve=lambda: part_solve(a.small, backends, a.max_flows, a.only_k),
                 fluid=lambda: part_fluid(a.small, backends, baseline, a.max_flows,
                                          a.ab_repeats),
@@ -774,17 +1151,142 @@ def main(argv=None):
                 fluid_batched=lambda: part_fluid_batched(a.small, backends),
                 unroll=lambda: part_unroll(a.small, backends),
                 variants=lambda: part_variants(a.small, backends),
+                scale=lambda: part_scale(a.small, backends, state),
+                scale_32k=lambda: part_scale_32k(a.small, backends, state),
+                compare=lambda: part_compare(a.small, backends, state),
                 aot=lambda: part_aot(a.small, backends, a.target, baseline, a.max_flows))
     t0 = time.time()
-    for p in parts:
-        for rows in gens[p]():
-            out["parts"][p] = rows
-            out["wall_s"] = time.time() - t0
+    deadline = None if budget is None else t0 + budget
+    if budget is not None:
+        out.setdefault("budget_s", budget)
+
+    def left():
+        return None if deadline is None else deadline - time.time()
+
+    for i, p in enumerate(parts):
+        if deadline is not None and left() <= 0:
+            out.setdefault("skipped", []).append(p)
             write_json(a.json, out)
-            print(p, json.dumps(rows[-1], default=float), flush=True)
+            print(f"{p}: skipped (--budget-s {budget:.0f} s spent)", flush=True)
+            continue
+        state["timeout"] = left()
+        gen = gens[p]()
+        for rows in gen:
+            out["parts"][p] = rows
+            out["wall_s"] = time.time() - out.get("started", t0)
+            write_json(a.json, out)
+            print(p, json.dumps({k: v for k, v in rows[-1].items()
+                                 if not isinstance(v, dict)}, default=float), flush=True)
+            if deadline is not None and left() <= 0:
+                gen.close()
+                out.setdefault("truncated", []).append(p)
+                write_json(a.json, out)
+                print(f"{p}: stopped after {len(rows)} rows (--budget-s)", flush=True)
+                break
+            state["timeout"] = left()
+        if p == "preflight":
+            out["preflight"] = {key: state.get(key) for key in ("device_loops_ok", "verdict")}
+            write_json(a.json, out)
+            rest = parts[i + 1:]
+            if state.get("device_loops_ok") is False and _device_loops_setting() and rest:
+                # the rest with every loop on the host, in a child: fabric_jax reads the
+                # setting when it is imported
+                out["device_loops_turned_off"] = state["verdict"]
+                write_json(a.json, out)
+                print(f"preflight: {state['verdict']}; the other parts run with "
+                      "FABRIC_JAX_DEVICE_LOOPS=0", flush=True)
+                cmd = [sys.executable, str(Path(__file__).resolve()), "--parts",
+                       ",".join(rest), "--json", a.json, "--continue-from", a.json]
+                cmd += ["--small"] if a.small else []
+                cmd += [] if deadline is None else ["--budget-s", f"{max(left(), 0.0):.1f}"]
+                for flag, v in (("--max-flows", a.max_flows), ("--only-k", a.only_k),
+                                ("--target", a.target), ("--baseline-rev", a.baseline_rev)):
+                    cmd += [] if v is None else [flag, str(v)]
+                subprocess.run(cmd, env=dict(os.environ, FABRIC_JAX_DEVICE_LOOPS="0"))
+                return json.loads(Path(a.json).read_text())
     print(summary(out))
     print(f"written to {a.json} ({out.get('wall_s', 0.0):.0f} s)")
     return out
+
+
+#: issue 24's table, as the issue measured it before (one H200, JAX 0.11; its 16-core
+#: CPU), with its goals: (label, instance, before on the GPU, before on the CPU, goal).
+ISSUE_24_BEFORE = {
+    ("solve", 16, 100_000): ("`max_min_fair` (exact)", "`fat_tree(16)`, 100k random pairs",
+                             "31 ms", "314 ms", "<= 1 ms"),
+    ("solve", 16, 1_000_000): ("`max_min_fair`", "`fat_tree(16)`, 1M flows", "2.0 s",
+                               "12.1 s", "<= 10 ms"),
+    ("solve", 32, 1_000_000): ("`max_min_fair`", "`fat_tree(32)`, 1M flows", "143 ms",
+                               "5.65 s", "<= 10 ms"),
+    ("fluid", 16, 100_000): ("`simulate_fluid`, DCQCN + PFC, 1 us steps",
+                             "`fat_tree(16)`, 100k flows", "5.8 ms per step", "110 ms per step",
+                             "<= 0.1 ms per step"),
+    ("fluid", 32, 1_000_000): ("`simulate_fluid`, same", "`fat_tree(32)`, 1M flows",
+                               "80 ms per step", "-", "<= 1 ms per step"),
+    ("events", None, 10_000): ("`simulate_flows` (exact events)", "10k coupled flows", "7.7 s",
+                               "9.3 s", ">= 10x the CPU"),
+    ("events", None, 3_000): ("`simulate_flows`", "3k coupled flows", "1.49 s", "0.44 s",
+                              "faster than the CPU"),
+    ("compare", None, None): ("`fabric-jax compare`", "default scenario", "17 s wall",
+                              "21 s wall", "<= 5 s"),
+}
+
+
+def _t(x) -> str:
+    """Seconds as a short figure with its unit."""
+    if x is None:
+        return "-"
+    return f"{x * 1e3:.3g} ms" if x < 1 else f"{x:.3g} s"
+
+
+def markdown(out: dict) -> str:
+    """Issue 24's table (before, now on this device and its CPU backend, goal) and issue
+    25's targets from a ``bench_gpu.py`` JSON, as Markdown for the docs: every figure
+    is the JSON's, none typed in."""
+    d, parts = out["device"], out.get("parts", {})
+    found = {}
+    for r in parts.get("solve", []):
+        found[("solve", r["k"], r["flows"])] = (_t(r.get("default_steady_s")),
+                                                _t(r.get("cpu_steady_s")))
+    for r in parts.get("fluid", []):
+        if r.get("case") == "dcqcn_pfc":
+            now = (f"{_t(r.get('step_s'))} per step "
+                   f"({r.get('flow_steps_per_s', 0):.3g} flow-steps/s)")
+            found[("fluid", r["k"], r["flows"])] = (now, f"{_t(r.get('cpu_step_s'))} per step"
+                                                    if r.get("cpu_step_s") else "-")
+    for r in parts.get("events", []):
+        found[("events", None, r["flows"])] = (_t(r.get("steady_s")), _t(r.get("cpu_steady_s")))
+    runs = {(r["backend"], r["cache"]): r for r in parts.get("compare", [])}
+    accel = d.get("platform")
+    if (accel, "cold") in runs and not out.get("small"):   # (--small: a tiny scenario)
+        now = (f"{_t(runs[(accel, 'cold')]['wall_s'])} wall cold, "
+               f"{_t(runs.get((accel, 'warm'), {}).get('wall_s'))} warm")
+        cpu = runs.get(("cpu", "cold")) if accel != "cpu" else None
+        found[("compare", None, None)] = (now, "-" if cpu is None else
+                                          f"{_t(cpu['wall_s'])} wall cold")
+    lines = [f"{d.get('device')} ({d.get('platform')}), jax {d.get('jax')}, "
+             f"{d.get('cpu_count')} CPU cores, {out.get('date')}; device loops "
+             f"{'on' if out.get('device_loops') else 'off'}"
+             + (f" ({out['device_loops_turned_off']})" if out.get("device_loops_turned_off")
+                else ""),
+             "",
+             "| kernel | instance | before: GPU | before: CPU | now: this device | now: its "
+             "CPU backend | goal |", "|---|---|---|---|---|---|---|"]
+    for key, (label, inst, gpu0, cpu0, goal) in ISSUE_24_BEFORE.items():
+        now, cpu = found.get(key, ("not run", "-"))
+        lines.append(f"| {label} | {inst} | {gpu0} | {cpu0} | {now} | {cpu} | {goal} |")
+    scale = parts.get("scale", []) + parts.get("scale_32k", [])
+    if scale:
+        lines += ["", "| GPUs | wall (all presets + ideal) | target | within |",
+                  "|---|---|---|---|"]
+        for r in scale:
+            wall = ("stopped at " if r.get("timed_out") else "") + _t(r.get("wall_s"))
+            lines.append(f"| {r['gpus']:,} | {wall} | {_t(r.get('target_s'))} | "
+                         f"{r.get('within_target', '-')} |")
+    left = out.get("skipped", []) + out.get("truncated", [])
+    if left:
+        lines += ["", f"Not run or cut short (--budget-s): {', '.join(left)}."]
+    return "\n".join(lines)
 
 
 def summary(out: dict) -> str:

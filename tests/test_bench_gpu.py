@@ -139,3 +139,125 @@ def test_bench_gpu_aot_part_compiles_for_the_gpu_or_says_what_it_needs(tmp_path)
         assert r["round_trips_per_step"] == 0 and r["command_buffers"] >= 1
         d, n = map(int, r["loops_on_device"].split("/"))
         assert d == n >= 3
+
+
+def test_bench_gpu_budget_spent_skips_every_part(tmp_path):
+    # --budget-s 0: nothing is started, and the JSON says which parts were left out
+    bench = _load()
+    out = tmp_path / "gpu.json"
+    res = bench.main(["--small", "--parts", "solve,events", "--budget-s", "0",
+                      "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["skipped"] == ["solve", "events"] and data["parts"] == {}
+    assert data["budget_s"] == 0 and res["skipped"] == data["skipped"]
+    assert data["env"]["cpu"]["XLA_PYTHON_CLIENT_PREALLOCATE"] is not None
+
+
+def test_bench_gpu_rejects_a_negative_budget_and_knows_its_session():
+    bench = _load()
+    for bad in ("-1", "nan"):
+        with pytest.raises(SystemExit):
+            bench.main(["--budget-s", bad, "--parts", "solve"])
+    # the session's parts are parts, preflight first (it decides how the others run)
+    assert set(bench.SESSION_PARTS) <= set(bench.PARTS)
+    assert bench.SESSION_PARTS[0] == "preflight" and "aot" not in bench.SESSION_PARTS
+    assert 0 < bench.SESSION_BUDGET_S < 600
+
+
+def test_preflight_fingerprints_and_their_difference():
+    bench = _load()
+    a = bench._fingerprint([1.0, 2.0, float("inf"), float("nan")])
+    assert a == dict(n=4, nan=1, inf=1, sum=3.0, abs_sum=3.0, min=1.0, max=2.0)
+    assert bench._largest_difference({"x": a}, {"x": dict(a)}) == 0.0
+    b = dict(a, sum=3.003)
+    assert bench._largest_difference({"x": a}, {"x": b}) == pytest.approx(0.003 / 3.003)
+    assert bench._largest_difference(a, dict(a, nan=0)) == float("inf")   # a NaN more
+    assert bench._largest_difference({"x": a}, {"y": a}) == float("inf")  # another engine
+
+
+@pytest.mark.slow
+def test_bench_gpu_preflight_scale_and_compare_parts(tmp_path):
+    # the session's own parts on CPU-sized inputs: each engine runs and repeats itself
+    # with the loops on the device and on the host (the same program on a CPU: the same
+    # bits); the scale point and compare run as a user runs them, in their own process
+    bench = _load()
+    out = tmp_path / "gpu.json"
+    bench.main(["--small", "--parts", "preflight,scale,compare", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["preflight"]["device_loops_ok"] is True
+    dev, host = data["parts"]["preflight"]
+    assert (dev["mode"], host["mode"]) == ("device_loops", "host_loops")
+    assert dev["device_loops"] is True and host["device_loops"] is False
+    assert dev["engines"] == host["engines"] == 5 and dev["nan"] == host["nan"] == 0
+    assert dev["max_rel_diff_vs_host_loops"] == 0.0 and dev["repeat_max_rel_diff"] == 0.0
+    assert dev["detail"]["simulate_flows"]["fingerprint"]["finish"]["n"] == 100
+    (sc,) = data["parts"]["scale"]
+    assert sc["gpus"] == 16 and sc["rc"] == 0 and sc["complete"] is True
+    assert Path(sc["json"]).parent == tmp_path and Path(sc["json"]).exists()
+    # the ideal fabric bounds the preset from below; the process's wall holds the sweep's
+    assert sc["ideal_step_time"] <= sc["roce_step_time"]
+    assert 0 < sc["roce_gpu_utilization"] <= sc["ideal_gpu_utilization"] <= 1
+    assert sc["wall_s"] >= sc["sweep_wall_s"] > 0
+    cold, warm = data["parts"]["compare"]
+    assert (cold["cache"], warm["cache"]) == ("cold", "warm")
+    assert cold["rc"] == warm["rc"] == 0
+    # the programs the cold run cached give the same figures, to the bit
+    assert warm["figures"] > 10 and warm["max_rel_diff_vs_first"] == 0.0
+    assert warm["figures_over_1pct"] == 0
+
+
+@pytest.mark.slow
+def test_bench_gpu_preflight_failure_runs_the_rest_with_host_loops(tmp_path, monkeypatch):
+    # a device-loops process that fails (here on purpose) turns the device loops off
+    # for the parts after the preflight, which run in a child process; the JSON says so
+    bench = _load()
+    monkeypatch.setenv("BENCH_GPU_FAULT", "device_loops")
+    out = tmp_path / "gpu.json"
+    res = bench.main(["--small", "--parts", "preflight,events", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data == res
+    assert data["preflight"]["device_loops_ok"] is False
+    dev, host = data["parts"]["preflight"]
+    assert "BENCH_GPU_FAULT" in dev["error"] and "error" not in host
+    assert "BENCH_GPU_FAULT" in data["device_loops_turned_off"]
+    assert data["env"]["continued"]["FABRIC_JAX_DEVICE_LOOPS"] == "0"
+    assert data["device_loops"] is False
+    assert [r["flows"] for r in data["parts"]["events"]] == [300]
+
+
+def test_bench_gpu_markdown_takes_every_figure_from_the_json(tmp_path, capsys):
+    # issue 24's table and issue 25's targets, filled from a run's JSON (a GPU run's
+    # layout, figures made up here): each figure where it belongs, the rest "not run"
+    bench = _load()
+    run = {"device": {"platform": "gpu", "device": "NVIDIA H200", "jax": "0.10.2",
+                      "cpu_count": 16},
+           "date": "D", "device_loops": True, "small": False, "truncated": ["variants"],
+           "parts": {
+               "solve": [{"k": 16, "flows": 100_000, "default_steady_s": 0.0021,
+                          "cpu_steady_s": 0.31}],
+               "fluid": [{"k": 16, "flows": 100_000, "case": "dcqcn_pfc", "step_s": 4e-4,
+                          "flow_steps_per_s": 2.5e8, "cpu_step_s": 0.11},
+                         {"k": 16, "flows": 100_000, "case": "hpcc", "step_s": 9.0}],
+               "events": [{"flows": 3_000, "steady_s": 0.2, "cpu_steady_s": 0.4}],
+               "compare": [{"backend": "gpu", "cache": "cold", "wall_s": 31.0},
+                           {"backend": "gpu", "cache": "warm", "wall_s": 4.5},
+                           {"backend": "cpu", "cache": "cold", "wall_s": 25.0}],
+               "scale": [{"gpus": 8192, "wall_s": 42.0, "target_s": 60.0,
+                          "within_target": True}],
+               "scale_32k": [{"gpus": 32768, "wall_s": 300.0, "target_s": 300.0,
+                              "timed_out": True, "within_target": False}]}}
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps(run))
+    text = bench.main(["--markdown", str(path)])
+    assert text == capsys.readouterr().out.rstrip("\n")
+    rows = {line.split(" | ")[1]: line for line in text.splitlines()
+            if line.startswith("| `") or line.startswith("| 8") or line.startswith("| 3")}
+    assert "| 2.1 ms | 310 ms | <= 1 ms |" in rows["`fat_tree(16)`, 100k random pairs"]
+    assert "0.4 ms per step (2.5e+08 flow-steps/s) | 110 ms per step" in \
+        rows["`fat_tree(16)`, 100k flows"]                   # DCQCN + PFC, not HPCC
+    assert "| not run | - |" in rows["`fat_tree(16)`, 1M flows"]
+    assert "| 200 ms | 400 ms |" in rows["3k coupled flows"]
+    assert "| 31 s wall cold, 4.5 s warm | 25 s wall cold | <= 5 s |" in rows["default scenario"]
+    assert "| 8,192 | 42 s | 60 s | True |" in text
+    assert "| 32,768 | stopped at 300 s | 300 s | False |" in text
+    assert "NVIDIA H200" in text and "cut short (--budget-s): variants" in text
