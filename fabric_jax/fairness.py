@@ -378,8 +378,7 @@ def _iteration(li, fi, weight, active, capacity, demand, n_links, n_flows, rate,
     link_floor = _link_min(jnp.where(entry_open, target[fi], jnp.inf), li, n_links,
                            axis_name, table)
     bottleneck = has_open & (level <= link_floor)
-    # (``active``: ``freeze`` keeps the open flows only, as in :func:`_iteration_rows`)
-    on_bottleneck = jax.ops.segment_max((active & bottleneck[li]).astype(jnp.int8), fi,
+    on_bottleneck = jax.ops.segment_max((entry_open & bottleneck[li]).astype(jnp.int8), fi,
                                         num_segments=n_flows) > 0
     freeze = ~frozen & (on_bottleneck | (demand <= link_level))
     new_rate = jnp.where(freeze, target, rate)
@@ -411,10 +410,7 @@ def _iteration_rows(li, weight, active, capacity, demand, n_links, rate, frozen,
     link_floor = _link_min(jnp.where(entry_open, target[:, None], jnp.inf).reshape(-1),
                            li.reshape(-1), n_links, axis_name, table)
     bottleneck = has_open & (level <= link_floor)
-    # ``active``, not ``entry_open``: ``freeze`` keeps the open flows only, and a test
-    # that reads ``frozen`` per flow alone lets XLA:GPU write the new mask over the old
-    # one (with the per-entry broadcast it copied the mask every iteration)
-    on_bottleneck = jnp.any(active & jnp.take(bottleneck, li, mode="clip"), axis=1)
+    on_bottleneck = jnp.any(entry_open & jnp.take(bottleneck, li, mode="clip"), axis=1)
     freeze = ~frozen & (on_bottleneck | (demand <= link_level))
     return jnp.where(freeze, target, rate), frozen | freeze
 
