@@ -5,10 +5,12 @@ keeps what ran).  On a lent GPU, one call::
 
     PYTHONPATH=. python experiments/bench_gpu.py --session --json $OUT/gpu.json
 
-runs :data:`SESSION_PARTS` in that order (issue 24's table first, then issue 25's
-8,192-GPU target and ``compare``'s wall time, then the rest) and starts nothing after
-``--budget-s`` (:data:`SESSION_BUDGET_S`, inside the device call's 10 minutes); the
-JSON lists the parts it left out (``skipped``, ``truncated``).  Its first part,
+runs :data:`SESSION_PARTS` in that order (the preflight, issue 25's 8,192-GPU target
+and ``compare``'s wall time, issue 24's table, then the rest; the ``fluid`` part without
+its recompile for the fusion counts, which the ``aot`` part reads from XLA:GPU's
+program without a GPU) and starts nothing after ``--budget-s``
+(:data:`SESSION_BUDGET_S`, inside the device call's 10 minutes); the JSON lists the
+parts it left out (``skipped``, ``truncated``).  Its first part,
 ``preflight``, checks that the engines run and agree on that GPU with their loops kept
 on it, and if not runs the other parts with every loop on the host (below), so that a
 fault of XLA's command buffers does not cost the call.  JAX's preallocation of 75 % of
@@ -163,11 +165,17 @@ PARTS = ("preflight", "kernels", "solve", "fluid", "events", "batched", "fluid_b
 #: the parts run without ``--parts`` or ``--session``: the engine's, timed in this process.
 DEFAULT_PARTS = ("kernels", "solve", "fluid", "events", "batched", "fluid_batched", "unroll",
                  "variants")
-#: ``--session``: the parts a lent GPU runs in one call, most wanted first (issue 24's
-#: table, then issue 25's 8,192-GPU target and ``compare``'s wall time, then the
-#: variants and the batches; the 32,768-GPU point last, as the time left allows).
-SESSION_PARTS = ("preflight", "fluid", "solve", "events", "scale", "compare", "variants",
+#: ``--session``: the parts a lent GPU runs in one call, in this order: the preflight
+#: (it decides how the rest run), then the two single commands with a target (issue 25's
+#: 8,192-GPU point, ``compare``'s wall time; each stopped at :data:`CHILD_CAP_S`), then
+#: issue 24's table (fluid, solve, events), the variants and the batches; the
+#: 32,768-GPU point last, as the time left allows.
+SESSION_PARTS = ("preflight", "scale", "compare", "fluid", "solve", "events", "variants",
                  "batched", "fluid_batched", "unroll", "scale_32k")
+#: seconds a child process of ``scale`` or of one ``compare`` run may take before it is
+#: stopped (three times the 8,192-GPU target: past that the target is missed anyway,
+#: and the session goes on); ``scale_32k`` gets the time left.
+CHILD_CAP_S = {"scale": 180.0, "compare": 150.0}
 #: ``--session``: seconds after which no part or row is started (the device call's limit
 #: is 600 s; a row already running finishes).
 SESSION_BUDGET_S = 540.0
@@ -340,7 +348,7 @@ def _here(fn, args: str, flags: str = "", env: dict | None = None,
     return _call_in_process("bench_gpu", fn, args, root, env, timeout)
 
 
-def part_fluid(small, backends, baseline=None, max_flows=None, ab_repeats=1):
+def part_fluid(small, backends, baseline=None, max_flows=None, ab_repeats=1, hlo=True):
     sizes = [(8, 2_000, 10), (8, 10_000, 10)] if small else [(16, 10_000, 50),
                                                              (16, 100_000, 20),
                                                              (32, 1_000_000, 10)]
@@ -360,14 +368,15 @@ def part_fluid(small, backends, baseline=None, max_flows=None, ab_repeats=1):
                 prefix = "" if name == "default" else "cpu_"
                 row.update({prefix + key: r[key] for key in
                             ("first_s", "step_s", "flow_steps_per_s")})
-            counts, bpf = fluid_hlo(k, n, case, steps)
-            trips = {"allocate": row.get("solve_iterations_per_step", 1.0),
-                     "nic_send": row.get("nic_rounds_per_step", 1.0)}
-            per_step = _hlo.launches_per_step(counts, trips)
-            row.update(fusions=counts["fusions"], fusions_outside_loops=counts["entry"],
-                       step_fusions=per_step["step_fusions"],
-                       launches_per_step=per_step["launches_per_step"],
-                       bytes_per_flow=bpf)
+            if hlo:   # (--session leaves the recompile out: the aot part reads the GPU's)
+                counts, bpf = fluid_hlo(k, n, case, steps)
+                trips = {"allocate": row.get("solve_iterations_per_step", 1.0),
+                         "nic_send": row.get("nic_rounds_per_step", 1.0)}
+                per_step = _hlo.launches_per_step(counts, trips)
+                row.update(fusions=counts["fusions"], fusions_outside_loops=counts["entry"],
+                           step_fusions=per_step["step_fusions"],
+                           launches_per_step=per_step["launches_per_step"],
+                           bytes_per_flow=bpf)
             if baseline is not None and n <= 100_000 and ab_repeats > 1:
                 # A/B in turn, each run in a fresh process (this code, the baseline's)
                 pairs = []
@@ -724,6 +733,12 @@ def _child_env(**extra) -> dict:
     return env
 
 
+def _capped(left, cap):
+    """The smaller of the time left (``None``: no budget) and ``cap`` (``None``: none)."""
+    known = [x for x in (left, cap) if x is not None]
+    return min(known) if known else None
+
+
 def _run_child(cmd, env, timeout) -> dict:
     """``cmd`` in the repository's root: wall seconds, exit status (``None`` and
     ``timed_out`` when it ran past ``timeout`` seconds), the tail of its error output."""
@@ -759,7 +774,8 @@ def part_scale(small, backends, state, gpus=8192):
            "--json", str(path)] + (["--fabrics", "roce", "--slice-us", "20"] if small else [])
     row = dict(gpus=n, command=" ".join(["python"] + cmd[1:]), json=str(path),
                target_s=None if small else SCALE_TARGETS_S.get(n))
-    row.update(_run_child(cmd, _child_env(), state.get("timeout")))
+    cap = CHILD_CAP_S["scale"] if int(gpus) == 8192 else None
+    row.update(_run_child(cmd, _child_env(), _capped(state.get("timeout"), cap)))
     if row["target_s"] is not None:
         row["within_target"] = bool(row["rc"] == 0 and row["wall_s"] <= row["target_s"])
     try:
@@ -837,7 +853,7 @@ def part_compare(small, backends, state):
                str(path)] + extra
         row = dict(backend=platform, cache=cache,
                    command=" ".join(["fabric-jax"] + cmd[3:]))
-        row.update(_run_child(cmd, env, state.get("timeout")))
+        row.update(_run_child(cmd, env, _capped(state.get("timeout"), CHILD_CAP_S["compare"])))
         try:
             nums = _numbers(json.loads(path.read_text()))
         except (OSError, ValueError):
@@ -1145,7 +1161,7 @@ def main(argv=None):
                 kernels=lambda: part_kernels(a.small, backends, baseline),
                 solve=lambda: part_solve(a.small, backends, a.max_flows, a.only_k),
                 fluid=lambda: part_fluid(a.small, backends, baseline, a.max_flows,
-                                         a.ab_repeats),
+                                         a.ab_repeats, hlo=not a.session),
                 events=lambda: part_events(a.small, backends),
                 batched=lambda: part_batched(a.small, backends),
                 fluid_batched=lambda: part_fluid_batched(a.small, backends),

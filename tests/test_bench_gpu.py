@@ -162,6 +162,10 @@ def test_bench_gpu_rejects_a_negative_budget_and_knows_its_session():
     assert set(bench.SESSION_PARTS) <= set(bench.PARTS)
     assert bench.SESSION_PARTS[0] == "preflight" and "aot" not in bench.SESSION_PARTS
     assert 0 < bench.SESSION_BUDGET_S < 600
+    # a child's time: the smaller of the time left and its cap, either may be absent
+    assert bench._capped(None, None) is None and bench._capped(30.0, None) == 30.0
+    assert bench._capped(None, 180.0) == 180.0 and bench._capped(500.0, 180.0) == 180.0
+    assert bench._capped(20.0, 180.0) == 20.0
 
 
 def test_preflight_fingerprints_and_their_difference():
