@@ -231,7 +231,8 @@ TABLE_MIN_ENTRIES = 1 << 16
 
 
 def _for_backend(inc: Incidence):
-    """Host: ``(incidence, compaction)`` for a one-off solve on the default backend.
+    """Host: ``(incidence, compaction)`` for a one-off solve on the device it runs on
+    (:func:`fabric_jax.segments.default_platform`).
 
     On the CPU: the incidence as it is and ``"fine"`` compaction (scatters into a small
     output stay in cache; shrinking buffers cut the work of the long tail).  On an

@@ -33,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["SegmentTable", "segment_table", "segment_reduce", "forced", "tables_wanted"]
+__all__ = ["SegmentTable", "segment_table", "segment_reduce", "forced", "tables_wanted",
+           "default_platform"]
 
 #: A one-level table is used while its padded size stays within this factor of the
 #: entries it holds (plus one row per segment) plus :data:`ONE_LEVEL_FREE` slots;
@@ -212,11 +213,22 @@ class forced:
         return False
 
 
+def default_platform() -> str:
+    """Host: the platform that a computation started now runs on: that of the device
+    of an enclosing ``jax.default_device(...)`` block (a device or a platform name), else
+    the default backend's.  (``jax.default_backend()`` alone says ``"gpu"`` inside
+    ``jax.default_device(cpu)`` on a GPU machine.)"""
+    dev = jax.config.jax_default_device
+    if dev is None:
+        return jax.default_backend()
+    return dev if isinstance(dev, str) else dev.platform
+
+
 def tables_wanted() -> bool:
-    """Host: whether building :class:`SegmentTable` s pays: the default backend is an
-    accelerator (where :func:`segment_reduce` gathers), or :data:`FORCE` asks for the
-    gather form."""
-    return FORCE == "gather" or (FORCE is None and jax.default_backend() != "cpu")
+    """Host: whether building :class:`SegmentTable` s pays: the computation runs on an
+    accelerator (:func:`default_platform`; there :func:`segment_reduce` gathers), or
+    :data:`FORCE` asks for the gather form."""
+    return FORCE == "gather" or (FORCE is None and default_platform() != "cpu")
 
 
 def segment_reduce(values, segment_ids, n_segments: int, table=None, op: str = "sum", *,

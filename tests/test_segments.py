@@ -147,3 +147,28 @@ def test_one_off_solve_in_the_accelerator_layout_matches_the_cpu_layout(monkeypa
         got = fj.max_min_fair(inc, cap)
     np.testing.assert_allclose(np.asarray(got.rates), np.asarray(ref.rates), rtol=2e-5)
     assert int(got.info.iterations) == int(ref.info.iterations)
+
+
+def test_tables_follow_the_device_a_computation_runs_on(monkeypatch):
+    # on a GPU machine, a run inside jax.default_device(cpu) is a CPU run: no segment
+    # tables, the one-off solve keeps its compaction levels (the host's choices follow
+    # the device, not the machine's default backend)
+    from fabric_jax import fairness
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")      # a GPU machine
+    monkeypatch.setattr(fairness, "TABLE_MIN_ENTRIES", 10)
+    assert sg.default_platform() == "gpu" and sg.tables_wanted()
+    cpu = jax.devices("cpu")[0]
+    inc = __import__("fabric_jax").Incidence.from_coo(
+        np.array([0, 1, 1, 2] * 4), np.repeat(np.arange(4), 4), None, n_links=3,
+        n_flows=4)
+    assert fairness._for_backend(inc)[1] == "none"                   # accelerator form
+    for dev in (cpu, "cpu"):
+        with jax.default_device(dev):
+            assert sg.default_platform() == "cpu" and not sg.tables_wanted()
+            tabled, compaction = fairness._for_backend(inc)
+            assert tabled.by_link is None and compaction == "fine"
+    with sg.forced("gather"), jax.default_device(cpu):               # FORCE still wins
+        assert sg.tables_wanted()
+    # and a real CPU-only machine
+    monkeypatch.undo()
+    assert sg.default_platform() == jax.default_backend() == "cpu"
