@@ -252,13 +252,33 @@ def part_solve(small, backends, max_flows=None, only_k=None):
             with jax.default_device(dev):
                 first, steady, res = timed(lambda: fj.max_min_fair(inc, cap))
                 it = int(res.info.iterations)
-                compiled = jax.jit(fj.max_min_fair).lower(inc, cap).compile()
+                compiled = solve_program(inc, cap)
             row.update({f"{name}_first_s": first, f"{name}_steady_s": steady,
                         "iterations": it, f"{name}_per_iteration_s": steady / max(it, 1),
                         "bytes_per_flow": _bytes(compiled, n),
                         "fusions": _hlo.kernel_counts(compiled.as_text())["fusions"]})
         rows.append(row)
         yield rows
+
+
+def solve_program(inc, cap):
+    """The compiled program :func:`fabric_jax.max_min_fair` runs for ``(inc, cap)`` on the
+    current default device: its jitted core compiled for the arguments it got (caught
+    on the way in, after the host's choices: on an accelerator a segment table and no
+    compaction), not the public function jitted whole (traced, it takes the CPU's)."""
+    from fabric_jax import fairness
+    seen = {}
+    orig = fairness._max_min_fair
+
+    def spy(*a):
+        seen["a"] = a
+        return orig(*a)
+    fairness._max_min_fair = spy
+    try:
+        fj.max_min_fair(inc, cap)
+    finally:
+        fairness._max_min_fair = orig
+    return orig.lower(*seen["a"]).compile()
 
 
 FLUID_CASES = {"dcqcn_pfc": dict(law="dcqcn", flow_control="pfc"),
