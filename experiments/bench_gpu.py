@@ -753,6 +753,22 @@ def _child_env(**extra) -> dict:
     return env
 
 
+def _driver(dev) -> dict:
+    """The runtime's own version string (``"cuda 12080"``-like on a GPU: whether CUDA
+    graph conditional nodes, CUDA >= 12.3, are there) and ``nvidia-smi``'s driver
+    version and memory where it exists."""
+    info = {"platform_version": str(getattr(dev.client, "platform_version", "?"))}
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=20)
+        if smi.returncode == 0 and smi.stdout.strip():
+            info["nvidia_smi"] = smi.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
 def _capped(left, cap):
     """The smaller of the time left (``None``: no budget) and ``cap`` (``None``: none)."""
     known = [x for x in (left, cap) if x is not None]
@@ -1168,8 +1184,8 @@ def main(argv=None):
     if a.continue_from:   # the rest of a run, in a child with other settings (below)
         out = json.loads(Path(a.continue_from).read_text())
     else:
-        out = dict(device=device_info(), date=time.strftime("%Y-%m-%d %H:%M UTC",
-                                                            time.gmtime()),
+        out = dict(device=dict(device_info(), **_driver(accel)),
+                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                    small=a.small, started=time.time(), parts={})
     out.setdefault("env", {})[accel.platform if not a.continue_from else "continued"] = {
         key: os.environ.get(key) for key in ("XLA_PYTHON_CLIENT_PREALLOCATE",
@@ -1300,8 +1316,9 @@ def markdown(out: dict) -> str:
         cpu = runs.get(("cpu", "cold")) if accel != "cpu" else None
         found[("compare", None, None)] = (now, "-" if cpu is None else
                                           f"{_t(cpu['wall_s'])} wall cold")
-    lines = [f"{d.get('device')} ({d.get('platform')}), jax {d.get('jax')}, "
-             f"{d.get('cpu_count')} CPU cores, {out.get('date')}; device loops "
+    lines = [f"{d.get('device')} ({d.get('platform')}, {d.get('platform_version', '?')}), "
+             f"jax {d.get('jax')}, {d.get('cpu_count')} CPU cores, {out.get('date')}; "
+             "device loops "
              f"{'on' if out.get('device_loops') else 'off'}"
              + (f" ({out['device_loops_turned_off']})" if out.get("device_loops_turned_off")
                 else ""),

@@ -150,6 +150,7 @@ def test_bench_gpu_budget_spent_skips_every_part(tmp_path):
     data = json.loads(out.read_text())
     assert data["skipped"] == ["solve", "events"] and data["parts"] == {}
     assert data["budget_s"] == 0 and res["skipped"] == data["skipped"]
+    assert data["device"]["platform_version"] == "cpu"      # the runtime's version string
     assert data["env"]["cpu"]["XLA_PYTHON_CLIENT_PREALLOCATE"] is not None
 
 
@@ -234,7 +235,7 @@ def test_bench_gpu_markdown_takes_every_figure_from_the_json(tmp_path, capsys):
     # layout, figures made up here): each figure where it belongs, the rest "not run"
     bench = _load()
     run = {"device": {"platform": "gpu", "device": "NVIDIA H200", "jax": "0.10.2",
-                      "cpu_count": 16},
+                      "cpu_count": 16, "platform_version": "cuda 12090"},
            "date": "D", "device_loops": True, "small": False, "truncated": ["variants"],
            "parts": {
                "solve": [{"k": 16, "flows": 100_000, "default_steady_s": 0.0021,
@@ -264,4 +265,5 @@ def test_bench_gpu_markdown_takes_every_figure_from_the_json(tmp_path, capsys):
     assert "| 31 s wall cold, 4.5 s warm | 25 s wall cold | <= 5 s |" in rows["default scenario"]
     assert "| 8,192 | 42 s | 60 s | True |" in text
     assert "| 32,768 | stopped at 300 s | 300 s | False |" in text
-    assert "NVIDIA H200" in text and "cut short (--budget-s): variants" in text
+    assert "NVIDIA H200 (gpu, cuda 12090)" in text
+    assert "cut short (--budget-s): variants" in text
