@@ -596,9 +596,12 @@ def part_variants(small, backends):
 # ---------------------------------------------------------------- preflight
 #: ``preflight`` part: the modes, each run in a fresh process: (name, environment).
 PREFLIGHT_MODES = (("device_loops", {}), ("host_loops", _HOST_LOOPS))
-#: ``preflight``: the largest relative difference between two figures still read as the
-#: same computation (float32 sums that a GPU may order differently from call to call).
-PREFLIGHT_RTOL = 1e-4
+#: ``preflight``: the largest relative difference between two sums still read as the
+#: same computation.  A GPU's scatter-adds are atomic, so their float32 sums may come
+#: out in another order from call to call, and a step-quantised finish time may move by
+#: a step; a fault of the loops (a wrong branch, a stale buffer) moves the sums by far
+#: more.
+PREFLIGHT_RTOL = 1e-3
 #: ``preflight``: seconds a mode's process may take (small programs: a hang, not a slow
 #: compile, runs past it; the verdict then fails and the session goes on).
 PREFLIGHT_TIMEOUT_S = 150.0
@@ -617,8 +620,10 @@ def _fingerprint(x) -> dict:
 
 
 def _largest_difference(a: dict, b: dict) -> float:
-    """The largest relative difference between two fingerprints (of
-    :func:`_fingerprint`, or dicts of them), ``inf`` where their counts differ."""
+    """The largest relative difference between the sums of two fingerprints (of
+    :func:`_fingerprint`, or dicts of them), ``inf`` where their counts differ (the
+    minimum and maximum are single values, a step-quantised time among them: kept for
+    the record, not compared)."""
     if set(a) != set(b):
         return float("inf")
     worst = 0.0
@@ -628,7 +633,7 @@ def _largest_difference(a: dict, b: dict) -> float:
             worst = max(worst, _largest_difference(x, y))
         elif key in ("n", "nan", "inf"):
             worst = max(worst, 0.0 if x == y else float("inf"))
-        else:
+        elif key in ("sum", "abs_sum"):
             worst = max(worst, abs(x - y) / max(abs(x), abs(y), 1e-30))
     return worst
 

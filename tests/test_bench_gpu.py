@@ -176,6 +176,7 @@ def test_preflight_fingerprints_and_their_difference():
     assert bench._largest_difference({"x": a}, {"x": dict(a)}) == 0.0
     b = dict(a, sum=3.003)
     assert bench._largest_difference({"x": a}, {"x": b}) == pytest.approx(0.003 / 3.003)
+    assert bench._largest_difference({"x": a}, {"x": dict(a, max=2.5)}) == 0.0  # not summed
     assert bench._largest_difference(a, dict(a, nan=0)) == float("inf")   # a NaN more
     assert bench._largest_difference({"x": a}, {"y": a}) == float("inf")  # another engine
 
