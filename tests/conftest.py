@@ -18,15 +18,38 @@ import tempfile
 # that against a process with XLA's defaults on every CI run.  (The classic emitter runs
 # a long fluid loop ~1.3-1.6x slower, so it is not the users' default; a cheaper LLVM
 # level, -O0, also changes every FMA and is not used.)  FABRIC_JAX_TEST_XLA_DEFAULTS=1
-# runs the suite with XLA's defaults.
+# runs the suite with XLA's defaults, and so does an XLA without the flag (jaxlib 0.11
+# removed it, and XLA aborts the process on a flag it does not know): the first pytest
+# process asks a child whether the flag is known, once, and its answer travels to the
+# xdist workers in FABRIC_JAX_TEST_XLA_FLAG.
 TEST_XLA_FLAG = "--xla_cpu_use_fusion_emitters=false"
+
+
+def _flag_known(flag: str) -> bool:
+    """Whether the installed XLA starts with ``flag`` in ``XLA_FLAGS`` (asked of a child
+    process: an unknown flag aborts the process that reads it)."""
+    import subprocess
+    import sys
+    env = dict(os.environ, XLA_FLAGS=flag, JAX_PLATFORMS="cpu")
+    try:
+        out = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env,
+                             capture_output=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0
 
 
 def _test_xla_flags():
     if os.environ.get("FABRIC_JAX_TEST_XLA_DEFAULTS") == "1":
         return
     flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_use_fusion_emitters" not in flags:
+    if "xla_cpu_use_fusion_emitters" in flags:
+        return
+    known = os.environ.get("FABRIC_JAX_TEST_XLA_FLAG")
+    if known is None:
+        known = "1" if _flag_known(TEST_XLA_FLAG) else "0"
+        os.environ["FABRIC_JAX_TEST_XLA_FLAG"] = known
+    if known == "1":
         os.environ["XLA_FLAGS"] = (flags + " " + TEST_XLA_FLAG).strip()
 
 
