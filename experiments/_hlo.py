@@ -91,7 +91,6 @@ def compiled_fluid_run(*args, target: str | None = None, depths: dict | None = N
     import contextlib
     import fabric_jax.fluid as fl
     import fabric_jax.fluid_step as fs
-    captured = {}
     if target is None:   # (older packages, run by --baseline-rev, lack segments)
         form = contextlib.nullcontext()
     else:
@@ -100,22 +99,30 @@ def compiled_fluid_run(*args, target: str | None = None, depths: dict | None = N
     # the record first: it clears the jitted run's cache, which the spy does not have
     record = solve_depths() if depths is not None else contextlib.nullcontext({})
     with record as rec, form:
-        orig = fs._run
-
-        def spy(*a):
-            captured["a"] = a
-            return orig(*a)
-        fs._run = spy
-        try:
-            res = fl.simulate_fluid(*args, **kwargs)
-        finally:
-            fs._run = orig
+        a, res = caught(fs, "_run", lambda: fl.simulate_fluid(*args, **kwargs))
     if depths is not None:
         depths.update(rec)
     if target is None:
-        return orig.lower(*captured["a"]).compile(), res
-    a = captured["a"]
-    return compile_for(orig, a[:4], a[4:], gpu_device(target), buffers=buffers), res
+        return fs._run.lower(*a).compile(), res
+    return compile_for(fs._run, a[:4], a[4:], gpu_device(target), buffers=buffers), res
+
+
+def caught(module, name: str, call):
+    """``(args, result)``: the positional arguments of the last call of
+    ``module.<name>`` made while ``call()`` ran (the attribute is wrapped meanwhile: a
+    public function's jitted core, called with what the host prepared), and the result
+    of ``call()``."""
+    orig, seen = getattr(module, name), {}
+
+    def spy(*a, **k):
+        seen["a"] = a
+        return orig(*a, **k)
+    setattr(module, name, spy)
+    try:
+        res = call()
+    finally:
+        setattr(module, name, orig)
+    return seen["a"], res
 
 
 def gpu_device(target: str = "h200", driver: str | None = DRIVER):

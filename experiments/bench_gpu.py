@@ -267,18 +267,8 @@ def solve_program(inc, cap):
     on the way in, after the host's choices: on an accelerator a segment table and no
     compaction), not the public function jitted whole (traced, it takes the CPU's)."""
     from fabric_jax import fairness
-    seen = {}
-    orig = fairness._max_min_fair
-
-    def spy(*a):
-        seen["a"] = a
-        return orig(*a)
-    fairness._max_min_fair = spy
-    try:
-        fj.max_min_fair(inc, cap)
-    finally:
-        fairness._max_min_fair = orig
-    return orig.lower(*seen["a"]).compile()
+    args, _ = _hlo.caught(fairness, "_max_min_fair", lambda: fj.max_min_fair(inc, cap))
+    return fairness._max_min_fair.lower(*args).compile()
 
 
 FLUID_CASES = {"dcqcn_pfc": dict(law="dcqcn", flow_control="pfc"),
