@@ -831,8 +831,9 @@ def part_scale_32k(small, backends, state):
 
 
 def _numbers(x, path=""):
-    """``{path: value}`` for every number of a JSON document except timings (keys
-    ending in ``wall_s``, ``cpu_s``, ``_time_s`` or named ``seconds``)."""
+    """``{path: value}`` for every number of a JSON document except the run's own
+    timings (keys ending in ``wall_s`` or ``cpu_s``, or named ``seconds`` or
+    ``elapsed_s``)."""
     if isinstance(x, dict):
         out = {}
         for k, v in x.items():
