@@ -176,9 +176,10 @@ SESSION_PARTS = ("preflight", "scale", "compare", "fluid", "solve", "events", "v
 #: stopped (three times the 8,192-GPU target: past that the target is missed anyway,
 #: and the session goes on); ``scale_32k`` gets the time left.
 CHILD_CAP_S = {"scale": 180.0, "compare": 150.0}
-#: ``--session``: seconds after which no part or row is started (the device call's limit
-#: is 600 s; a row already running finishes).
-SESSION_BUDGET_S = 540.0
+#: ``--session``: seconds after which no part or row is started (a row already running
+#: finishes; the device call's limit is 600 s, and the session's 15 minutes of device
+#: time hold the machine's start as well).
+SESSION_BUDGET_S = 480.0
 
 #: ``variants`` part: (name, environment variables set in its process,
 #: ``solver_unroll``, ``solver_check_every``).
