@@ -59,7 +59,7 @@ __all__ = ["jit", "Jitted", "compiler_options", "device_loops", "COMMAND_BUFFER_
 COMMAND_BUFFER_TYPES = ("FUSION", "CUBLAS", "CUBLASLT", "CUDNN", "CUSTOM_CALL",
                         "DYNAMIC_SLICE_FUSION", "CONDITIONAL", "WHILE")
 #: The oldest jaxlib whose XLA knows every name of :data:`COMMAND_BUFFER_TYPES`
-#: (checked: 0.10.2).
+#: (checked: 0.10.2, and 0.11.2 with its CUDA 13 plugin, the version a lent machine holds).
 MIN_JAXLIB = (0, 10)
 
 
