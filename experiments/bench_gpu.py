@@ -1246,7 +1246,7 @@ def main(argv=None):
                       "FABRIC_JAX_DEVICE_LOOPS=0", flush=True)
                 cmd = [sys.executable, str(Path(__file__).resolve()), "--parts",
                        ",".join(rest), "--json", a.json, "--continue-from", a.json]
-                cmd += ["--small"] if a.small else []
+                cmd += (["--small"] if a.small else []) + (["--session"] if a.session else [])
                 cmd += [] if deadline is None else ["--budget-s", f"{max(left(), 0.0):.1f}"]
                 for flag, v in (("--max-flows", a.max_flows), ("--only-k", a.only_k),
                                 ("--target", a.target), ("--baseline-rev", a.baseline_rev)):

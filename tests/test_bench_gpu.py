@@ -219,9 +219,11 @@ def test_bench_gpu_preflight_failure_runs_the_rest_with_host_loops(tmp_path, mon
     bench = _load()
     monkeypatch.setenv("BENCH_GPU_FAULT", "device_loops")
     out = tmp_path / "gpu.json"
-    res = bench.main(["--small", "--parts", "preflight,events", "--json", str(out)])
+    res = bench.main(["--small", "--session", "--parts", "preflight,events", "--json",
+                      str(out)])
     data = json.loads(out.read_text())
     assert data == res
+    assert data["budget_s"] == bench.SESSION_BUDGET_S and not data.get("skipped")
     assert data["preflight"]["device_loops_ok"] is False
     dev, host = data["parts"]["preflight"]
     assert "BENCH_GPU_FAULT" in dev["error"] and "error" not in host
