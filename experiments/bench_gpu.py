@@ -352,11 +352,10 @@ def _here(fn, args: str, flags: str = "", env: dict | None = None,
     """``(result, stderr)``: ``fn(<args>)`` of this file, on this code, in a fresh process
     with ``flags`` added to ``XLA_FLAGS`` and the variables ``env`` set, stopped after
     ``timeout`` seconds (:func:`_call_in_process`)."""
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join(
-        x for x in (str(root), os.environ.get("PYTHONPATH", "")) if x))
+    env = _child_env(**(env or {}))
     env["XLA_FLAGS"] = " ".join(x for x in (env.get("XLA_FLAGS", ""), flags) if x)
-    return _call_in_process("bench_gpu", fn, args, root, env, timeout)
+    return _call_in_process("bench_gpu", fn, args, Path(__file__).resolve().parents[1], env,
+                            timeout)
 
 
 def part_fluid(small, backends, baseline=None, max_flows=None, ab_repeats=1, hlo=True):
@@ -741,8 +740,9 @@ def part_preflight(small, backends, state):
 
 # -------------------------------------------------------------- scale, compare
 def _child_env(**extra) -> dict:
-    """This process's environment for a child on the same device (JAX's preallocation
-    is off in :func:`main`, so the child finds the memory the parent does not use)."""
+    """This process's environment, with ``extra`` and this repository first on
+    ``PYTHONPATH``, for a child on the same device (JAX's preallocation is off in
+    :func:`main`, so the child finds the memory the parent does not use)."""
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, **extra)
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(root), env.get("PYTHONPATH", "")) if x)
@@ -750,8 +750,8 @@ def _child_env(**extra) -> dict:
 
 
 def _driver(dev) -> dict:
-    """The runtime's own version string (``"cuda 12080"``-like on a GPU: whether CUDA
-    graph conditional nodes, CUDA >= 12.3, are there) and ``nvidia-smi``'s driver
+    """The runtime's own version string (on a GPU it names the CUDA version: whether
+    CUDA graph conditional nodes, CUDA >= 12.3, are there) and ``nvidia-smi``'s driver
     version and memory where it exists."""
     info = {"platform_version": str(getattr(dev.client, "platform_version", "?"))}
     try:

@@ -153,14 +153,14 @@ def test_tables_follow_the_device_a_computation_runs_on(monkeypatch):
     # on a GPU machine, a run inside jax.default_device(cpu) is a CPU run: no segment
     # tables, the one-off solve keeps its compaction levels (the host's choices follow
     # the device, not the machine's default backend)
+    import fabric_jax as fj
     from fabric_jax import fairness
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")      # a GPU machine
     monkeypatch.setattr(fairness, "TABLE_MIN_ENTRIES", 10)
     assert sg.default_platform() == "gpu" and sg.tables_wanted()
     cpu = jax.devices("cpu")[0]
-    inc = __import__("fabric_jax").Incidence.from_coo(
-        np.array([0, 1, 1, 2] * 4), np.repeat(np.arange(4), 4), None, n_links=3,
-        n_flows=4)
+    inc = fj.Incidence.from_coo(np.array([0, 1, 1, 2] * 4), np.repeat(np.arange(4), 4),
+                                None, n_links=3, n_flows=4)
     assert fairness._for_backend(inc)[1] == "none"                   # accelerator form
     for dev in (cpu, "cpu"):
         with jax.default_device(dev):
