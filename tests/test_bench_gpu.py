@@ -269,4 +269,5 @@ def test_bench_gpu_markdown_takes_every_figure_from_the_json(tmp_path, capsys):
     assert "| 8,192 | 42 s | 60 s | True |" in text
     assert "| 32,768 | stopped at 300 s | 300 s | False |" in text
     assert "NVIDIA H200 (gpu, cuda 12090)" in text
+    assert "| before: H200 | before: its CPU | now: NVIDIA H200 |" in text   # the header
     assert "cut short (--budget-s): variants" in text
