@@ -1251,7 +1251,7 @@ def main(argv=None):
                 for flag, v in (("--max-flows", a.max_flows), ("--only-k", a.only_k),
                                 ("--target", a.target), ("--baseline-rev", a.baseline_rev)):
                     cmd += [] if v is None else [flag, str(v)]
-                subprocess.run(cmd, env=dict(os.environ, FABRIC_JAX_DEVICE_LOOPS="0"))
+                subprocess.run(cmd, env=_child_env(FABRIC_JAX_DEVICE_LOOPS="0"))
                 return json.loads(Path(a.json).read_text())
     print(summary(out))
     print(f"written to {a.json} ({out.get('wall_s', 0.0):.0f} s)")
