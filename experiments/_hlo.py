@@ -529,9 +529,10 @@ def solve_depths():
     of its NIC share, ``_nic_send``: the counts ``FluidInfo.solver_iterations`` sums).
 
     It wraps those functions with a ``jax.debug.callback`` while the block runs and
-    clears the jitted run's cache on the way in and out, so the traces with callbacks
-    serve no other call (the program compiled for a GPU is traced after the block,
-    without them).  For the launch model: a loop's trips per step are a function of
+    clears the jitted runs' caches (one run and a batch) on the way in and out, so the
+    traces with callbacks serve no other call (the program compiled for a GPU is traced
+    after the block, without them).  In a batch (``vmap``) each call records one entry
+    per scenario, in an order the runtime picks.  For the launch model: a loop's trips per step are a function of
     each step's depth (:func:`loop_trips`), not of the mean depth alone."""
     import contextlib
 
@@ -553,11 +554,13 @@ def solve_depths():
             return out
         fs.solve, fs._nic_send = solve, nic
         fs._run.clear_cache()
+        fs._run_batched.clear_cache()
         try:
             yield rec
         finally:
             fs.solve, fs._nic_send = orig_solve, orig_nic
             fs._run.clear_cache()
+            fs._run_batched.clear_cache()
     return block()
 
 
@@ -572,6 +575,26 @@ def loop_trips(depths, fixed: int = 0, every: int = 1) -> float:
     if d.size == 0:
         return 0.0
     return float(np.mean(np.ceil(np.maximum(d - int(fixed), 0.0) / int(every))))
+
+
+def batch_trips(depths: list, fixed: dict, every: int = 1) -> dict:
+    """Mean trips per step of a vmapped run's exact loops (``{"allocate": ...,
+    "nic_send": ...}``, as :func:`loop_trips`) from each scenario's depths per step
+    (``depths``: one :func:`solve_depths` record per scenario, steps aligned): a
+    vmapped ``while`` loop runs until every scenario's has stopped, so a step's trips
+    are its deepest scenario's.  ``fixed``: iterations before each loop, per key
+    (:func:`first_iterations`); ``every``: the solve's iterations per trip."""
+    import numpy as np
+    out = {}
+    for key in ("allocate", "nic_send"):
+        rows = [d[key] for d in depths]
+        if len({len(r) for r in rows}) != 1:
+            raise ValueError(f"batch_trips: the scenarios recorded different step counts "
+                             f"for {key!r} ({sorted({len(r) for r in rows})}); pass one "
+                             "record per scenario of the same run length")
+        deepest = np.max(np.asarray(rows, float), axis=0) if rows else []
+        out[key] = loop_trips(deepest, fixed[key], every if key == "allocate" else 1)
+    return out
 
 
 def first_iterations(platform: str = "cuda") -> dict:

@@ -528,16 +528,24 @@ def part_batched(small, backends):
     yield rows
 
 
-def part_fluid_batched(small, backends):
-    """:func:`fabric_jax.simulate_fluid_batched` over ``b`` load levels (sizes) of the
-    fluid part's 10^4-flow DCQCN + PFC instance (``--small``: 2,000 flows, 4 levels)
-    against the same scenarios run one by one: each program compiled before the timing,
-    medians of 2 repetitions, the step count the fluid part's."""
+def batched_instance(small):
+    """``(k, flows, steps, batch, incidence, capacity, kwargs, sizes [batch, flows])``:
+    ``b`` load levels (flow sizes 1e5 * 4^i bytes) of the fluid part's 10^4-flow DCQCN +
+    PFC instance (``--small``: 2,000 flows, 4 levels), the scenarios of
+    :func:`part_fluid_batched` and of the ``aot`` part's batched row."""
     k, n, steps, b = (8, 2_000, 20, 4) if small else (16, 10_000, 50, 8)
     topo, inc, cap = pair_instance(k, n)
     kw = dict(dt=1e-6, n_steps=steps, buffer=1e6, link_latency=np.asarray(topo.latency, float),
               nic_links=topo, **FLUID_CASES["dcqcn_pfc"])
     sizes = np.stack([np.full(n, 1e5 * 4.0 ** i, np.float32) for i in range(b)])
+    return k, n, steps, b, inc, cap, kw, sizes
+
+
+def part_fluid_batched(small, backends):
+    """:func:`fabric_jax.simulate_fluid_batched` over :func:`batched_instance`'s
+    scenarios against the same scenarios run one by one: each program compiled before
+    the timing, medians of 2 repetitions, the step count the fluid part's."""
+    k, n, steps, b, inc, cap, kw, sizes = batched_instance(small)
     first, steady, _ = timed(lambda: fj.simulate_fluid_batched(inc, cap, sizes, **kw),
                              repeats=2)
     _block(fj.simulate_fluid(inc, cap, sizes[0], **kw).finish)      # compile the single run
@@ -993,6 +1001,57 @@ def aot_solve_row(k, n, target, check_every=1):
                 bytes_per_flow=_bytes(compiled, n))
 
 
+def aot_batched_row(small, target):
+    """The ``aot`` part's row for :func:`fabric_jax.simulate_fluid_batched` on
+    :func:`batched_instance`'s scenarios: XLA:GPU's program for the batch (one ``vmap``
+    of the run) against the program for one scenario alone, kernels per step from
+    :func:`_hlo.launch_model` with each exact loop's trips per step.  A vmapped while
+    loop runs until its deepest scenario has converged, and each scenario's depths in
+    the batch are its own run's (``tests/test_fluid_batched.py``: iteration counts bit
+    for bit), so the batch's trips are, step by step, the deepest scenario's
+    (:func:`_hlo.batch_trips`), recorded here from each scenario run alone in the
+    accelerator form."""
+    import fabric_jax.fluid_step as fs
+    from fabric_jax import segments
+    k, n, steps, b, inc, cap, kw, sizes = batched_instance(small)
+    depths = []
+    for i in range(b):
+        with _hlo.solve_depths() as rec, segments.forced("gather"):
+            _block(fj.simulate_fluid(inc, cap, sizes[i], **kw).finish)
+        depths.append(dict(rec))
+    with segments.forced("gather"):
+        a, _ = _hlo.caught(fs, "_run_batched",
+                           lambda: fj.simulate_fluid_batched(inc, cap, sizes, **kw))
+    buffers, alone_buffers = [], []
+    device = _hlo.gpu_device(target)
+    text = _hlo.compile_for(fs._run_batched, a[:6], a[6:], device, buffers=buffers).as_text()
+    alone, _ = _hlo.compiled_fluid_run(inc, cap, sizes[0], target=target,
+                                       buffers=alone_buffers, **kw)
+    alone_text = alone.as_text()
+    first = _hlo.first_iterations("cuda")
+    keys = ("allocate", "nic_send")
+    batch = _hlo.launch_model(text, _hlo.batch_trips(depths, first), on_device={
+        x for buf in buffers for x in buf})
+    each = [_hlo.launch_model(alone_text, {key: _hlo.loop_trips(d[key], first[key])
+                                           for key in keys},
+                              on_device={x for buf in alone_buffers for x in buf})
+            for d in depths]
+    alone_kernels = float(np.mean([m["kernels_per_step"] for m in each]))
+    return dict(instance=f"fat_tree({k}) batched", flows=n, case="dcqcn_pfc", batch=b,
+                target=target, n_steps=steps,
+                solve_iterations_per_step=float(np.mean(np.max(
+                    [d["allocate"] for d in depths], axis=0))),
+                fusions_in_program=len(_hlo._FUSION.findall(text)),
+                alone_fusions_in_program=len(_hlo._FUSION.findall(alone_text)),
+                kernels_per_step=batch["kernels_per_step"],
+                kernels_per_scenario_step=batch["kernels_per_step"] / b,
+                alone_kernels_per_step=alone_kernels,
+                launches_alone_over_batched=alone_kernels / (batch["kernels_per_step"] / b),
+                round_trips_per_step=batch["round_trips_per_step"],
+                command_buffers=len(buffers),
+                loops_on_device=_on_device_share(text, {x for buf in buffers for x in buf}))
+
+
 def aot_events_row(n, target):
     """A row of the ``aot`` part for :func:`fabric_jax.simulate_flows` (exact events) on
     ``events``' coupled instance of ``n`` flows: its events (run on this host) and
@@ -1025,6 +1084,7 @@ def aot_events_row(n, target):
     (loops_dev, n_loops), (conds_dev, n_conds) = counts["while"], counts["conditional"]
     all_dev = loops_dev == n_loops and conds_dev == n_conds
     events = int(res.n_events)
+    batched = _batched_events_program(n, 4, target)
     return dict(instance="coupled", flows=n, case="simulate_flows", target=target,
                 events=events, fusions_in_program=len(_hlo._FUSION.findall(text)),
                 kernels_in_program=len(_hlo._KERNEL.findall(text)),
@@ -1033,7 +1093,35 @@ def aot_events_row(n, target):
                 command_buffers=len(buffers),
                 round_trips_per_run=0.0 if all_dev else None,
                 host_loops_round_trips_per_run_at_least=events + 1,
-                bytes_per_flow=_bytes(compiled, n))
+                bytes_per_flow=_bytes(compiled, n), **batched)
+
+
+def _batched_events_program(n, b, target):
+    """XLA:GPU's program for :func:`fabric_jax.simulate_flows_batched` over ``b`` seeds
+    of ``events``' coupled instance of ``n`` flows (``part_batched``'s scenarios): its
+    loops and how many XLA:GPU runs on the device, as ``batched_*`` columns."""
+    from bench_flowsim import coupled_instance
+    import fabric_jax.sim as sim
+    inc, c, _, _ = coupled_instance(n, 0)
+    sizes = np.stack([coupled_instance(n, i)[3] for i in range(b)]).astype(np.float32)
+    caps = np.broadcast_to(c.astype(np.float32), (b, c.size))
+    seen, orig = {}, sim._simulate_events_batched
+
+    def spy(*args, **kw):
+        seen["args"] = tuple(args) + (kw["warm"], kw["tolerance"], kw["has_deps"])
+        return orig(*args, **kw)
+    sim._simulate_events_batched = spy
+    try:
+        fj.simulate_flows_batched(inc, caps, np.zeros((b, n), np.float32), sizes, max_active=n)
+    finally:
+        sim._simulate_events_batched = orig
+    buffers = []
+    text = _hlo.compile_for(orig, (), seen["args"], _hlo.gpu_device(target),
+                            buffers=buffers).as_text()
+    on_device = {name for buf in buffers for name in buf}
+    return dict(batched_scenarios=b, batched_fusions_in_program=len(_hlo._FUSION.findall(text)),
+                batched_loops_on_device=_on_device_share(text, on_device),
+                batched_command_buffers=len(buffers))
 
 
 def part_aot(small, backends, target="h200", baseline=None, max_flows=None):
@@ -1061,6 +1149,9 @@ def part_aot(small, backends, target="h200", baseline=None, max_flows=None):
                             "bytes_per_flow"):
                     row["baseline_" + key] = b[key]
         rows.append(row)
+        yield rows
+    if not max_flows or (2_000 if small else 10_000) <= max_flows:
+        rows.append(aot_batched_row(small, target))
         yield rows
     solves = [(8, 2_000)] if small else [(16, 100_000), (16, 1_000_000)]
     for k, n in solves:

@@ -445,14 +445,15 @@ def _run_events(inc, capacity, deps, flows, max_events, max_active, record, batc
                 or bool(np.any(np.asarray(deps) >= 0)))
     width = max(1, min(int(max_active), n))
     while True:
-        run = functools.partial(_simulate_events, int(max_events), width, bool(record),
-                                warm=bool(warm), tolerance=tolerance, has_deps=has_deps)
+        head = (int(max_events), width, bool(record))
+        tail = dict(warm=bool(warm), tolerance=tolerance, has_deps=has_deps)
         if batched:
-            res, overflow = jax.vmap(run, in_axes=(None, None, 0, None, 0))(
-                rows, inc.n_links, capacity, deps, flows)
+            res, overflow = _simulate_events_batched(*head, rows, inc.n_links, capacity, deps,
+                                                     flows, **tail)
             overflow = bool(jnp.any(overflow))
         else:
-            res, overflow = run(rows, inc.n_links, capacity, deps, flows)
+            res, overflow = _simulate_events(*head, rows, inc.n_links, capacity, deps, flows,
+                                             **tail)
             if isinstance(overflow, jax.core.Tracer):
                 # Under jit/vmap (e.g. fabric_jax.sweep) the table cannot grow on the host.
                 if width >= n:
@@ -666,6 +667,22 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
                            n_events=c["k"], stalled=stalled,
                            event_times=c.get("times"), rate_history=c.get("rates"))
     return result, c["overflow"]
+
+
+@functools.partial(jit, static_argnums=(0, 1, 2, 4, 8, 10))
+def _simulate_events_batched(max_events: int, width: int, record: bool, rows, n_links: int,
+                             capacity, deps, flows, warm: bool = True, tolerance=0.0,
+                             has_deps: bool = True):
+    """:func:`_simulate_events` over a batch: ``capacity`` and ``flows`` carry a leading
+    scenario axis, ``rows`` and ``deps`` are shared.  One ``vmap`` inside one jitted
+    program of its own, so that it is compiled with :mod:`fabric_jax.compiling`'s
+    options (its event and solve loops on the GPU); a ``vmap`` of the jitted engine
+    called from the host would be a transformation around it, compiled without them
+    (every loop test a host round trip there)."""
+    def run(c, f):
+        return _simulate_events(max_events, width, record, rows, n_links, c, deps, f,
+                                warm=warm, tolerance=tolerance, has_deps=has_deps)
+    return jax.vmap(run)(capacity, flows)
 
 
 def _kept_rates(sub: Incidence, capacity, demand, old_rate, theta_done, valid, arrived,

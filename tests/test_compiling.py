@@ -109,3 +109,50 @@ def test_the_engines_run_inside_other_transformations():
     assert float(jax.grad(lambda y: g(y).sum())(jnp.float32(0.0))) == 2.0
     g.clear_cache()
     assert g.__wrapped__ is f and hasattr(g, "lower") and hasattr(g, "trace")
+
+
+@pytest.mark.filterwarnings("ignore::fabric_jax.paths.PathsTruncatedWarning")
+def test_each_public_engine_is_a_program_of_its_own(monkeypatch):
+    """The options reach XLA only through a jitted call made at the top level; a
+    ``vmap`` (or ``jit``) of a jitted engine called from the host is a transformation
+    around it, compiled without them.  Each public engine, single or batched, must
+    therefore reach a :class:`fabric_jax.compiling.Jitted` from the host (until
+    ``sim._simulate_events_batched``, ``simulate_flows_batched`` ran ``jax.vmap`` of
+    the event engine from the host: on a GPU every loop test of every event was a host
+    round trip)."""
+    calls, depth = [], [0]
+    orig = compiling.Jitted.__call__
+
+    def spy(self, *a, **k):   # (name, at the top level, inside another package jit)
+        calls.append((self.__wrapped__.__name__, compiling._top_level(), depth[0] > 0))
+        depth[0] += 1
+        try:
+            return orig(self, *a, **k)
+        finally:
+            depth[0] -= 1
+    monkeypatch.setattr(compiling.Jitted, "__call__", spy)
+    topo = fj.fat_tree(4)
+    rng = np.random.default_rng(1)
+    src, dst = rng.integers(0, topo.n_hosts, (2, 40))
+    keep = src != dst
+    inc = fj.Incidence.from_paths(fj.shortest_paths(topo, src[keep], dst[keep], max_paths=1),
+                                  n_links=topo.n_links)
+    n, cap = inc.n_flows, np.asarray(topo.capacity, np.float32)
+    sizes = np.stack([np.full(n, 1e4, np.float32), np.full(n, 3e4, np.float32)])
+    kw = dict(dt=1e-6, n_steps=4, buffer=1e6, nic_links=topo)
+    engines = {
+        "max_min_fair": lambda: fj.max_min_fair(inc, cap),
+        "max_min_fair, batched": lambda: fj.max_min_fair(inc, np.stack([cap, cap / 2])),
+        "simulate_flows": lambda: fj.simulate_flows(inc, cap, np.zeros(n), sizes[0]),
+        "simulate_flows_batched": lambda: fj.simulate_flows_batched(
+            inc, np.stack([cap, cap]), np.zeros((2, n)), sizes),
+        "simulate_fluid": lambda: fj.simulate_fluid(inc, cap, sizes[0], **kw),
+        "simulate_fluid_batched": lambda: fj.simulate_fluid_batched(inc, cap, sizes, **kw),
+    }
+    for name, call in engines.items():
+        calls.clear()
+        call()
+        assert len(calls) >= 2, f"{name}: no jitted engine called ({calls})"
+        # each call is a program of its own, or part of one the package compiles
+        stray = [c for c in calls if not c[1] and not c[2]]
+        assert stray == [], f"{name}: jitted inside a transformation from the host: {stray}"

@@ -368,3 +368,41 @@ def test_gpu_device_describes_a_driver_only_when_asked(monkeypatch):
     assert seen["spec"].index("driver_version") < seen["spec"].index("cuda_compute_capability")
     hlo.gpu_device("h200", driver=None)
     assert "driver_version" not in seen["spec"]
+
+
+def test_batch_trips_are_each_steps_deepest_scenario():
+    # a vmapped while loop runs until every scenario's has stopped: step by step the
+    # deepest scenario's trips, not the mean of the scenarios' trips
+    a = {"allocate": [1, 4, 2], "nic_send": [1, 1, 3]}
+    b = {"allocate": [3, 1, 2], "nic_send": [2, 1, 1]}
+    trips = hlo.batch_trips([a, b], {"allocate": 1, "nic_send": 0})
+    assert trips["allocate"] == pytest.approx(hlo.loop_trips([3, 4, 2], 1))   # (2+3+1)/3
+    assert trips["nic_send"] == pytest.approx((2 + 1 + 3) / 3)
+    assert trips["allocate"] > np.mean([hlo.loop_trips(d["allocate"], 1) for d in (a, b)])
+    assert hlo.batch_trips([a], {"allocate": 0, "nic_send": 0}, every=2)["allocate"] == \
+        pytest.approx(hlo.loop_trips(a["allocate"], 0, 2))
+    with pytest.raises(ValueError, match="step counts"):
+        hlo.batch_trips([a, {"allocate": [1], "nic_send": [1]}], {"allocate": 0, "nic_send": 0})
+
+
+def test_a_batchs_scenarios_solve_as_deep_as_alone_step_by_step():
+    # batch_trips' premise: in simulate_fluid_batched the scenarios' solves are as deep
+    # as in their own runs, step by step (so the vmapped loop's trips are the deepest's)
+    from fabric_jax import simulate_fluid, simulate_fluid_batched
+    topo, inc, cap, lat = bench_dynamics.workload(8, 16, 0, None)
+    kw = dict(dt=1e-6, n_steps=12, buffer=1e6, link_latency=np.asarray(topo.latency),
+              nic_links=topo, law="dcqcn", flow_control="pfc")
+    sizes = np.stack([np.full(inc.n_flows, s) for s in (2e3, 3e4, 1e6)])
+    alone = []
+    for s in sizes:
+        with hlo.solve_depths() as rec:
+            simulate_fluid(inc, cap, s, **kw)
+        alone.append(dict(rec))
+    with hlo.solve_depths() as rec:
+        simulate_fluid_batched(inc, cap, sizes, **kw)
+    for key in ("allocate", "nic_send"):
+        # a step's callbacks come one per scenario, in an order the runtime picks (not
+        # always the scenarios'): compare each step's depths as a set of three
+        together = np.sort(np.asarray(rec[key]).reshape(12, 3), axis=1)   # [step, 3]
+        np.testing.assert_array_equal(together, np.sort([d[key] for d in alone], axis=0).T)
+    assert len({tuple(d["allocate"]) for d in alone}) > 1      # the scenarios differ
