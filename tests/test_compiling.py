@@ -148,6 +148,12 @@ def test_each_public_engine_is_a_program_of_its_own(monkeypatch):
             inc, np.stack([cap, cap]), np.zeros((2, n)), sizes),
         "simulate_fluid": lambda: fj.simulate_fluid(inc, cap, sizes[0], **kw),
         "simulate_fluid_batched": lambda: fj.simulate_fluid_batched(inc, cap, sizes, **kw),
+        "simulate_fluid_windowed": lambda: fj.simulate_fluid_windowed(
+            inc, cap, sizes[0], max_active=n, window=2, **kw),
+        "max_min_fair_sharded": lambda: fj.max_min_fair_sharded(inc, cap),
+        "simulate_fluid_sharded": lambda: fj.simulate_fluid_sharded(inc, cap, sizes[0], **kw),
+        "sweep": lambda: fj.sweep(lambda c: fj.max_min_fair(inc, c).rates,
+                                  np.stack([cap, cap / 2])),
     }
     for name, call in engines.items():
         calls.clear()
