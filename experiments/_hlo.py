@@ -532,8 +532,9 @@ def solve_depths():
     clears the jitted runs' caches (one run and a batch) on the way in and out, so the
     traces with callbacks serve no other call (the program compiled for a GPU is traced
     after the block, without them).  In a batch (``vmap``) each call records one entry
-    per scenario, in an order the runtime picks.  For the launch model: a loop's trips per step are a function of
-    each step's depth (:func:`loop_trips`), not of the mean depth alone."""
+    per scenario, in an order the runtime picks.  For the launch model: a loop's trips
+    per step are a function of each step's depth (:func:`loop_trips`), not of the mean
+    depth alone."""
     import contextlib
 
     @contextlib.contextmanager

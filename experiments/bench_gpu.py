@@ -1007,8 +1007,8 @@ def aot_batched_row(small, target):
     of the run) against the program for one scenario alone, kernels per step from
     :func:`_hlo.launch_model` with each exact loop's trips per step.  A vmapped while
     loop runs until its deepest scenario has converged, and each scenario's depths in
-    the batch are its own run's (``tests/test_fluid_batched.py``: iteration counts bit
-    for bit), so the batch's trips are, step by step, the deepest scenario's
+    the batch are its own run's (``tests/test_launch_model.py``, step by step), so the
+    batch's trips are, step by step, the deepest scenario's
     (:func:`_hlo.batch_trips`), recorded here from each scenario run alone in the
     accelerator form."""
     import fabric_jax.fluid_step as fs
@@ -1030,8 +1030,8 @@ def aot_batched_row(small, target):
     alone_text = alone.as_text()
     first = _hlo.first_iterations("cuda")
     keys = ("allocate", "nic_send")
-    batch = _hlo.launch_model(text, _hlo.batch_trips(depths, first), on_device={
-        x for buf in buffers for x in buf})
+    on_device = {x for buf in buffers for x in buf}
+    batch = _hlo.launch_model(text, _hlo.batch_trips(depths, first), on_device=on_device)
     each = [_hlo.launch_model(alone_text, {key: _hlo.loop_trips(d[key], first[key])
                                            for key in keys},
                               on_device={x for buf in alone_buffers for x in buf})
@@ -1048,8 +1048,7 @@ def aot_batched_row(small, target):
                 alone_kernels_per_step=alone_kernels,
                 launches_alone_over_batched=alone_kernels / (batch["kernels_per_step"] / b),
                 round_trips_per_step=batch["round_trips_per_step"],
-                command_buffers=len(buffers),
-                loops_on_device=_on_device_share(text, {x for buf in buffers for x in buf}))
+                command_buffers=len(buffers), loops_on_device=_on_device_share(text, on_device))
 
 
 def aot_events_row(n, target):
