@@ -64,14 +64,19 @@ def test_jit_passes_the_options_and_jax_jits_arguments():
             "xla_gpu_enable_command_buffer": "FUSION,WHILST"}).lower(jnp.float32(1.0), 3).compile()
 
 
+def _random_pairs(n, seed):
+    """``fat_tree(4)`` and one ECMP path for each of ``n`` random host pairs (the
+    pairs of a host with itself dropped)."""
+    topo = fj.fat_tree(4)
+    src, dst = np.random.default_rng(seed).integers(0, topo.n_hosts, (2, n))
+    keep = src != dst
+    return topo, fj.Incidence.from_paths(
+        fj.shortest_paths(topo, src[keep], dst[keep], max_paths=1), n_links=topo.n_links)
+
+
 @pytest.mark.filterwarnings("ignore::fabric_jax.paths.PathsTruncatedWarning")
 def test_the_cpu_program_is_the_same_with_and_without_device_loops():
-    topo = fj.fat_tree(4)
-    rng = np.random.default_rng(0)
-    src, dst = rng.integers(0, topo.n_hosts, (2, 64))
-    keep = src != dst
-    inc = fj.Incidence.from_paths(fj.shortest_paths(topo, src[keep], dst[keep], max_paths=1),
-                                  n_links=topo.n_links)
+    topo, inc = _random_pairs(64, 0)
     cap = jnp.asarray(topo.capacity, jnp.float32)
     dem = jnp.full((inc.n_flows,), jnp.inf, jnp.float32)
     args = (inc, cap, dem, None, inc.n_flows + 1, "fine", 1)
@@ -131,12 +136,7 @@ def test_each_public_engine_is_a_program_of_its_own(monkeypatch):
         finally:
             depth[0] -= 1
     monkeypatch.setattr(compiling.Jitted, "__call__", spy)
-    topo = fj.fat_tree(4)
-    rng = np.random.default_rng(1)
-    src, dst = rng.integers(0, topo.n_hosts, (2, 40))
-    keep = src != dst
-    inc = fj.Incidence.from_paths(fj.shortest_paths(topo, src[keep], dst[keep], max_paths=1),
-                                  n_links=topo.n_links)
+    topo, inc = _random_pairs(40, 1)
     n, cap = inc.n_flows, np.asarray(topo.capacity, np.float32)
     sizes = np.stack([np.full(n, 1e4, np.float32), np.full(n, 3e4, np.float32)])
     kw = dict(dt=1e-6, n_steps=4, buffer=1e6, nic_links=topo)
