@@ -107,15 +107,16 @@ def compiled_fluid_run(*args, target: str | None = None, depths: dict | None = N
     return compile_for(fs._run, a[:4], a[4:], gpu_device(target), buffers=buffers), res
 
 
-def caught(module, name: str, call):
+def caught(module, name: str, call, keywords: tuple = ()):
     """``(args, result)``: the positional arguments of the last call of
     ``module.<name>`` made while ``call()`` ran (the attribute is wrapped meanwhile: a
-    public function's jitted core, called with what the host prepared), and the result
-    of ``call()``."""
+    public function's jitted core, called with what the host prepared), followed by the
+    values of its keyword arguments ``keywords`` in that order (for a core whose later
+    parameters the caller passes by name), and the result of ``call()``."""
     orig, seen = getattr(module, name), {}
 
     def spy(*a, **k):
-        seen["a"] = a
+        seen["a"] = tuple(a) + tuple(k[key] for key in keywords)
         return orig(*a, **k)
     setattr(module, name, spy)
     try:

@@ -1051,6 +1051,10 @@ def aot_batched_row(small, target):
                 command_buffers=len(buffers), loops_on_device=_on_device_share(text, on_device))
 
 
+#: The event engine's cores take these last, by name (``fabric_jax.sim._run_events``).
+EVENT_KEYWORDS = ("warm", "tolerance", "has_deps")
+
+
 def aot_events_row(n, target):
     """A row of the ``aot`` part for :func:`fabric_jax.simulate_flows` (exact events) on
     ``events``' coupled instance of ``n`` flows: its events (run on this host) and
@@ -1063,19 +1067,10 @@ def aot_events_row(n, target):
     import fabric_jax.sim as sim
     inc, c, a, s = coupled_instance(n, 0)
     c, a, s = (x.astype(np.float32) for x in (c, a, s))
-    seen = {}
-    orig = sim._simulate_events
-
-    def spy(*args, **kw):
-        seen["args"] = tuple(args) + (kw["warm"], kw["tolerance"], kw["has_deps"])
-        return orig(*args, **kw)
-    sim._simulate_events = spy
-    try:
-        res = fj.simulate_flows(inc, c, a, s, max_active=n)
-    finally:
-        sim._simulate_events = orig
+    args, res = _hlo.caught(sim, "_simulate_events",
+                            lambda: fj.simulate_flows(inc, c, a, s, max_active=n), EVENT_KEYWORDS)
     buffers = []
-    compiled = _hlo.compile_for(orig, (), seen["args"], _hlo.gpu_device(target),
+    compiled = _hlo.compile_for(sim._simulate_events, (), args, _hlo.gpu_device(target),
                                 buffers=buffers)
     text = compiled.as_text()
     on_device = {name for b in buffers for name in b}
@@ -1104,18 +1099,10 @@ def _batched_events_program(n, b, target):
     inc, c, _, _ = coupled_instance(n, 0)
     sizes = np.stack([coupled_instance(n, i)[3] for i in range(b)]).astype(np.float32)
     caps = np.broadcast_to(c.astype(np.float32), (b, c.size))
-    seen, orig = {}, sim._simulate_events_batched
-
-    def spy(*args, **kw):
-        seen["args"] = tuple(args) + (kw["warm"], kw["tolerance"], kw["has_deps"])
-        return orig(*args, **kw)
-    sim._simulate_events_batched = spy
-    try:
-        fj.simulate_flows_batched(inc, caps, np.zeros((b, n), np.float32), sizes, max_active=n)
-    finally:
-        sim._simulate_events_batched = orig
+    args, _ = _hlo.caught(sim, "_simulate_events_batched", lambda: fj.simulate_flows_batched(
+        inc, caps, np.zeros((b, n), np.float32), sizes, max_active=n), EVENT_KEYWORDS)
     buffers = []
-    text = _hlo.compile_for(orig, (), seen["args"], _hlo.gpu_device(target),
+    text = _hlo.compile_for(sim._simulate_events_batched, (), args, _hlo.gpu_device(target),
                             buffers=buffers).as_text()
     on_device = {name for buf in buffers for name in buf}
     return dict(batched_scenarios=b, batched_fusions_in_program=len(_hlo._FUSION.findall(text)),

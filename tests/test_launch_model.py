@@ -406,3 +406,16 @@ def test_a_batchs_scenarios_solve_as_deep_as_alone_step_by_step():
         together = np.sort(np.asarray(rec[key]).reshape(12, 3), axis=1)   # [step, 3]
         np.testing.assert_array_equal(together, np.sort([d[key] for d in alone], axis=0).T)
     assert len({tuple(d["allocate"]) for d in alone}) > 1      # the scenarios differ
+
+
+def test_caught_returns_the_last_calls_arguments_and_named_keywords():
+    import types
+    mod = types.SimpleNamespace(core=lambda x, y, *, warm=True: (x + y) * (2 if warm else 1))
+    orig = mod.core
+
+    def public():
+        mod.core(1, 2, warm=False)
+        return mod.core(3, 4, warm=True)
+    args, res = hlo.caught(mod, "core", public, ("warm",))
+    assert args == (3, 4, True) and res == 14 and mod.core is orig     # restored
+    assert hlo.caught(mod, "core", public)[0] == (3, 4)
