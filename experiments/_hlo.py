@@ -38,8 +38,8 @@ import re
 
 __all__ = ["kernel_counts", "compiled_text", "compiled_fluid_run", "launches_per_step",
            "gpu_device", "compile_for", "launch_model", "solve_launches", "run_launches",
-           "solve_depths", "loop_trips", "GPU_TARGETS", "log_command_buffers",
-           "DRIVER"]
+           "solve_depths", "loop_trips", "run_trips", "batch_trips", "EXACT_LOOPS",
+           "cuda_plugin", "CUDA_PLUGINS", "GPU_TARGETS", "log_command_buffers", "DRIVER"]
 
 #: Device descriptions for :func:`gpu_device` (``experiments/gpu_targets/<name>.txtpb``).
 GPU_TARGETS = ("h100", "h200")
@@ -126,6 +126,25 @@ def caught(module, name: str, call, keywords: tuple = ()):
     return seen["a"], res
 
 
+#: JAX's CUDA plugins, as ``jax[cuda12]`` and ``jax[cuda13]`` install them (a lent machine
+#: holds the CUDA 13 one; ``pip install -e ".[gpu]"`` the CUDA 12 one).
+CUDA_PLUGINS = ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")
+
+
+def cuda_plugin() -> str | None:
+    """The module of the JAX CUDA plugin installed here (:data:`CUDA_PLUGINS`), or
+    ``None``: whether :func:`gpu_device` can compile for a GPU on this host.  Found
+    without importing it (which would start nothing, but is not needed to know)."""
+    import importlib.util
+    for name in CUDA_PLUGINS:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return name
+        except ModuleNotFoundError:     # no jax_plugins package at all
+            return None
+    return None
+
+
 def gpu_device(target: str = "h200", driver: str | None = DRIVER):
     """A compile-only XLA:GPU device for ``target`` (a name of :data:`GPU_TARGETS`),
     usable on a host without that GPU (see the module docstring), with a CUDA driver and
@@ -145,7 +164,8 @@ def gpu_device(target: str = "h200", driver: str | None = DRIVER):
     except Exception as e:  # no CUDA plugin, or one that cannot compile deviceless
         raise RuntimeError(
             "compiling for a GPU on this host needs JAX's CUDA plugin: in an environment of "
-            "its own, pip install 'jax[cuda12]' (the jax version of this one), and run "
+            "its own, pip install 'jax[cuda12]' (or 'jax[cuda13]'; the jax version of "
+            "this one), and run "
             f"with JAX_PLATFORMS=cpu ({type(e).__name__}: {e})") from e
     return topo.devices[0]
 
@@ -542,7 +562,7 @@ def solve_depths():
     def block():
         import jax
         import fabric_jax.fluid_step as fs
-        rec = {"allocate": [], "nic_send": []}
+        rec = {key: [] for key in EXACT_LOOPS}
         orig_solve, orig_nic = fs.solve, fs._nic_send
 
         def solve(*a, **k):
@@ -579,24 +599,36 @@ def loop_trips(depths, fixed: int = 0, every: int = 1) -> float:
     return float(np.mean(np.ceil(np.maximum(d - int(fixed), 0.0) / int(every))))
 
 
+#: The fluid step's exact ``while`` loops, as :func:`solve_depths` records them: the
+#: per-step max-min solve and the NIC water-fill.
+EXACT_LOOPS = ("allocate", "nic_send")
+
+
+def run_trips(depths: dict, fixed: dict, every: int = 1) -> dict:
+    """Mean trips per step of a run's exact loops (``{"allocate": ..., "nic_send":
+    ...}``, :func:`loop_trips` of each) from its :func:`solve_depths` record.
+    ``fixed``: iterations before each loop, per key (:func:`first_iterations`, or
+    ``solver_unroll`` where larger); ``every``: the solve's iterations per trip
+    (``solver_check_every``; the water-fill tests every round)."""
+    return {key: loop_trips(depths[key], fixed[key], every if key == "allocate" else 1)
+            for key in EXACT_LOOPS}
+
+
 def batch_trips(depths: list, fixed: dict, every: int = 1) -> dict:
-    """Mean trips per step of a vmapped run's exact loops (``{"allocate": ...,
-    "nic_send": ...}``, as :func:`loop_trips`) from each scenario's depths per step
+    """:func:`run_trips` of a vmapped run from each scenario's depths per step
     (``depths``: one :func:`solve_depths` record per scenario, steps aligned): a
     vmapped ``while`` loop runs until every scenario's has stopped, so a step's trips
-    are its deepest scenario's.  ``fixed``: iterations before each loop, per key
-    (:func:`first_iterations`); ``every``: the solve's iterations per trip."""
+    are its deepest scenario's."""
     import numpy as np
-    out = {}
-    for key in ("allocate", "nic_send"):
+    deepest = {}
+    for key in EXACT_LOOPS:
         rows = [d[key] for d in depths]
         if len({len(r) for r in rows}) != 1:
             raise ValueError(f"batch_trips: the scenarios recorded different step counts "
                              f"for {key!r} ({sorted({len(r) for r in rows})}); pass one "
                              "record per scenario of the same run length")
-        deepest = np.max(np.asarray(rows, float), axis=0) if rows else []
-        out[key] = loop_trips(deepest, fixed[key], every if key == "allocate" else 1)
-    return out
+        deepest[key] = np.max(np.asarray(rows, float), axis=0) if rows else []
+    return run_trips(deepest, fixed, every)
 
 
 def first_iterations(platform: str = "cuda") -> dict:

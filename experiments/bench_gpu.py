@@ -933,10 +933,8 @@ def aot_row(instance, case, unroll, target, steps, check_every=1):
     # the first one, where the code runs that one outside the loop), M per trip for
     # the solve
     first = _hlo.first_iterations("cuda")   # the program is compiled for a GPU
-    trips = {"allocate": _hlo.loop_trips(depths["allocate"],
-                                         max(int(unroll), first["allocate"]), check_every),
-             "nic_send": _hlo.loop_trips(depths["nic_send"],
-                                         max(int(unroll), first["nic_send"]))}
+    trips = _hlo.run_trips(depths, {key: max(int(unroll), v) for key, v in first.items()},
+                           check_every)
     text = compiled.as_text()
     model = _hlo.launch_model(text, trips, on_device=on_device)
     host = _hlo.launch_model(text, trips)
@@ -1029,11 +1027,9 @@ def aot_batched_row(small, target):
                                        buffers=alone_buffers, **kw)
     alone_text = alone.as_text()
     first = _hlo.first_iterations("cuda")
-    keys = ("allocate", "nic_send")
     on_device = {x for buf in buffers for x in buf}
     batch = _hlo.launch_model(text, _hlo.batch_trips(depths, first), on_device=on_device)
-    each = [_hlo.launch_model(alone_text, {key: _hlo.loop_trips(d[key], first[key])
-                                           for key in keys},
+    each = [_hlo.launch_model(alone_text, _hlo.run_trips(d, first),
                               on_device={x for buf in alone_buffers for x in buf})
             for d in depths]
     alone_kernels = float(np.mean([m["kernels_per_step"] for m in each]))

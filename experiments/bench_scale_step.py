@@ -199,7 +199,7 @@ def aot_points(g: int, presets, target: str, dt: float, kernel_s: float,
         n_flows = int(run.flows.n_flows)
         n_chunks = run.n_steps // SAVE_EVERY
         busy = len(depths["allocate"])    # one solve per simulated step; idle chunks skip
-        trips = {key: _hlo.loop_trips(depths[key], first[key]) for key in depths}
+        trips = _hlo.run_trips(depths, first)
         share = busy / SAVE_EVERY / max(n_chunks, 1)
 
         def launches(prefix, device):

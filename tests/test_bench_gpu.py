@@ -111,11 +111,7 @@ def test_bench_gpu_aot_part_compiles_for_the_gpu_or_says_what_it_needs(tmp_path)
     as in the test environment, it stops with the install command, not a traceback from
     deep inside JAX."""
     bench = _load()
-    try:
-        import jax_plugins.xla_cuda12  # noqa: F401
-        has_plugin = True
-    except ImportError:
-        has_plugin = False
+    has_plugin = bench._hlo.cuda_plugin() is not None
     args = ["--small", "--parts", "aot", "--max-flows", "1", "--json", str(tmp_path / "a.json")]
     if not has_plugin:
         with pytest.raises(RuntimeError, match=r"pip install 'jax\[cuda12\]'"):

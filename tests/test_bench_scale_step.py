@@ -17,11 +17,7 @@ bench = load_experiment("bench_scale_step")
 
 
 def _has_plugin() -> bool:
-    try:
-        import jax_plugins.xla_cuda12  # noqa: F401
-        return True
-    except ImportError:
-        return False
+    return load_experiment("_hlo").cuda_plugin() is not None
 
 
 def test_aot_compiles_for_the_gpu_or_says_what_it_needs(tmp_path):

@@ -137,11 +137,7 @@ def test_the_compiled_fluid_run_has_its_solves_as_loops_the_model_reads():
 def test_gpu_device_names_its_targets_and_how_to_get_the_plugin():
     with pytest.raises(ValueError, match="h200"):
         hlo.gpu_device("a100")
-    try:
-        import jax_plugins.xla_cuda12  # noqa: F401
-        has_plugin = True
-    except ImportError:
-        has_plugin = False
+    has_plugin = hlo.cuda_plugin() is not None
     if has_plugin:   # an environment set up for it: a compile-only XLA:GPU device
         assert hlo.gpu_device("h100").platform in ("gpu", "cuda")
     else:            # the test environment: the error says what to install
@@ -383,6 +379,13 @@ def test_batch_trips_are_each_steps_deepest_scenario():
         pytest.approx(hlo.loop_trips(a["allocate"], 0, 2))
     with pytest.raises(ValueError, match="step counts"):
         hlo.batch_trips([a, {"allocate": [1], "nic_send": [1]}], {"allocate": 0, "nic_send": 0})
+    # one run's trips: every=M applies to the solve's loop only (the water-fill tests
+    # every round), and a batch of one is that run
+    one = hlo.run_trips(a, {"allocate": 1, "nic_send": 1}, every=2)
+    assert one == {"allocate": pytest.approx(hlo.loop_trips([1, 4, 2], 1, 2)),
+                   "nic_send": pytest.approx(hlo.loop_trips([1, 1, 3], 1))}
+    assert one["nic_send"] == pytest.approx(2 / 3)
+    assert hlo.batch_trips([a], {"allocate": 1, "nic_send": 1}, every=2) == one
 
 
 def test_a_batchs_scenarios_solve_as_deep_as_alone_step_by_step():
