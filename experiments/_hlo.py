@@ -76,9 +76,10 @@ def compiled_text(fn, *args, **kwargs) -> str:
 
 def compiled_fluid_run(*args, target: str | None = None, depths: dict | None = None,
                        buffers: list | None = None, **kwargs):
-    """``(compiled, result)``: :func:`fabric_jax.simulate_fluid` run with these arguments,
-    and its jitted core (``fabric_jax.fluid_step._run``) compiled for the arguments it got
-    (caught on the way in: the public function prepares them on the host).
+    """``(compiled, result)``: a fluid run with :func:`fabric_jax.simulate_fluid`'s
+    arguments, through the engine's contract: the problem prepared on the host
+    (:func:`fabric_jax.fluid.simulate.prepare_kwargs`), run (:func:`fabric_jax.fluid.run`)
+    and its jitted core (``fabric_jax.fluid.loop.run_jit``) compiled for it.
 
     ``target``: ``None`` the default backend; a name of :data:`GPU_TARGETS`: the run is
     made on this host in the accelerator form (link-side sums as gather tables,
@@ -89,22 +90,40 @@ def compiled_fluid_run(*args, target: str | None = None, depths: dict | None = N
     (with a ``target``): a list filled with XLA:GPU's command buffers
     (:func:`compile_for`)."""
     import contextlib
-    import fabric_jax.fluid as fl
-    import fabric_jax.fluid_step as fs
-    if target is None:   # (older packages, run by --baseline-rev, lack segments)
+    from fabric_jax import fluid
+    if target is None:
         form = contextlib.nullcontext()
     else:
         from fabric_jax import segments
         form = segments.forced("gather")
-    # the record first: it clears the jitted run's cache, which the spy does not have
     record = solve_depths() if depths is not None else contextlib.nullcontext({})
     with record as rec, form:
-        a, res = caught(fs, "_run", lambda: fl.simulate_fluid(*args, **kwargs))
+        problem = fluid.simulate.prepare_kwargs(*args, **kwargs)
+        res = fluid.run(problem)
     if depths is not None:
         depths.update(rec)
+    return compiled_problem(problem, target, buffers=buffers), res
+
+
+def compiled_problem(problem, target: str | None = None, buffers: list | None = None):
+    """The fluid engine's jitted core (``fabric_jax.fluid.loop.run_jit``) compiled for a
+    :class:`fabric_jax.fluid.FluidProblem` from the start: for the default backend, or
+    by XLA:GPU for ``target`` (:func:`compile_for`)."""
+    from fabric_jax.fluid import loop
     if target is None:
-        return fs._run.lower(*a).compile(), res
-    return compile_for(fs._run, a[:4], a[4:], gpu_device(target), buffers=buffers), res
+        return loop.run_jit.lower(problem, None).compile()
+    return compile_for(loop.run_jit, (), (problem, None), gpu_device(target), buffers=buffers)
+
+
+def batched_program(problems):
+    """``(static_args, args)`` of the batched core (``fabric_jax.fluid.loop.run_batched_jit``)
+    for a list of :class:`fabric_jax.fluid.FluidProblem` of one static part, as
+    :func:`fabric_jax.simulate_fluid_batched` runs them (for :func:`compile_for`)."""
+    import jax
+    from fabric_jax import fluid
+    batch, axes = fluid.stack(problems)
+    leaves, treedef = jax.tree_util.tree_flatten(batch)
+    return (treedef, tuple(treedef.flatten_up_to(axes))), tuple(leaves)
 
 
 def caught(module, name: str, call, keywords: tuple = ()):
@@ -546,10 +565,12 @@ def _branch_names(m) -> list:
 def solve_depths():
     """A context manager recording, while a fluid run is made inside it, each exact
     solve's iterations, per step: ``{"allocate": [...], "nic_send": [...]}`` (one entry
-    per call of the step's max-min solve, ``fabric_jax.fluid_step``'s ``solve``, and
-    of its NIC share, ``_nic_send``: the counts ``FluidInfo.solver_iterations`` sums).
+    per call of the step's max-min solve, ``solve`` in
+    :mod:`fabric_jax.fluid.stages.transmit` and ``.classes``, and of its NIC share,
+    ``nic_send``: the counts ``FluidInfo.solver_iterations`` sums).
 
-    It wraps those functions with a ``jax.debug.callback`` while the block runs and
+    It wraps those functions (instrumentation of the stages, the one place a benchmark
+    reaches inside the engine) with a ``jax.debug.callback`` while the block runs and
     clears the jitted runs' caches (one run and a batch) on the way in and out, so the
     traces with callbacks serve no other call (the program compiled for a GPU is traced
     after the block, without them).  In a batch (``vmap``) each call records one entry
@@ -561,9 +582,10 @@ def solve_depths():
     @contextlib.contextmanager
     def block():
         import jax
-        import fabric_jax.fluid_step as fs
+        from fabric_jax.fluid import loop
+        from fabric_jax.fluid.stages import classes, transmit
         rec = {key: [] for key in EXACT_LOOPS}
-        orig_solve, orig_nic = fs.solve, fs._nic_send
+        orig_solve, orig_nic = transmit.solve, transmit.nic_send
 
         def solve(*a, **k):
             sol = orig_solve(*a, **k)
@@ -574,15 +596,16 @@ def solve_depths():
             out = orig_nic(*a, **k)
             jax.debug.callback(lambda i: rec["nic_send"].append(int(i)), out[1])
             return out
-        fs.solve, fs._nic_send = solve, nic
-        fs._run.clear_cache()
-        fs._run_batched.clear_cache()
+        def patch(solve_fn, nic_fn):
+            for mod in (transmit, classes):
+                mod.solve, mod.nic_send = solve_fn, nic_fn
+            loop.run_jit.clear_cache()
+            loop.run_batched_jit.clear_cache()
+        patch(solve, nic)
         try:
             yield rec
         finally:
-            fs.solve, fs._nic_send = orig_solve, orig_nic
-            fs._run.clear_cache()
-            fs._run_batched.clear_cache()
+            patch(orig_solve, orig_nic)
     return block()
 
 

@@ -26,9 +26,10 @@ are compared (same model: they differ by round-off only).
 
 * ``fine`` (default): the step's max-min solve (:func:`fabric_jax.fairness.solve`)
   with its compaction levels (``compaction="fine"``, one while loop per level to
-  compile) instead of one loop over all the entries (``fluid_step._STEP_COMPACTION``).
+  compile) instead of one loop over all the entries (``STEP_COMPACTION`` of
+  :mod:`fabric_jax.fluid.stages.transmit`).
 * ``solve``: the host NICs' max-min share of their flows' offers
-  (:func:`fabric_jax.fluid_step._nic_send`) by the general progressive-filling solver over
+  (:func:`fabric_jax.fluid.stages.transmit.nic_send`) by the general progressive-filling solver over
   the first-hop incidence instead of the closed-form water-fill
   (:func:`fabric_jax.fairness.water_fill`).
 
@@ -61,7 +62,8 @@ except ImportError:  # pragma: no cover
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from fabric_jax import compare, fluid_step  # noqa: E402
+from fabric_jax import compare  # noqa: E402
+from fabric_jax.fluid.stages import classes, transmit  # noqa: E402
 from fabric_jax.fabrics import get_fabric  # noqa: E402
 from fabric_jax.fairness import solve  # noqa: E402
 from fabric_jax.incidence import Incidence  # noqa: E402
@@ -100,29 +102,32 @@ QUICK = {
 }
 
 
-def nic_send_progressive(static, switch, inc, cap, offered):
+def nic_send_progressive(static, switch, inc, cap, offered, ports="check", axis_name=None):
     """The NIC share by the general solver (the baseline): max-min over the first-hop
-    entries at NIC ports with :func:`fabric_jax.fairness.solve` (iterative, compacted)."""
+    entries at NIC ports with :func:`fabric_jax.fairness.solve` (iterative, compacted);
+    ``(rates, iterations)`` as :func:`fabric_jax.fluid.stages.transmit.nic_send`."""
     li = inc.link_idx
     nic_inc = Incidence(li, inc.flow_idx, jnp.where(switch[li] == 0, inc.weight, 0.0),
                         inc.n_links, inc.n_flows)
-    sol = solve(nic_inc, cap, offered, iterations=static.solver_iterations)
-    return jnp.minimum(sol.rates, offered)
+    sol = solve(nic_inc, cap, offered, iterations=static.solver_iterations,
+                axis_name=axis_name)
+    return jnp.minimum(sol.rates, offered), sol.info.iterations
 
 
 #: The code as it is, saved before any variant patches it.
-_CURRENT = {"_nic_send": fluid_step._nic_send, "_STEP_COMPACTION": fluid_step._STEP_COMPACTION}
+_CURRENT = {"nic_send": transmit.nic_send, "STEP_COMPACTION": transmit.STEP_COMPACTION}
 
 #: Variants of the fluid step timed against each other: ``current`` (the code as it is)
-#: and the baselines, each the module attributes of :mod:`fabric_jax.fluid_step` it replaces:
+#: and the baselines, each the attributes of the step's stage modules it replaces
+#: (:mod:`fabric_jax.fluid.stages.transmit` and ``.classes``):
 #: ``solve``, the NIC share by the general solver (:func:`nic_send_progressive`) instead
 #: of the water-fill; ``fine``, the step's max-min solve with the compaction levels of
-#: :func:`fabric_jax.fairness.solve` (``compaction="fine"``, the code before
-#: 2026-12-03) instead of one loop over all the entries.  Every variant computes the
+#: :func:`fabric_jax.fairness.solve` (``compaction="fine"``) instead of one loop over
+#: all the entries.  Every variant computes the
 #: same model (finish times equal up to float32 round-off).
 VARIANTS = {"current": {},
-            "solve": {"_nic_send": nic_send_progressive},
-            "fine": {"_STEP_COMPACTION": "fine"}}
+            "solve": {"nic_send": nic_send_progressive},
+            "fine": {"STEP_COMPACTION": "fine"}}
 
 
 def _timed(fn):
@@ -172,8 +177,7 @@ def bench_ideal(scn, case) -> dict:
 def bench_variant(scn, variant: str) -> tuple[list, dict]:
     """Every preset (and the ideal baseline) with the fluid step's ``variant``
     (:data:`VARIANTS`), each compiled afresh."""
-    for attr, value in dict(_CURRENT, **VARIANTS[variant]).items():
-        setattr(fluid_step, attr, value)
+    _patch(dict(_CURRENT, **VARIANTS[variant]))
     try:
         cases, rows, finish = {}, [], {}
         bar = Progress(len(scn.presets), label=f"bench_compare ({variant})")
@@ -187,9 +191,15 @@ def bench_variant(scn, variant: str) -> tuple[list, dict]:
             bar.update(name)
             print(table([rows[-1]], list(rows[-1])), flush=True)
     finally:
-        for attr, value in _CURRENT.items():
-            setattr(fluid_step, attr, value)
+        _patch(_CURRENT)
     return rows, finish
+
+
+def _patch(attrs: dict):
+    """Sets the stage modules' attributes (both single-class and class stages)."""
+    for attr, value in attrs.items():
+        for mod in (transmit, classes):
+            setattr(mod, attr, value)
 
 
 def end_to_end(scn, workers) -> dict:

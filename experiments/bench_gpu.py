@@ -1009,8 +1009,8 @@ def aot_batched_row(small, target):
     batch's trips are, step by step, the deepest scenario's
     (:func:`_hlo.batch_trips`), recorded here from each scenario run alone in the
     accelerator form."""
-    import fabric_jax.fluid_step as fs
-    from fabric_jax import segments
+    from fabric_jax import fluid, segments
+    from fabric_jax.fluid import loop
     k, n, steps, b, inc, cap, kw, sizes = batched_instance(small)
     depths = []
     for i in range(b):
@@ -1018,11 +1018,12 @@ def aot_batched_row(small, target):
             _block(fj.simulate_fluid(inc, cap, sizes[i], **kw).finish)
         depths.append(dict(rec))
     with segments.forced("gather"):
-        a, _ = _hlo.caught(fs, "_run_batched",
-                           lambda: fj.simulate_fluid_batched(inc, cap, sizes, **kw))
+        static, args = _hlo.batched_program(
+            [fluid.simulate.prepare_kwargs(inc, cap, sizes[i], **kw) for i in range(b)])
     buffers, alone_buffers = [], []
     device = _hlo.gpu_device(target)
-    text = _hlo.compile_for(fs._run_batched, a[:6], a[6:], device, buffers=buffers).as_text()
+    text = _hlo.compile_for(loop.run_batched_jit, static, args, device,
+                            buffers=buffers).as_text()
     alone, _ = _hlo.compiled_fluid_run(inc, cap, sizes[0], target=target,
                                        buffers=alone_buffers, **kw)
     alone_text = alone.as_text()

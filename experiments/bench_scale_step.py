@@ -160,39 +160,27 @@ def aot_points(g: int, presets, target: str, dt: float, kernel_s: float,
     except ImportError:  # pragma: no cover
         from experiments import _hlo
     import jax
-    import fabric_jax.fluid_step as fs
-    from fabric_jax import segments
+    from fabric_jax import fluid, segments
     from fabric_jax.scale._run import SAVE_EVERY
-    device = _hlo.gpu_device(target)      # first: a missing plugin stops before the work
+    _hlo.gpu_device(target)      # first: a missing plugin stops before the work
     first = _hlo.first_iterations("cuda")
     (topo, step, nic), t_build = _timed(lambda: sc.build_point(g))
     base, t_ideal_s = _timed(lambda: sc.ideal_rails(step, nic))
     t_ideal = float(np.max(base.finish))
     rows = []
     for preset in presets:
-        seen = []
         t0 = time.perf_counter()
-        with _hlo.solve_depths() as rec, segments.forced("gather"):
-            orig = fs._run
-
-            def spy(*a, seen=seen, orig=orig, rec=rec):
-                seen.append(dict(args=a, at=time.perf_counter(),
-                                 first={k: len(v) for k, v in rec.items()}))
-                res = jax.block_until_ready(orig(*a))   # the run itself, not its dispatch
-                seen[-1]["res"], seen[-1]["done"] = res, time.perf_counter()
-                return res
-            fs._run = spy
-            try:
-                run = sc.run_fabric(step, topo, preset, t_ideal, dt=dt)
-            finally:
-                fs._run = orig
+        with segments.forced("gather"):
+            run = sc.run_fabric(step, topo, preset, t_ideal, dt=dt)
         wall = time.perf_counter() - t0
-        last = seen[-1]
-        depths = {k: v[last["first"][k]:] for k, v in rec.items()}   # the last run's
-        cpu_s = sum(x["done"] - x["at"] for x in seen)
+        cpu_s = run.run_s       # inside the engine's runs (compile included)
+        # each step's solve depths: the last run's problem run again, recorded
+        with _hlo.solve_depths() as rec:
+            jax.block_until_ready(fluid.run(run.problem))
+        depths = dict(rec)
         buffers = []
-        compiled, t_compile = _timed(lambda: _hlo.compile_for(
-            orig, last["args"][:4], last["args"][4:], device, buffers=buffers))
+        compiled, t_compile = _timed(lambda: _hlo.compiled_problem(run.problem, target,
+                                                                   buffers=buffers))
         on_device = {name for b in buffers for name in b}
         text = compiled.as_text()
         mem = compiled.memory_analysis()
@@ -216,7 +204,7 @@ def aot_points(g: int, presets, target: str, dt: float, kernel_s: float,
             return {prefix + k: v for k, v in cols.items()}, step["step_kernels"]
         as_compiled, step_kernels = launches("", on_device)
         row = dict(gpus=g, preset=preset, target=target, flows=n_flows, dt_s=dt,
-                   n_steps=int(run.n_steps), chunks=int(n_chunks), runs=len(seen),
+                   n_steps=int(run.n_steps), chunks=int(n_chunks), runs=int(run.attempts),
                    busy_steps=busy,
                    solve_iterations_per_step=float(np.mean(depths["allocate"])),
                    nic_rounds_per_step=float(np.mean(depths["nic_send"])),

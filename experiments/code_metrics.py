@@ -109,13 +109,12 @@ def engine_core_arguments() -> dict:
     import inspect
 
     import fabric_jax as fj
-    core = getattr(fj, "run", None)
-    if core is not None:
-        name = "fabric_jax.run"
-    else:
+    fluid = getattr(fj, "fluid", None)
+    if fluid is not None and hasattr(fluid, "run") and callable(fluid.run):
+        core, name = fluid.run, "fabric_jax.fluid.run"
+    else:   # before the engine contract: the private core simulate_fluid called
         from fabric_jax import fluid_step
-        core = fluid_step._run_body
-        name = "fabric_jax.fluid_step._run"
+        core, name = fluid_step._run_body, "fabric_jax.fluid_step._run"
     core = inspect.unwrap(getattr(core, "__wrapped__", core))
     params = inspect.signature(core).parameters
     return dict(core=name, arguments=len(params), names=list(params))

@@ -15,9 +15,9 @@ from .compare import Scenario, default_scenario, load_scenario, run_compare, sim
 from .fabrics import PRESETS, Fabric, get_fabric, infiniband, roce, spectrum_x, uec
 from .fairness import MaxMinInfo, MaxMinResult, max_min_fair
 from .flowcontrol import FlowControl
-from .fluid import (FluidInfo, FluidResult, FluidTrajectory, simulate_fluid,
-                    simulate_fluid_batched)
-from .fluid_slots import SlotResult, simulate_fluid_windowed
+from . import fluid
+from .fluid import (FluidInfo, FluidProblem, FluidResult, FluidState, FluidTrajectory,
+                    SlotResult, simulate_fluid, simulate_fluid_batched, simulate_fluid_windowed)
 from .incidence import Incidence
 from .ns3 import from_ns3_topology, hpcc_fat_tree, to_ns3_topology
 from .paths import PathSet, shortest_paths
@@ -63,11 +63,14 @@ __all__ = [
     "FlowControl",
     "FlowSimResult",
     "FluidInfo",
+    "FluidProblem",
     "FluidResult",
+    "FluidState",
     "FluidTrajectory",
     "Smoothing",
     "cc",
     "flowcontrol",
+    "fluid",
     "simulate_fluid",
     "simulate_fluid_batched",
     "simulate_fluid_windowed",

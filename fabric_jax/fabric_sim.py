@@ -1,8 +1,8 @@
 """A fabric preset's dynamics on given flows and candidate paths: one fluid run.
 
-:func:`simulate_paths` binds a :class:`~fabric_jax.fabrics.Fabric` preset to a
-:class:`~fabric_jax.paths.PathSet` and runs :func:`fabric_jax.fluid.simulate_fluid`: the
-preset's routing policy over the candidate paths, its congestion-control law with
+:func:`prepare_paths` binds a :class:`~fabric_jax.fabrics.Fabric` preset to a
+:class:`~fabric_jax.paths.PathSet` and prepares one fluid problem
+(:func:`fabric_jax.fluid.prepare`), which :func:`simulate_paths` runs: the preset's routing policy over the candidate paths, its congestion-control law with
 parameters at the NIC line rate, its flow control over the topology's buffers, its
 receiver options and per-link latency, each flow capped at :func:`flow_line_rate`.  It is
 the engine of the compare study (:func:`fabric_jax.study.run.simulate_case`) and of the
@@ -18,11 +18,12 @@ import numpy as np
 
 from .cc import ibcc
 from .fabrics import get_fabric
-from .fluid import simulate_fluid
+from .fluid import run
+from .fluid.simulate import prepare_kwargs
 from .incidence import Incidence
 from .routing import make_routing
 
-__all__ = ["simulate_paths", "flow_line_rate"]
+__all__ = ["simulate_paths", "prepare_paths", "flow_line_rate"]
 
 
 def flow_line_rate(paths, split, capacity) -> np.ndarray:
@@ -61,12 +62,22 @@ def flow_line_rate(paths, split, capacity) -> np.ndarray:
     return np.where(np.isfinite(rate) & (rate > 0), rate, np.max(cap, initial=1.0))
 
 
-def simulate_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
+def simulate_paths(topology, paths, fabric, size, **kwargs):
+    """Fluid run of flows over candidate paths under a fabric preset's dynamics:
+    :func:`fabric_jax.fluid.run` of :func:`prepare_paths` (the same arguments).
+
+    Returns:
+      :class:`fabric_jax.fluid.FluidResult`.
+    """
+    return run(prepare_paths(topology, paths, fabric, size, **kwargs))
+
+
+def prepare_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
                    arrival=None, deps=None, delay=None, latency=None, seed: int = 0,
                    capacity=None, link_latency=None, nic_links=None,
                    nic_rate: float | None = None, buffer=None, save_every=None,
                    fluid_options: dict | None = None):
-    """Fluid run of flows over candidate paths under a fabric preset's dynamics.
+    """The fluid problem of flows over candidate paths under a fabric preset's dynamics.
 
     The engine of :func:`simulate_case` and of the scaling study
     (:func:`fabric_jax.scaling.simulate_plan_fluid`): the preset's routing policy bound to
@@ -99,7 +110,7 @@ def simulate_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
         results, less time).
 
     Returns:
-      :class:`fabric_jax.fluid.FluidResult`.
+      :class:`fabric_jax.fluid.FluidProblem` (run it with :func:`fabric_jax.fluid.run`).
     """
     fabric = get_fabric(fabric)
     cap = np.asarray(topology.capacity if capacity is None else capacity, float)
@@ -117,7 +128,7 @@ def simulate_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
     split = np.asarray(routing.split)
     inc = Incidence.from_paths(paths, split, n_links=topology.n_links)
     lat = fabric.link_latency(topology) if link_latency is None else link_latency
-    return simulate_fluid(inc, cap, size, dt=dt, n_steps=int(n_steps), law=fabric.law(),
+    return prepare_kwargs(inc, cap, size, dt=dt, n_steps=int(n_steps), law=fabric.law(),
                           params=params, arrival=arrival, deps=deps, delay=delay,
                           latency=latency, line_rate=flow_line_rate(paths, split, cap),
                           link_latency=lat, nic_links=nic,

@@ -37,7 +37,7 @@ to ``(hops - 1) dt`` to every queued byte's path and made 20-40 us phases move b
 
 Host-NIC egress links (``nic``): the first hop of a flow leaves its host.  The NIC
 arbitrates among its flows and keeps no shared backlog: what a flow cannot put
-through its NIC stays unsent with the sender (``fabric_jax.fluid_step._hold_at_sender``),
+through its NIC stays unsent with the sender (``fabric_jax.fluid.stages.transmit.hold_at_sender``),
 so a NIC hop never holds queued bytes, and nothing there is marked, counted as
 queueing delay or in-band telemetry, dropped or trimmed (:func:`nic_links`).
 """
@@ -366,7 +366,7 @@ def service_span(hops: HopTable, bands, head, sent_a, sent_l, lb=None, s_q=None)
     and the point the link reached in it, its arrivals between ``q_l`` served and
     ``s_l``.  ``p0`` is where its first sent byte leaves, ``p1`` its last (both 0 when it
     sent nothing).  The instant a flow's last byte leaves its last hop inside the step
-    follows (``fabric_jax.fluid_step._finish_in_step``).  Third output: ``[links, K]`` the
+    follows (``fabric_jax.fluid.stages.complete.finish_in_step``).  Third output: ``[links, K]`` the
     bytes left in each band (the :func:`band_sums` of ``bands - head``, for
     :func:`merge_bands`).  Derivatives: those of the piece just below a tie, as
     :func:`fifo_take` (a service ending exactly at a band's end ends inside it); which

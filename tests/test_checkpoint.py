@@ -67,7 +67,7 @@ def test_resume_is_bit_identical(case, tmp_path):
         assert np.array_equal(np.asarray(getattr(full, f)), np.asarray(getattr(rest, f))), f
     _assert_identical(full.state, rest.state)
     _assert_identical(full.law_state, rest.law_state)
-    assert int(rest.state["k"]) == 2 * N
+    assert int(rest.state.k) == 2 * N
     # the trajectory continues in absolute time and matches the second half
     np.testing.assert_array_equal(np.asarray(rest.trajectory.t),
                                   np.asarray(full.trajectory.t)[N // 10:])

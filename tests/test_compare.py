@@ -197,7 +197,7 @@ def test_bad_preset_options_fail_before_any_preset_runs(tmp_path, capsys, monkey
     """A bad ``cc_options`` of the last preset is refused before the first preset runs."""
     from fabric_jax import fabric_sim
     calls = []
-    monkeypatch.setattr(fabric_sim, "simulate_fluid", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(fabric_sim, "run", lambda *a, **k: calls.append(1))
     bad = tmp_path / "bad.toml"
     data = _tiny_dict()
     data["fabrics"]["uec"] = {"cc_options": {"no_such_gain": 1.0}}

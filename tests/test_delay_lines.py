@@ -2,7 +2,7 @@
 result, and runs that differ only in latency (or ``dt``) share one compiled program.
 
 The feedback ring and the receiver wires are read at per-flow offsets modulo their
-length (:func:`fabric_jax.links.wire_step`, ``fluid_step._offer``), so a longer line only
+length (:func:`fabric_jax.links.wire_step`, ``fabric_jax.fluid.stages.offer``), so a longer line only
 holds more rows that are never read before they are written."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabric_jax import fluid_step
+from fabric_jax.fluid import loop as fluid_loop
 from fabric_jax.fluid import simulate_fluid
 
 from .helpers import incast_leaf_spine
@@ -29,17 +29,17 @@ def test_longer_delay_lines_change_no_result_and_latencies_share_a_program():
     lat_a = np.array([0.0, 1e-6, 2e-6, 0.5e-6, 3e-6, 0.0])   # one-way, outside the links
     lat_b = np.array([4e-6, 0.0, 1e-6, 2.5e-6, 0.0, 6e-6])
     own = _run(lat_a)
-    need = int(own.state["ring"].shape[0]) - 2          # no RTO steps without drops
+    need = int(own.state.ring.shape[0]) - 2          # no RTO steps without drops
     ref_b = _run(lat_b)
     shared = 40
-    assert shared > max(need, int(ref_b.state["ring"].shape[0]) - 2)
-    before = fluid_step._run._cache_size()
+    assert shared > max(need, int(ref_b.state.ring.shape[0]) - 2)
+    before = fluid_loop.run_jit._cache_size()
     got_a = _run(lat_a, delay_steps=shared)
     got_b = _run(lat_b, delay_steps=shared)
     # the two latencies compiled one program (the first call of this shape compiled it)
-    assert fluid_step._run._cache_size() == before + 1
-    assert got_a.state["ring"].shape[0] == shared + 2
-    assert got_a.state["wire"].shape[0] == shared + 2
+    assert fluid_loop.run_jit._cache_size() == before + 1
+    assert got_a.state.ring.shape[0] == shared + 2
+    assert got_a.state.wire.shape[0] == shared + 2
     for ref, got in ((own, got_a), (ref_b, got_b)):
         assert np.all(np.isfinite(np.asarray(ref.finish)))
         for name in ("start", "finish", "sent", "delivered", "dropped", "queued"):

@@ -173,16 +173,16 @@ def test_sharded_fluid_traces_and_refuses_what_it_cannot_split():
     # the step as varying or not over the flow axis, so a reduction over flows that
     # misses its all-reduce and reaches the link state (declared replicated) fails here
     # (checked by hand: HopTable.pool_sum without its psum makes the PFC state vary).
-    from fabric_jax.distributed import _sharded_fluid_call
+    from fabric_jax.distributed.sharded_fluid import sharded_fluid_call
     inc, cap, size, options = fluid_instance()
-    run, args, _ = _sharded_fluid_call(inc, cap, size, mesh=device_mesh(), **options)
+    run, args, _ = sharded_fluid_call(inc, cap, size, mesh=device_mesh(), **options)
     run.lower(args)
     # and with two traffic classes (the links x classes units' sums, both NIC shares
     # and the work-conserving second pass: each must be global)
-    run, args, _ = _sharded_fluid_call(inc, cap, size, mesh=device_mesh(),
-                                       traffic_class=np.arange(30) % 2,
-                                       classes=fj.qos.traffic_classes(2, weights=(3, 1)),
-                                       **dict(options, buffer=2e5))
+    run, args, _ = sharded_fluid_call(inc, cap, size, mesh=device_mesh(),
+                                      traffic_class=np.arange(30) % 2,
+                                      classes=fj.qos.traffic_classes(2, weights=(3, 1)),
+                                      **dict(options, buffer=2e5))
     run.lower(args)
     # Host-side checks: each error names the argument.
     with pytest.raises(ValueError, match="mesh"):
@@ -190,7 +190,7 @@ def test_sharded_fluid_traces_and_refuses_what_it_cannot_split():
     # and with dynamic routing (the policy's per-flow state split, its clocks and link
     # view replicated)
     rinc, _, _, ropts = fluid_instance(routing="ib_ar")
-    run, args, _ = _sharded_fluid_call(rinc, cap, size, mesh=device_mesh(), **ropts)
+    run, args, _ = sharded_fluid_call(rinc, cap, size, mesh=device_mesh(), **ropts)
     run.lower(args)
     logits = np.zeros(ropts["routing"].split.shape)           # per-flow parameters
     winc, _, _, wopts = fluid_instance(routing="weighted_ecmp",
@@ -204,7 +204,7 @@ def test_sharded_fluid_traces_and_refuses_what_it_cannot_split():
         simulate_fluid_sharded(inc, cap, size[:-1], **options)
     with pytest.raises(ValueError, match="base_rtt"):
         simulate_fluid_sharded(inc, cap, size, base_rtt=np.ones(31), **options)
-    with pytest.raises(TypeError, match="not_an_option"):
+    with pytest.raises(ValueError, match="not_an_option"):
         simulate_fluid_sharded(inc, cap, size, not_an_option=1, **options)
 
 
@@ -338,7 +338,7 @@ def _check_fluid_case(r, iteration_slack=0):
     """A sharded fluid run equals the single-device one: bytes and link state to
     float64 round-off; finish times to round-off or, where a round-off difference
     flips which FIFO part of a port's service a flow's last byte left in (the
-    within-step instant of fluid_step._finish_in_step is discontinuous there: a tie between
+    within-step instant of fluid.stages.complete.finish_in_step is discontinuous there: a tie between
     a port's grant and its standing queue), within one step.  ``iteration_slack``: the
     step solves' largest iteration counts may differ by that much (with multipath
     flows, summation order can freeze two levels a few ulps apart in one iteration or

@@ -396,7 +396,7 @@ def test_stop_when_idle_keeps_every_flow_result(late):
     for key in ("finish", "start", "sent", "delivered", "dropped", "in_flight"):
         np.testing.assert_array_equal(np.asarray(getattr(fast, key)),
                                       np.asarray(getattr(full, key)), err_msg=key)
-    assert int(fast.state["k"]) == int(full.state["k"]) == 400
+    assert int(fast.state.k) == int(full.state.k) == 400
     np.testing.assert_array_equal(np.asarray(fast.trajectory.t), np.asarray(full.trajectory.t))
     np.testing.assert_array_equal(np.asarray(fast.trajectory.delivered),
                                   np.asarray(full.trajectory.delivered))

@@ -10,9 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from fabric_jax import fluid_slots
-from fabric_jax.fluid import simulate_fluid
-from fabric_jax.fluid_slots import FLOW_AXIS, GLOBAL_KEYS, simulate_fluid_windowed
+from fabric_jax.fluid import FluidState, simulate_fluid, simulate_fluid_windowed, windowed
 from fabric_jax.incidence import Incidence
 from fabric_jax.paths import shortest_paths
 from fabric_jax.topology import leaf_spine
@@ -132,15 +130,22 @@ def test_float32_matches_plain_engine():
 
 
 def test_state_layout_is_documented():
-    # Every entry of the engine's state is either per flow (with its flow axis) or
-    # carried over: a new entry in fluid.py must be added to FLOW_AXIS / GLOBAL_KEYS.
+    # Every field of the engine's state declares its flow axis (an int) or that it is
+    # carried over whole (None): the declaration the windowed and sharded drivers read
+    # is what the state holds.
     _, plain, _ = _runs("dcqcn-pfc")
-    # (``corrupted``, the lossy links' drop counter, only with lossy-link faults)
-    assert set(plain.state) == set(FLOW_AXIS) | (GLOBAL_KEYS - {"corrupted"})
+    axes = FluidState.flow_axes()
+    present = plain.state.present()
+    # (routing's and lossy links' fields only with a policy / lossy-link faults)
+    assert set(axes) - set(present) == {"route", "load", "mark_l", "rate", "corrupted"}
     n = N_FLOWS
-    for key, axis in FLOW_AXIS.items():
-        for leaf in jax.tree_util.tree_leaves(plain.state[key]):
-            assert np.shape(leaf)[axis] == n, key
+    for key, value in present.items():
+        axis = axes[key]
+        for leaf in jax.tree_util.tree_leaves(value):
+            if axis is None:
+                assert n not in np.shape(leaf) or key in ("max_queue",), key
+            else:
+                assert np.shape(leaf)[axis] == n, key
 
 
 def test_too_few_slots_names_max_active():
@@ -216,7 +221,7 @@ def test_lookahead_gives_late_flows_the_plain_engines_feedback(monkeypatch):
         slots = simulate_fluid_windowed(inc, topo.capacity, size, max_active=14, window=16,
                                         **kw)
         np.testing.assert_allclose(np.asarray(slots.finish), plain, rtol=RTOL_X64)
-        monkeypatch.setattr(fluid_slots, "lookahead_steps", lambda *args: 0)
+        monkeypatch.setattr(windowed, "lookahead_steps", lambda *args: 0)
         blind = simulate_fluid_windowed(inc, topo.capacity, size, max_active=14, window=16,
                                         **kw)
     assert blind.lookahead == 0

@@ -23,8 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = "fabric_jax"
 
 #: Layer of each top-level module or subpackage of ``fabric_jax`` (0 = bottom).  A name
-#: also covers ``name_*`` modules (``fluid`` covers ``fluid_slots`` and the stages of a
-#: split fluid engine) and everything inside a package of that name.
+#: also covers ``name_*`` modules and everything inside a package of that name.
 LAYERS = {
     # base
     "units": 0, "smooth": 0, "checkpoint": 0, "reference": 0, "metrics": 0, "segments": 0,

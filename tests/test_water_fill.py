@@ -1,6 +1,6 @@
 """Tests for the NIC-share kernels: ``fabric_jax.fairness.water_fill`` (max-min when every
 flow crosses at most one link: a water-fill per link), ``fabric_jax.fairness.solve_flat`` (the
-bottleneck-freezing loop without compaction) and their use in ``fluid_step._nic_send``.
+bottleneck-freezing loop without compaction) and their use in ``fabric_jax.fluid.stages.transmit.nic_send``.
 
 Oracle: textbook progressive filling (``tests/reference/maxmin_numpy.py``, float64) on
 the same problem written as a ``[links, flows]`` matrix; hand cases with the
@@ -20,7 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabric_jax import Incidence, fluid_step
+from fabric_jax import Incidence
+from fabric_jax.fluid.stages.transmit import nic_send
 from fabric_jax.fairness import solve, solve_flat, water_fill
 from tests import helpers
 from tests.helpers import LINK_100G, enable_x64
@@ -194,7 +195,7 @@ def test_solve_flat_matches_progressive_filling_x64(inst):
 
 
 class _Static:
-    """The fields of ``fluid_step._Static`` that ``_nic_send`` reads."""
+    """The fields of ``fabric_jax.fluid.problem.Static`` that ``nic_send`` reads."""
     solver_iterations = None
     solver_unroll = 0
 
@@ -218,7 +219,7 @@ def test_nic_send_equals_max_min_over_the_nic_ports(several_ports):
     li, fi, w, switch, cap, offered = _nic_problem(several_ports)
     inc = Incidence(jnp.asarray(li, jnp.int32), jnp.asarray(fi, jnp.int32),
                     jnp.asarray(w, jnp.float32), 4, 6)
-    got, rounds = jax.jit(fluid_step._nic_send, static_argnums=0)(
+    got, rounds = jax.jit(nic_send, static_argnums=0)(
         _Static(), jnp.asarray(switch, jnp.float32), inc, jnp.asarray(cap, jnp.float32),
         jnp.asarray(offered, jnp.float32))
     got = np.asarray(got, float)

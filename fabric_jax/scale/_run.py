@@ -124,6 +124,12 @@ class RailRun:
       goodput: ``[saves]`` bytes/s delivered over all flows at each snapshot.
       latency: ``[flows]`` zero-load one-way latency of each flow's first path, s
         (``None``: none, the ideal crossbar).
+      problem: the :class:`fabric_jax.fluid.FluidProblem` run (``None`` for the ideal
+        fabric): compile it, or run it again, with :func:`fabric_jax.fluid.run`.
+      run_s: seconds inside the engine's run (compile included, the device work
+        waited for); ``wall_s - run_s`` is the host side.
+      attempts: fluid runs made for this result (:func:`run_fabric` doubles the horizon
+        once when flows are left unfinished); ``run_s`` sums them.
     """
 
     flows: StepFlows
@@ -140,6 +146,9 @@ class RailRun:
     goodput: np.ndarray | None = None
     device: str = ""
     latency: np.ndarray | None = None
+    problem: object = None
+    run_s: float = 0.0
+    attempts: int = 1
 
 
 def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
@@ -157,7 +166,10 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
     these flows (a closed set: a kept flow's dependencies kept), each routed as in the
     run of every flow (its hash keeps its flow number).
     """
-    from ..study.run import simulate_paths
+    import jax
+
+    from ..fabric_sim import prepare_paths
+    from ..fluid import run as run_fluid
     fab = get_fabric(fabric)
     t0 = time.perf_counter()
     keep = np.ones(step.n_flows, bool) if keep is None else np.asarray(keep, bool)
@@ -188,9 +200,12 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                                  dst=host_of[np.asarray(ps.dst)].astype(np.int32))
     n_steps = int(-(-int(n_steps) // SAVE_EVERY) * SAVE_EVERY)
     opts = {} if fifo_bands is None else {"fifo_bands": int(fifo_bands)}
-    res = simulate_paths(topo, ps, fab, flows.size, dt=float(dt), n_steps=n_steps,
-                         arrival=flows.arrivals, deps=flows.deps, seed=seed,
-                         save_every=SAVE_EVERY, fluid_options=opts)
+    problem = prepare_paths(topo, ps, fab, flows.size, dt=float(dt), n_steps=n_steps,
+                            arrival=flows.arrivals, deps=flows.deps, seed=seed,
+                            save_every=SAVE_EVERY, fluid_options=opts)
+    t_run = time.perf_counter()
+    res = jax.block_until_ready(run_fluid(problem))
+    run_s = time.perf_counter() - t_run
     tr = res.trajectory
     cap = np.asarray(topo.capacity, float)
     q = np.asarray(tr.queue, float)
@@ -209,7 +224,7 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                    rails=None if rails is None else tuple(view.rails), n_links=topo.n_links,
                    t=np.asarray(tr.t, float),
                    goodput=np.asarray(tr.throughput, float).sum(axis=1),
-                   latency=zero_load_latency(ps, topo, fab))
+                   latency=zero_load_latency(ps, topo, fab), problem=problem, run_s=run_s)
 
 
 def zero_load_latency(ps, topology, fabric) -> np.ndarray:
@@ -563,14 +578,16 @@ def run_fabric(step: StepFlows, topology, fabric, t_ideal: float, *, rails=(0,),
     ``horizon_factor`` times the ideal fabric's slice time ``t_ideal`` (40 steps more),
     the horizon doubled once when flows are left unfinished."""
     n_steps = int(np.ceil(horizon_factor * t_ideal / dt)) + 40
-    for _ in range(2):
+    run_s = 0.0
+    for attempt in range(1, 3):
         run = simulate_rails(step, topology, fabric, rails=rails, dt=dt, n_steps=n_steps,
                              max_paths=max_paths, seed=seed, fifo_bands=fifo_bands,
                              keep=keep)
+        run_s += run.run_s
         if np.all(np.isfinite(run.finish)):
             break
         n_steps *= 2
-    return run
+    return dataclasses.replace(run, run_s=run_s, attempts=attempt)
 
 
 def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: float = 0.5e-6,
