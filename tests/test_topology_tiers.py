@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from fabric_jax import units
 from fabric_jax.paths import shortest_paths
-from fabric_jax.topology import fat_tree, leaf_spine, rail_optimized
+from fabric_jax.topology import ClosSpec, fat_tree, leaf_spine, rail_optimized
 
 R400 = units.gbps(400.0)  # 5e10 bytes/s
 
@@ -300,3 +301,46 @@ def test_rail_optimized_tier_arguments_validated():
         rail_optimized(8, 2, servers_per_leaf=2, tiers=3)
     with pytest.raises(ValueError, match="tiers=3"):
         rail_optimized(8, 2, servers_per_leaf=2, groups_per_pod=2)
+
+
+# ---------------------------------------------------------------- the spec
+ARRAYS = ("node_is_host", "node_tier", "hosts", "link_src", "link_dst", "capacity",
+          "latency", "buffer", "link_up", "link_reverse", "host_server")
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, dict(planes=2), dict(oversubscription=2.0), dict(uplinks_per_leaf=4),
+    dict(tiers=3, groups_per_pod=2), dict(tiers=3, groups_per_pod=1, planes=2),
+])
+def test_leaf_spine_is_rail_optimized_with_one_nic_per_server(kwargs):
+    # Both builders wire one ClosSpec: a leaf-spine of 4 leaves x 3 hosts is a rail
+    # fabric of 12 one-NIC servers, 3 per (rail) leaf.  Same arrays, other names.
+    leaf_kw = {("leaves_per_pod" if k == "groups_per_pod" else k): v
+               for k, v in kwargs.items()}
+    ls = leaf_spine(4, 2, 3, **leaf_kw)
+    ro = rail_optimized(12, 1, servers_per_leaf=3, n_spines=2, **kwargs)
+    for field in ARRAYS:
+        assert np.array_equal(getattr(ls, field), getattr(ro, field)), field
+    assert ls.node_names != ro.node_names
+    assert ls.params["oversubscription"] == ro.params["oversubscription"]
+
+
+def test_clos_spec_resolved_frozen_and_checked():
+    spec = ClosSpec.resolve("leaf_spine", n_servers=8, rails=1, servers_per_leaf=4,
+                            n_spines=2, uplinks_per_leaf=None, oversubscription=2.0,
+                            link_gbps=400.0, fabric_gbps=None, latency_us=1.0,
+                            buffer_kb=1000.0, switch_radix=None, planes=1, tiers=2,
+                            pod_size=None, uplinks_per_spine=None, n_super_spines=None)
+    # 4 hosts x 400G down, 2 uplinks at 1/2: 4 * 400 / (2 * 2) = 400 Gb/s each.
+    assert (spec.n_leaves, spec.uplinks_per_leaf, spec.fabric_gbps) == (2, 2, 400.0)
+    assert spec.oversubscription == 2.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.n_spines = 3
+    for bad, match in [(dict(uplinks_per_leaf=1), "uplinks_per_leaf"),
+                       (dict(kind="torus"), "kind"),
+                       (dict(leaves_per_pod=1), "tiers=3"),
+                       (dict(tiers=3, leaves_per_pod=1, uplinks_per_spine=2,
+                             n_super_spines=3), "multiple"),
+                       (dict(switch_radix=5), "switch_radix=5: each leaf")]:
+        with pytest.raises(ValueError, match=match):
+            dataclasses.replace(spec, **bad)
