@@ -1,4 +1,4 @@
-"""Shared benchmark harness: compile vs steady-state timing, device info, JSON output.
+"""Shared benchmark harness: compile vs steady-state timing, device info, results files.
 
 Every benchmark times the first call (trace + compile + run) separately from the
 steady state (median of ``repeats`` calls), calls ``block_until_ready`` on the outputs,
@@ -8,7 +8,6 @@ noisy machines (brax ``test_utils.benchmark`` style).
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
@@ -16,6 +15,8 @@ import time
 from pathlib import Path
 
 import jax
+
+from fabric_jax.results import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,11 +58,12 @@ def device_info() -> dict:
             "x64": bool(jax.config.jax_enable_x64)}
 
 
-def write_json(path, payload: dict):
+def write_json(path, results: dict, *, started: float | None = None, inputs=None):
+    """Writes ``results`` to ``path`` with :func:`fabric_jax.results.write_results` (its
+    ``run`` record takes ``started``, a ``time.time()``, and ``inputs``) and says so;
+    nothing without a path (no ``--json``)."""
     if path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(payload, indent=2, default=float))
+        write_results(path, results, started=started, inputs=inputs)
         print(f"wrote {path}")
 
 

@@ -1,5 +1,5 @@
-"""Shared pieces of the issue-5 experiment scripts (ecmp_collisions, allreduce_sweep,
-isolation, gpu_value).
+"""Shared pieces of the experiment scripts: the command line, replicated networks, the
+table and results file.
 
 Units: bytes, seconds, bytes/s in every array and JSON value (keys carry a unit suffix
 where they are not SI, e.g. ``_us``).
@@ -22,12 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ on sys.path) or imported as experiments._common
-    from _bench import device_info, table, write_json  # noqa: F401
-except ImportError:  # pragma: no cover
-    from experiments._bench import device_info, table, write_json  # noqa: F401
-
-from fabric_jax.paths import PathSet  # noqa: E402
+from experiments._bench import device_info, table, write_json  # noqa: F401
+from fabric_jax.paths import PathSet
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
@@ -82,32 +78,18 @@ def replicate(pathsets, n_links: int, n_hosts: int) -> PathSet:
                    n_paths=cat("n_paths").astype(np.int32))
 
 
-def finish(results: dict, args, rows=None, columns=None, title: str | None = None) -> dict:
-    """Prints ``rows`` as a table, writes ``results`` to ``--json``; returns ``results``."""
+def finish(results: dict, args, rows=None, columns=None, title: str | None = None, *,
+           started: float | None = None) -> dict:
+    """Prints ``rows`` as a table, writes ``results`` to ``--json`` (with the ``run``
+    record of :mod:`fabric_jax.results`: ``started``, a ``time.time()``, and the parsed
+    arguments); returns ``results``."""
     if title:
         print(title)
     if rows:
         print(table(rows, columns))
     results.setdefault("device", device_info())
-    write_json(args.json, _clean(results))
+    write_json(args.json, results, started=started, inputs=vars(args))
     return results
-
-
-def _clean(x):
-    """JSON-safe copy: NumPy scalars to Python, non-finite floats to ``None``."""
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _clean(x.tolist())
-    if isinstance(x, (np.floating, float)):
-        return float(x) if math.isfinite(float(x)) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.bool_):
-        return bool(x)
-    return x
 
 
 def plots_dir(args) -> Path | None:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import math
 
-try:  # run as a script (experiments/ on sys.path) or imported as experiments._report_blocks
-    import report as R
-except ImportError:  # pragma: no cover
-    from experiments import report as R
+from experiments import report as R
+from fabric_jax.results import strip_run
 
 
 def _f(x, digits=3):
@@ -39,6 +37,7 @@ def compare_block():
     if meta is None:
         return R._missing("compare")
     from fabric_jax.compare import is_ideal
+    data = strip_run(data)
     ordered = {k: v for k, v in data.items() if not is_ideal(k)}
     ordered.update({k: v for k, v in data.items() if is_ideal(k)})
     return R._source(meta) + "\n```\n" + format_table(ordered) + "\n```\n"

@@ -127,14 +127,15 @@ Usage::
 from __future__ import annotations
 
 import math
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    import _common as cm
-except ImportError:  # pragma: no cover
-    from experiments import _common as cm
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments import _common as cm
 
 from fabric_jax.fluid import simulate_fluid  # noqa: E402
 from fabric_jax.incidence import Incidence  # noqa: E402
@@ -312,6 +313,7 @@ def plot(results, traces, out) -> list[str]:
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = cm.parser(__doc__)
     ap.add_argument("--spines", type=int, default=4, help="spines (default 4)")
     ap.add_argument("--size-mb", type=float, default=2.0, help="bytes per flow, MB (default 2)")
@@ -389,7 +391,7 @@ def main(argv=None) -> dict:
     title = (f"leaf-spine 3 leaves x {a.spines} spines, {a.link_gbps:g} Gb/s, {a.spines} "
              f"foreground flows x {a.size_mb:g} MB (ideal {ideal * 1e6:.1f} us), "
              f"dt = {a.dt_us:g} us (dt4_us: the same row at dt/4)")
-    return cm.finish(out, a, rows, cols, title)
+    return cm.finish(out, a, rows, cols, title, started=started)
 
 
 if __name__ == "__main__":

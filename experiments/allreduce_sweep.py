@@ -49,13 +49,13 @@ Usage::
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    import _common as cm
-except ImportError:  # pragma: no cover
-    from experiments import _common as cm
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments import _common as cm
 
 from fabric_jax import scaling  # noqa: E402
 from fabric_jax.collectives import PROTOCOLS  # noqa: E402
@@ -106,6 +106,7 @@ def plot(results: dict, out: Path) -> str:
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = cm.parser(__doc__)
     ap.add_argument("--min-gpus", type=int, default=16, help="smallest GPU count (default 16)")
     ap.add_argument("--max-gpus", type=int, default=None,
@@ -187,7 +188,7 @@ def main(argv=None) -> dict:
     return cm.finish(results, a, rows, list(rows[0]),
                      f"all-reduce of {a.all_reduce_mb:g} MB per GPU: p50/p99 over ranks of "
                      f"the completion time (us), fluid model per preset vs ideal fabric; "
-                     f"effective bandwidth (fraction of line rate)")
+                     f"effective bandwidth (fraction of line rate)", started=started)
 
 
 if __name__ == "__main__":

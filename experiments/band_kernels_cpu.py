@@ -14,7 +14,6 @@ per jitted call (median over repeats of ``--calls`` calls).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import subprocess
 import sys
 import tempfile
@@ -25,15 +24,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fabric_jax import links as current_links
+
 ROOT = Path(__file__).resolve().parents[1]
+#: The package name the baseline revision's modules are imported under.
+BASELINE = "baseline_fabric_jax"
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def _baseline_links(rev: str, into: Path):
+    """``fabric_jax/links.py`` of git revision ``rev``, imported as ``BASELINE.links``
+    from that revision's package files extracted into ``into`` (with an empty package
+    ``__init__``, so only the modules ``links`` imports are loaded)."""
+    archive = subprocess.run(["git", "archive", rev, "fabric_jax"], cwd=ROOT, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    (into / "fabric_jax").rename(into / BASELINE)
+    (into / BASELINE / "__init__.py").write_text("")
+    sys.path.insert(0, str(into))
+    from baseline_fabric_jax import links
+    return links
 
 
 def _step(lk, link, n_hops, n_links):
@@ -61,13 +73,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if min(args.flows, args.hops, args.links, args.bands, args.repeats, args.calls) < 1:
         raise ValueError("--flows, --hops, --links, --bands, --repeats, --calls must be >= 1")
-    src = subprocess.run(["git", "show", f"{args.against}:fabric_jax/links.py"], cwd=ROOT,
-                         check=True, capture_output=True, text=True).stdout
     with tempfile.TemporaryDirectory() as tmp:
-        base_path = Path(tmp) / "links_baseline.py"
-        base_path.write_text(src)
-        mods = {"baseline": _load("links_baseline", base_path),
-                "current": _load("links_current", ROOT / "fabric_jax" / "links.py")}
+        mods = {"baseline": _baseline_links(args.against, Path(tmp)),
+                "current": current_links}
     rng = np.random.default_rng(0)
     shape = (args.flows, args.hops, args.bands)
     link = rng.integers(0, args.links, size=shape[:2])

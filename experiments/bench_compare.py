@@ -48,16 +48,16 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    from _bench import block, device_info, table, write_json
-    from _common import parser
-except ImportError:  # pragma: no cover
-    from experiments._bench import block, device_info, table, write_json
-    from experiments._common import parser
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import block, device_info, table, write_json
+from experiments._common import parser
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -224,6 +224,7 @@ def _max_rel_diff(a: dict, b: dict) -> float:
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = parser(__doc__)
     ap.add_argument("--scenario", metavar="FILE", help="TOML scenario (default: built-in)")
     ap.add_argument("--presets", default=None,
@@ -303,7 +304,7 @@ def main(argv=None) -> dict:
               f"results max relative difference {diff:.3g}")
         out["end_to_end"] = {"runs": e2e, "speedup": seq["wall_s"] / par["wall_s"],
                              "max_rel_diff": diff}
-    write_json(args.json, out)
+    write_json(args.json, out, started=started, inputs=vars(args))
     return out
 
 

@@ -17,13 +17,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    from _bench import device_info, time_jax, write_json
-except ImportError:  # pragma: no cover
-    from experiments._bench import device_info, time_jax, write_json
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import device_info, time_jax, write_json
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -61,6 +63,7 @@ def workload(k: int, n_incast: int, seed: int, n_flows: int | None = None):
 
 
 def main(argv=None):
+    started = time.time()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--ms", type=float, default=10.0)
@@ -110,7 +113,7 @@ def main(argv=None):
     for key, v in out.items():
         print(f"{key:28s} {v}")
     if a.json:
-        write_json(a.json, out)
+        write_json(a.json, out, started=started, inputs=vars(a))
 
 
 if __name__ == "__main__":

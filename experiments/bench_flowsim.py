@@ -74,14 +74,15 @@ import argparse
 import ctypes
 import glob
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    from _bench import device_info, table, time_host, write_json
-except ImportError:  # pragma: no cover
-    from experiments._bench import device_info, table, time_host, write_json
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import device_info, table, time_host, write_json
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -296,6 +297,7 @@ def growth_exponents(rows) -> list[dict]:
 
 
 def main(argv=None):
+    started = time.time()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--coupled", type=int, nargs="*", default=[1_000, 3_000])
     parser.add_argument("--poisson", type=int, nargs="*", default=[])
@@ -328,7 +330,8 @@ def main(argv=None):
               f"~N^{line['exponent']:.2f}")
     write_json(args.json, {"device": device_info(), "args": vars(args), "rows": rows,
                            "growth": growth, "load_average": os.getloadavg(),
-                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
+                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
+               started=started)
     return rows
 
 

@@ -26,9 +26,14 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None):
+    started = time.time()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--devices", type=int, default=4, help="host devices (CPU)")
     ap.add_argument("--k", type=int, default=8, help="fat-tree radix")
@@ -44,8 +49,8 @@ def main(argv=None):
     import numpy as np
 
     import fabric_jax as fj
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_dynamics import workload
+    from experiments._bench import write_json
+    from experiments.bench_dynamics import workload
 
     topo, inc, cap, _ = workload(args.k, 16, args.seed, args.flows)
     size = np.full(inc.n_flows, 1e6)
@@ -64,9 +69,7 @@ def main(argv=None):
                          step_ms=round(1e3 * times[1] / args.steps, 3),
                          delivered=float(np.sum(np.asarray(res.delivered))))
     print(json.dumps(out, indent=1))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1)
+    write_json(args.json, out, started=started, inputs=vars(args))
     return out
 
 

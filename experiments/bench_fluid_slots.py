@@ -36,20 +36,18 @@ Usage::
 from __future__ import annotations
 
 import math
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    from _bench import block, device_info, table, write_json
-    from _common import check_positive, parser
-    from _hpcc import ecmp_incidence, law_params, pfc_pool
-    from hpcc_fct import build_flows
-except ImportError:  # pragma: no cover
-    from experiments._bench import block, device_info, table, write_json
-    from experiments._common import check_positive, parser
-    from experiments._hpcc import ecmp_incidence, law_params, pfc_pool
-    from experiments.hpcc_fct import build_flows
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import block, device_info, table, write_json
+from experiments._common import check_positive, parser
+from experiments._hpcc import ecmp_incidence, law_params, pfc_pool
+from experiments.hpcc_fct import build_flows
 
 import jax  # noqa: E402
 
@@ -107,6 +105,7 @@ def timed(engine, *args, repeats: int = 1, **kwargs):
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = parser(__doc__)
     ap.add_argument("--workload", choices=("fb_hadoop", "web_search"), default="fb_hadoop")
     ap.add_argument("--load", type=float, default=0.3, help="host-link load (default 0.3)")
@@ -198,7 +197,7 @@ def main(argv=None) -> dict:
               f"{out['big']['finished']} finished, peak {rb.peak_active} slots; plain "
               f"engine extrapolated from the short run: {extrap:.0f} s -> speed-up "
               f"{extrap / wall:.0f}x")
-    write_json(args.json, out)
+    write_json(args.json, out, started=started, inputs=vars(args))
     return out
 
 

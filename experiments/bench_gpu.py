@@ -146,12 +146,10 @@ from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    import _hlo
-    from _bench import device_info, write_json
-except ImportError:  # pragma: no cover
-    from experiments import _hlo
-    from experiments._bench import device_info, write_json
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments import _hlo
+from experiments._bench import device_info, write_json
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -326,7 +324,7 @@ def fluid_program(instance, steps, target=None, depths=None, buffers=None, **kw)
     with each step's solve iterations; ``buffers``: a list it fills with XLA:GPU's
     command buffers, :func:`_hlo.compile_for`)."""
     if instance == "proxy":
-        from bench_dynamics import workload
+        from experiments.bench_dynamics import workload
         topo, inc, cap, _ = workload(8, 16, 0, None)
         size = np.full(inc.n_flows, 1e6)
     else:
@@ -490,7 +488,7 @@ def part_unroll(small, backends):
 
 
 def part_events(small, backends):
-    from bench_flowsim import coupled_instance
+    from experiments.bench_flowsim import coupled_instance
     rows = []
     for n in ([300] if small else [3_000, 10_000]):
         inc, c, a, s = coupled_instance(n, 0)
@@ -508,7 +506,7 @@ def part_events(small, backends):
 
 
 def part_batched(small, backends):
-    from bench_flowsim import coupled_instance
+    from experiments.bench_flowsim import coupled_instance
     # (--small: the 300-flow instance of part_events, so the loop reuses its program)
     n, b = (300, 4) if small else (10_000, 8)
     inc, c, a, s = coupled_instance(n, 0)
@@ -645,7 +643,7 @@ def preflight_row(small: bool = False, calls: int = 3) -> dict:
     later calls' median, each call's :func:`_fingerprint`, whether the calls agree with
     the first (:data:`PREFLIGHT_RTOL`), and NaNs.  A call that raises ends the row with
     ``error`` (a crash ends the process: the part says so)."""
-    from bench_flowsim import coupled_instance
+    from experiments.bench_flowsim import coupled_instance
     k, n, steps, n_ev = (8, 500, 20, 100) if small else (16, 10_000, 50, 1_000)
     topo, inc, cap = pair_instance(k, n)
     size = np.full(n, 1e5, np.float32)
@@ -1060,7 +1058,7 @@ def aot_events_row(n, target):
     the event loop alone tests its condition once per event and once more at its exit
     (``host_loops_round_trips_per_run_at_least``; each event's solve loops and branches
     add theirs)."""
-    from bench_flowsim import coupled_instance
+    from experiments.bench_flowsim import coupled_instance
     import fabric_jax.sim as sim
     inc, c, a, s = coupled_instance(n, 0)
     c, a, s = (x.astype(np.float32) for x in (c, a, s))
@@ -1091,7 +1089,7 @@ def _batched_events_program(n, b, target):
     """XLA:GPU's program for :func:`fabric_jax.simulate_flows_batched` over ``b`` seeds
     of ``events``' coupled instance of ``n`` flows (``part_batched``'s scenarios): its
     loops and how many XLA:GPU runs on the device, as ``batched_*`` columns."""
-    from bench_flowsim import coupled_instance
+    from experiments.bench_flowsim import coupled_instance
     import fabric_jax.sim as sim
     inc, c, _, _ = coupled_instance(n, 0)
     sizes = np.stack([coupled_instance(n, i)[3] for i in range(b)]).astype(np.float32)
@@ -1184,7 +1182,7 @@ def _call_in_process(module: str, fn: str, args: str, cwd, env, timeout=None):
     """``(result, stderr)``: ``experiments/<module>.<fn>(<args>)`` run in a fresh Python
     process in ``cwd`` with ``env``, its JSON result read from the last line printed
     (``None`` when the process fails, or runs past ``timeout`` seconds)."""
-    code = (f"import json, sys, jax; sys.path.insert(0, 'experiments'); import {module} as b;"
+    code = (f"import json, sys, jax; from experiments import {module} as b;"
             f"print(json.dumps(b.{fn}({args}), default=float))")
     try:
         out = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env,
@@ -1286,10 +1284,13 @@ def main(argv=None):
     def left():
         return None if deadline is None else deadline - time.time()
 
+    def save():
+        write_json(a.json, out, started=out.get("started", t0), inputs=vars(a))
+
     for i, p in enumerate(parts):
         if deadline is not None and left() <= 0:
             out.setdefault("skipped", []).append(p)
-            write_json(a.json, out)
+            save()
             print(f"{p}: skipped (--budget-s {budget:.0f} s spent)", flush=True)
             continue
         state["timeout"] = left()
@@ -1297,25 +1298,25 @@ def main(argv=None):
         for rows in gen:
             out["parts"][p] = rows
             out["wall_s"] = time.time() - out.get("started", t0)
-            write_json(a.json, out)
+            save()
             print(p, json.dumps({k: v for k, v in rows[-1].items()
                                  if not isinstance(v, dict)}, default=float), flush=True)
             if deadline is not None and left() <= 0:
                 gen.close()
                 out.setdefault("truncated", []).append(p)
-                write_json(a.json, out)
+                save()
                 print(f"{p}: stopped after {len(rows)} rows (--budget-s)", flush=True)
                 break
             state["timeout"] = left()
         if p == "preflight":
             out["preflight"] = {key: state.get(key) for key in ("device_loops_ok", "verdict")}
-            write_json(a.json, out)
+            save()
             rest = parts[i + 1:]
             if state.get("device_loops_ok") is False and _device_loops_setting() and rest:
                 # the rest with every loop on the host, in a child: fabric_jax reads the
                 # setting when it is imported
                 out["device_loops_turned_off"] = state["verdict"]
-                write_json(a.json, out)
+                save()
                 print(f"preflight: {state['verdict']}; the other parts run with "
                       "FABRIC_JAX_DEVICE_LOOPS=0", flush=True)
                 cmd = [sys.executable, str(Path(__file__).resolve()), "--parts",

@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from pathlib import Path
 
 
 def _devices_from_argv(argv) -> int:
@@ -45,10 +47,9 @@ if _N_DEV > 1 and "xla_force_host_platform_device_count" not in os.environ.get("
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    from _bench import device_info, table, time_host, time_jax, write_json
-except ImportError:  # pragma: no cover
-    from experiments._bench import device_info, table, time_host, time_jax, write_json
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import device_info, table, time_host, time_jax, write_json
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -121,6 +122,7 @@ def run(k: int, n_flows: int, seed: int, batch: int, oracle: bool, devices: int 
 
 
 def main(argv=None):
+    started = time.time()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--k", type=int, default=16)
     parser.add_argument("--flows", type=int, default=100_000)
@@ -144,7 +146,8 @@ def main(argv=None):
                  "sharded_max_rel_diff", "per_solve_batched_sharded_s", "batch_sharded_gain"]
     print(f"device: {device_info()}")
     print(table(rows, cols))
-    write_json(args.json, {"device": device_info(), "rows": rows})
+    write_json(args.json, {"device": device_info(), "rows": rows}, started=started,
+               inputs=vars(args))
     return rows
 
 

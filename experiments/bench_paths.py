@@ -15,13 +15,17 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import write_json
 
 from fabric_jax.paths import shortest_paths  # noqa: E402
 from fabric_jax.topology import fat_tree  # noqa: E402
@@ -60,6 +64,7 @@ def run(k: int, sizes, max_paths: int, repeats: int, seed: int) -> dict:
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, default=16, help="fat-tree radix (default 16)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10**4, 10**5, 10**6],
@@ -78,10 +83,7 @@ def main(argv=None) -> dict:
         print(f"{r['pairs']:>10} {r['first_s']:>10.3f} {r['best_s']:>10.3f} "
               f"{r['pairs_per_s']:>12.3g} {r['mean_paths']:>11.2f} "
               f"{str(tuple(r['shape'])):>18} {r['output_mb']:>9.0f}")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.json}")
+    write_json(args.json, result, started=started, inputs=vars(args))
     return result
 
 

@@ -50,16 +50,16 @@ from __future__ import annotations
 
 import math
 import resource
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-try:
-    from _bench import ROOT, time_jax
-    from _common import check_positive, finish, parser, plots_dir
-except ImportError:  # pragma: no cover - imported as experiments.bench_scale
-    from experiments._bench import ROOT, time_jax
-    from experiments._common import check_positive, finish, parser, plots_dir
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import ROOT, time_jax
+from experiments._common import check_positive, finish, parser, plots_dir
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -218,6 +218,7 @@ def plot(rows, path):
 
 
 def main(argv=None):
+    started = time.time()
     ap = parser(__doc__)
     ap.add_argument("--min-flows", type=int, default=1000)
     ap.add_argument("--max-flows", type=int, default=1_000_000)
@@ -266,7 +267,7 @@ def main(argv=None):
             "achieved_gbs", "peak_fraction", "fluid_step_s", "fluid_compile_s", "sharded_s",
             "solve_temp_bytes", "peak_rss_bytes"]
     return finish(results, args, rows, cols,
-                  title=f"bench_scale: peak {peak:.4g} GB/s ({peak_src})")
+                  title=f"bench_scale: peak {peak:.4g} GB/s ({peak_src})", started=started)
 
 
 if __name__ == "__main__":

@@ -57,11 +57,11 @@ import sys
 import textwrap
 import time
 import warnings
+from pathlib import Path
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    import _common as cm
-except ImportError:  # pragma: no cover
-    from experiments import _common as cm
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments import _common as cm
 
 import numpy as np  # noqa: E402
 
@@ -155,10 +155,7 @@ def memory(g: int, preset: str, steps: int) -> dict:
 def aot_points(g: int, presets, target: str, dt: float, kernel_s: float,
                round_trip_s: float) -> list:
     """Rows of ``--aot`` for ``g`` GPUs (module docstring, item 4)."""
-    try:
-        import _hlo
-    except ImportError:  # pragma: no cover
-        from experiments import _hlo
+    from experiments import _hlo
     import jax
     from fabric_jax import fluid, segments
     from fabric_jax.scale._run import SAVE_EVERY
@@ -252,6 +249,7 @@ def paper_time(rows: list) -> list:
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = cm.parser(__doc__)
     ap.add_argument("--gpus", type=int, nargs="+", default=[1024, 8192, 32768, 98304])
     ap.add_argument("--big-spl", type=int, default=128,
@@ -273,10 +271,7 @@ def main(argv=None) -> dict:
                     help="--aot, on paper: microseconds per host round trip (default 12)")
     a = ap.parse_args(argv)
     if a.aot is not None:
-        try:
-            import _hlo
-        except ImportError:  # pragma: no cover
-            from experiments import _hlo
+        from experiments import _hlo
         _hlo.log_command_buffers()   # before the backend starts: the plugin reads it on load
         for name, v in (("--dt-us", a.dt_us), ("--kernel-us", a.kernel_us),
                         ("--round-trip-us", a.round_trip_us)):
@@ -298,7 +293,7 @@ def main(argv=None) -> dict:
                                         "round_trips_per_step", "kernels_per_run",
                                         "round_trips_per_run", "launch_s", "compile_s",
                                         "prepare_s", "bytes_per_flow"],
-                         f"XLA:GPU ({a.aot}) program of the scale point's runs")
+                         f"XLA:GPU ({a.aot}) program of the scale point's runs", started=started)
     rows = []
     _warm()
     for g in a.gpus:
@@ -344,7 +339,7 @@ def main(argv=None) -> dict:
     return cm.finish(out, a, rows, ["gpus", "flows", "flows_rail0", "topology_s",
                                     "flows_s", "rail_view_s", "rail0_paths_s",
                                     "generic_paths_s", "speedup", "all_rails_ecmp_s"],
-                     "host side of the scale study (seconds)")
+                     "host side of the scale study (seconds)", started=started)
 
 
 if __name__ == "__main__":

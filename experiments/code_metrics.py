@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
-import pathlib
 import sys
+import time
+from pathlib import Path
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import write_json
+
+ROOT = Path(__file__).resolve().parents[1]
 TREES = ("fabric_jax", "experiments", "tests")
 
 
@@ -26,7 +30,7 @@ def _files(tree: str):
     return sorted(p for p in (ROOT / tree).rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def _module_name(path: pathlib.Path) -> str:
+def _module_name(path: Path) -> str:
     rel = path.relative_to(ROOT).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
@@ -57,7 +61,7 @@ def _own_submodule(mod: str, src: str, name: str) -> bool:
     return is_module and mod.startswith(src + ".")
 
 
-def _cross_private(path: pathlib.Path) -> list[str]:
+def _cross_private(path: Path) -> list[str]:
     """Private names this file takes from other modules of this repository."""
     mod = _module_name(path)
     if path.name == "__init__.py":
@@ -92,7 +96,7 @@ def _cross_private(path: pathlib.Path) -> list[str]:
     return sorted(set(hits))
 
 
-def _long_functions(path: pathlib.Path, limit: int = 100) -> list[tuple[str, int]]:
+def _long_functions(path: Path, limit: int = 100) -> list[tuple[str, int]]:
     tree = ast.parse(path.read_text())
     out = []
     for node in ast.walk(tree):
@@ -105,7 +109,6 @@ def _long_functions(path: pathlib.Path, limit: int = 100) -> list[tuple[str, int
 
 def engine_core_arguments() -> dict:
     """The device core of the fluid engine and its parameter count."""
-    sys.path.insert(0, str(ROOT))
     import inspect
 
     import fabric_jax as fj
@@ -141,6 +144,7 @@ def metrics() -> dict:
 
 
 def main(argv=None) -> int:
+    started = time.time()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the figures there as JSON")
     ap.add_argument("--verbose", action="store_true", help="list every long function, "
@@ -161,8 +165,7 @@ def main(argv=None) -> int:
                 print(f"    private {use}")
     core = m["engine_core"]
     print(f"fluid engine core: {core['core']} takes {core['arguments']} arguments")
-    if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(m, indent=1) + "\n")
+    write_json(args.json, m, started=started, inputs=vars(args))
     return 0
 
 

@@ -42,9 +42,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
+import sys
 import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import write_json
 
 from fabric_jax.compare import default_scenario, run_compare
 from fabric_jax.study.progress import Progress  # noqa: E402
@@ -61,14 +66,6 @@ def reduced_scenario(scn):
     work = dict(scn.workload, train_servers=6, tenant_servers=2, ep_servers=2,
                 tenant_fan_in=1)
     return dataclasses.replace(scn, topology=topo, workload=work)
-
-
-def dump_json(path, out):
-    """Writes ``out`` to ``path`` as JSON when a path is given; returns ``out``."""
-    if path:
-        with open(path, "w") as fh:
-            json.dump(out, fh, indent=1, default=float)
-    return out
 
 
 def chosen_scenario(ap, args):
@@ -100,6 +97,7 @@ def rel(a, b):
 
 
 def main(argv=None):
+    started = time.time()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dt-us", type=float, default=None,
                     help="coarsest step, us (default: the scenario's dt_us)")
@@ -170,7 +168,8 @@ def main(argv=None):
                results={str(dt): r for dt, r in runs.items()}, relative_change=change,
                worst_headline_change=worst, converged=ok,
                wall_s={str(dt): w for dt, w in wall.items()})
-    return dump_json(args.json, out)
+    write_json(args.json, out, started=started, inputs=vars(args))
+    return out
 
 
 if __name__ == "__main__":

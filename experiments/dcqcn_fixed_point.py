@@ -31,12 +31,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import write_json
 
 from fabric_jax.cc import dcqcn  # noqa: E402
 from fabric_jax.fluid import simulate_fluid  # noqa: E402
@@ -110,6 +113,7 @@ def run(n_flows: int, *, link_gbps: float = 40.0, duration: float = 0.2, dt: flo
 
 
 def main(argv=None):
+    started = time.time()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--flows", type=int, default=2, help="number of flows N")
     ap.add_argument("--sweep", type=int, nargs=2, metavar=("N_MIN", "N_MAX"),
@@ -147,10 +151,7 @@ def main(argv=None):
               f"{min(rc):10.3f}..{max(rc):<9.3f} {r['fixed_point_rate_gbps']:7.3f} "
               f"{min(rt):10.3f}..{max(rt):<9.3f} {r['fixed_point_target_gbps']:7.3f} "
               f"{r['sim_alpha']:7.4f} {r['fixed_point_alpha']:7.4f} {r['match']}")
-    if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        with open(a.json, "w") as fh:
-            json.dump(result, fh, indent=2)
+    write_json(a.json, result, started=started, inputs=vars(a))
     return 0 if result["match"] else 1
 
 

@@ -54,10 +54,9 @@ from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    import _common as cm
-except ImportError:  # pragma: no cover
-    from experiments import _common as cm
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments import _common as cm
 
 from fabric_jax import metrics as mx  # noqa: E402
 from fabric_jax.plots import save_figure  # noqa: E402
@@ -207,6 +206,7 @@ def plot(sweep: list, out: Path) -> list[str]:
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = cm.parser(__doc__)
     ap.add_argument("--n", type=int, default=16,
                     help="hosts per leaf = spines = uplinks (default 16; --quick: 8)")
@@ -259,7 +259,7 @@ def main(argv=None) -> dict:
     out = cm.plots_dir(a)
     if out is not None:
         results["plots"] = plot(rows, out)
-    return cm.finish(results, a, short, scols, title)
+    return cm.finish(results, a, short, scols, title, started=started)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None):

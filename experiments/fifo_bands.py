@@ -24,13 +24,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import sys
 import time
+from pathlib import Path
 
-try:
-    from convergence import HEADLINE, TOLERANCE, chosen_scenario, dump_json, rel
-except ImportError:  # pragma: no cover
-    from experiments.convergence import (HEADLINE, TOLERANCE, chosen_scenario, dump_json,
-                                         rel)
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import write_json
+from experiments.convergence import HEADLINE, TOLERANCE, chosen_scenario, rel
 
 from fabric_jax.compare import run_compare
 from fabric_jax.links import DEFAULT_FIFO_BANDS
@@ -48,6 +49,7 @@ def with_bands(scn, bands: int, dt_us: float | None, horizon_us: float | None):
 
 
 def main(argv=None):
+    started = time.time()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bands", type=str, default="1,2,4,8,16",
                     help="comma-separated band counts (default 1,2,4,8,16)")
@@ -110,7 +112,8 @@ def main(argv=None):
                worst_headline_change={str(k): w for k, w in worst.items()},
                default=DEFAULT_FIFO_BANDS, default_converged=default_ok,
                wall_s={str(k): w for k, w in wall.items()})
-    return dump_json(args.json, out)
+    write_json(args.json, out, started=started, inputs=vars(args))
+    return out
 
 
 if __name__ == "__main__":

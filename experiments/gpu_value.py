@@ -38,16 +38,16 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    import _common as cm
-    from _econ import simulate_workload
-except ImportError:  # pragma: no cover
-    from experiments import _common as cm
-    from experiments._econ import simulate_workload
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments import _common as cm
+from experiments._econ import simulate_workload
 
 import fabric_jax as fj  # noqa: E402
 from fabric_jax import economics as econ  # noqa: E402
@@ -107,6 +107,7 @@ def plot(fabrics: dict, out: Path) -> list[str]:
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = cm.parser(__doc__)
     ap.add_argument("--model", default="llama3_70b", choices=sorted(MODELS))
     ap.add_argument("--gpu", default="h100_sxm", choices=sorted(GPUS))
@@ -201,7 +202,7 @@ def main(argv=None) -> dict:
     out = cm.plots_dir(a)
     if out is not None:
         results["plots"] = plot(fabrics, out)
-    return cm.finish(results, a, rows, list(rows[0]), title)
+    return cm.finish(results, a, rows, list(rows[0]), title, started=started)
 
 
 if __name__ == "__main__":

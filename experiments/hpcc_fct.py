@@ -59,22 +59,23 @@ Usage::
 from __future__ import annotations
 
 import math
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import table
+from experiments._common import check_positive, finish, parser, plots_dir
+from experiments._hpcc import ecmp_incidence, parse_laws, run_fluid
 
 import fabric_jax as fj  # noqa: E402
 from fabric_jax import metrics  # noqa: E402
 from fabric_jax.units import gbps  # noqa: E402
 from fabric_jax.workloads import FlowSizeCDF, poisson_background  # noqa: E402
 from fabric_jax.study.progress import Progress  # noqa: E402
-
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    from _common import check_positive, finish, parser, plots_dir
-    from _hpcc import ecmp_incidence, parse_laws, run_fluid
-except ImportError:  # pragma: no cover
-    from experiments._common import check_positive, finish, parser, plots_dir
-    from experiments._hpcc import ecmp_incidence, parse_laws, run_fluid
 
 #: ``--workload`` name -> built-in FlowSizeCDF table (HPCC ``traffic_gen/`` files).
 WORKLOADS = {"web_search": "web_search", "fb_hadoop": "hadoop"}
@@ -325,6 +326,7 @@ def _fmt_size(b: float) -> str:
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = parser(__doc__)
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="web_search")
     ap.add_argument("--load", type=float, default=0.3,
@@ -421,10 +423,6 @@ def main(argv=None) -> dict:
                 "p99": r["overall"]["p99"], "pfc_pause_fraction": r["pfc_pause_fraction"],
                 "incast p99": r.get("incast", {}).get("p99"), "wall_s": r["wall_s"]}
                for law, r in results.items()]
-    try:
-        from _bench import table
-    except ImportError:  # pragma: no cover
-        from experiments._bench import table
     print(table(summary, list(summary[0])))
     if args.check_window:
         crow = [{"law": law, **{f"{k} med/max": f"{v['median_rel_change']:.1%}/"
@@ -450,7 +448,7 @@ def main(argv=None) -> dict:
                         f"{' + incast' if incast else ''}, {topo.n_hosts} hosts, measured "
                         f"arrivals over {window_ms:g} ms after {warmup_ms:g} ms warm-up, "
                         f"{out['simulated_ms']:g} ms simulated "
-                        f"(dt {args.dt_us:g} us), wall {out['wall_s']:.0f} s")
+                        f"(dt {args.dt_us:g} us), wall {out['wall_s']:.0f} s", started=started)
 
 
 if __name__ == "__main__":

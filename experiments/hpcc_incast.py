@@ -29,21 +29,21 @@ Usage::
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._common import check_positive, finish, parser, plots_dir
+from experiments._hpcc import parse_laws, run_fluid
 
 import fabric_jax as fj  # noqa: E402
 from fabric_jax import metrics  # noqa: E402
 from fabric_jax.units import gbps  # noqa: E402
 from fabric_jax.study.progress import Progress  # noqa: E402
-
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    from _common import check_positive, finish, parser, plots_dir
-    from _hpcc import parse_laws, run_fluid
-except ImportError:  # pragma: no cover
-    from experiments._common import check_positive, finish, parser, plots_dir
-    from experiments._hpcc import parse_laws, run_fluid
 
 #: Laws run by default (the paper's two and one delay-based extra).
 DEFAULT_CC = "hpcc,dcqcn,swift"
@@ -156,6 +156,7 @@ def figure(results: dict, path) -> str:
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = parser(__doc__)
     ap.add_argument("--cc", default=DEFAULT_CC,
                     help=f"comma-separated laws (default {DEFAULT_CC})")
@@ -196,7 +197,8 @@ def main(argv=None) -> dict:
         res["figure"] = figure(res, out / "hpcc_incast.png")
     return finish(res, args, rows, list(rows[0]),
                   title=f"{args.senders}-to-1 incast, {args.link_gbps:g} Gb/s, "
-                        f"{res['duration_us']:g} us simulated (wall {res['wall_s']:.1f} s)")
+                        f"{res['duration_us']:g} us simulated (wall {res['wall_s']:.1f} s)",
+                  started=started)
 
 
 if __name__ == "__main__":

@@ -56,14 +56,15 @@ Usage::
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    import _common as cm
-except ImportError:  # pragma: no cover
-    from experiments import _common as cm
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments import _common as cm
 
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax import compare  # noqa: E402
@@ -147,6 +148,7 @@ def plot(fabrics: dict, out: Path) -> list[str]:
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = cm.parser(__doc__)
     ap.add_argument("--gpus", type=int, default=None,
                     help="cluster size, multiple of 32 (default 128; --quick 64)")
@@ -201,7 +203,7 @@ def main(argv=None) -> dict:
     out = cm.plots_dir(a)
     if out is not None:
         results["plots"] = plot(fabrics, out)
-    return cm.finish(results, a, rows, list(rows[0]), title)
+    return cm.finish(results, a, rows, list(rows[0]), title, started=started)
 
 
 if __name__ == "__main__":

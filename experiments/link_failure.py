@@ -68,15 +68,15 @@ Usage::
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    import _common as cm
-except ImportError:  # pragma: no cover
-    from experiments import _common as cm
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments import _common as cm
 
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.fluid import simulate_fluid  # noqa: E402
@@ -164,6 +164,7 @@ def plot(traces, t_fail, t_rec, out: Path) -> list[str]:
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = cm.parser(__doc__)
     ap.add_argument("--spines", type=int, default=4, help="spines = hosts per leaf (default 4)")
     ap.add_argument("--seeds", type=int, default=8, help="random permutations (default 8)")
@@ -223,7 +224,7 @@ def main(argv=None) -> dict:
              f"{a.spines} spines, {a.seeds} permutations x 2 directions, "
              f"{a.size_mb:g} MB/flow.\n  thr_fail: throughput during the failure / offered "
              f"(spray/adaptive expect {(a.spines - 1) / a.spines:.3g})")
-    return cm.finish(results, a, rows, cols, title)
+    return cm.finish(results, a, rows, cols, title, started=started)
 
 
 if __name__ == "__main__":

@@ -41,8 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import parser  # noqa: E402
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._common import parser, write_json
 
 from fabric_jax.optimize import _locate as L  # noqa: E402
 from fabric_jax.optimize._plots import accuracy_figure  # noqa: E402
@@ -210,6 +211,7 @@ def run_lossy(prob, fabric, args, rng):
 
 
 def main(argv=None):
+    started = time.time()
     ap = parser(__doc__)
     ap.add_argument("--faults", type=int, default=100)
     ap.add_argument("--two", type=int, default=30)
@@ -307,9 +309,8 @@ def main(argv=None):
         if args.lossy:
             out["results"][routing]["lossy"] = run_lossy(prob, fabric, args, rng)
             out["results"][routing]["wall_time"] = time.perf_counter() - t0
-        path = Path(args.json or "results/locate.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out, indent=1, default=str))
+        write_json(args.json or "results/locate.json", out, started=started,
+                   inputs=vars(args))
     if args.plots:
         curves = {f"{r}, {k}": v["curve"] for r, d in out["results"].items()
                   for k, v in d["summary"].items() if k.startswith("gradient") and "curve" in v}

@@ -25,10 +25,15 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import time
 from pathlib import Path
 
 import numpy as np  # noqa: E402
+
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import write_json
 
 from fabric_jax import collectives, systems  # noqa: E402
 from fabric_jax.metrics import busbw_factor  # noqa: E402
@@ -144,6 +149,7 @@ def plot(rows, path, title):
 
 
 def main(argv=None):
+    started = time.time()
     ap = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--system", default="hgx_h100", choices=sorted(systems.SYSTEMS))
@@ -199,9 +205,7 @@ def main(argv=None):
                   f"{p['default'] / 1e9:.1f}]  [{p['source']}]")
     out["wall_s"] = time.perf_counter() - t0
     print(f"# wall {out['wall_s']:.1f} s")
-    if a.json:
-        import json
-        Path(a.json).write_text(json.dumps(out, indent=1, default=float))
+    write_json(a.json, out, started=started, inputs=vars(a))
     if a.plot:
         plot(rows, a.plot, f"{a.op}, {a.system} x {a.nodes}, {n} ranks")
     return out

@@ -56,10 +56,9 @@ from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    from _bench import ROOT, device_info, table, write_json
-except ImportError:  # pragma: no cover
-    from experiments._bench import ROOT, device_info, table, write_json
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import ROOT, device_info, table, write_json
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -525,6 +524,7 @@ def batched_block(prob, demand_fn, q, seed, steps):
 
 
 def main(argv=None):
+    started = time.time()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="CI-sized instances")
     ap.add_argument("--json", help="write results to this JSON file")
@@ -538,7 +538,7 @@ def main(argv=None):
     results = run(args)
     payload = dict(device=device_info(), quick=args.quick, seed=args.seed,
                    quality=QUALITY, plateau=list(PLATEAU), wall_seconds=time.perf_counter() - t0, **results)
-    write_json(args.json, payload)
+    write_json(args.json, payload, started=started, inputs=vars(args))
     return payload
 
 

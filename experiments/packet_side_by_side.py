@@ -52,18 +52,16 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._common import finish, parser
+from experiments.hpcc_incast import star_text
+
 import fabric_jax as fj
 from fabric_jax import links as lk
 from fabric_jax import queueing as qm
 from fabric_jax import receiver as rx
 from fabric_jax.units import gbps
-
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    from _common import finish, parser
-    from hpcc_incast import star_text
-except ImportError:  # pragma: no cover
-    from experiments._common import finish, parser
-    from experiments.hpcc_incast import star_text
 
 HERE = Path(__file__).resolve().parent
 BINARY = HERE / "packet_reference" / "build" / "fabric_ref"
@@ -350,6 +348,7 @@ def fit_burstiness(spray, grid=np.round(np.arange(0.5, 2.001, 0.05), 3)):
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = parser(__doc__)
     ap.add_argument("--dt-us", type=float, default=0.25, help="fluid step (default 0.25 us)")
     ap.add_argument("--senders", type=int, default=16, help="incast degree (default 16)")
@@ -373,7 +372,7 @@ def main(argv=None) -> dict:
     return finish(res, args, res["rows"], ["scenario", "figure", "fluid", "packet",
                                            "fluid/packet", "note"],
                   title=f"fluid (dt = {args.dt_us:g} us) vs ns-3 3.44, {LINK_GBPS:g} Gb/s, "
-                        f"{LATENCY_US:g} us links (wall {res['wall_s']:.0f} s)")
+                        f"{LATENCY_US:g} us links (wall {res['wall_s']:.0f} s)", started=started)
 
 
 if __name__ == "__main__":

@@ -34,12 +34,15 @@ Usage::
 
 from __future__ import annotations
 
+import sys
+import time
+from pathlib import Path
+
 import numpy as np
 
-try:
-    from _common import check_positive, finish, parser
-except ImportError:  # pragma: no cover
-    from experiments._common import check_positive, finish, parser
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._common import check_positive, finish, parser
 
 from fabric_jax import Incidence, simulate_fluid
 from fabric_jax.links import DEFAULT_FIFO_BANDS
@@ -65,6 +68,7 @@ def run(size, rate, latency, start, dt, horizon, greedy=True, bands=None):
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = parser(__doc__)
     ap.add_argument("--gbps", type=float, default=400.0, help="every link, Gb/s (default 400)")
     ap.add_argument("--size-kb", type=float, default=200.0, help="short flow, KB (default 200)")
@@ -105,7 +109,7 @@ def main(argv=None) -> dict:
                  "fct_us": (fifo - start) / US, "x FIFO FCT": 1.0})
     return finish(res, args, rows, ["model", "finish_us", "fct_us", "x FIFO FCT"],
                   title=f"{args.size_kb:g} KB flow into a port with a greedy flow, "
-                        f"{args.gbps:g} Gb/s, no CC")
+                        f"{args.gbps:g} Gb/s, no CC", started=started)
 
 
 if __name__ == "__main__":

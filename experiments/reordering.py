@@ -40,14 +40,15 @@ Usage::
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ on sys.path) or imported as experiments.<name>
-    import _common as cm
-except ImportError:  # pragma: no cover
-    from experiments import _common as cm
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments import _common as cm
 
 from fabric_jax import receiver as rx  # noqa: E402
 from fabric_jax.fabrics import PRESETS, get_fabric  # noqa: E402
@@ -251,6 +252,7 @@ def plot(rows, out):
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = cm.parser(__doc__)
     ap.add_argument("--presets", nargs="*", default=None,
                     help=f"presets for study 1 (default all: {list(PRESETS)}; --quick: roce "
@@ -282,7 +284,8 @@ def main(argv=None) -> dict:
     if out is not None:
         results["plots"] = [plot(rows, out)]
     return cm.finish(results, a, rows, cols,
-                     "Study 1: one flow sprayed over 4 spines (400 Gb/s), goodput / line rate")
+                     "Study 1: one flow sprayed over 4 spines (400 Gb/s), goodput / line rate",
+                     started=started)
 
 
 if __name__ == "__main__":

@@ -39,10 +39,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fabric_jax.results import strip_run, write_results  # noqa: E402
 from fabric_jax.study.progress import Progress, format_seconds  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "results"
 PAGES = ("README.md", "docs/validation.md", "docs/performance.md", "docs/models.md")
@@ -118,7 +121,7 @@ def _argv(name: str, quick: bool, json_path: Path) -> list[str]:
 
 def _times() -> dict:
     path = RESULTS / "report_times.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return strip_run(json.loads(path.read_text())) if path.is_file() else {}
 
 
 def estimate(name: str, quick: bool) -> float:
@@ -155,10 +158,10 @@ def run_one(name: str, quick: bool) -> dict:
                 load_average=load, returncode=proc.returncode, commit=_git_commit(),
                 stdout=proc.stdout)
     if proc.returncode == 0:
-        (RESULTS / f"{name}.meta.json").write_text(json.dumps(meta, indent=1))
+        write_results(RESULTS / f"{name}.meta.json", meta, started=t0)
         times = _times()
         times[f"{name}{' --quick' if quick else ''}"] = wall
-        (RESULTS / "report_times.json").write_text(json.dumps(times, indent=1))
+        write_results(RESULTS / "report_times.json", times)
     return meta
 
 
@@ -308,17 +311,10 @@ def load_blocks():
     function per block) in this module's :data:`BLOCKS` / :data:`HEADLINE`."""
     if BLOCKS:
         return
-    import types
-    this = sys.modules.get(__name__)
-    if this is None or getattr(this, "BLOCKS", None) is not BLOCKS:   # loaded by path
-        this = types.ModuleType("report")    # a real module: tools that scan
-        this.__dict__.update(globals())       # sys.modules (hypothesis) hash it
-        this.__name__ = "report"
-    sys.modules["report"] = this           # what _report_blocks imports as ``report``
-    sys.modules.pop("_report_blocks", None)
-    if str(ROOT / "experiments") not in sys.path:
-        sys.path.insert(0, str(ROOT / "experiments"))
-    import _report_blocks  # noqa: F401
+    # run as a file this module is ``__main__``: the blocks' ``from experiments import
+    # report`` must find this module, not import a second copy
+    sys.modules.setdefault("experiments.report", sys.modules[__name__])
+    from experiments import _report_blocks  # noqa: F401
 
 
 # ------------------------------------------------------------------ main

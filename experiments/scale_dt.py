@@ -22,6 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 #: The metrics compared (``point_metrics`` keys), headline ones first.
 METRICS = ("step_time", "gpu_utilization", "p50_completion", "p99_completion",

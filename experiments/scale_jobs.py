@@ -29,11 +29,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import write_json
 
 from fabric_jax import scale as sc
 from fabric_jax.fabrics import PRESETS, get_fabric
@@ -81,6 +85,7 @@ def parse_variant(text: str):
 
 
 def main(argv=None) -> int:
+    started = time.time()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", type=int, default=8192, help="GPUs (default 8192)")
     ap.add_argument("--jobs", type=int, default=8, help="jobs (default 8)")
@@ -159,10 +164,7 @@ def main(argv=None) -> int:
     out = dict(inputs=vars(args), ideal_step_time=ideal["step_time"], rows=rows,
                wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0)
     print(f"wall {out['wall_s']:.1f} s, CPU {out['cpu_s']:.1f} s", file=sys.stderr)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1)
-        print(f"wrote {args.json}")
+    write_json(args.json, out, started=started)
     return 0
 
 

@@ -21,17 +21,22 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._bench import write_json
 
 from fabric_jax import scale as sc
 from fabric_jax.fabrics import PRESETS
 
 
 def main(argv=None) -> int:
+    started = time.time()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", default="16,128,1024,8192,16384,32768",
                     help="comma-separated GPU counts (default 16 to 32,768)")
@@ -82,10 +87,8 @@ def main(argv=None) -> int:
         print(f"wrote {plot(rows, args.plots)}")
     wall = time.perf_counter() - t0
     print(f"wall {wall:.1f} s", file=sys.stderr)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(dict(rows=rows, wall_s=wall), fh, indent=1)
-        print(f"wrote {args.json}")
+    write_json(args.json, dict(rows=rows, wall_s=wall), started=started,
+               inputs=vars(args))
     return 0
 
 

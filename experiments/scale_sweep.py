@@ -13,6 +13,10 @@ Usage::
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fabric_jax.cli import main as cli_main
 

@@ -46,12 +46,13 @@ Usage::
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    import _common as cm
-except ImportError:  # pragma: no cover
-    from experiments import _common as cm
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments import _common as cm
 
 import numpy as np  # noqa: E402
 
@@ -80,6 +81,7 @@ def _efficiency(flows, topo, fabric, *, dt, size, nic, max_paths, seed=0):
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = cm.parser(__doc__)
     ap.add_argument("--gpus", type=int, nargs="+", default=None,
                     help="GPU counts (default 8192 16384 32768; --quick 1024)")
@@ -140,7 +142,8 @@ def main(argv=None) -> dict:
     out.update(rows=rows, inputs=vars(a), wall_s=time.perf_counter() - t_start)
     return cm.finish(out, a, rows, list(rows[0]),
                      f"one rail, {a.size_mb:g} MB per flow, dt = {a.dt_us:g} us: mean "
-                     f"per-flow bandwidth / line rate over [0.1, 0.9] x line-rate time")
+                     f"per-flow bandwidth / line rate over [0.1, 0.9] x line-rate time",
+                     started=started)
 
 
 if __name__ == "__main__":

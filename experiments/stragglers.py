@@ -45,14 +45,15 @@ Usage::
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    import _common as cm
-except ImportError:  # pragma: no cover
-    from experiments import _common as cm
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments import _common as cm
 
 from fabric_jax.plots import save_figure  # noqa: E402
 import fabric_jax as fj  # noqa: E402
@@ -146,6 +147,7 @@ def plot(res: dict, out_dir: Path) -> list[str]:
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = cm.parser(__doc__)
     ap.add_argument("--gpus", type=int, default=None, help="hosts = GPUs (default 32; "
                     "--quick: 16)")
@@ -183,7 +185,7 @@ def main(argv=None) -> dict:
     title = (f"Straggler rank {res['straggler_rank']} of {gpus} GPUs: C = "
              f"{res['compute_time'] * 1e3:.3f} ms, T_comm = "
              f"{res['baseline_comm_time'] * 1e3:.3f} ms")
-    return cm.finish(res, a, rows, list(rows[0]), title)
+    return cm.finish(res, a, rows, list(rows[0]), title, started=started)
 
 
 if __name__ == "__main__":

@@ -85,13 +85,13 @@ import math
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script (experiments/ is on sys.path) or imported as experiments.<name>
-    import _common as cm
-except ImportError:  # pragma: no cover
-    from experiments import _common as cm
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments import _common as cm
 
 from fabric_jax import metrics as mx  # noqa: E402
 from fabric_jax.fabrics import all_reduce_flows, get_fabric  # noqa: E402
@@ -214,6 +214,7 @@ def run_all(parts, fabric, *, line_rate: float, dt: float, horizon: float, seed:
 
 
 def main(argv=None) -> dict:
+    started = time.time()
     ap = cm.parser(__doc__)
     ap.add_argument("--fabric", default="spectrum_x",
                     help="fabric preset (infiniband, roce, spectrum_x, uec); default spectrum_x")
@@ -288,7 +289,7 @@ def main(argv=None) -> dict:
              f"{args.ar_mb:g} MB, dt = {args.dt_us:g} us (bisection as a fraction of "
              f"n/2 x NIC rate; eff_bw = ideal / completion)")
     title += f"; one fluid run of {n_steps} steps, wall {wall:.1f} s"
-    return cm.finish(out, args, rows, columns=list(rows[0]), title=title)
+    return cm.finish(out, args, rows, columns=list(rows[0]), title=title, started=started)
 
 
 if __name__ == "__main__":

@@ -22,20 +22,21 @@ results/tuning`` (about an hour on 2 loaded cores; ``--quick`` for a smoke run).
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import parser  # noqa: E402
+if __package__ in (None, ""):  # run as a file: make `experiments` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments._common import parser
 
 from fabric_jax import smooth as sm  # noqa: E402
 from fabric_jax.optimize import (TuningModel, evaluations_to_reach, nelder_mead,  # noqa: E402
                                  random_search, tune, tuning_scenario)
 from fabric_jax.optimize._plots import ease_figure, trajectory_figure  # noqa: E402
+from fabric_jax.results import write_results  # noqa: E402
 
 
 def log(msg):
@@ -100,6 +101,7 @@ def run_preset(preset, objective, iterations, budget, transfer_iterations, seed,
 
 
 def main(argv=None):
+    started = time.time()
     ap = parser(__doc__)
     ap.add_argument("--presets", default="infiniband,roce,spectrum_x,uec")
     ap.add_argument("--objective", default="step_time")
@@ -123,8 +125,7 @@ def main(argv=None):
                                      not args.no_dt_check)
         out["table"][preset], out["comparison"][preset] = row, comp
         out["runs"][preset] = runs
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out, indent=1, default=str))
+        write_results(path, out, started=started, inputs=vars(args))
         log(f"{preset}: done in {row['wall_time']:.0f} s; wrote {path}")
         if args.plots:
             trajectory_figure(runs, Path(args.plots) / f"tune_{preset}.png",

@@ -11,6 +11,7 @@ with status 2 (argparse's own usage errors exit 2 as well).
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 
@@ -116,20 +117,23 @@ def compilation_cache() -> str | None:
 
 def main(argv=None) -> int:
     """Entry point of the ``fabric-jax`` console script."""
+    started = time.time()
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
+    command = shlex.join(["fabric-jax", *argv])    # the results files' "run" record
     compilation_cache()
     if args.command in ("tune", "locate"):
         from .optimize import _cli
-        return _cli.tune_main(args) if args.command == "tune" else _cli.locate_main(args)
+        run = _cli.tune_main if args.command == "tune" else _cli.locate_main
+        return run(args, command=command, started=started)
     if args.command == "scale":
         from .scale import _cli
-        return _cli.run(args)
+        return _cli.run(args, command=command, started=started)
     from . import compare
-    t0 = time.time()
     try:  # every value, every preset's options: checked before the first run
         if args.scenario:
             scn = compare.load_scenario(args.scenario, model=args.model)
@@ -165,7 +169,7 @@ def main(argv=None) -> int:
                                            ideal=not args.no_ideal, workers=args.workers)
     print(compare.format_table(results, notes=compare.model_notes(scn)))
     if args.json:
-        compare.write_json(results, args.json)
+        compare.write_json(results, args.json, command=command, started=started)
         print(f"wrote {args.json}")
     if args.plots:
         from . import plots
@@ -174,7 +178,7 @@ def main(argv=None) -> int:
         presets = {k: v for k, v in results.items() if not compare.is_ideal(k)}
         for path in plots.compare_figures(presets, details, args.plots, scaling=curve):
             print(f"wrote {path}")
-    print(f"({time.time() - t0:.1f} s)", file=sys.stderr)
+    print(f"({time.time() - started:.1f} s)", file=sys.stderr)
     return 0
 
 

@@ -368,19 +368,7 @@ def enable_x64(enabled: bool = True):
         jax.config.update("jax_enable_x64", previous)
 
 
-# ------------------------------------------------------------------ experiments, scenarios
-EXPERIMENTS = __import__("pathlib").Path(__file__).resolve().parents[1] / "experiments"
-
-
-def load_experiment(name: str):
-    """Import ``experiments/<name>.py`` as a module (the scripts are not a package)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(f"_exp_{name}", EXPERIMENTS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
+# ------------------------------------------------------------------ scenarios
 # The smallest compare scenario: 4 servers x 2 rails at 100 Gb/s, a 2-server training
 # job beside a 2-server incast tenant, no background.  Tests override sections with
 # ``tiny_scenario(simulation={...})``.

@@ -16,7 +16,7 @@ from fabric_jax.routing import (PACKET_DECISION_US, RoutingView, TELEMETRY_SLOTS
                                 make_routing, spectrum_x_ar_params)
 from fabric_jax.topology import fat_tree, leaf_spine
 
-from .helpers import load_experiment, slow_except
+from .helpers import slow_except
 
 C = 50e9  # 400 Gb/s in bytes/s
 
@@ -260,7 +260,7 @@ def test_bad_parameters_raise(fn, kw, needle):
 
 # ------------------------------------------------------------ fluid, end to end
 def _experiment():
-    mod = load_experiment("adaptive_routing")
+    from experiments import adaptive_routing as mod
     return mod
 
 

@@ -18,7 +18,9 @@ import pytest
 
 from fabric_jax import cli, compare
 
-from .helpers import load_experiment, tiny_scenario
+from experiments import bench_compare
+
+from .helpers import tiny_scenario
 
 RTOL_F32 = 1e-5
 
@@ -26,7 +28,7 @@ RTOL_F32 = 1e-5
 @pytest.mark.slow  # a benchmark: compiles the preset twice and the baseline once
 def test_bench_compare_quick(tmp_path):
     out_path = tmp_path / "bench.json"
-    out = load_experiment("bench_compare").main(
+    out = bench_compare.main(
         ["--quick", "--presets", "roce", "--json", str(out_path)])
     rows = out["rows"]
     assert [(r["preset"], r["variant"]) for r in rows] == [
@@ -44,7 +46,7 @@ def test_bench_compare_quick(tmp_path):
 
 @pytest.mark.slow
 def test_bench_compare_end_to_end_threads_change_no_result():
-    out = load_experiment("bench_compare").main(
+    out = bench_compare.main(
         ["--quick", "--presets", "roce,uec", "--baseline", "none", "--end-to-end"])
     e2e = out["end_to_end"]
     assert [r["workers"] for r in e2e["runs"]] == [1, "default"]
@@ -53,7 +55,7 @@ def test_bench_compare_end_to_end_threads_change_no_result():
 
 def test_bench_compare_rejects_unknown_preset():
     with pytest.raises(SystemExit):
-        load_experiment("bench_compare").main(["--quick", "--presets", "nope"])
+        bench_compare.main(["--quick", "--presets", "nope"])
 
 
 def test_workers_must_be_a_positive_integer(capsys):

@@ -7,7 +7,6 @@ time per iteration, events counted, batched runs timed against a loop, fusion co
 read from the compiled HLO, and the JSON and the printed tables agree.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,21 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from experiments import bench_gpu as bench
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load():
-    sys.path.insert(0, str(ROOT / "experiments"))
-    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "experiments" /
-                                                  "bench_gpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.slow
 def test_bench_gpu_small_runs_every_cpu_part(tmp_path, capsys):
-    bench = _load()
     out = tmp_path / "gpu.json"
     res = bench.main(["--small", "--parts", "solve,events,batched", "--max-flows", "2000",
                       "--json", str(out)])
@@ -55,7 +46,6 @@ def test_bench_gpu_small_runs_every_cpu_part(tmp_path, capsys):
 
 
 def test_bench_gpu_rejects_unknown_parts():
-    bench = _load()
     with pytest.raises(SystemExit):
         bench.main(["--parts", "solve,warp"])
 
@@ -65,7 +55,6 @@ def test_bench_gpu_variants_compute_the_same_thing(tmp_path):
     # each variant in its own process, XLA flags set before the backend starts (on a
     # CPU the GPU flags are accepted and do nothing); every variant's results equal
     # the default's to the bit, and the ratio is the one of the two measured times
-    bench = _load()
     out = tmp_path / "gpu.json"
     bench.main(["--small", "--parts", "variants", "--json", str(out)])
     rows = json.loads(out.read_text())["parts"]["variants"]
@@ -80,7 +69,6 @@ def test_bench_gpu_variants_compute_the_same_thing(tmp_path):
 
 def test_bench_gpu_variant_reports_a_failing_process():
     # a setting fabric_jax refuses aborts the process: the row says so, no crash
-    bench = _load()
     row = bench.variant_row(8, 10, 1, "bogus", {"FABRIC_JAX_DEVICE_LOOPS": "maybe"}, 0)
     assert "FABRIC_JAX_DEVICE_LOOPS" in row["error"]
     assert row["variant"] == "bogus" and "error" in row and "step_s" not in row
@@ -90,7 +78,6 @@ def test_bench_gpu_variant_reports_a_failing_process():
 def test_bench_gpu_fluid_batched_and_unroll_parts(tmp_path):
     # the fluid batch against a loop, and solver_unroll 0 / 4 / 8 interleaved: rows as
     # documented, ratios that are the ratios of the times reported
-    bench = _load()
     out = tmp_path / "gpu.json"
     bench.main(["--small", "--parts", "fluid_batched,unroll", "--json", str(out)])
     parts = json.loads(out.read_text())["parts"]
@@ -110,7 +97,6 @@ def test_bench_gpu_aot_part_compiles_for_the_gpu_or_says_what_it_needs(tmp_path)
     runs (its rows are checked in ``tests/test_launch_model.py``'s terms); without it,
     as in the test environment, it stops with the install command, not a traceback from
     deep inside JAX."""
-    bench = _load()
     has_plugin = bench._hlo.cuda_plugin() is not None
     args = ["--small", "--parts", "aot", "--max-flows", "1", "--json", str(tmp_path / "a.json")]
     if not has_plugin:
@@ -139,7 +125,6 @@ def test_bench_gpu_aot_part_compiles_for_the_gpu_or_says_what_it_needs(tmp_path)
 
 def test_bench_gpu_budget_spent_skips_every_part(tmp_path):
     # --budget-s 0: nothing is started, and the JSON says which parts were left out
-    bench = _load()
     out = tmp_path / "gpu.json"
     res = bench.main(["--small", "--parts", "solve,events", "--budget-s", "0",
                       "--json", str(out)])
@@ -151,7 +136,6 @@ def test_bench_gpu_budget_spent_skips_every_part(tmp_path):
 
 
 def test_bench_gpu_rejects_a_negative_budget_and_knows_its_session():
-    bench = _load()
     for bad in ("-1", "nan"):
         with pytest.raises(SystemExit):
             bench.main(["--budget-s", bad, "--parts", "solve"])
@@ -166,7 +150,6 @@ def test_bench_gpu_rejects_a_negative_budget_and_knows_its_session():
 
 
 def test_preflight_fingerprints_and_their_difference():
-    bench = _load()
     a = bench._fingerprint([1.0, 2.0, float("inf"), float("nan")])
     assert a == dict(n=4, nan=1, inf=1, sum=3.0, abs_sum=3.0, min=1.0, max=2.0)
     assert bench._largest_difference({"x": a}, {"x": dict(a)}) == 0.0
@@ -182,7 +165,6 @@ def test_bench_gpu_preflight_scale_and_compare_parts(tmp_path):
     # the session's own parts on CPU-sized inputs: each engine runs and repeats itself
     # with the loops on the device and on the host (the same program on a CPU: the same
     # bits); the scale point and compare run as a user runs them, in their own process
-    bench = _load()
     out = tmp_path / "gpu.json"
     bench.main(["--small", "--parts", "preflight,scale,compare", "--json", str(out)])
     data = json.loads(out.read_text())
@@ -212,7 +194,6 @@ def test_bench_gpu_preflight_scale_and_compare_parts(tmp_path):
 def test_bench_gpu_preflight_failure_runs_the_rest_with_host_loops(tmp_path, monkeypatch):
     # a device-loops process that fails (here on purpose) turns the device loops off
     # for the parts after the preflight, which run in a child process; the JSON says so
-    bench = _load()
     monkeypatch.setenv("BENCH_GPU_FAULT", "device_loops")
     out = tmp_path / "gpu.json"
     res = bench.main(["--small", "--session", "--parts", "preflight,events", "--json",
@@ -232,7 +213,6 @@ def test_bench_gpu_preflight_failure_runs_the_rest_with_host_loops(tmp_path, mon
 def test_bench_gpu_markdown_takes_every_figure_from_the_json(tmp_path, capsys):
     # issue 24's table and issue 25's targets, filled from a run's JSON (a GPU run's
     # layout, figures made up here): each figure where it belongs, the rest "not run"
-    bench = _load()
     run = {"device": {"platform": "gpu", "device": "NVIDIA H200", "jax": "0.10.2",
                       "cpu_count": 16, "platform_version": "cuda 12090"},
            "date": "D", "device_loops": True, "small": False, "truncated": ["variants"],

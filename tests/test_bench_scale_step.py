@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import load_experiment
-
-bench = load_experiment("bench_scale_step")
+from experiments import _hlo
+from experiments import bench_scale_step as bench
 
 
 def _has_plugin() -> bool:
-    return load_experiment("_hlo").cuda_plugin() is not None
+    return _hlo.cuda_plugin() is not None
 
 
 def test_aot_compiles_for_the_gpu_or_says_what_it_needs(tmp_path):

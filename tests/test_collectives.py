@@ -9,7 +9,7 @@ from fabric_jax import systems
 from fabric_jax.metrics import busbw_factor
 from fabric_jax.topology import rail_optimized
 
-from .helpers import load_experiment, slow_except
+from .helpers import slow_except
 
 GB = 1e9
 
@@ -297,7 +297,7 @@ def test_dgx_a100_has_no_nvls():
 
 def test_nccl_tests_experiment_writes_rows(tmp_path):
     import json
-    mod = load_experiment("nccl_tests")
+    from experiments import nccl_tests as mod
     out = tmp_path / "nt.json"
     mod.main(["--op", "all_gather", "--min-bytes", "1M", "--max-bytes", "4M",
               "--json", str(out), "--plot", str(tmp_path / "nt.png")])

@@ -46,6 +46,9 @@ def cli_run(tmp_path_factory):
 
 def _check_cli_output(text, data, presets, ideals):
     assert all(p in text for p in presets) and "Effective bandwidth" in text
+    # one entry per preset and ideal, and the record of the run that wrote them
+    data = dict(data)
+    assert data.pop("run")["command"].startswith("fabric-jax compare")
     assert sorted(data) == sorted(ideals + presets)
     assert "ideal" in text.splitlines()[0]          # the baseline is a table column
     for key in ideals:

@@ -143,10 +143,10 @@ def test_convergence_experiment_runs_and_writes_every_scalar_metric(tmp_path):
     # isolation_per_class are skipped, not a crash).
     import json
 
-    from tests.helpers import load_experiment
+    from experiments import convergence
     out = tmp_path / "c.json"
-    load_experiment("convergence").main(["--dt-us", "2", "--horizon-us", "40",
-                                         "--presets", "uec", "--json", str(out)])
+    convergence.main(["--dt-us", "2", "--horizon-us", "40",
+                      "--presets", "uec", "--json", str(out)])
     change = json.loads(out.read_text())["relative_change"]["uec"]
     assert "effective_bandwidth" in change and "isolation_per_class" not in change
     assert set(change["effective_bandwidth"]) == {"dt", "dt_half"}
@@ -159,8 +159,7 @@ def test_fifo_bands_experiment_compares_every_band_count_with_the_largest(tmp_pa
     # reference; the default's verdict is reported.
     import json
 
-    from tests.helpers import load_experiment
-    exp = load_experiment("fifo_bands")
+    from experiments import fifo_bands as exp
     out = tmp_path / "b.json"
     exp.main(["--bands", "8,2", "--dt-us", "2", "--horizon-us", "40", "--presets", "roce",
               "--json", str(out)])

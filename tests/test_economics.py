@@ -16,9 +16,7 @@ from fabric_jax import economics as econ
 from fabric_jax import metrics
 from fabric_jax.workloads.model import MODELS, ParallelPlan
 
-from .helpers import load_experiment
-
-_load = load_experiment
+from experiments import gpu_value
 
 
 # ------------------------------------------------------------------------ BOM
@@ -154,9 +152,9 @@ def test_parse_model_sections_names_the_bad_key(data, key):
 # -------------------------------------------------------------- gpu_value
 def test_gpu_value_rejects_bad_flags():
     with pytest.raises(SystemExit):
-        _load("gpu_value").main(["--gpu-price-per-hour", "-1"])
+        gpu_value.main(["--gpu-price-per-hour", "-1"])
     with pytest.raises(SystemExit):
-        _load("gpu_value").main(["--dp", "4", "--ep", "3"])
+        gpu_value.main(["--dp", "4", "--ep", "3"])
 
 
 @pytest.mark.slow
@@ -166,7 +164,7 @@ def test_gpu_value_quick_from_model_and_simulation(tmp_path):
     # (0.5), and SHARP halves the bytes each NIC sends in the 4-rank all-reduce
     # (S vs 2 (n-1)/n S = 1.5 S), so infiniband loses the least.
     out = tmp_path / "gv.json"
-    _load("gpu_value").main(["--quick", "--json", str(out), "--plots", str(tmp_path)])
+    gpu_value.main(["--quick", "--json", str(out), "--plots", str(tmp_path)])
     data = json.loads(out.read_text())
     fab = data["fabrics"]
     assert set(fab) == {"infiniband", "roce", "spectrum_x", "uec"}

@@ -13,9 +13,7 @@ import math
 
 import pytest
 
-from .helpers import load_experiment
-
-_load = load_experiment
+from experiments import allreduce_sweep, bench_scale, ecmp_collisions, isolation
 
 
 @pytest.mark.slow  # heavy; the slow suite runs it
@@ -28,8 +26,8 @@ def test_ecmp_collisions_quick_matches_balls_into_bins(tmp_path):
     # 1 / (max spine load) <= 1/2 whenever any two flows collide (always, for 8 balls
     # in 8 bins except with probability 8!/8^8 = 0.24 %).
     out = tmp_path / "ecmp.json"
-    res = _load("ecmp_collisions").main(["--quick", "--json", str(out), "--plots",
-                                         str(tmp_path)])
+    res = ecmp_collisions.main(["--quick", "--json", str(out), "--plots",
+                                str(tmp_path)])
     data = json.loads(out.read_text())
     for key in ("theory", "ecmp_effective_bandwidth", "adaptive_effective_bandwidth",
                 "spray_effective_bandwidth", "ecmp_completion_efficiency",
@@ -56,8 +54,8 @@ def test_isolation_quick(tmp_path):
     # docs/validation.md, and every preset's isolation metrics are tested through
     # `compare` (tests/test_compare.py).
     out = tmp_path / "iso.json"
-    _load("isolation").main(["--quick", "--dt-us", "2", "--fabrics", "roce", "infiniband",
-                             "--json", str(out)])
+    isolation.main(["--quick", "--dt-us", "2", "--fabrics", "roce", "infiniband",
+                    "--json", str(out)])
     fab = json.loads(out.read_text())["fabrics"]
     assert set(fab) == {"infiniband", "roce"}
     for v in fab.values():
@@ -85,9 +83,9 @@ def test_allreduce_sweep_quick(tmp_path):
     # dt = 1 us (the default is 0.25 us): these properties hold at any step and the
     # coarser one keeps the slow suite 4x cheaper.
     out = tmp_path / "scale.json"
-    _load("allreduce_sweep").main(["--quick", "--fabrics", "infiniband", "roce",
-                               "--all-reduce-mb", "8", "--dt-us", "1", "--json", str(out),
-                               "--plots", str(tmp_path)])
+    allreduce_sweep.main(["--quick", "--fabrics", "infiniband", "roce",
+                          "--all-reduce-mb", "8", "--dt-us", "1", "--json", str(out),
+                          "--plots", str(tmp_path)])
     data = json.loads(out.read_text())
     assert data["gpus"] == [16, 32]
     for name, v in data["fabrics"].items():
@@ -110,7 +108,7 @@ def test_allreduce_sweep_quick(tmp_path):
 @pytest.mark.slow  # heavy; the slow suite runs it
 def test_bench_scale_quick_writes_table_and_plot(tmp_path):
     out = tmp_path / "scale.json"
-    _load("bench_scale").main(["--quick", "--json", str(out), "--plots", str(tmp_path)])
+    bench_scale.main(["--quick", "--json", str(out), "--plots", str(tmp_path)])
     (row,) = json.loads(out.read_text())["rows"]
     assert row["flows"] == 1000 and row["entries"] == 4000
     assert row["iterations"] >= 1 and row["max_violation"] <= 1e-5
@@ -127,7 +125,7 @@ def test_dcqcn_fixed_point_rate_trajectory_quick(tmp_path):
     # alpha equal the fixed point within 2 % (brentq on the paper's equation, host
     # side): q* = 20.15 KB, R_C* = C/N = 20 Gb/s, R_T* = 20.22 Gb/s, alpha* = 0.101.
     out = tmp_path / "dcqcn.json"
-    mod = _load("dcqcn_fixed_point")
+    from experiments import dcqcn_fixed_point as mod
     rc = mod.main(["--flows", "2", "--duration", "0.1", "--json", str(out)])
     data = json.loads(out.read_text())
     assert rc == 0 and data["match"] is True

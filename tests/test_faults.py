@@ -19,7 +19,7 @@ from fabric_jax.paths import shortest_paths
 from fabric_jax.routing import POLICIES, RoutingView, make_routing, path_alive
 from fabric_jax.topology import leaf_spine
 
-from .helpers import enable_x64, load_experiment, slow_except
+from .helpers import enable_x64, slow_except
 
 US = 1e-6
 
@@ -322,7 +322,7 @@ def test_link_failure_experiment_quick(tmp_path):
     # while the cable is down; static routing strands flows, the others do not; every
     # flow completes; bytes are conserved to float32 round-off.
     import json
-    mod = load_experiment("link_failure")
+    from experiments import link_failure as mod
     out = tmp_path / "lf.json"
     mod.main(["--quick", "--json", str(out), "--plots", str(tmp_path)])
     data = json.loads(out.read_text())

@@ -16,8 +16,6 @@ from fabric_jax.fluid import simulate_fluid
 from fabric_jax.incidence import Incidence
 from fabric_jax.units import gbps
 
-from .helpers import load_experiment
-
 MTU = 4096.0
 C100 = gbps(100.0)
 S100 = MTU / C100          # one packet's service time at 100 Gb/s, 328 ns
@@ -188,7 +186,7 @@ def test_hpcc_in_flight_never_exceeds_its_window():
     # bytes that had reached the receiver one base RTT (n steps) earlier.  A step in
     # which a flow sends ends with at most its window in flight (a window cut below what
     # is already in flight only stops the sender: the bytes out there stay out there).
-    hpcc_incast = load_experiment("hpcc_incast")
+    from experiments import hpcc_incast
     import fabric_jax as fj
     topo = fj.from_ns3_topology(hpcc_incast.star_text(4, 400.0, 0.5))
     ps = fj.shortest_paths(topo, np.arange(4), np.full(4, 4), max_paths=1)
@@ -217,7 +215,7 @@ def test_hpcc_in_flight_never_exceeds_its_window():
 
 @pytest.mark.slow   # two experiment runs; the window itself is checked above
 def test_hpcc_incast_finish_converges_in_dt():
-    mod = load_experiment("hpcc_incast")
+    from experiments import hpcc_incast as mod
     got = {}
     for dt_us in (1.0, 0.25):
         r = mod.run(["hpcc"], n_senders=4, link_gbps=400.0, latency_us=0.5, duration_us=100.0,
@@ -268,7 +266,7 @@ NS3_INCAST = dict(finish_us=1304.0, queue_p50=33190.0, queue_p99=866900.0)
 
 @pytest.mark.slow   # eager model evaluations on the 2 x 4 x 4 leaf-spine
 def test_spray_model_against_transcribed_ns3():
-    side = load_experiment("packet_side_by_side")
+    from experiments import packet_side_by_side as side
     for load, (ooo, queue) in NS3_SPRAY.items():
         p, q = side.spray_model(load)
         # stated: out-of-order within a factor 1.6 (ns-3 sends at exact spacing, the
@@ -282,7 +280,7 @@ def test_spray_model_against_transcribed_ns3():
 def test_dctcp_incast_against_transcribed_ns3():
     # the fluid DCTCP incast of experiments/packet_side_by_side.py at dt = 0.25 us against
     # the ns-3 run above: finish and queue p99 within 5 %, p50 within 20 %
-    side = load_experiment("packet_side_by_side")
+    from experiments import packet_side_by_side as side
     fl = side.fluid_incast(16, 1e6, 2, 0.25)
     assert fl["finish_us"] == pytest.approx(NS3_INCAST["finish_us"], rel=0.05)
     assert fl["queue_p99_bytes"] == pytest.approx(NS3_INCAST["queue_p99"], rel=0.05)

@@ -15,9 +15,9 @@ import pytest
 
 from fabric_jax import simulate_fluid, simulate_fluid_batched
 from fabric_jax.cc.dcqcn import dcqcn_params
-from tests.helpers import load_experiment
 
-bench_dynamics = load_experiment("bench_dynamics")
+from experiments import bench_dynamics
+
 FIELDS = ("finish", "sent", "delivered", "dropped", "queued", "in_flight", "link_queue")
 
 

@@ -233,8 +233,8 @@ def test_bench_quick_runs_and_engines_agree(tmp_path):
     # experiments/bench_fluid_slots.py --quick: both engines on ~1,000 Poisson flows of
     # the HPCC fat-tree; the JSON has the timings and the two engines' finish times
     # agree within float32 round-off.
-    from tests.helpers import load_experiment
-    out = load_experiment("bench_fluid_slots").main(
+    from experiments import bench_fluid_slots
+    out = bench_fluid_slots.main(
         ["--quick", "--max-active", "800", "--json", str(tmp_path / "b.json")])
     agree = out["short"]["agreement"]
     assert agree["finished_plain"] == agree["finished_slots"] > 0

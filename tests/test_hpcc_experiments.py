@@ -14,28 +14,19 @@ keys of the issue, the 20 equal-count buckets and slowdown >= 1.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-EXP = Path(__file__).resolve().parents[1] / "experiments"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(f"_exp_{name}", EXP / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from experiments import hpcc_fct, hpcc_incast
 
 
 @pytest.mark.slow  # experiment run; tests/test_cc.py::test_hpcc_equilibrium_utilisation stays fast
 def test_incast_hpcc_converges_to_fair_share_with_bounded_queue(tmp_path):
     out = tmp_path / "incast.json"
-    _load("hpcc_incast").main(["--cc", "hpcc", "--duration-us", "600", "--json", str(out),
-                               "--plots", str(tmp_path)])
+    hpcc_incast.main(["--cc", "hpcc", "--duration-us", "600", "--json", str(out),
+                      "--plots", str(tmp_path)])
     data = json.loads(out.read_text())
     r = data["laws"]["hpcc"]
     n, c = 16, 100e9 / 8
@@ -60,9 +51,9 @@ def test_incast_with_finite_flows_reports_completion_against_n_size_over_c(tmp_p
     # law that keeps the port busy (DCQCN under PFC) meets it; HPCC's rate cut leaves
     # the port idle for a while and cannot beat it.
     out = tmp_path / "incast.json"
-    _load("hpcc_incast").main(["--cc", "hpcc,dcqcn", "--senders", "4", "--link-gbps", "400",
-                               "--latency-us", "0.5", "--flow-mb", "0.5", "--duration-us",
-                               "100", "--dt-us", "0.5", "--json", str(out)])
+    hpcc_incast.main(["--cc", "hpcc,dcqcn", "--senders", "4", "--link-gbps", "400",
+                      "--latency-us", "0.5", "--flow-mb", "0.5", "--duration-us",
+                      "100", "--dt-us", "0.5", "--json", str(out)])
     laws = json.loads(out.read_text())["laws"]
     for r in laws.values():
         assert r["ideal_completion_us"] == pytest.approx(4 * 0.5e6 / 50e3 + 1.0)
@@ -75,7 +66,7 @@ def test_incast_with_finite_flows_reports_completion_against_n_size_over_c(tmp_p
 
 def test_incast_rejects_unknown_law():
     with pytest.raises(SystemExit):
-        _load("hpcc_incast").main(["--cc", "tcp_reno"])
+        hpcc_incast.main(["--cc", "tcp_reno"])
 
 
 def test_size_buckets_equal_count_and_percentiles():
@@ -99,11 +90,10 @@ def test_paper_slowdown_is_the_ns3_definition():
     # at the sender (last ACK).  A 5 KB flow over 6 hops of 1 us at 100 Gb/s: alone it
     # takes 0.4 us + 6 us to reach the receiver (fluid FCT), slowdown exactly 1; 10 us
     # of queueing on the way gives (16.4 + 6) / (0.4 + 12) = 1.806.
-    mod = _load("hpcc_fct")
     line, lat = 12.5e9, np.array([6e-6, 6e-6, 2e-6])
     size = np.array([5e3, 5e3, 1e6])
     fct = np.array([0.4e-6 + 6e-6, 16.4e-6, 1e6 / line + 2e-6 - 1e-7])
-    sd = mod.paper_slowdown(fct, size, line, lat)
+    sd = hpcc_fct.paper_slowdown(fct, size, line, lat)
     assert sd[0] == pytest.approx(1.0, rel=1e-6)
     assert sd[1] == pytest.approx(22.4 / 12.4, rel=1e-6)
     assert sd[2] == 1.0                                   # floored: never below alone
@@ -111,11 +101,10 @@ def test_paper_slowdown_is_the_ns3_definition():
 
 def test_build_flows_marks_the_measured_window():
     import fabric_jax as fj
-    mod = _load("hpcc_fct")
     topo = fj.hpcc_fat_tree()
-    f = mod.build_flows(topo, "fb_hadoop", 0.3, 0.3e-3, incast=False, incast_senders=4,
-                        incast_bytes=2e4, incast_load=0.01, host_gbps=100.0, seed=0,
-                        measure=(0.1e-3, 0.2e-3))
+    f = hpcc_fct.build_flows(topo, "fb_hadoop", 0.3, 0.3e-3, incast=False, incast_senders=4,
+                             incast_bytes=2e4, incast_load=0.01, host_gbps=100.0, seed=0,
+                             measure=(0.1e-3, 0.2e-3))
     arr = f["arrival"]
     assert arr.min() < 0.1e-3 and arr.max() > 0.2e-3      # arrivals before and after
     np.testing.assert_array_equal(f["measured"], (arr >= 0.1e-3) & (arr < 0.2e-3))
@@ -124,10 +113,9 @@ def test_build_flows_marks_the_measured_window():
 
 
 def test_incast_events_hit_their_load():
-    mod = _load("hpcc_fct")
     # 0.02 of 320 x 12.5 GB/s over 50 ms in 60 x 500 KB events: ~133 events expected
-    src, dst, size, arr = mod.incast_events(320, senders=60, size=500e3, load=0.02,
-                                            host_rate=12.5e9, window=0.05, seed=1)
+    src, dst, size, arr = hpcc_fct.incast_events(320, senders=60, size=500e3, load=0.02,
+                                                 host_rate=12.5e9, window=0.05, seed=1)
     n_ev = src.size // 60
     assert abs(n_ev - 133.3) < 4 * np.sqrt(133.3)
     assert np.all(src != dst) and np.all(arr >= 0) and np.all(arr < 0.05)
@@ -139,11 +127,11 @@ def test_incast_events_hit_their_load():
 @pytest.mark.slow  # heavy; the slow suite runs it
 def test_hpcc_fct_smoke(tmp_path):
     out = tmp_path / "fct.json"
-    _load("hpcc_fct").main(["--quick", "--cc", "hpcc", "--workload", "fb_hadoop",
-                            "--window-ms", "0.03", "--drain-ms", "0.3",
-                            "--incast", "on", "--incast-senders", "4",
-                            "--incast-bytes", "20000", "--incast-load", "0.05",
-                            "--json", str(out), "--plots", str(tmp_path)])
+    hpcc_fct.main(["--quick", "--cc", "hpcc", "--workload", "fb_hadoop",
+                   "--window-ms", "0.03", "--drain-ms", "0.3",
+                   "--incast", "on", "--incast-senders", "4",
+                   "--incast-bytes", "20000", "--incast-load", "0.05",
+                   "--json", str(out), "--plots", str(tmp_path)])
     data = json.loads(out.read_text())
     assert data["workload"] == "fb_hadoop" and data["load"] == 0.3
     r = data["results"]["hpcc"]
@@ -163,26 +151,25 @@ def test_hpcc_fct_smoke(tmp_path):
 
 
 def test_hpcc_fct_rejects_bad_flags():
-    mod = _load("hpcc_fct")
     with pytest.raises(SystemExit):
-        mod.main(["--load", "1.5"])
+        hpcc_fct.main(["--load", "1.5"])
     with pytest.raises(SystemExit):
-        mod.main(["--cc", "dcqcn,nope"])
+        hpcc_fct.main(["--cc", "dcqcn,nope"])
     with pytest.raises(SystemExit):
-        mod.main(["--workload", "storage"])
+        hpcc_fct.main(["--workload", "storage"])
 
 
 def test_side_by_side_picks_the_nearest_bucket():
-    mod = _load("hpcc_fct")
     ups = [2e3, 6e3, 70e3, 190e3, 1.1e6, 29e6]
     buckets = [{"size_max_bytes": u, "n_flows": 1, "p50": 1.0 + i, "p95": 2.0 + i,
                 "p99": 3.0 + i} for i, u in enumerate(ups)]
-    rows = mod.side_by_side({"hpcc": {"buckets": buckets}}, "web_search", 0.3)
+    rows = hpcc_fct.side_by_side({"hpcc": {"buckets": buckets}}, "web_search", 0.3)
     assert rows and all(r["law"] == "hpcc" for r in rows)  # no dcqcn results given
     at = {(r["pct"], r["size"]): r for r in rows}
     # 5 KB -> the 6 KB bucket (index 1); 73 KB -> 70 KB (index 2); 30 MB -> last
     assert at[("p95", "5K")]["fluid"] == 3.0
     assert at[("p95", "73K")]["fluid"] == 4.0
     assert at[("p99", "30M")]["fluid"] == 8.0
-    assert at[("p95", "5K")]["published"] == mod.PUBLISHED[("web_search", 0.3, "p95")][5e3]["hpcc"]
-    assert mod.side_by_side({"hpcc": {"buckets": buckets}}, "web_search", 0.7) == []
+    published = hpcc_fct.PUBLISHED[("web_search", 0.3, "p95")][5e3]["hpcc"]
+    assert at[("p95", "5K")]["published"] == published
+    assert hpcc_fct.side_by_side({"hpcc": {"buckets": buckets}}, "web_search", 0.7) == []

@@ -1,9 +1,9 @@
 """The import graph of ``fabric_jax`` points one way.
 
-Layers, bottom to top (README, "Architecture"): base (units, smoothing, checkpoints) ->
-topology -> paths / incidence / routing -> fairness -> dynamics (links, queues, flow
-control, congestion control) -> simulation (event and fluid engines) -> collectives,
-workloads and fabric presets -> study, scaling, optimisation -> plots and CLI.
+Layers, bottom to top (README, "Architecture"): base (units, smoothing, checkpoints,
+results files) -> topology -> paths / incidence / routing -> fairness -> dynamics (links,
+queues, flow control, congestion control) -> simulation (event and fluid engines) ->
+collectives, workloads and fabric presets -> study, scaling, optimisation -> plots and CLI.
 
 The graph is read from the source with :mod:`ast` (nothing is imported), counting every
 import, also those inside functions (a lazy import still ties two modules together),
@@ -27,7 +27,7 @@ PKG = "fabric_jax"
 LAYERS = {
     # base
     "units": 0, "smooth": 0, "checkpoint": 0, "reference": 0, "metrics": 0, "segments": 0,
-    "compiling": 0,
+    "compiling": 0, "results": 0,
     # topology
     "topology": 1, "systems": 1, "ns3": 1,
     # paths / incidence (routing policies split flows over paths)

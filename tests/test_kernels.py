@@ -12,10 +12,8 @@ threads -- so the budget is checked on the issue's instance.)
 
 import numpy as np
 
-from tests.helpers import load_experiment
-
-hlo = load_experiment("_hlo")
-bench_dynamics = load_experiment("bench_dynamics")
+from experiments import _hlo as hlo
+from experiments import bench_dynamics
 
 #: Issue 24: the fused step holds at most this many fusions.
 STEP_BUDGET = 150

@@ -12,10 +12,8 @@ count and ``solver_unroll``'s iterations as loops of known trip count.
 import numpy as np
 import pytest
 
-from tests.helpers import load_experiment
-
-hlo = load_experiment("_hlo")
-bench_dynamics = load_experiment("bench_dynamics")
+from experiments import _hlo as hlo
+from experiments import bench_dynamics
 
 
 def _program(inner_trip_count=None):

@@ -18,8 +18,6 @@ from fabric_jax.workloads.model import (GPUS, MODELS, ModelConfig, ParallelPlan,
                                         kv_cache_bytes, step_flops, training_flops)
 from fabric_jax.workloads.training import model_training_step
 
-from .helpers import load_experiment
-
 
 # ------------------------------------------------------------------ parameters
 @pytest.mark.parametrize("name, published, active, tol", [
@@ -295,7 +293,7 @@ def test_inference_experiment_quick(tmp_path):
     # beat the even split of spraying (uec) at the tail: with max-min sharing the even
     # split spreads every transfer over all spines.
     import json
-    mod = load_experiment("inference")
+    from experiments import inference as mod
     out = tmp_path / "inf.json"
     mod.main(["--quick", "--n-requests", "12", "--rate", "40", "--fabrics", "roce", "uec",
               "--json", str(out)])

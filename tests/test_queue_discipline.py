@@ -6,12 +6,10 @@ import json
 
 import pytest
 
-from .helpers import load_experiment
-
 
 @pytest.mark.slow
 def test_queue_discipline_experiment(tmp_path):
-    exp = load_experiment("queue_discipline")
+    from experiments import queue_discipline as exp
     out = tmp_path / "q.json"
     res = exp.main(["--json", str(out), "--gbps", "100", "--size-kb", "50",
                     "--refine", "1,4"])

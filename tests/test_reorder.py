@@ -18,7 +18,7 @@ from fabric_jax.incidence import Incidence
 from fabric_jax.study.scenario import ScenarioError, scenario_from_dict
 from fabric_jax.units import US
 
-from .helpers import enable_x64, load_experiment
+from .helpers import enable_x64
 
 MTU = 4096.0
 C100 = 100e9 / 8          # 100 Gb/s in bytes/s
@@ -305,7 +305,7 @@ def test_reordering_experiment_quick(tmp_path):
     # the closed form; with reordering the spread costs nothing; go-back-N wastes bytes
     # that selective resend does not.
     import json
-    mod = load_experiment("reordering")
+    from experiments import reordering as mod
     out = tmp_path / "r.json"
     # (study 1 for roce only, the preset checked here: --quick adds spectrum_x)
     mod.main(["--quick", "--presets", "roce", "--json", str(out), "--plots", str(tmp_path)])

@@ -10,13 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import load_experiment
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _report():
-    mod = load_experiment("report")
+    from experiments import report as mod
     mod.load_blocks()
     return mod
 

@@ -349,11 +349,7 @@ def test_scale_jobs_variants_parse_and_match_the_cli_rows(tmp_path):
     # experiments/scale_jobs.py: a variant is a preset with fields changed; its rows
     # are the scale study's for the same flows (the plain preset equals scale_point's)
     import json
-    sys.path.insert(0, str(ROOT / "experiments"))
-    try:
-        import scale_jobs
-    finally:
-        sys.path.pop(0)
+    from experiments import scale_jobs
     label, fab, mp = scale_jobs.parse_variant("spectrum_x:cc=none,routing.info_delay_us=0@16")
     assert (fab.cc, fab.routing_options["info_delay_us"], mp) == ("none", 0.0, 16)
     assert scale_jobs.parse_variant("roce")[1:] == (get_fabric("roce"), sc.DEFAULT_MAX_PATHS)
@@ -406,11 +402,7 @@ def test_scale_dt_compares_matching_rows(tmp_path, capsys):
     # experiments/scale_dt.py: rows matched by GPUs, jobs and fabric; the largest
     # relative change per metric and where; zero-in-one-run rows named, not divided
     import json
-    sys.path.insert(0, str(ROOT / "experiments"))
-    try:
-        import scale_dt
-    finally:
-        sys.path.pop(0)
+    from experiments import scale_dt
 
     def run(dt, step_ib, step_roce, pause, jobs=1):
         met = lambda st, p: dict(step_time=st, pfc_pause_time=p)  # noqa: E731
@@ -903,10 +895,10 @@ def test_scale_latency_script_rings_against_nccl(tmp_path):
     # compute grows with the data-parallel degree
     import json
 
-    from tests.helpers import load_experiment
+    from experiments import scale_latency
     out = tmp_path / "lat.json"
-    assert load_experiment("scale_latency").main(["--gpus", "128,8192", "--json", str(out),
-                                                  "--plots", str(tmp_path)]) == 0
+    assert scale_latency.main(["--gpus", "128,8192", "--json", str(out),
+                               "--plots", str(tmp_path)]) == 0
     assert (tmp_path / "scale_latency.png").is_file()
     rows = json.loads(out.read_text())["rows"]
     assert {r["fabric"] for r in rows} == {"ideal", "infiniband", "roce", "spectrum_x", "uec"}
@@ -918,7 +910,7 @@ def test_scale_latency_script_rings_against_nccl(tmp_path):
     assert ring[8192] > 2 * ring[128]
     big = next(r for r in rows if r["gpus"] == 8192 and r["fabric"] == "roce")
     assert big["nccl_calls"]["dp_all_gather"]["algorithm"] == "pat"
-    assert load_experiment("scale_latency").main(["--gpus", "8"]) == 2
+    assert scale_latency.main(["--gpus", "8"]) == 2
 
 
 def test_independent_job_overlap_lies_between_alone_and_always():

@@ -13,9 +13,7 @@ Units: bytes, seconds, bytes/s.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +25,8 @@ from fabric_jax.workloads import (
     training_step,
 )
 from fabric_jax.workloads.stragglers import host_links
+
+from experiments import stragglers
 
 N = 6                      # ranks
 S = 6e6                    # bytes
@@ -219,14 +219,6 @@ def test_bad_input_raises(call, match):
 
 
 # ------------------------------------------------------------------ experiment
-def _load_experiment():
-    path = Path(__file__).resolve().parents[1] / "experiments" / "stragglers.py"
-    spec = importlib.util.spec_from_file_location("_exp_stragglers", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.slow  # experiment smoke test; the kernel tests above stay in the default run
 def test_stragglers_experiment_quick(tmp_path):
     # The data-parallel job of the script, one step, no overlap (see its docstring):
@@ -234,7 +226,7 @@ def test_stragglers_experiment_quick(tmp_path):
     # with T_comm the simulated baseline communication (float32 run: rtol 1e-4).
     # GPU-hours lost are 0 at f = 1 and grow with f; every rank waits.
     out = tmp_path / "s.json"
-    res = _load_experiment().main(["--quick", "--json", str(out), "--plots", str(tmp_path)])
+    res = stragglers.main(["--quick", "--json", str(out), "--plots", str(tmp_path)])
     data = json.loads(out.read_text())
     assert data["factors"] == pytest.approx(res["factors"])
     C, T = data["compute_time"], data["baseline_comm_time"]

@@ -3,9 +3,7 @@ quick run's physically stated expectations."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,28 +11,20 @@ import pytest
 from fabric_jax.paths import shortest_paths
 from fabric_jax.topology import leaf_spine
 
-EXP = Path(__file__).resolve().parents[1] / "experiments"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("_exp_topologies", EXP / "topologies.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from experiments import topologies
 
 
 def test_union_keeps_parts_apart_and_paths_map_back():
-    mod = _load()
     parts = [leaf_spine(2, 2, 2), leaf_spine(2, 2, 2, planes=2),
              leaf_spine(4, 2, 2, tiers=3, leaves_per_pod=2)]
-    topo, link_off, host_off = mod.union(parts)
+    topo, link_off, host_off = topologies.union(parts)
     assert topo.n_links == sum(t.n_links for t in parts)
     assert topo.n_hosts == sum(t.n_hosts for t in parts)
     # no link joins two parts
     part_of_node = np.repeat(np.arange(3), [t.n_nodes for t in parts])
     assert np.all(part_of_node[topo.link_src] == part_of_node[topo.link_dst])
     psets = [shortest_paths(t, [0, 1], [t.n_hosts - 1, 0]) for t in parts]
-    ps = mod.pad_concat(psets, link_off, host_off)
+    ps = topologies.pad_concat(psets, link_off, host_off)
     assert ps.max_paths == max(p.max_paths for p in psets)
     for i, p in enumerate(psets):
         rows = slice(2 * i, 2 * i + 2)
@@ -56,7 +46,7 @@ def test_topologies_quick_run(tmp_path):
     # completion as the 1-plane build (same bisection, NIC rate passed explicitly);
     # every build has full bisection except the 2:1 one (1/2).
     out = tmp_path / "t.json"
-    _load().main(["--quick", "--cc", "none", "--json", str(out)])
+    topologies.main(["--quick", "--cc", "none", "--json", str(out)])
     data = json.loads(out.read_text())
     runs = {(r["build"], r["workload"]): r for r in data["runs"]}
     assert data["dt_s"] == pytest.approx(1e-6)

@@ -20,10 +20,10 @@ import pytest
 from fabric_jax import Incidence, simulate_fluid, smooth
 from fabric_jax.fairness import solve, water_fill
 from tests import helpers
-from tests.helpers import LINK_100G, load_experiment
+from tests.helpers import LINK_100G
 from tests.reference.maxmin_numpy import progressive_filling
 
-bench_dynamics = load_experiment("bench_dynamics")
+from experiments import bench_dynamics
 
 
 def _instance(seed, layout):

@@ -6,7 +6,6 @@ line naming the field and the fix and exits with status 2.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -14,6 +13,8 @@ import tomllib
 from pathlib import Path
 
 import numpy as np
+
+from ..results import write_results
 
 __all__ = ["add_tune_parser", "add_locate_parser", "tune_main", "locate_main",
            "load_locate_scenario", "LOCATE_SCENARIO_KEYS"]
@@ -101,7 +102,9 @@ def _parse_params(text):
     return out
 
 
-def tune_main(args) -> int:
+def tune_main(args, *, command=None, started: float | None = None) -> int:
+    """Runs ``fabric-jax tune``; ``command``, ``started``: the ``--json`` file's run record
+    (:func:`fabric_jax.results.run_record`)."""
     from . import _plots
     from ._tune import (check_objective, ease_of_tuning, evaluations_to_reach, nelder_mead,
                         random_search, tune)
@@ -109,7 +112,7 @@ def tune_main(args) -> int:
     from ..fabrics import PRESETS
     from ..study.scenario import ScenarioError
 
-    t0 = time.time()
+    started = time.time() if started is None else started
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr,
                                                                  flush=True))
     try:
@@ -171,19 +174,10 @@ def tune_main(args) -> int:
             path = Path(args.plots) / f"tune_{args.preset}_{args.objective}.png"
             print(f"wrote {_plots.trajectory_figure(runs, path, title=args.preset)}")
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1, default=_jsonable))
+        write_results(args.json, out, command=command, started=started)
         print(f"wrote {args.json}")
-    print(f"({time.time() - t0:.1f} s)", file=sys.stderr)
+    print(f"({time.time() - started:.1f} s)", file=sys.stderr)
     return 0
-
-
-def _jsonable(x):
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, (np.floating, np.integer)):
-        return x.item()
-    return str(x)
 
 
 def format_knobs(tunables) -> str:
@@ -317,10 +311,11 @@ def _parse_plant_loss(text, n_links):
                               "drops, in [0, 1))")
 
 
-def locate_main(args) -> int:
+def locate_main(args, *, command=None, started: float | None = None) -> int:
+    """Runs ``fabric-jax locate``; ``command``, ``started``: as :func:`tune_main`."""
     from ._locate import load_observation, locate, observe, tomography, vote_count
 
-    t0 = time.time()
+    started = time.time() if started is None else started
     try:
         planted = args.plant is not None or args.plant_loss is not None
         if (args.observed is None) == (not planted):
@@ -342,7 +337,8 @@ def locate_main(args) -> int:
     if planted:
         obs = observe(prob, phi, noise=args.noise, counters=not args.no_counters, loss=loss)
         if args.write_observed:
-            Path(args.write_observed).write_text(json.dumps(obs.to_json()))
+            write_results(args.write_observed, obs.to_json(), command=command,
+                          started=started)
             print(f"wrote {args.write_observed}")
     res = locate(None, None, obs, preset, routing=routing, problem=prob,
                  steps=scn["locate"]["steps"])
@@ -361,7 +357,7 @@ def locate_main(args) -> int:
             out[base.method] = base.to_dict()
             print(f"  {base.method:10s}: top {[l for l, _ in base.top(3)]}")
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1, default=_jsonable))
+        write_results(args.json, out, command=command, started=started)
         print(f"wrote {args.json}")
-    print(f"({time.time() - t0:.1f} s)", file=sys.stderr)
+    print(f"({time.time() - started:.1f} s)", file=sys.stderr)
     return 0

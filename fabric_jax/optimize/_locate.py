@@ -139,7 +139,9 @@ LOSS_SIGMA = 1e-3
 #: Reporting threshold on an estimated loss fitted with drop counters (0.2 %; without
 #: drop counters the capacity threshold ``detect`` applies).
 DETECT_LOSS = 2e-3
-_OBS_KEYS = {"flows", "ranks", "counters", "noise", "description"}
+#: Keys of an observation file; ``description`` and ``run`` (the record of the command
+#: that wrote it, :mod:`fabric_jax.results`) are accepted and not read.
+_OBS_KEYS = {"flows", "ranks", "counters", "noise", "description", "run"}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -455,6 +457,8 @@ def parse_observation(obs: dict, prob: LocateProblem) -> Observation:
                                               "congested_s": [cumulative, ...],
                                               "dropped": [cumulative bytes, ...]}}},
          "noise": 0.05}                                     # optional
+
+    ``description`` and ``run`` (what wrote the file) may be present; they are ignored.
 
     Raises:
       ValueError: naming the field: an unknown key, flow, rank or link; NaN, negative or

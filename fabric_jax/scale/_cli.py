@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 
+from ..results import to_json, write_results
+
 __all__ = ["add_parser", "run", "format_table", "plot", "MIN_GPUS", "MAX_GPUS"]
 
 #: GPU counts the command accepts.
@@ -241,11 +243,16 @@ def _parse(args):
                 job_gpus=job_gpus, job_models=job_models)
 
 
-def run(args) -> int:
-    """Runs the subcommand (``args`` from :func:`add_parser`); returns the exit status."""
+def run(args, *, command=None, started: float | None = None) -> int:
+    """Runs the subcommand (``args`` from :func:`add_parser`); returns the exit status.
+
+    ``command``, ``started``: the ``--json`` file's run record
+    (:func:`fabric_jax.results.run_record`).
+    """
     from ..study.progress import Progress
     from . import _run
     t0, c0 = time.perf_counter(), time.process_time()
+    started = time.time() if started is None else started
     try:
         v = _parse(args)
     except _Bad as err:
@@ -268,8 +275,8 @@ def run(args) -> int:
 
     def save(partial_point):
         if args.json:
-            _write(args.json, dict(points=points + [partial_point], inputs=inputs,
-                                   complete=False))
+            write_results(args.json, dict(points=points + [partial_point], inputs=inputs,
+                                          complete=False), command=command, started=started)
     try:
         for g in v["gpus"]:
             points.append(_run.scale_point(
@@ -297,7 +304,7 @@ def run(args) -> int:
         results["resumed"] = True       # wall_s / cpu_s: this run's; each point's: all runs
     print(format_table(results))
     if args.json:
-        _write(args.json, results)
+        write_results(args.json, results, command=command, started=started)
         print(f"wrote {args.json}")
     if args.plots:
         for path in plot(results, args.plots):
@@ -333,32 +340,12 @@ def _earlier(args) -> dict:
     except (OSError, ValueError, KeyError, TypeError):
         raise _Bad(f"--resume: {args.json} is not a JSON file this command wrote") from None
     diff = [k for k in _SAME
-            if old_in.get(k, _BEFORE.get(k)) != _clean(getattr(args, k, None))]
+            if old_in.get(k, _BEFORE.get(k)) != to_json(getattr(args, k, None))]
     if diff:
         raise _Bad(f"--resume: {args.json} was written with other inputs "
                    f"({', '.join('--' + k.replace('_', '-') for k in diff)}); drop "
                    f"--resume or give the same values")
     return {int(p["gpus"]): p for p in pts}
-
-
-def _write(path, results):
-    """Writes ``results`` as JSON atomically (a stopped run never leaves half a file)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(_clean(results), fh, indent=1)
-    os.replace(tmp, path)
-
-
-def _clean(x):
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
-        return _clean(x.item())
-    return x
 
 
 def format_table(results: dict) -> str:

@@ -59,9 +59,9 @@ compute time, bytes per collective, the time step).
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
+
+from ..results import write_results
 
 __all__ = ["METRICS", "OPTIONAL", "format_table", "model_notes", "write_json"]
 
@@ -184,14 +184,7 @@ def model_notes(scn) -> list[str]:
     return lines
 
 
-def write_json(results: dict, path) -> None:
-    """Writes ``{preset: {metric: value}, "ideal": {...}}`` (non-finite values as null)."""
-    def clean(v):
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [clean(x) for x in v]
-        return None if isinstance(v, float) and not math.isfinite(v) else v
-    out = {n: {k: clean(v) for k, v in m.items()} for n, m in results.items()}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+def write_json(results: dict, path, *, command=None, started: float | None = None) -> None:
+    """Writes ``{preset: {metric: value}, "ideal": {...}}`` and the ``"run"`` record
+    (:func:`fabric_jax.results.write_results`: atomic, non-finite values as null)."""
+    write_results(path, results, command=command, started=started)
