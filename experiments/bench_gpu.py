@@ -267,9 +267,9 @@ def solve_program(inc, cap):
     current default device: its jitted core compiled for the arguments it got (caught
     on the way in, after the host's choices: on an accelerator a segment table and no
     compaction), not the public function jitted whole (traced, it takes the CPU's)."""
-    from fabric_jax import fairness
-    args, _ = _hlo.caught(fairness, "_max_min_fair", lambda: fj.max_min_fair(inc, cap))
-    return fairness._max_min_fair.lower(*args).compile()
+    from fabric_jax.fairness import _api
+    args, _ = _hlo.caught(_api, "_max_min_fair", lambda: fj.max_min_fair(inc, cap))
+    return _api._max_min_fair.lower(*args).compile()
 
 
 FLUID_CASES = {"dcqcn_pfc": dict(law="dcqcn", flow_control="pfc"),
@@ -967,16 +967,17 @@ def aot_solve_row(k, n, target, check_every=1):
     random pairs on ``fat_tree(k)``: XLA:GPU's program for it as ``max_min_fair`` runs it
     on an accelerator (segment tables, no compaction levels), its iterations (the
     bottleneck depth, counted by running the solve on this host)."""
-    from fabric_jax import fairness, segments
+    from fabric_jax import segments
+    from fabric_jax.fairness import _api
     topo, inc, cap = pair_instance(k, n)
     res = fj.max_min_fair(inc, cap)
     iters = int(res.info.iterations)
     with segments.forced("gather"):
-        ginc, compaction = fairness._for_backend(inc)
+        ginc, compaction = _api._for_backend(inc)
     dtype = jnp.result_type(float)
     args = (ginc, jnp.asarray(cap, dtype), jnp.full((inc.n_flows,), jnp.inf, dtype))
     buffers = []
-    compiled = _hlo.compile_for(fairness._max_min_fair, (), args + (None, inc.n_flows + 1,
+    compiled = _hlo.compile_for(_api._max_min_fair, (), args + (None, inc.n_flows + 1,
                                 compaction, int(check_every)), _hlo.gpu_device(target),
                                 buffers=buffers)
     on_device = {name for b in buffers for name in b}

@@ -125,7 +125,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .compiling import jit
-from .fairness import _link_sum, compact_indices, solve, solve_warm
+from .fairness import compact_indices, link_sum, solve, solve_warm
 from .incidence import Incidence, as_incidence, check_entries
 
 __all__ = [
@@ -612,8 +612,8 @@ def _simulate_events(max_events: int, width: int, record: bool, rows, n_links: i
                 t_done + table["slot_lat"], mode="drop")
             if warm:
                 on = completes[:, None] & (slot_weight != 0)
-                load = load - _link_sum(jnp.where(on, slot_weight * rate[:, None], 0.0)
-                                        .reshape(-1), slot_links.reshape(-1), n_links, None)
+                load = load - link_sum(jnp.where(on, slot_weight * rate[:, None], 0.0)
+                                       .reshape(-1), slot_links.reshape(-1), n_links, None)
             return finish, load, jnp.min(jnp.where(completes, rate, inf), initial=inf)
 
         load0 = load if warm else jnp.zeros((n_links,), dt_)
