@@ -1048,7 +1048,7 @@ def aot_batched_row(small, target):
                 command_buffers=len(buffers), loops_on_device=_on_device_share(text, on_device))
 
 
-#: The event engine's cores take these last, by name (``fabric_jax.sim._run_events``).
+#: The event engine's cores take these last, by name (``fabric_jax.sim._events.run_events``).
 EVENT_KEYWORDS = ("warm", "tolerance", "has_deps")
 
 
@@ -1061,13 +1061,13 @@ def aot_events_row(n, target):
     (``host_loops_round_trips_per_run_at_least``; each event's solve loops and branches
     add theirs)."""
     from bench_flowsim import coupled_instance
-    import fabric_jax.sim as sim
+    from fabric_jax.sim import _events
     inc, c, a, s = coupled_instance(n, 0)
     c, a, s = (x.astype(np.float32) for x in (c, a, s))
-    args, res = _hlo.caught(sim, "_simulate_events",
+    args, res = _hlo.caught(_events, "simulate_events",
                             lambda: fj.simulate_flows(inc, c, a, s, max_active=n), EVENT_KEYWORDS)
     buffers = []
-    compiled = _hlo.compile_for(sim._simulate_events, (), args, _hlo.gpu_device(target),
+    compiled = _hlo.compile_for(_events.simulate_events, (), args, _hlo.gpu_device(target),
                                 buffers=buffers)
     text = compiled.as_text()
     on_device = {name for b in buffers for name in b}
@@ -1092,14 +1092,14 @@ def _batched_events_program(n, b, target):
     of ``events``' coupled instance of ``n`` flows (``part_batched``'s scenarios): its
     loops and how many XLA:GPU runs on the device, as ``batched_*`` columns."""
     from bench_flowsim import coupled_instance
-    import fabric_jax.sim as sim
+    from fabric_jax.sim import _batched
     inc, c, _, _ = coupled_instance(n, 0)
     sizes = np.stack([coupled_instance(n, i)[3] for i in range(b)]).astype(np.float32)
     caps = np.broadcast_to(c.astype(np.float32), (b, c.size))
-    args, _ = _hlo.caught(sim, "_simulate_events_batched", lambda: fj.simulate_flows_batched(
+    args, _ = _hlo.caught(_batched, "_simulate_events_batched", lambda: fj.simulate_flows_batched(
         inc, caps, np.zeros((b, n), np.float32), sizes, max_active=n), EVENT_KEYWORDS)
     buffers = []
-    text = _hlo.compile_for(sim._simulate_events_batched, (), args, _hlo.gpu_device(target),
+    text = _hlo.compile_for(_batched._simulate_events_batched, (), args, _hlo.gpu_device(target),
                             buffers=buffers).as_text()
     on_device = {name for buf in buffers for name in buf}
     return dict(batched_scenarios=b, batched_fusions_in_program=len(_hlo._FUSION.findall(text)),

@@ -123,9 +123,9 @@ def test_each_public_engine_is_a_program_of_its_own(monkeypatch):
     ``vmap`` (or ``jit``) of a jitted engine called from the host is a transformation
     around it, compiled without them.  Each public engine, single or batched, must
     therefore reach a :class:`fabric_jax.compiling.Jitted` from the host (until
-    ``sim._simulate_events_batched``, ``simulate_flows_batched`` ran ``jax.vmap`` of
-    the event engine from the host: on a GPU every loop test of every event was a host
-    round trip)."""
+    ``sim._batched._simulate_events_batched``, ``simulate_flows_batched`` ran
+    ``jax.vmap`` of the event engine from the host: on a GPU every loop test of every
+    event was a host round trip)."""
     calls, depth = [], [0]
     orig = compiling.Jitted.__call__
 

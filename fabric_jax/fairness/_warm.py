@@ -57,7 +57,7 @@ def solve_warm(inc: Incidence, capacity, demand, rate, frozen, *, max_iter=None,
     Why this is the full solution.  Let ``r*`` be the max-min allocation of the whole
     problem and suppose ``r*_g = rate_g`` for every frozen ``g`` (the caller proves
     it: :func:`fabric_jax.sim.simulate_flows` uses the threshold argument in
-    ``fabric_jax.sim``).  Restricted to the open set ``U``, ``r*_U`` is feasible for
+    ``fabric_jax.sim._events``).  Restricted to the open set ``U``, ``r*_U`` is feasible for
     the residual capacities, and every open ``f`` still has ``r*_f = d_f`` or a link
     ``l`` that is saturated (residual load = residual capacity, since the frozen load
     was subtracted from both sides) on which ``r*_f`` is the largest rate among the
