@@ -62,7 +62,7 @@ FCTs equal SimGrid's to 6.4e-14 and the oracle's (140 s at 1k) to 1.1e-14; from
 scratch (``warm_start=False``) 3.78 / 20.8 s at 1k / 3k; batched (4 seeds, 1k) 1.09 s
 per scenario warm, 3.08 s from scratch, 0.24 s in a loop.  Growth 1k -> 10k in CPU
 time: exact x158 (~N^2.2), SimGrid x75 (~N^1.9).  Where the time goes:
-``fabric_jax.sim``, "Cost per event".  Earlier runs (before the slot table carried its
+``fabric_jax.sim._events``, "Cost per event".  Earlier runs (before the slot table carried its
 rows), for comparison: 07:27 UTC, quieter: exact 0.085 / 0.79 / 8.7 s vs SimGrid
 0.41 / 1.38 / 22.9 s wall at 1k / 3k / 10k.  CPU/GPU crossover: not measured, no GPU
 lent (``experiments/bench_gpu.py`` is ready).

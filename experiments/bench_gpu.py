@@ -265,9 +265,9 @@ def solve_program(inc, cap):
     current default device: its jitted core compiled for the arguments it got (caught
     on the way in, after the host's choices: on an accelerator a segment table and no
     compaction), not the public function jitted whole (traced, it takes the CPU's)."""
-    from fabric_jax import fairness
-    args, _ = _hlo.caught(fairness, "_max_min_fair", lambda: fj.max_min_fair(inc, cap))
-    return fairness._max_min_fair.lower(*args).compile()
+    from fabric_jax.fairness import _api
+    args, _ = _hlo.caught(_api, "_max_min_fair", lambda: fj.max_min_fair(inc, cap))
+    return _api._max_min_fair.lower(*args).compile()
 
 
 FLUID_CASES = {"dcqcn_pfc": dict(law="dcqcn", flow_control="pfc"),
@@ -965,16 +965,17 @@ def aot_solve_row(k, n, target, check_every=1):
     random pairs on ``fat_tree(k)``: XLA:GPU's program for it as ``max_min_fair`` runs it
     on an accelerator (segment tables, no compaction levels), its iterations (the
     bottleneck depth, counted by running the solve on this host)."""
-    from fabric_jax import fairness, segments
+    from fabric_jax import segments
+    from fabric_jax.fairness import _api
     topo, inc, cap = pair_instance(k, n)
     res = fj.max_min_fair(inc, cap)
     iters = int(res.info.iterations)
     with segments.forced("gather"):
-        ginc, compaction = fairness._for_backend(inc)
+        ginc, compaction = _api._for_backend(inc)
     dtype = jnp.result_type(float)
     args = (ginc, jnp.asarray(cap, dtype), jnp.full((inc.n_flows,), jnp.inf, dtype))
     buffers = []
-    compiled = _hlo.compile_for(fairness._max_min_fair, (), args + (None, inc.n_flows + 1,
+    compiled = _hlo.compile_for(_api._max_min_fair, (), args + (None, inc.n_flows + 1,
                                 compaction, int(check_every)), _hlo.gpu_device(target),
                                 buffers=buffers)
     on_device = {name for b in buffers for name in b}
@@ -1046,7 +1047,7 @@ def aot_batched_row(small, target):
                 command_buffers=len(buffers), loops_on_device=_on_device_share(text, on_device))
 
 
-#: The event engine's cores take these last, by name (``fabric_jax.sim._run_events``).
+#: The event engine's cores take these last, by name (``fabric_jax.sim._events.run_events``).
 EVENT_KEYWORDS = ("warm", "tolerance", "has_deps")
 
 
@@ -1059,13 +1060,13 @@ def aot_events_row(n, target):
     (``host_loops_round_trips_per_run_at_least``; each event's solve loops and branches
     add theirs)."""
     from experiments.bench_flowsim import coupled_instance
-    import fabric_jax.sim as sim
+    from fabric_jax.sim import _events
     inc, c, a, s = coupled_instance(n, 0)
     c, a, s = (x.astype(np.float32) for x in (c, a, s))
-    args, res = _hlo.caught(sim, "_simulate_events",
+    args, res = _hlo.caught(_events, "simulate_events",
                             lambda: fj.simulate_flows(inc, c, a, s, max_active=n), EVENT_KEYWORDS)
     buffers = []
-    compiled = _hlo.compile_for(sim._simulate_events, (), args, _hlo.gpu_device(target),
+    compiled = _hlo.compile_for(_events.simulate_events, (), args, _hlo.gpu_device(target),
                                 buffers=buffers)
     text = compiled.as_text()
     on_device = {name for b in buffers for name in b}
@@ -1090,14 +1091,14 @@ def _batched_events_program(n, b, target):
     of ``events``' coupled instance of ``n`` flows (``part_batched``'s scenarios): its
     loops and how many XLA:GPU runs on the device, as ``batched_*`` columns."""
     from experiments.bench_flowsim import coupled_instance
-    import fabric_jax.sim as sim
+    from fabric_jax.sim import _batched
     inc, c, _, _ = coupled_instance(n, 0)
     sizes = np.stack([coupled_instance(n, i)[3] for i in range(b)]).astype(np.float32)
     caps = np.broadcast_to(c.astype(np.float32), (b, c.size))
-    args, _ = _hlo.caught(sim, "_simulate_events_batched", lambda: fj.simulate_flows_batched(
+    args, _ = _hlo.caught(_batched, "_simulate_events_batched", lambda: fj.simulate_flows_batched(
         inc, caps, np.zeros((b, n), np.float32), sizes, max_active=n), EVENT_KEYWORDS)
     buffers = []
-    text = _hlo.compile_for(sim._simulate_events_batched, (), args, _hlo.gpu_device(target),
+    text = _hlo.compile_for(_batched._simulate_events_batched, (), args, _hlo.gpu_device(target),
                             buffers=buffers).as_text()
     on_device = {name for buf in buffers for name in buf}
     return dict(batched_scenarios=b, batched_fusions_in_program=len(_hlo._FUSION.findall(text)),

@@ -18,7 +18,7 @@ Per size (``--min-flows`` .. ``--max-flows`` in steps of ``--factor``; default 1
     ``iterations`` (bottleneck depth) and ``max_violation`` (largest link overload as a
     fraction of capacity: float round-off only).
 ``iter_s``, ``bytes_per_iter``, ``achieved_gbs``, ``peak_fraction``
-    one *full-size* solver iteration (:func:`fabric_jax.fairness._iteration_rows`,
+    one *full-size* solver iteration (:func:`fabric_jax.fairness._progressive._iteration_rows`,
     jitted alone) timed in steady state; its bytes accessed from XLA's
     ``cost_analysis()``; achieved bandwidth ``bytes_per_iter / iter_s`` and its
     fraction of the device peak (``--peak-gbs``; default from :data:`PEAK_GBS`, on CPU
@@ -66,7 +66,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from fabric_jax.plots import save_figure  # noqa: E402
 import fabric_jax as fj  # noqa: E402
-from fabric_jax import fairness  # noqa: E402
+from fabric_jax.fairness import _api, _progressive  # noqa: E402
 from fabric_jax.distributed import max_min_fair_sharded  # noqa: E402
 
 #: Peak memory bandwidth, 10^9 bytes/s, by ``device_kind`` substring (vendor sheets).
@@ -141,7 +141,7 @@ def _iteration_cost(inc, capacity, repeats):
     demand = jnp.full((inc.n_flows,), jnp.inf, capacity.dtype)
     rate = jnp.zeros((inc.n_flows,), capacity.dtype)
     frozen = jnp.zeros((inc.n_flows,), bool)
-    step = jax.jit(fairness._iteration_rows, static_argnums=(5,))
+    step = jax.jit(_progressive._iteration_rows, static_argnums=(5,))
     args = (li, w, act, capacity, demand, inc.n_links, rate, frozen)
     cost = step.lower(*args).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
@@ -151,8 +151,8 @@ def _iteration_cost(inc, capacity, repeats):
 
 def _memory(inc, capacity):
     demand = jnp.full((inc.n_flows,), jnp.inf, capacity.dtype)
-    ma = fairness._max_min_fair.lower(inc, capacity, demand, None,
-                                      inc.n_flows + 1).compile().memory_analysis()
+    ma = _api._max_min_fair.lower(inc, capacity, demand, None,
+                                  inc.n_flows + 1).compile().memory_analysis()
     if ma is None:
         return {}
     return dict(solve_temp_bytes=int(ma.temp_size_in_bytes),

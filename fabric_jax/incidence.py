@@ -115,11 +115,20 @@ class Incidence:
                     f"got values in [{np.nanmin(w)}, {np.nanmax(w)}]"
                     + (" including NaN/inf" if not np.all(np.isfinite(w)) else ""))
             w = w.astype(_float_dtype())
-        return cls._flow_major(li, fi, w, n_links, n_flows)
+        return cls.flow_major(li, fi, w, n_links, n_flows)
 
     @classmethod
-    def _flow_major(cls, li, fi, w, n_links, n_flows):
-        """Host-side: pads concrete COO entries into the flow-major ``row_width`` layout."""
+    def flow_major(cls, li, fi, w, n_links, n_flows):
+        """Host-side: pads concrete COO entries into the flow-major ``row_width`` layout.
+
+        Each flow gets one row of ``row_width`` entries (the most any flow has; at least
+        1), its entries in their COO order, padded with link 0 and weight 0.  The
+        entries are not validated (:meth:`from_coo` validates, then calls this).
+
+        Args:
+          li, fi, w: NumPy ``[nnz]`` link index, flow index and weight of each entry.
+          n_links, n_flows: the incidence's dimensions.
+        """
         order = np.argsort(fi, kind="stable")
         li, fi, w = li[order], fi[order], w[order]
         counts = np.bincount(fi, minlength=n_flows)

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import fabric_jax as fj
-from fabric_jax import compiling, fairness
+from fabric_jax import compiling
+from fabric_jax.fairness import _api
 
 
 def test_the_option_is_xlas_default_set_with_while():
@@ -80,8 +81,8 @@ def test_the_cpu_program_is_the_same_with_and_without_device_loops():
     cap = jnp.asarray(topo.capacity, jnp.float32)
     dem = jnp.full((inc.n_flows,), jnp.inf, jnp.float32)
     args = (inc, cap, dem, None, inc.n_flows + 1, "fine", 1)
-    plain = jax.jit(fairness._max_min_fair.__wrapped__, static_argnums=(3, 4, 5, 6))
-    ours = fairness._max_min_fair
+    plain = jax.jit(_api._max_min_fair.__wrapped__, static_argnums=(3, 4, 5, 6))
+    ours = _api._max_min_fair
 
     def text(fn):
         return re.sub(r"HloModule \S+", "", fn.lower(*args).compile().as_text())
@@ -122,9 +123,9 @@ def test_each_public_engine_is_a_program_of_its_own(monkeypatch):
     ``vmap`` (or ``jit``) of a jitted engine called from the host is a transformation
     around it, compiled without them.  Each public engine, single or batched, must
     therefore reach a :class:`fabric_jax.compiling.Jitted` from the host (until
-    ``sim._simulate_events_batched``, ``simulate_flows_batched`` ran ``jax.vmap`` of
-    the event engine from the host: on a GPU every loop test of every event was a host
-    round trip)."""
+    ``sim._batched._simulate_events_batched``, ``simulate_flows_batched`` ran
+    ``jax.vmap`` of the event engine from the host: on a GPU every loop test of every
+    event was a host round trip)."""
     calls, depth = [], [0]
     orig = compiling.Jitted.__call__
 

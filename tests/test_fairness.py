@@ -848,10 +848,10 @@ def test_no_retrace_for_same_shapes():
 
 
 # --------------------------------------------------------------------------------------
-# Warm-started solves (fabric_jax.fairness.solve_warm; proof in fabric_jax.sim's module
-# docstring): after removing flows C, every flow below theta_C = min_{c in C} r_c keeps
-# its rate; after adding flows A, every old flow below a proven lower bound on the new
-# flows' rates keeps its rate.  Freezing those and solving the rest must give the
+# Warm-started solves (fabric_jax.fairness.solve_warm; proof in the module docstring of
+# fabric_jax.sim._events): after removing flows C, every flow below
+# theta_C = min_{c in C} r_c keeps its rate; after adding flows A, every old flow below a
+# proven lower bound on the new flows' rates keeps its rate.  Freezing those and solving the rest must give the
 # from-scratch allocation (NumPy progressive filling) to round-off.
 # --------------------------------------------------------------------------------------
 WARM_RTOL = 1e-9  # the engine's x64 keep margin (fabric_jax.sim.WARM_START_RTOL)

@@ -131,8 +131,8 @@ def test_one_off_solve_in_the_accelerator_layout_matches_the_cpu_layout(monkeypa
     # max_min_fair on an accelerator attaches a segment table and skips compaction;
     # forced here on the CPU (a fresh shape, so the program is traced again)
     import fabric_jax as fj
-    from fabric_jax import fairness
-    monkeypatch.setattr(fairness, "TABLE_MIN_ENTRIES", 1000)
+    from fabric_jax.fairness import _api
+    monkeypatch.setattr(_api, "TABLE_MIN_ENTRIES", 1000)
     rng = np.random.default_rng(4)
     n_flows, n_links, hops = 2_003, 300, 4
     links = np.argsort(rng.random((n_flows, n_links)), axis=1)[:, :hops]
@@ -142,7 +142,7 @@ def test_one_off_solve_in_the_accelerator_layout_matches_the_cpu_layout(monkeypa
     cap = rng.uniform(1e9, 1e10, n_links).astype(np.float32)
     ref = fj.max_min_fair(inc, cap)
     with sg.forced("gather"):
-        inc_t, compaction = fairness._for_backend(inc)
+        inc_t, compaction = _api._for_backend(inc)
         assert inc_t.by_link is not None and compaction == "none"
         got = fj.max_min_fair(inc, cap)
     np.testing.assert_allclose(np.asarray(got.rates), np.asarray(ref.rates), rtol=2e-5)
@@ -154,18 +154,18 @@ def test_tables_follow_the_device_a_computation_runs_on(monkeypatch):
     # tables, the one-off solve keeps its compaction levels (the host's choices follow
     # the device, not the machine's default backend)
     import fabric_jax as fj
-    from fabric_jax import fairness
+    from fabric_jax.fairness import _api
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")      # a GPU machine
-    monkeypatch.setattr(fairness, "TABLE_MIN_ENTRIES", 10)
+    monkeypatch.setattr(_api, "TABLE_MIN_ENTRIES", 10)
     assert sg.default_platform() == "gpu" and sg.tables_wanted()
     cpu = jax.devices("cpu")[0]
     inc = fj.Incidence.from_coo(np.array([0, 1, 1, 2] * 4), np.repeat(np.arange(4), 4),
                                 None, n_links=3, n_flows=4)
-    assert fairness._for_backend(inc)[1] == "none"                   # accelerator form
+    assert _api._for_backend(inc)[1] == "none"                   # accelerator form
     for dev in (cpu, "cpu"):
         with jax.default_device(dev):
             assert sg.default_platform() == "cpu" and not sg.tables_wanted()
-            tabled, compaction = fairness._for_backend(inc)
+            tabled, compaction = _api._for_backend(inc)
             assert tabled.by_link is None and compaction == "fine"
     with sg.forced("gather"), jax.default_device(cpu):               # FORCE still wins
         assert sg.tables_wanted()

@@ -534,7 +534,7 @@ def test_burst_larger_than_active_table(x64):
 
 
 # --------------------------------------------------------------------------------------
-# Warm-started solves and event merging (fabric_jax.sim module docstring)
+# Warm-started solves and event merging (fabric_jax.sim._events module docstring)
 # --------------------------------------------------------------------------------------
 #: Merged-event FCT error allowed, in units of ``tolerance`` (measured on these instances;
 #: the docstring explains why no a-priori constant exists in general).
@@ -648,7 +648,7 @@ def test_batched_warm_start_equals_loop(x64):
 
 
 # --------------------------------------------------------------------------------------
-# The two arrival paths of the event loop (fabric_jax.sim, "Cost per event"): without
+# The two arrival paths of the event loop (fabric_jax.sim._events, "Cost per event"): without
 # dependencies flows enter through a pointer into the sorted start times; with them,
 # through the release times.  Same instance both ways: a zero-byte, linkless flow 0 that
 # every other flow depends on finishes at t = 0, so the starts are unchanged.
