@@ -21,7 +21,7 @@ spectrum_x ``spectrum_x_ar`` hpcc pfc    yes     selective  SuperNIC placement
 uec        ``spray``    nscc    trim     yes     selective  REPS / RCCC optional
 ========== ============ ======= ======== ======= ========== ============================
 
-Receiver (issue 14, :mod:`fabric_jax.receiver`): ``reorder`` says whether the receiving
+Receiver (:mod:`fabric_jax.receiver`): ``reorder`` says whether the receiving
 NIC accepts out-of-order packets; without it, a flow sprayed over paths of different
 delay loses goodput to go-back-N resends.  ``loss_recovery`` (``"selective"`` |
 ``"go_back_n"``) says what a loss costs.  RoCE with per-packet spraying and a plain
@@ -34,13 +34,13 @@ the topology builders' default link speed): :meth:`Fabric.law_params` calls
 :func:`fabric_jax.cc.params_for` (rules and sources: ``docs/cc_parameters.md``), and a
 case builder that knows the topology passes its rate, ``law_params(line_rate=...)``.
 
-Device latency per preset (issue 14): ``switch_latency`` (port to port) and
+Device latency per preset: ``switch_latency`` (port to port) and
 ``nic_latency`` (one NIC traversal) in seconds, from the vendor documents named in each
 preset; :meth:`Fabric.link_latency` adds them to a topology's per-link propagation
 delay (a link leaving a switch carries that switch's latency, a link leaving or
 entering a host one NIC latency).
 
-Traffic classes and isolation (issue 14, :mod:`fabric_jax.qos`): each preset documents
+Traffic classes and isolation (:mod:`fabric_jax.qos`): each preset documents
 its port classes (IB: SL-to-VL mapping and VL arbitration with per-VL credits; RoCE and
 Spectrum-X: 802.1p priorities under ETS with per-priority PFC; UEC: ETS classes) in
 ``class_names`` / ``class_weights`` / ``class_levels``.  ``class_map`` assigns tenants
@@ -308,18 +308,13 @@ def infiniband(**overrides) -> Fabric:
     step the fluid all-reduce is nevertheless slower than under ``roce``: it starts
     while the skewed MoE all-to-all still congests hot receivers and spine ports, its
     flows collect BECNs there (CCTI rises ~6 per us at 50 GB/s), and after the hot spots
-    drain the CCTI returns by one index per ``ccti_timer`` (30 us), so the all-reduce
-    runs at ~75 % of line rate and below (measured on the default scenario's training
-    job alone, 192 GPUs: mean CCTI of the active all-reduce flows ~37 with every queue
-    empty, all-reduce 278 us vs 164 us with ``cc="none"``, and 86 us either way with
-    no all-to-all before it).  That is IB CC's fast-
+    drain the CCTI returns by one index per ``ccti_timer``, so the all-reduce runs below
+    line rate for a while (``docs/history.md``, ``fabric_jax.fabrics``: the figures of
+    that diagnosis).  That is IB CC's fast-
     increase / slow-decrease asymmetry with the published parameters (see
     :mod:`fabric_jax.cc.ibcc`), not an artefact of credits (credit stall 0 in that run)
     or SHARP; the max-min engine (ideal CC) ranks ``infiniband`` first.  Tune with
-    ``cc_options={"ccti_timer": ...}`` or compare ``cc="none"``.  (The figures above
-    were measured with a 30 us timer and marking rate 3 at 400 Gb/s; the line-rate
-    defaults now give a 3 us timer and the vendor marking rate 10 at 400 Gb/s, see
-    :mod:`fabric_jax.cc.ibcc`.)
+    ``cc_options={"ccti_timer": ...}`` or compare ``cc="none"``.
 
     Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s, NDR; assumption:
     every HCA runs at the fabric's host link rate): IB CC per

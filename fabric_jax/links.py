@@ -30,10 +30,8 @@ step).
 Approximations, stated: the network is simulated in the frame of the flow's wave
 front, i.e. the path latency delays delivery and feedback but not the instant at which
 bytes meet at a downstream hop (bytes that never queue cross the fabric cut-through in
-their step, and so do bytes leaving a queue, through the hops below it; until the
-session of 2026-12-03 such a byte reached the next hop one step later, which added up
-to ``(hops - 1) dt`` to every queued byte's path and made 20-40 us phases move by
-10-16 % when ``dt`` was quartered, see ``experiments/convergence.py``).
+their step, and so do bytes leaving a queue, through the hops below it, so that a
+queued byte's path adds no ``(hops - 1) dt`` of delay: ``experiments/convergence.py``).
 
 Host-NIC egress links (``nic``): the first hop of a flow leaves its host.  The NIC
 arbitrates among its flows and keeps no shared backlog: what a flow cannot put

@@ -44,7 +44,7 @@ Fluid model (ours; the packet-level facts above are the sources):
    (1 - exp(-m_p))`` (:func:`out_of_order_probability`).  ``tol`` is the NIC's
    tolerance (0 for a plain RoCE NIC).  A single path, equal delays, or a spread below
    one packet time (82 ns for 4 KB at 400 Gb/s) gives 0 -- for the *mean* delays.
-   Since issue 26 each packet's delay also carries its packet-scale waits at the
+   Each packet's delay also carries its packet-scale waits at the
    switch ports its flow's paths do not share (:mod:`fabric_jax.queueing`: 0 below
    the collisions of two ingress ports, growing with utilisation), so an even spray
    over equal paths reorders as load rises; :func:`out_of_order_probability` with
@@ -116,8 +116,8 @@ def check_options(reorder, loss_recovery, mtu=DEFAULT_MTU, reorder_tolerance=0.0
 def out_of_order_probability(split, delay, rate, mtu, tolerance=0.0, wait=None):
     """Probability that a packet of the flow is overtaken by a later one (point 1 above).
 
-    Without ``wait`` each path's delay is its mean ``D_p`` (the model before issue 26:
-    an even spray over equal paths never reorders).  With ``wait = (atom, theta)``
+    Without ``wait`` each path's delay is its mean ``D_p`` (then an even spray over equal
+    paths never reorders).  With ``wait = (atom, theta)``
     each path's delay is ``D_p + A_p``, ``A_p`` the packet-scale wait over the hops that
     not all of the flow's paths share (:mod:`fabric_jax.queueing`): 0 with probability
     ``atom``, else exponential of mean ``theta``, independently per packet and path.

@@ -50,9 +50,8 @@ a flow that crossed a hot spot for a few tens of microseconds stays throttled lo
 after the hot spot has gone (from index 127 back to 26 takes ``101 ccti_timer``: 3 ms at
 the 40 Gb/s reference, 0.3 ms at 400 Gb/s).  This asymmetry is the mechanism's:
 the marking rate and increase are the vendor settings above; a shorter timer or a
-gentler table (``cct``, ``ccti_timer``) trades this hangover for weaker control.  (The
-compare-study figures measured before the line-rate rule -- marking rate 3, a 30 us
-timer at 400 Gb/s -- no longer apply; see ``docs/cc_parameters.md``.)
+gentler table (``cct``, ``ccti_timer``) trades this hangover for weaker control
+(``docs/cc_parameters.md``).
 """
 
 from __future__ import annotations

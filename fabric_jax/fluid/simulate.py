@@ -180,9 +180,7 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
         runs today's single-class model unchanged.
       fifo_bands: bands per egress FIFO (see "FIFO queues" above; default 8, the
         state grows by ``[flows, hops, fifo_bands]``); 1 keeps standing queues well
-        mixed.  Gradients flow through any number of bands (see "FIFO queues";
-        until 2026-12-03 they could be wrong at ties, e.g. 30.9 against the closed
-        form 0.039 for a two-class ETS weight, ``tests/test_traffic_classes.py``).
+        mixed.  Gradients flow through any number of bands (see "FIFO queues").
       delay_steps: length of the delay lines in steps (the feedback ring and the
         receiver wires; static, part of the compiled program).  ``None`` (default):
         what this run needs, its longest feedback delay ``max(base_rtt) / dt``.  Runs
