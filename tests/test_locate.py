@@ -132,7 +132,7 @@ def test_adaptive_split_follows_the_fabric_links_not_the_nics():
     up = topo.link_index("leaf0", "spine0")
     phi = np.ones(prob.n_links)
     phi[up] = 0.5
-    split = np.asarray(L._split(prob, jnp.asarray(prob.capacity * phi), None))
+    split = np.asarray(L.path_split(prob, jnp.asarray(prob.capacity * phi), None))
     through = (prob.path_hops == up).any(axis=2)             # [flows, paths]
     f = np.flatnonzero(through.any(axis=1))
     assert f.size and np.all(prob.path_hops[f][..., [0, -1]] == -1)   # NIC hops masked
