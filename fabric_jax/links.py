@@ -527,7 +527,7 @@ def wire_in_flight(wire, k, taps_n, taps_phi, *, by_rows: bool = False):
     order (last bits): for the per-step accounting check, while results use the
     reduction."""
     depth = wire.shape[0]
-    age = (k - jnp.arange(depth)[:, None]) % depth            # [depth, 1] steps ago
+    age = (k - jnp.arange(depth, dtype=jnp.result_type(k))[:, None]) % depth   # steps ago
     weight = jnp.where(age < taps_n[None, :], 1.0,
                        jnp.where(age == taps_n[None, :], taps_phi[None, :], 0.0))
     terms = weight.astype(wire.dtype) * wire

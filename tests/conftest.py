@@ -98,6 +98,14 @@ if CI_DERANDOMIZE:
     settings.load_profile("ci")
 
 
+# JAX's strict dtype promotion in every test: an implicit int -> float or int32 -> int64
+# promotion in the package is an error here (users keep JAX's default).  A subprocess
+# (a CLI test) runs with the default unless it sets its own.
+import jax  # noqa: E402
+
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+
 @pytest.fixture
 def x64():
     """Enables float64 for one test and restores the previous setting afterwards

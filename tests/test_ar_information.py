@@ -211,7 +211,7 @@ def test_splits_stay_distributions_and_scan_jit_equals_eager(name):
         return RoutingView(queue=jax.random.uniform(k1, (L,)) * 3e5, capacity=cap,
                            load=jax.random.uniform(k2, (L,)) * 2 * C,
                            mark=jnp.zeros(L), flow_rate=jax.random.uniform(k3, (F,)) * C,
-                           active=jnp.ones(F, bool), t=jnp.asarray(i * 1e-6, jnp.float32))
+                           active=jnp.ones(F, bool), t=jnp.asarray(i, jnp.float32) * 1e-6)
 
     def body(st, ki):
         k, i = ki

@@ -114,13 +114,13 @@ def test_water_fill_hand_cases():
     # costs 1 + 2 + 2 + 2 = 7 <= 10, so the first two get their demand and the last two
     # share the remaining 7 C: 3.5 C each.
     r = np.asarray(water_fill([0, 0, 0, 0], [1.0] * 4, jnp.asarray([10 * C]),
-                              jnp.asarray([1, 2, 10, 10]) * C)) / C
+                              jnp.asarray([1.0, 2.0, 10.0, 10.0]) * C)) / C
     np.testing.assert_allclose(r, [1, 2, 3.5, 3.5], rtol=1e-6)
     # Same link, weights 0.5 (each flow loads half its rate): filling to 10 C would load
     # 0.5 (1 + 2 + 10 + 10) = 11.5 C > 10 C, so the first two get their demand and the
     # others the level lam with 0.5 (1 + 2) + 2 x 0.5 lam = 10, lam = 8.5 C.
     r = np.asarray(water_fill([0, 0, 0, 0], [0.5] * 4, jnp.asarray([10 * C]),
-                              jnp.asarray([1, 2, 10, 10]) * C)) / C
+                              jnp.asarray([1.0, 2.0, 10.0, 10.0]) * C)) / C
     np.testing.assert_allclose(r, [1, 2, 8.5, 8.5], rtol=1e-6)
     # Two links decouple; a flow on no link (-1) and one of weight 0 get their demand;
     # a zero-capacity link gives 0; the whole demand fits on link 1 (1 + 1 <= 5).

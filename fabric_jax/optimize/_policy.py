@@ -38,6 +38,7 @@ from ..compiling import jit
 from ._baselines import spray_split
 from ._objectives import masked_softmax, smooth_max, utilization
 from ._problem import RoutingProblem
+from ._optax import optax_update
 
 __all__ = ["PolicyResult", "train_routing_policy"]
 
@@ -206,7 +207,7 @@ def train_routing_policy(problem: RoutingProblem, train_demands, *, kind: str = 
             idx = jax.random.randint(sub, (batch_size,), 0, demands.shape[0])
             t = temp(k) if callable(temp) else temp
             loss, g = jax.value_and_grad(loss_fn)(p, demands[idx], norms[idx], t)
-            updates, opt_state = optimizer.update(g, opt_state, p)
+            updates, opt_state = optax_update(optimizer, g, opt_state, p)
             return (optax.apply_updates(p, updates), opt_state, key), loss
 
         (p, _, _), losses = jax.lax.scan(body, (params, optimizer.init(params), key),

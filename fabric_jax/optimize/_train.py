@@ -28,6 +28,7 @@ from ..compiling import jit
 from ._baselines import ecmp_split
 from ._objectives import cct_loss, masked_softmax, mlu_loss, tenant_mlu_loss
 from ._problem import RoutingProblem, check_flow_level
+from ._optax import optax_update
 
 __all__ = ["RoutingResult", "optimize_routing", "optimize_routing_batched",
            "anneal", "default_optimizer", "init_logits", "OBJECTIVES"]
@@ -144,7 +145,7 @@ def _runner(spec: _Spec, optimizer, n: int, batched: bool):
             best_logits = jnp.where(better, logits, best_logits)
             best_metric = jnp.where(better, metric, best_metric)
             best_step = jnp.where(better, k, best_step)
-            updates, opt_state = optimizer.update(g, opt_state, logits)
+            updates, opt_state = optax_update(optimizer, g, opt_state, logits)
             logits = optax.apply_updates(logits, updates)
             return (logits, opt_state, best_logits, best_metric, best_step, k + 1), (loss, metric)
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from . import _tunables as tn
 from ._tuning_model import OBJECTIVES, TuningModel
+from ._optax import optax_update
 
 __all__ = ["TuneResult", "tune", "random_search", "nelder_mead", "ease_of_tuning",
            "check_objective", "evaluations_to_reach", "DEFAULT_ITERATIONS",
@@ -231,7 +232,7 @@ def tune(scenario=None, preset: str = "roce", objective: str = "step_time", para
                          values=_values(tunables, u, fixed)))
         if progress:
             progress(i, value)
-        updates, state = opt.update(g, state, z)
+        updates, state = optax_update(opt, g, state, z)
         z = optax.apply_updates(z, updates)
     tuned = _values(tunables, best_u, fixed) if best_i else dict(defaults)
     exact = _exact(model, objective, workload, {}, tuned) if exact_check else {}

@@ -95,9 +95,10 @@ def _ecmp_step(state, view, dt, params):
     home = state.aux["home"]
     home_ok = jnp.any((home > 0) & alive, axis=1, keepdims=True)
     n_live = jnp.sum(alive, axis=1, keepdims=True)
-    pick = jnp.minimum(jnp.floor(state.aux["u"][:, None] * n_live), n_live - 1)
+    u = state.aux["u"][:, None]
+    pick = jnp.minimum(jnp.floor(u * n_live.astype(u.dtype)), (n_live - 1).astype(u.dtype))
     rank = jnp.cumsum(alive, axis=1) - 1
-    alt = (alive & (rank == pick)).astype(home.dtype)
+    alt = (alive & (rank.astype(u.dtype) == pick)).astype(home.dtype)
     split = jnp.where(home_ok | (n_live == 0), home, alt)
     return dataclasses.replace(state, split=split)
 

@@ -18,6 +18,7 @@ from ._problem import (COUNTER_SIGMA, DEFAULT_STEPS, DETECT_LOSS, LOSS_MAX, LOSS
                        LOSS_SIGMA, PHI_MIN, PRESET_ROUTING, REFIT_CANDIDATES, REFIT_GRID,
                        TAU_END, TAU_START, LocateProblem, locate_problem)
 from ._result import LocateResult, rank_by_score
+from .._optax import optax_update
 
 
 def locate(topology, workload, observed, preset: str = "roce", *, routing: str | None = None,
@@ -187,7 +188,7 @@ def _solver(prob: LocateProblem, has, times, ranks, steps, learning_rate):
             tau = TAU_START * (TAU_END / TAU_START) ** frac
             value, g = grad(theta, tau, obs, sparsity)
             g = jax.tree_util.tree_map(lambda a: jnp.where(jnp.isfinite(a), a, 0.0), g)
-            upd, state = opt.update(g, state, theta)
+            upd, state = optax_update(opt, g, state, theta)
             th, u = optax.apply_updates(theta, upd)
             return ((th, jnp.clip(u, 0.0, LOSS_MAX / LOSS_SCALE)), state), value
 
