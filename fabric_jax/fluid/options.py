@@ -109,10 +109,13 @@ class Receiver:
 
     Attributes:
       reorder: the NIC accepts out-of-order packets (default ``True``: spraying costs
-        nothing).  ``False``: a flow split over paths of different delay loses the
-        out-of-order arrivals and what follows them until a go-back-N resend arrives.
-      loss_recovery: ``"selective"`` (only lost bytes are resent) or ``"go_back_n"``.
-      mtu: packet size, bytes (default 4096).
+        nothing).  ``False``: a flow split over paths of different delay (latency +
+        queueing) loses the out-of-order arrivals and everything after them until a
+        go-back-N resend arrives (a plain RoCE NIC).
+      loss_recovery: ``"selective"`` (only lost bytes are resent) or ``"go_back_n"``
+        (a loss also wastes what the flow sends until it is detected, one base RTT
+        plus ``rto_steps`` of the flow control in ``drop`` mode).
+      mtu: packet size, bytes, for the reordering and go-back-N models (default 4096).
       reorder_tolerance: path-delay difference a ``reorder=False`` NIC absorbs, s.
       burstiness: arrival burstiness ``kappa`` of the packet-scale port waits that
         reorder a sprayed flow (:mod:`fabric_jax.queueing`; 1 is the analytic model).
@@ -151,10 +154,18 @@ class Solver:
     Attributes:
       iterations: fixed iteration count of each solve (needed for reverse-mode
         gradients); default: exact while loop, or ``flows + 1`` with ``smooth``.
-      unroll: iterations run as a loop of known trip count before each while loop
-        (bit-identical; for accelerators).  Not with ``iterations`` or ``smooth``.
-      check_every: iterations between the while loops' tests (bit-identical; a GPU
-        reads each test back to the host).  Not with ``iterations`` or ``smooth``.
+      unroll: iterations of each solve (and rounds of the NIC water-fill) run as a loop
+        of known trip count before its while loop, which finishes what is left
+        (:func:`fabric_jax.fairness.solve`, ``unroll``): bit-identical results, for
+        accelerators, where a step that settles within them runs with no
+        data-dependent stop.  Default 0 (the plain while loop, fastest on a CPU).  Not
+        with ``iterations`` or ``smooth``.
+      check_every: iterations of each solve's while loop between its tests "is any
+        flow still open" (``check_every`` of :func:`fabric_jax.fairness.solve`):
+        bit-identical results and iteration counts; on a GPU each test is a predicate
+        read back to the host, so a deep solve waits on the host that many times less
+        often, for at most ``check_every - 1`` idle iterations.  Default 1.  Not with
+        ``iterations`` or ``smooth``.
       smooth: :class:`fabric_jax.smooth.Smoothing` (default exact): finite gradients
         through marking and pause thresholds.
     """
@@ -180,10 +191,13 @@ class Numerics:
     Attributes:
       fifo_bands: bands per egress FIFO (default 8; the state grows by ``[flows, hops,
         fifo_bands]``); 1 keeps standing queues well mixed.
-      delay_steps: length of the delay lines in steps (static).  ``None``: this run's
+      delay_steps: length of the delay lines in steps (the feedback ring and the
+        receiver wires; static, part of the compiled program).  ``None``: this run's
         longest feedback delay ``max(base_rtt) / dt``.  Runs that differ only in
         latencies, base RTTs or ``dt`` compile one program when they pass the same
-        value (at least each run's own need).
+        value (at least each run's own need; results are the same, the lines only get
+        longer: ``[delay_steps, flows, 7]`` floats for the ring).  A value below the
+        need is a ``ValueError`` that states the need.
     """
 
     fifo_bands: int = lk.DEFAULT_FIFO_BANDS
@@ -204,8 +218,10 @@ class SaveAt:
         without a trajectory) at a time, once the fabric is idle for good: every flow
         finished or released after the horizon, no byte queued or on a wire, no link
         paused.  Every flow result is what the full run gives; the law's state and the
-        feedback ring stop where the last simulated chunk left them.  Not for
-        reverse-mode gradients through ``n_steps``.
+        feedback ring stop where the last simulated chunk left them (the law would go
+        on adapting with no traffic), and the skipped snapshots repeat an idle fabric.
+        Not for reverse-mode gradients through ``n_steps`` (a ``lax.cond``; the skipped
+        chunks have no gradient).
     """
 
     every: int | None = None

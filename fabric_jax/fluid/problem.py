@@ -223,13 +223,10 @@ def prepare(incidence, capacity, size, *, dt, n_steps: int, arrival=None, deps=N
       routing: a :class:`fabric_jax.routing.Routing`: dynamic per-step splits over each
         flow's candidate paths; ``None``: the static single path of ``incidence``.
       faults: link events, lossy links or a :class:`fabric_jax.faults.FaultSchedule`.
-      cc: :class:`~fabric_jax.fluid.CongestionControl` (or a law or its name).
-      flow_control: :class:`~fabric_jax.fluid.FlowControlConfig` (or a mode).
-      receiver: :class:`~fabric_jax.fluid.Receiver`.
-      qos: :class:`~fabric_jax.fluid.QoS`.
-      solver: :class:`~fabric_jax.fluid.Solver`.
-      numerics: :class:`~fabric_jax.fluid.Numerics`.
-      save: :class:`~fabric_jax.fluid.SaveAt`.
+      cc, flow_control, receiver, qos, solver, numerics, save: the options
+        (:mod:`fabric_jax.fluid.options`: ``CongestionControl`` or a law or its name,
+        ``FlowControlConfig`` or a mode, ``Receiver``, ``QoS``, ``Solver``, ``Numerics``,
+        ``SaveAt``); ``None``: each one's defaults.
 
     Returns:
       :class:`FluidProblem`.
@@ -238,13 +235,8 @@ def prepare(incidence, capacity, size, *, dt, n_steps: int, arrival=None, deps=N
       ValueError: bad shapes or values, each naming the argument (see
         :func:`fabric_jax.simulate_fluid` for the full list).
     """
-    cc = as_options(CongestionControl, cc, "cc")
-    fco = as_options(FlowControlConfig, flow_control, "flow_control")
-    receiver = as_options(Receiver, receiver, "receiver")
-    qos_o = as_options(QoS, qos, "qos")
-    solver = as_options(Solver, solver, "solver")
-    numerics = as_options(Numerics, numerics, "numerics")
-    save = as_options(SaveAt, save, "save")
+    cc, fco, receiver, qos_o, solver, numerics, save = _options(
+        cc, flow_control, receiver, qos, solver, numerics, save)
     law, flow_control = cc.law, fco.mode
     n_steps = checks.check_n_steps(n_steps)
     if not isinstance(dt, jax.core.Tracer) and not (np.isfinite(dt) and dt > 0):
@@ -253,34 +245,18 @@ def prepare(incidence, capacity, size, *, dt, n_steps: int, arrival=None, deps=N
         raise ValueError(f"save_every must be a positive integer dividing n_steps={n_steps}; "
                          f"got {save.every!r}")
     smooth = solver.smooth
-    n_flows_guess = np.shape(size)[0] if np.ndim(size) == 1 else None
-    if arrival is None and n_flows_guess is not None:
-        arrival = np.zeros(n_flows_guess)
-    inc, capacity, deps, flows = prepare_flows(incidence, capacity, arrival, size, deps, delay,
-                                               latency, None)
-    n_links, n_flows = inc.n_links, inc.n_flows
-    fdt = capacity.dtype
     if isinstance(base_rtt, jax.core.Tracer) or isinstance(dt, jax.core.Tracer):
         raise ValueError("base_rtt and dt must be concrete: they set the delay-line length")
-    link_tab, w_tab, seg, policy, rparams, rstate0 = _paths(inc, routing, fdt)
-    hops = lk.hop_table(link_tab, w_tab, int(seg), n_links)
-    nic = lk.nic_links(link_tab, int(seg), n_links, nic_links)
+    (capacity, deps, flows, link_tab, seg, hops, nic, policy, rparams,
+     rstate0) = _layout(incidence, capacity, size, arrival, deps, delay, latency, routing,
+                        nic_links)
+    n_links, n_flows = hops.n_links, link_tab.shape[0]
+    fdt = capacity.dtype
 
-    checks.check_positive_array("line_rate", line_rate, (n_flows,))
-    checks.check_positive_array("base_rtt", base_rtt, (n_flows,))
-    if line_rate is None:
-        cap_ext = np.append(np.asarray(capacity, float), np.inf)
-        lr = cap_ext[link_tab].min(axis=1)
-        lr = np.where(np.isfinite(lr) & (lr > 0), lr, np.max(np.asarray(capacity), initial=1.0))
-        line_rate = lr
-    line_rate = jnp.asarray(line_rate, fdt)
-    path_lat = lk.path_latencies(link_latency, link_tab, int(seg), n_links)
-    one_way = np.asarray(flows["latency"], float) + checks.mean_over_paths(
-        path_lat, link_tab, int(seg), n_links)
-    if base_rtt is None:
-        base_rtt = np.maximum(2 * one_way, float(dt))
+    line_rate, path_lat, one_way, base_rtt = _flow_constants(
+        capacity, link_tab, int(seg), n_links, flows, line_rate, base_rtt, link_latency,
+        float(dt))
     delays = _delay_lines(base_rtt, one_way, float(dt), flow_control, numerics.delay_steps)
-
     params = cc.resolved_params()
     checks.check_law_params(law, params)
     tc_cfg, tc_arr = checks.prepare_classes(qos_o.traffic_class, qos_o.classes, n_flows)
@@ -291,20 +267,8 @@ def prepare(incidence, capacity, size, *, dt, n_steps: int, arrival=None, deps=N
         n_outer, inner, keep_traj = 1, n_steps, False
     else:
         n_outer, inner, keep_traj = n_steps // save.every, int(save.every), True
-    solver_iterations = solver.iterations
-    if solver_iterations is None and smooth.enabled:
-        solver_iterations = n_flows + 1
-    check_loop_options(solver_iterations, solver.unroll, solver.check_every,
-                       names=("solver_iterations", "solver_unroll", "solver_check_every"),
-                       fixed="solver_iterations or smooth")
-    sched = None
-    if faults is not None:
-        sched = fm.fault_schedule(faults, n_links, float(dt))
-        sched = fm.FaultSchedule(step=jnp.asarray(sched.step, jnp.int32),
-                                 factor=jnp.asarray(sched.factor, fdt),
-                                 loss=None if sched.loss is None
-                                 else jnp.asarray(sched.loss, fdt))
-    base_rtt = jnp.asarray(base_rtt, fdt)
+    solver_iterations = _solver_iterations(solver, n_flows)
+    sched = _schedule(faults, n_links, float(dt), fdt)
     shape = Shape(ring_len=delays["ring_len"], wire_depth=delays["wire_depth"],
                   routed=policy is not None, n_classes=n_classes,
                   fifo_bands=numerics.fifo_bands,
@@ -315,15 +279,9 @@ def prepare(incidence, capacity, size, *, dt, n_steps: int, arrival=None, deps=N
     rx_ooo = ((not receiver.reorder) and policy is not None and hops.n_paths > 1
               and getattr(policy, "name", None) not in ("ecmp", "flowlet"))
     net = Net(hops=hops, switch=jnp.asarray(~nic, fdt), capacity=capacity,
-              line_rate=line_rate, base_rtt=base_rtt, fb_steps=jnp.asarray(delays["fb_steps"]),
-              fb_phi=jnp.asarray(delays["fb_phi"], fdt),
-              wire_n=jnp.asarray(delays["wire_n"]), wire_phi=jnp.asarray(delays["wire_phi"], fdt),
-              one_way=jnp.asarray(one_way, fdt), deps=deps, flows=flows,
-              path_lat=jnp.asarray(path_lat, fdt), mtu=jnp.asarray(receiver.mtu, fdt),
-              tolerance=jnp.asarray(receiver.reorder_tolerance, fdt),
-              wait_pairs=(qm.ingress_pairs(np.asarray(hops.link), np.asarray(hops.prev),
-                                           n_links) if rx_ooo else None),
-              burstiness=jnp.asarray(receiver.burstiness, fdt))
+              line_rate=line_rate, base_rtt=jnp.asarray(base_rtt, fdt), deps=deps,
+              flows=flows, **_delay_arrays(delays, one_way, path_lat, fdt),
+              **_receiver_arrays(receiver, hops, rx_ooo, fdt))
     net = _class_net(net, tc_cfg, tc_arr, sb, flow_control, capacity, float(dt), fdt)
     static = Static(law=law, fc=flow_control, policy=policy, shape=shape,
                     solver_iterations=solver_iterations, solver_unroll=int(solver.unroll),
@@ -337,6 +295,94 @@ def prepare(incidence, capacity, size, *, dt, n_steps: int, arrival=None, deps=N
                         trajectory=keep_traj, net=net, params=params, fc_params=fc_params,
                         smooth=smooth, dt=jnp.asarray(dt, fdt), routing_params=rparams,
                         routing_state=rstate0, faults=sched)
+
+
+def _delay_arrays(delays, one_way, path_lat, fdt) -> dict:
+    """The :class:`Net` fields of the delay lines and latencies."""
+    return dict(fb_steps=jnp.asarray(delays["fb_steps"]),
+                fb_phi=jnp.asarray(delays["fb_phi"], fdt),
+                wire_n=jnp.asarray(delays["wire_n"]),
+                wire_phi=jnp.asarray(delays["wire_phi"], fdt),
+                one_way=jnp.asarray(one_way, fdt), path_lat=jnp.asarray(path_lat, fdt))
+
+
+def _receiver_arrays(receiver, hops, rx_ooo, fdt) -> dict:
+    """The :class:`Net` fields of the receiver model (the port pairs of the packet-scale
+    waits only where out-of-order arrivals are modelled)."""
+    return dict(mtu=jnp.asarray(receiver.mtu, fdt),
+                tolerance=jnp.asarray(receiver.reorder_tolerance, fdt),
+                wait_pairs=(qm.ingress_pairs(np.asarray(hops.link), np.asarray(hops.prev),
+                                             hops.n_links) if rx_ooo else None),
+                burstiness=jnp.asarray(receiver.burstiness, fdt))
+
+
+def _flow_constants(capacity, link_tab, seg, n_links, flows, line_rate, base_rtt,
+                    link_latency, dt):
+    """``(line_rate, path_lat, one_way, base_rtt)``: each flow's line rate (default the
+    smallest capacity on its path), its paths' latencies, its one-way latency (the
+    mean over its candidate paths, plus its own) and base RTT (default ``max(2 L_f,
+    dt)``)."""
+    n_flows = link_tab.shape[0]
+    checks.check_positive_array("line_rate", line_rate, (n_flows,))
+    checks.check_positive_array("base_rtt", base_rtt, (n_flows,))
+    if line_rate is None:
+        cap_ext = np.append(np.asarray(capacity, float), np.inf)
+        lr = cap_ext[link_tab].min(axis=1)
+        lr = np.where(np.isfinite(lr) & (lr > 0), lr, np.max(np.asarray(capacity), initial=1.0))
+        line_rate = lr
+    line_rate = jnp.asarray(line_rate, capacity.dtype)
+    path_lat = lk.path_latencies(link_latency, link_tab, seg, n_links)
+    one_way = np.asarray(flows["latency"], float) + checks.mean_over_paths(
+        path_lat, link_tab, seg, n_links)
+    if base_rtt is None:
+        base_rtt = np.maximum(2 * one_way, dt)
+    return line_rate, path_lat, one_way, base_rtt
+
+
+def _schedule(faults, n_links, dt, fdt):
+    """The compiled fault schedule (:func:`fabric_jax.faults.fault_schedule`) as device
+    arrays, or ``None``."""
+    if faults is None:
+        return None
+    sched = fm.fault_schedule(faults, n_links, dt)
+    return fm.FaultSchedule(step=jnp.asarray(sched.step, jnp.int32),
+                            factor=jnp.asarray(sched.factor, fdt),
+                            loss=None if sched.loss is None else jnp.asarray(sched.loss, fdt))
+
+def _solver_iterations(solver, n_flows):
+    """The solves' fixed iteration count (``flows + 1`` in the smooth mode by default),
+    the loop options checked together."""
+    iterations = solver.iterations
+    if iterations is None and solver.smooth.enabled:
+        iterations = n_flows + 1
+    check_loop_options(iterations, solver.unroll, solver.check_every,
+                       names=("solver_iterations", "solver_unroll", "solver_check_every"),
+                       fixed="solver_iterations or smooth")
+    return iterations
+
+
+def _layout(incidence, capacity, size, arrival, deps, delay, latency, routing, nic_links):
+    """The flows checked (:func:`fabric_jax.sim.prepare_flows`) and laid out: ``(capacity,
+    deps, flows, link_tab, seg, hops, nic, policy, rparams, rstate0)``, the hop table
+    over each flow's paths and the host-NIC links."""
+    n_flows_guess = np.shape(size)[0] if np.ndim(size) == 1 else None
+    if arrival is None and n_flows_guess is not None:
+        arrival = np.zeros(n_flows_guess)
+    inc, capacity, deps, flows = prepare_flows(incidence, capacity, arrival, size, deps, delay,
+                                               latency, None)
+    link_tab, w_tab, seg, policy, rparams, rstate0 = _paths(inc, routing, capacity.dtype)
+    hops = lk.hop_table(link_tab, w_tab, int(seg), inc.n_links)
+    nic = lk.nic_links(link_tab, int(seg), inc.n_links, nic_links)
+    return capacity, deps, flows, link_tab, int(seg), hops, nic, policy, rparams, rstate0
+
+
+def _options(cc, flow_control, receiver, qos, solver, numerics, save) -> tuple:
+    """Each option as its object (:func:`fabric_jax.fluid.options.as_options`)."""
+    return (as_options(CongestionControl, cc, "cc"),
+            as_options(FlowControlConfig, flow_control, "flow_control"),
+            as_options(Receiver, receiver, "receiver"), as_options(QoS, qos, "qos"),
+            as_options(Solver, solver, "solver"), as_options(Numerics, numerics, "numerics"),
+            as_options(SaveAt, save, "save"))
 
 
 def _paths(inc, routing, fdt):

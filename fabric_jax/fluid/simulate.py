@@ -81,118 +81,32 @@ def simulate_fluid(incidence, capacity, size, *, dt, n_steps: int, law="none", p
                    fifo_bands: int = lk.DEFAULT_FIFO_BANDS,
                    burstiness: float = qm.DEFAULT_BURSTINESS,
                    delay_steps: int | None = None) -> FluidResult:
-    """Fluid simulation of flows under congestion control and link-level flow control.
+    """Fluid simulation of flows under congestion control and link-level flow control:
+    :func:`fabric_jax.fluid.prepare` then :func:`fabric_jax.fluid.run`, with every
+    option a flat keyword (each group is documented on its option object).
 
     Args:
-      incidence: :class:`~fabric_jax.Incidence` or dense ``[links, flows]``; the entries
-        of each flow in COO order are its hops in path order (one path per flow, weights
-        0 or 1; a flow split over several paths needs ``routing=``).
-      capacity: ``[links]`` bytes/s.
-      size: ``[flows]`` bytes.
-      dt: step, seconds (e.g. 1e-6).
-      n_steps: number of steps (static).
-      law: a :class:`fabric_jax.cc.Law` or its name (``"none"``, ``"dcqcn"``,
-        ``"ibcc"``, ``"hpcc"``, ``"swift"``, ``"nscc"``).
-      params: the law's parameter pytree (default ``law.default_params()``); must have
-        the structure of the law's own parameters.
-      arrival, deps, delay: flow lifecycle, as in :func:`fabric_jax.simulate_flows`
-        (seconds; ``deps`` ``[flows, max_deps]``).
-      latency: ``[flows]`` one-way latency outside the links (host/NIC processing), s;
-        without ``link_latency`` the whole one-way latency of the flow (default 0).
-      line_rate: ``[flows]`` NIC line rate, bytes/s (default: the smallest capacity on
-        the flow's path).
-      base_rtt: ``[flows]`` propagation round trip, seconds: the feedback delay
-        (default ``max(2 L_f, dt)`` with ``L_f`` the one-way latency, see "Latency").
-      flow_control: a mode of :data:`fabric_jax.flowcontrol.MODES` or a
-        :class:`~fabric_jax.flowcontrol.FlowControl`.
-      fc_params: :class:`~fabric_jax.flowcontrol.FlowControlParams`; default from
-        ``buffer`` (PFC thresholds via :func:`~fabric_jax.flowcontrol.pfc_thresholds`
-        with a reaction time of ``pause_delay * dt``).  ``xoff``/``xon`` other than
-        ``buffer`` only with ``flow_control="pfc"``.
-      buffer: ``[links]`` (or scalar) buffer per link, bytes (default ``inf``).
-      smooth: :class:`fabric_jax.smooth.Smoothing` (default exact).
-      save_every: save a :class:`FluidTrajectory` snapshot every this many steps
-        (must divide ``n_steps``); ``None``: no trajectory.
-      stop_when_idle: skip the rest of the run, one ``save_every`` chunk (or the whole
-        run without a trajectory: pass ``save_every``) at a time, once the fabric is
-        idle for good: every flow has finished or is released only after the horizon,
-        no byte stands in a queue or travels on a wire, no link is paused.  Every flow
-        result is then exactly what the full run gives; the law's state and feedback
-        ring stop where the last simulated chunk left them (the law would go on
-        adapting with no traffic), and the skipped snapshots repeat an idle fabric
-        (zero rates and queues, usable = capacity in force).  Not for reverse-mode
-        gradients through ``n_steps`` (it is a ``lax.cond``; the skipped chunks have no
-        gradient).  Default ``False``.
-      solver_iterations: fixed iteration count of the per-step max-min solve (needed
-        for reverse-mode gradients; default: exact while-loop, or ``flows + 1`` in the
-        smooth mode).
-      solver_unroll: iterations of each per-step max-min solve (and rounds of the NIC
-        water-fill) run as a loop of known trip count before its while loop, which
-        finishes what is left (:func:`fabric_jax.fairness.solve`, ``unroll``):
-        bit-identical results, for accelerators, where a step that settles within them
-        runs with no data-dependent stop (XLA:GPU reads no predicate back to the host for
-        them).  Default 0 (the plain while loop, fastest on a CPU).  Not with
-        ``solver_iterations`` or ``smooth``.
-      solver_check_every: iterations of each per-step max-min solve's while loop between
-        its tests "is any flow still open" (:func:`fabric_jax.fairness.solve`,
-        ``check_every``): bit-identical results and iteration counts; on a GPU each test
-        is a predicate read back to the host, so a deep solve (tens of iterations per
-        step at 10^5 flows) waits on the host that many times less often, for at most
-        ``solver_check_every - 1`` idle iterations.  Default 1.  Not with
-        ``solver_iterations`` or ``smooth``.
-      routing: a :class:`fabric_jax.routing.Routing` (policy, its params and initial
-        state over a ``[flows, paths, hops]`` path table): dynamic per-step splits.
-        Every incidence entry of a flow must be on one of its candidate paths.
-        ``None`` (default): the static single path of ``incidence``.
-      faults: link faults during the run (see "Faults" above and
-        :mod:`fabric_jax.faults`): a list of events ``(time_s, links, factor)`` /
-        :func:`fabric_jax.faults.link_event`, lossy links
-        (:func:`fabric_jax.faults.lossy_link`), or a compiled
-        :class:`fabric_jax.faults.FaultSchedule`.  ``None``: no faults.
+      incidence, capacity, size, dt, n_steps, arrival, deps, delay, latency, line_rate,
+        base_rtt, link_latency, nic_links, routing, faults: the run's data, as
+        :func:`fabric_jax.fluid.prepare` takes them.
+      law, params: :class:`~fabric_jax.fluid.CongestionControl` (``law``, ``params``).
+      flow_control, fc_params, buffer, shared_buffer:
+        :class:`~fabric_jax.fluid.FlowControlConfig` (``mode``, ``params``, ``buffer``,
+        ``shared_buffer``).
+      reorder, loss_recovery, mtu, reorder_tolerance, burstiness:
+        :class:`~fabric_jax.fluid.Receiver`.
+      traffic_class, classes: :class:`~fabric_jax.fluid.QoS`.
+      solver_iterations, solver_unroll, solver_check_every, smooth:
+        :class:`~fabric_jax.fluid.Solver` (``iterations``, ``unroll``, ``check_every``,
+        ``smooth``).
+      fifo_bands, delay_steps: :class:`~fabric_jax.fluid.Numerics`.
+      save_every, stop_when_idle: :class:`~fabric_jax.fluid.SaveAt` (``every``,
+        ``stop_when_idle``).
       init_state: continue a run: ``FluidResult.state`` of an earlier call, or a
         :class:`fabric_jax.checkpoint.Checkpoint` loaded from disk.  The other
         arguments must be those of the earlier call (only ``n_steps`` and
         ``save_every`` may change).  On CPU, N steps + resume + M steps is
         bit-identical to N + M steps in one call.
-      link_latency: ``[links]`` latency of each link (propagation + serialisation +
-        switch traversal), s, e.g. ``topology.latency``; ``None``: links add none.
-      nic_links: host-NIC egress links (never marked, dropped or trimmed): a
-        ``[links]`` bool mask or a :class:`fabric_jax.Topology`; ``None``: derived
-        from the flows' first hops (:func:`fabric_jax.links.nic_links`).
-      reorder: the receiving NIC accepts out-of-order packets (default ``True``: spraying
-        costs nothing).  ``False``: a flow split over paths of different delay
-        (latency + queueing) loses the out-of-order arrivals and everything after them
-        until a go-back-N resend arrives (:mod:`fabric_jax.receiver`; a plain RoCE NIC).
-      loss_recovery: ``"selective"`` (default: only lost bytes are resent) or
-        ``"go_back_n"`` (a loss also wastes what the flow sends until it is detected,
-        one base RTT plus ``flow_control.rto_steps`` in ``drop`` mode).
-      mtu: packet size, bytes, for the reordering and go-back-N models (default 4096).
-      reorder_tolerance: path-delay difference a ``reorder=False`` NIC absorbs, s
-        (default 0).
-      burstiness: arrival burstiness ``kappa`` of the packet-scale port waits that
-        reorder a sprayed flow (``reorder=False``; :mod:`fabric_jax.queueing`, default
-        :data:`fabric_jax.queueing.DEFAULT_BURSTINESS`; 1 is the analytic model).
-      traffic_class: ``[flows]`` int class of each flow (default all 0); see "Traffic
-        classes" above.
-      classes: :class:`fabric_jax.qos.TrafficClasses` (:func:`fabric_jax.qos.traffic_classes`:
-        number of classes, ``"ets"`` / ``"strict"`` arbitration, weights); default:
-        ``max(traffic_class) + 1`` classes under ETS with equal weights.  One class
-        runs today's single-class model unchanged.
-      fifo_bands: bands per egress FIFO (see "FIFO queues" above; default 8, the
-        state grows by ``[flows, hops, fifo_bands]``); 1 keeps standing queues well
-        mixed.  Gradients flow through any number of bands (see "FIFO queues").
-      delay_steps: length of the delay lines in steps (the feedback ring and the
-        receiver wires; static, part of the compiled program).  ``None`` (default):
-        what this run needs, its longest feedback delay ``max(base_rtt) / dt``.  Runs
-        that differ only in latencies, base RTTs or ``dt`` compile one program when
-        they pass the same ``delay_steps`` (at least each run's own need; results are
-        the same, the lines only get longer: ``[delay_steps, flows, 7]`` floats for
-        the ring).  A value below the need is a ``ValueError`` that states the need.
-      shared_buffer: :class:`fabric_jax.flowcontrol.SharedBuffer`
-        (:func:`fabric_jax.flowcontrol.shared_buffer`), or a
-        :class:`fabric_jax.Topology` for its defaults: switch memory shared by its
-        queues with dynamic thresholds (drop / trim / PFC XOFF / credits).  ``None``
-        (default): static per-port pools of ``buffer``.
 
     Returns:
       :class:`FluidResult`.

@@ -68,7 +68,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import faults as fm
 from .. import links as lk
 from ..incidence import Incidence
 from ..sim import prepare_flows
@@ -242,6 +241,33 @@ class _Slots:
         self.law_packed = np.asarray(pack_law(law.init(jnp.asarray(flows.line_rate, fdt),
                                                        params)))
         self.slot_ids = np.arange(max_active)
+        n_flows = flows.size.shape[0]
+        # the run's [flows] results (flows never admitted keep these defaults)
+        self.out = dict(start=flows.release.copy(), finish=np.full(n_flows, np.inf),
+                        sent=np.zeros(n_flows), delivered=np.zeros(n_flows),
+                        dropped=np.zeros(n_flows), discarded=np.zeros(n_flows),
+                        queued=np.zeros(n_flows), in_flight=np.zeros(n_flows),
+                        stranded_time=np.zeros(n_flows), stranded=np.zeros(n_flows, bool),
+                        done=np.zeros(n_flows, bool), rx_phi=np.zeros((2, n_flows)))
+        self.law_out = np.array(self.law_packed)
+        self.order = np.argsort(flows.release, kind="stable")
+        self.next_in = 0          # flows order[:next_in] have been admitted
+
+    def entering(self, t_end: float, where: str):
+        """``(entering, free, busy)``: the flows released before ``t_end`` not yet
+        admitted, the free slots and the count of busy ones; ``ValueError`` when they do
+        not fit (``where``: the window and horizon, for the message)."""
+        stop = int(np.searchsorted(self.flows.release[self.order], t_end, side="left"))
+        entering = self.order[self.next_in:stop]
+        free = self.slot_ids[self.col_flow[:self.max_active] < 0]
+        busy = self.max_active - free.size
+        if entering.size > free.size:
+            raise ValueError(
+                f"max_active={self.max_active} is too small: at {where} {busy} flows hold "
+                f"a slot and {entering.size} more start within the window and its "
+                f"lookahead; pass max_active >= {busy + entering.size} (later windows may "
+                f"need more), or a shorter window")
+        return entering, free, busy, stop
 
     def inputs(self):
         """``(incidence, per-column arrays)`` of the table as it stands."""
@@ -263,6 +289,16 @@ class _Slots:
             traffic_class=None if f.traffic_class is None or f.classes is None
             else f.traffic_class[src])
 
+    def problem(self, steps: int, dt: float, options: dict):
+        """The window's :class:`~fabric_jax.fluid.FluidProblem`: the table as it stands,
+        ``steps`` steps, the run's other options (flat, as simulate_fluid takes them)."""
+        inc, col = self.inputs()
+        return prepare_kwargs(inc, self.flows.capacity, col["size"], dt=dt,
+                              n_steps=int(steps), arrival=col["arrival"], delay=col["delay"],
+                              latency=col["latency"], line_rate=col["line_rate"],
+                              base_rtt=col["base_rtt"], traffic_class=col["traffic_class"],
+                              **options)
+
     def put(self, leaves: dict, cols) -> None:
         """Columns ``cols`` get the state of flows that have not started."""
         if len(cols) == 0:
@@ -278,10 +314,11 @@ class _Slots:
                 fresh_columns(name, leaf, cols, **kw,
                               law_leaf=self.law_packed[:, src] if name == "law" else None)
 
-    def take(self, leaves: dict, in_flight, cols, out: dict, law_out) -> None:
+    def take(self, leaves: dict, in_flight, cols) -> None:
         """Per-flow results of the flows in columns ``cols`` into the run's arrays."""
         if len(cols) == 0:
             return
+        out, law_out = self.out, self.law_out
         axes = FluidState.flow_axes()
         col = lambda name: np.take(leaves[name], cols, axis=axes[name])  # noqa: E731
         f = self.col_flow[cols]
@@ -324,9 +361,8 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                             fifo_bands: int = lk.DEFAULT_FIFO_BANDS) -> SlotResult:
     """:func:`fabric_jax.simulate_fluid` on ``max_active`` flow slots, window by window.
 
-    Same model, arguments and per-flow results as :func:`fabric_jax.simulate_fluid`
-    (module docstring: why they agree, what is pinned); the device work follows the
-    number of flows in the fabric at once instead of the number of flows of the run.
+    Same model, arguments and per-flow results (module docstring: why they agree); the
+    device work follows the flows in the fabric at once, not the flows of the run.
 
     Args:
       incidence, capacity, size, dt, n_steps, law, params, arrival, delay, latency,
@@ -353,28 +389,13 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
         need a slot, naming the count needed); ``window`` not a positive integer;
         ``deps``, ``routing``, ``save_every`` or ``init_state`` given.
     """
-    for name, val in (("deps", deps), ("routing", routing), ("save_every", save_every),
-                      ("init_state", init_state)):
-        if val is not None:
-            raise ValueError(f"{name} is not supported by simulate_fluid_windowed (the slot "
-                             f"table); use fabric_jax.simulate_fluid for runs with {name}")
-    if not (isinstance(max_active, (int, np.integer)) and max_active >= 1):
-        raise ValueError(f"max_active must be a positive integer (number of flow slots); "
-                         f"got {max_active!r}")
-    n_steps = check_n_steps(n_steps)
-    if window is None:
-        window = min(DEFAULT_WINDOW, n_steps)
-    if not (isinstance(window, (int, np.integer)) and window >= 1):
-        raise ValueError(f"window must be a positive integer number of steps; got {window!r}")
-    window = int(min(window, n_steps))
-    if isinstance(dt, jax.core.Tracer) or not (np.isfinite(dt) and dt > 0):
-        raise ValueError(f"dt must be a positive number of seconds; got {dt!r}")
-    dt = float(dt)
+    n_steps, window, dt = _check_arguments(n_steps, max_active, window, dt, deps=deps,
+                                           routing=routing, save_every=save_every,
+                                           init_state=init_state)
     cc = CongestionControl(law, params)
     fc = FlowControlConfig(flow_control).mode
     flows = _flows(incidence, capacity, size, arrival, delay, latency, line_rate, base_rtt,
                    link_latency, nic_links, traffic_class, classes, dt)
-    n_flows, n_links = flows.size.shape[0], len(flows.capacity)
     fdt = flows.capacity.dtype
     table = _Slots(flows, int(max_active), cc.law, cc.resolved_params(), fdt)
     lookahead = lookahead_steps(flows.base_rtt, dt, fc)
@@ -388,44 +409,19 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                    classes=flows.classes, shared_buffer=shared_buffer,
                    fifo_bands=fifo_bands, **({} if mtu is None else dict(mtu=mtu)))
 
-    def prepared(steps):
-        inc, col = table.inputs()
-        return prepare_kwargs(inc, flows.capacity, col["size"], dt=dt, n_steps=int(steps),
-                              arrival=col["arrival"], delay=col["delay"],
-                              latency=col["latency"], line_rate=col["line_rate"],
-                              base_rtt=col["base_rtt"], traffic_class=col["traffic_class"],
-                              **options)
-
-    # the run's [flows] results (flows never admitted keep these defaults)
-    out = dict(start=flows.release.copy(), finish=np.full(n_flows, np.inf),
-               sent=np.zeros(n_flows), delivered=np.zeros(n_flows), dropped=np.zeros(n_flows),
-               discarded=np.zeros(n_flows), queued=np.zeros(n_flows),
-               in_flight=np.zeros(n_flows), stranded_time=np.zeros(n_flows),
-               stranded=np.zeros(n_flows, bool), done=np.zeros(n_flows, bool),
-               rx_phi=np.zeros((2, n_flows)))
-    law_out = np.array(table.law_packed)
-    order = np.argsort(flows.release, kind="stable")
-    next_in, k, peak, n_windows = 0, 0, 0, 0
+    k, peak, n_windows = 0, 0, 0
     leaves, in_flight, last = None, None, None
     while k < n_steps:
         steps = min(window, n_steps - k)
         if last is not None:          # take: the flows that are over leave their slot
             leaving = table.over(leaves, in_flight)
-            table.take(leaves, in_flight, leaving, out, law_out)
+            table.take(leaves, in_flight, leaving)
             table.col_flow[leaving] = -1
             table.put(leaves, leaving)
         # put: flows released before the end of the window plus the lookahead
-        stop = int(np.searchsorted(flows.release[order], (k + steps + lookahead) * dt,
-                                   side="left"))
-        entering = order[next_in:stop]
-        free = table.slot_ids[table.col_flow[:table.max_active] < 0]
-        busy = table.max_active - free.size
-        if entering.size > free.size:
-            raise ValueError(
-                f"max_active={max_active} is too small: at t = {k * dt * 1e6:.6g} us "
-                f"{busy} flows hold a slot and {entering.size} more start within the next "
-                f"{steps + lookahead} steps (window + lookahead); pass max_active >= "
-                f"{busy + entering.size} (later windows may need more), or a shorter window")
+        entering, free, busy, stop = table.entering(
+            (k + steps + lookahead) * dt,
+            f"t = {k * dt * 1e6:.6g} us (the next {steps + lookahead} steps)")
         if (last is not None and faults is None and busy == 0 and entering.size == 0
                 and _at_rest(leaves["fc"])):
             # nothing in the fabric, nothing to admit, flow control at rest: the window
@@ -435,9 +431,9 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
             leaves["wire"][...] = 0   # the wires' history is indexed by step
             continue
         table.col_flow[free[:entering.size]] = entering
-        next_in = stop
+        table.next_in = stop
         peak = max(peak, busy + entering.size)
-        problem = prepared(steps)
+        problem = table.problem(steps, dt, options)
         if leaves is None:            # the first window: every column a fresh flow
             leaves = _host(fluid_problem.init_state(problem))
         table.put(leaves, free[:entering.size])
@@ -446,8 +442,37 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
         in_flight = np.asarray(last.in_flight)
         n_windows += 1
         k += steps
-    table.take(leaves, in_flight, table.slot_ids[table.col_flow[:table.max_active] >= 0], out,
-               law_out)
+    table.take(leaves, in_flight, table.slot_ids[table.col_flow[:table.max_active] >= 0])
+    law_state = unpack_law(jnp.asarray(table.law_out, fdt), cc.law.init(
+        jnp.asarray(flows.line_rate, fdt), cc.resolved_params()))
+    return _slot_result(table.out, leaves, last, law_state, flows, fdt, peak=int(peak),
+                        max_active=int(max_active), n_windows=int(n_windows), window=window,
+                        lookahead=lookahead)
+
+
+def _check_arguments(n_steps, max_active, window, dt, **unsupported):
+    """``(n_steps, window, dt)`` checked (``window`` defaulted and capped at the run);
+    ``ValueError`` for an argument the slot table does not support."""
+    for name, val in unsupported.items():
+        if val is not None:
+            raise ValueError(f"{name} is not supported by simulate_fluid_windowed (the slot "
+                             f"table); use fabric_jax.simulate_fluid for runs with {name}")
+    if not (isinstance(max_active, (int, np.integer)) and max_active >= 1):
+        raise ValueError(f"max_active must be a positive integer (number of flow slots); "
+                         f"got {max_active!r}")
+    n_steps = check_n_steps(n_steps)
+    if window is None:
+        window = min(DEFAULT_WINDOW, n_steps)
+    if not (isinstance(window, (int, np.integer)) and window >= 1):
+        raise ValueError(f"window must be a positive integer number of steps; got {window!r}")
+    if isinstance(dt, jax.core.Tracer) or not (np.isfinite(dt) and dt > 0):
+        raise ValueError(f"dt must be a positive number of seconds; got {dt!r}")
+    return n_steps, int(min(window, n_steps)), float(dt)
+
+
+def _slot_result(out, leaves, last, law_state, flows, fdt, **diagnostics) -> SlotResult:
+    """The run's :class:`SlotResult` from its ``[flows]`` arrays ``out``, the slot table's
+    last state (``leaves``, the link and run records) and the last window's result."""
     as_f = lambda a: jnp.asarray(a, fdt)  # noqa: E731
     info = FluidInfo(max_residual=as_f(leaves["max_residual"]),
                      stalled=jnp.asarray(~out["done"].all()),
@@ -456,9 +481,7 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                      stranded_time=as_f(out["stranded_time"]),
                      stranded=jnp.asarray(out["stranded"]), discard_mode=as_f(out["rx_phi"]),
                      solver_iterations=jnp.asarray(leaves["solver_iterations"]))
-    law_state = unpack_law(as_f(law_out), cc.law.init(jnp.asarray(flows.line_rate, fdt),
-                                                      cc.resolved_params()))
-    corrupted = leaves.get("corrupted", np.zeros(n_links))
+    corrupted = leaves.get("corrupted", np.zeros(len(flows.capacity)))
     return SlotResult(start=as_f(out["start"]), finish=as_f(out["finish"]),
                       fct=as_f(out["finish"] - flows.arrival), sent=as_f(out["sent"]),
                       delivered=as_f(out["delivered"]), dropped=as_f(out["dropped"]),
@@ -466,9 +489,8 @@ def simulate_fluid_windowed(incidence, capacity, size, *, dt, n_steps: int, max_
                       law_state=law_state, trajectory=None, info=info, routing_state=None,
                       state=None, in_flight=as_f(out["in_flight"]),
                       discarded=as_f(out["discarded"]), link_corrupted=as_f(corrupted),
-                      peak_active=int(peak), max_active=int(max_active),
-                      n_windows=int(n_windows), window=window, lookahead=lookahead)
-
+                      peak_active=diagnostics["peak"],
+                      **{k: v for k, v in diagnostics.items() if k != "peak"})
 
 def _at_rest(fc_state) -> bool:
     """No pause in force or on its way (:class:`fabric_jax.flowcontrol.FlowControlState`)."""

@@ -24,18 +24,16 @@ __all__ = ["transmit_classes"]
 
 def transmit_classes(static, net, xb, transit, ceiling, cap_k, inc_k, split, offered, fcp,
                       dt):
-    """:func:`transmit` with traffic classes (:mod:`fabric_jax.qos`).
+    """:func:`transmit` with traffic classes (the module docstring's rules).
 
-    Units are ``links x classes``.  Each class wants ``d = min(backlog / dt + fresh
-    offers, ceiling)`` at each link (``ceiling``: its per-class pause / credits); the
-    link is shared among the classes by :func:`fabric_jax.qos.arbitrate`, then inside
-    each class as before (its queue first, then max-min among its fresh offers on what
-    is left of its grant).  What the grants leave unused (a class whose flows are
-    limited elsewhere) goes, in a second pass, first to standing queues then to fresh
-    offers of any class, within each class's ceiling (work conservation).
-
-    Returns the dict of :func:`transmit` with ``served_l`` per unit and, in addition,
-    ``vinc`` (the unit incidence) and ``usable_l`` ``[links]``.
+    Each class wants ``d = min(backlog / dt + fresh offers, ceiling)`` at each link
+    (``ceiling``: its per-class pause / credits); the link is shared among the classes
+    by :func:`fabric_jax.qos.arbitrate`, then inside each class as before (its queue
+    first, then max-min among its fresh offers on what is left of its grant); what the
+    grants leave unused goes, in a second pass, first to standing queues then to fresh
+    offers of any class, within each class's ceiling (work conservation).  Returns the
+    dict of :func:`transmit` (``served_l`` per unit), plus ``vinc`` (the unit
+    incidence) and ``usable_l`` ``[links]``.
     """
     hops, uh = net.hops, net.uhops
     n_cls, n_links = static.n_classes, hops.n_links
