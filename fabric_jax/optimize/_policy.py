@@ -146,7 +146,7 @@ def train_routing_policy(problem: RoutingProblem, train_demands, *, kind: str = 
     Returns:
       :class:`PolicyResult`.
     """
-    from ._train import _check_learning_rate, anneal
+    from ._train import check_learning_rate, anneal
 
     if not isinstance(problem, RoutingProblem):
         raise ValueError(f"problem must be a RoutingProblem (see routing_problem); got "
@@ -165,7 +165,7 @@ def train_routing_policy(problem: RoutingProblem, train_demands, *, kind: str = 
             if isinstance(temperature, tuple) else temperature)
     if learning_rate is None:
         learning_rate = 1e-3 if kind == "mlp" else 1e-2
-    learning_rate = _check_learning_rate(learning_rate)
+    learning_rate = check_learning_rate(learning_rate)
     if isinstance(temperature, tuple):
         if len(temperature) != 2 or not all(isinstance(t, (int, float)) and t > 0
                                             for t in temperature):

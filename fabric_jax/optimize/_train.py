@@ -236,13 +236,13 @@ def prepare_flows(problem, objective, size, demand, tenant_weight, temperature, 
         raise ValueError(f"maxmin_iterations must be a positive integer; got "
                          f"{maxmin_iterations!r}")
     if optimizer is None:
-        optimizer = default_optimizer(_check_learning_rate(learning_rate), int(steps))
+        optimizer = default_optimizer(check_learning_rate(learning_rate), int(steps))
     spec = _Spec(objective=objective, temperature=temperature, events=int(events),
                  iterations=int(maxmin_iterations), per_tenant=per_tenant)
     return spec, optimizer, traffic, tw
 
 
-def _check_learning_rate(learning_rate) -> float:
+def check_learning_rate(learning_rate) -> float:
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float,
                                                                          np.floating)) \
             or not math.isfinite(learning_rate) or learning_rate <= 0:
@@ -267,7 +267,7 @@ def default_optimizer(learning_rate: float = 0.1, steps: int = 500):
     tens of percent on a 1,024-host fat-tree); decayed, they settle within 1%.
     Cached, so equal arguments give the same object (and reuse compilations).
     """
-    learning_rate = _check_learning_rate(learning_rate)
+    learning_rate = check_learning_rate(learning_rate)
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
         raise ValueError(f"steps must be an integer >= 0; got {steps!r}")
     schedule = optax.exponential_decay(learning_rate, transition_steps=max(int(steps), 1),
