@@ -118,6 +118,7 @@ def test_cli_model_run_columns(tmp_path, capsys):
     assert "model: llama3_8b" in text and "plan: tp=2 pp=1 dp=2" in text
     assert "Fabric share of $/token" in text and "Model FLOPs utilisation" in text
     data = json.loads(out.read_text())
+    assert data.pop("run")["command"].startswith("fabric-jax compare")
     compute, shard, flops = _closed_form(64, 1024, tp=2, n_gpus=4)
     scn = _scn()
     case = build_case(scn, False)

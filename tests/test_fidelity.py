@@ -200,8 +200,8 @@ def test_hpcc_in_flight_never_exceeds_its_window():
     for k in range(40):
         res = simulate_fluid(inc, topo.capacity, size, n_steps=1, init_state=state, **kw)
         state = res.state
-        sent.append(np.asarray(state["sent"], float))
-        arrived.append(np.asarray(state["passed"], float) + np.asarray(state["discarded"]))
+        sent.append(np.asarray(state.sent, float))
+        arrived.append(np.asarray(state.passed, float) + np.asarray(state.discarded))
         acked = arrived[k - n_lag] if k >= n_lag else np.zeros(4)
         window = np.asarray(res.law_state.rate, float) * base_rtt
         ratio.append((sent[k] - acked) / window)

@@ -439,9 +439,9 @@ def test_flow_whose_counted_bytes_drift_short_still_finishes():
     # below reuses its compiled program
     ref = simulate_fluid(dense, cap, size, n_steps=400, init_state=half.state, **kw)
     assert np.all(np.isfinite(np.asarray(ref.finish)))
-    state = dict(half.state)
-    assert np.all(np.asarray(state["x"]).sum(axis=1) > 0)    # both flows queue
-    state["passed"] = state["passed"] - 2e-4 * size.astype(np.float32)
+    state = half.state
+    assert np.all(np.asarray(state.x).sum(axis=1) > 0)    # both flows queue
+    state = state.replace(passed=state.passed - 2e-4 * size.astype(np.float32))
     rest = simulate_fluid(dense, cap, size, n_steps=400, init_state=state, **kw)
     fin, fin_ref = np.asarray(rest.finish), np.asarray(ref.finish)
     assert np.all(np.isfinite(fin))
