@@ -133,6 +133,7 @@ def training_scenario(gpus: int, *, all_reduce_mb: float = 32.0, moe_mb: float =
     """
     from fabric_jax.compare import scenario_from_dict
     from fabric_jax.fabrics import PRESETS
+    from fabric_jax.fluid.options import save_schedule
     from fabric_jax.scaling import ep_group_size
     if gpus % (2 * NICS_PER_SERVER):
         raise ValueError(f"gpus must be a multiple of {2 * NICS_PER_SERVER} (>= 2 servers of "
@@ -153,7 +154,7 @@ def training_scenario(gpus: int, *, all_reduce_mb: float = 32.0, moe_mb: float =
     t_tenant = tenant_fan_in * tenant_incast_mb * 1e6 / line if tenant_servers else 0.0
     horizon = slack * (t_ar + t_a2a + t_tenant) + 50e-6
     n_steps = int(math.ceil(horizon / (dt_us * 1e-6)))
-    n_steps += -n_steps % 20  # compare saves every 20 steps when it can
+    n_steps, _ = save_schedule(n_steps, round_up=True)  # so compare saves every SAVE_EVERY
     data = {
         "topology": dict(kind="rail_optimized", n_servers=n_servers,
                          nics_per_server=NICS_PER_SERVER, servers_per_leaf=spl,

@@ -79,6 +79,7 @@ import numpy as np
 
 from . import metrics as mx
 from .fabric_sim import simulate_paths
+from .fluid.options import save_schedule
 from .incidence import Incidence, compact_incidence  # noqa: F401 (re-exported)
 
 __all__ = ["compact_incidence", "ep_group_size", "SWEEP_ALGORITHMS", "DEFAULT_SWEEP_CHUNKS",
@@ -389,33 +390,29 @@ def _combined(items):
                 nic_rate=max(f.nic_rate for _, _, f in items))
 
 
-#: Steps between the idle checks of :func:`simulate_plans_fluid`'s runs (their snapshot
-#: period).
-IDLE_CHECK_STEPS = 20
-
-
 def simulate_plans_fluid(items, fabric, *, dt: float, n_steps: int, seed: int = 0) -> list:
     """Several plans under one preset's dynamics in one fluid run (module docstring,
     "Engine"): ``items`` is a list of ``(plan, topology, PlanFlows)``; their networks are
     laid side by side (disjoint links), so each runs as if alone and one compile serves
     them all.
 
-    The run takes a snapshot every :data:`IDLE_CHECK_STEPS` steps (``n_steps`` rounded
-    up to a multiple) and stops once the fabric is idle for good (``stop_when_idle``:
-    every start and finish is the full run's), since the horizon is a multiple of the
-    slowest ideal completion.
+    The run takes a snapshot every :data:`fabric_jax.fluid.options.SAVE_EVERY` steps
+    (``n_steps`` rounded up to a multiple, :func:`~fabric_jax.fluid.options.save_schedule`)
+    and stops once the fabric is idle for good (``stop_when_idle``: every start and
+    finish is the full run's), since the horizon is a multiple of the slowest ideal
+    completion.
 
     Returns:
       ``[(start [flows], finish [flows])]`` per item, seconds.
     """
     c = _combined(items)
-    n_steps = -(-int(n_steps) // IDLE_CHECK_STEPS) * IDLE_CHECK_STEPS
+    n_steps, every = save_schedule(n_steps, round_up=True)
     res = simulate_paths(c["net"], c["paths"], fabric, c["size"], dt=dt, n_steps=n_steps,
                          arrival=np.zeros(c["size"].size), deps=c["deps"], delay=c["delay"],
                          seed=seed, capacity=c["net"].capacity,
                          link_latency=c["link_latency"], nic_links=c["shielded"],
                          nic_rate=c["nic_rate"], buffer=c["net"].buffer,
-                         save_every=IDLE_CHECK_STEPS)
+                         save_every=every)
     start, finish = np.asarray(res.start, float), np.asarray(res.finish, float)
     off = c["flow_off"]
     return [(start[off[i]:off[i + 1]], finish[off[i]:off[i + 1]]) for i in range(len(items))]

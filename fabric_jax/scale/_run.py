@@ -16,6 +16,7 @@ import numpy as np
 from .. import economics as econ
 from .. import metrics as mx
 from ..fabrics import get_fabric
+from ..fluid.options import save_schedule
 from ..paths import PathSet, PathsTruncatedWarning, mix64, shortest_paths
 from ._fabric import clos_paths, ecmp_paths, rail_symmetric_paths, rail_view, scale_topology
 from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS, independent_overlap
@@ -46,8 +47,6 @@ HASHED_ROUTING = ("ecmp",)
 #: Horizon of a fluid run over the ideal fabric's slice time (doubled once when a run
 #: leaves flows unfinished; the run stops early once the fabric is idle).
 HORIZON_FACTOR = 2.0
-#: Trajectory snapshot period, steps (for the congested-port share).
-SAVE_EVERY = 20
 #: Key of the ideal fabric in the results.
 IDEAL = "ideal"
 
@@ -114,7 +113,8 @@ class RailRun:
       start, finish: ``[flows]`` seconds.
       paused_time: link-seconds paused (PFC) or credit-starved over the run.
       congested_bytes: bytes served by switch ports while congested
-        (:data:`CONGESTED_DELAY`), sampled every :data:`SAVE_EVERY` steps.
+        (:data:`CONGESTED_DELAY`), sampled every
+        :data:`fabric_jax.fluid.options.SAVE_EVERY` steps.
       port_bytes: bytes the flows carry across switch ports (each hop counted).
       n_steps: the horizon simulated.
       wall_s: seconds of the run (compile included).
@@ -198,11 +198,11 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
         ps = dataclasses.replace(ps, links=links,
                                  src=host_of[np.asarray(ps.src)].astype(np.int32),
                                  dst=host_of[np.asarray(ps.dst)].astype(np.int32))
-    n_steps = int(-(-int(n_steps) // SAVE_EVERY) * SAVE_EVERY)
+    n_steps, every = save_schedule(n_steps, round_up=True)
     opts = {} if fifo_bands is None else {"fifo_bands": int(fifo_bands)}
     problem = prepare_paths(topo, ps, fab, flows.size, dt=float(dt), n_steps=n_steps,
                             arrival=flows.arrivals, deps=flows.deps, seed=seed,
-                            save_every=SAVE_EVERY, fluid_options=opts)
+                            save_every=every, fluid_options=opts)
     t_run = time.perf_counter()
     res = jax.block_until_ready(run_fluid(problem))
     run_s = time.perf_counter() - t_run
@@ -212,7 +212,7 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
     usable = np.asarray(tr.usable, float)
     switch = ~np.asarray(topo.node_is_host, bool)[np.asarray(topo.link_src)]
     hot = (q > CONGESTED_DELAY * cap[None, :]) & switch[None, :]
-    congested = float(np.sum(np.where(hot, usable, 0.0)) * SAVE_EVERY * float(dt))
+    congested = float(np.sum(np.where(hot, usable, 0.0)) * every * float(dt))
     hops = (np.asarray(ps.hop_mask) & (np.asarray(ps.links) >= 0))[:, 0, :]
     switch_hops = np.maximum(hops.sum(axis=1) - 1, 0)      # every hop but the NIC's
     port_bytes = float(np.sum(flows.size * switch_hops))

@@ -33,6 +33,7 @@ from .. import metrics as mx
 from .. import scaling
 from ..fabric_sim import flow_line_rate, simulate_paths  # noqa: F401 (re-exported)
 from ..fabrics import get_fabric
+from ..fluid.options import save_schedule
 from ..incidence import Incidence
 from ..links import DEFAULT_FIFO_BANDS
 from ..sim import simulate_flows
@@ -42,7 +43,7 @@ from .scenario import Scenario, default_scenario, validate_scenario
 
 __all__ = ["simulate_case", "simulate_paths", "flow_line_rate", "simulate_ideal",
            "crossbar_incidence", "case_metrics", "class_isolation", "fabric_cost_metrics", "full_step_times",
-           "run_compare", "run_preset", "run_ideal", "save_period", "default_workers",
+           "run_compare", "run_preset", "run_ideal", "default_workers",
            "scaling_study", "scaling_topologies", "IDEAL", "IDEAL_SHARP", "ideal_key",
            "is_ideal"]
 
@@ -297,13 +298,6 @@ def class_isolation(case: Case, fabric, metrics: dict) -> list:
                  jobs=[JOBS[j] for j in present if of.get(j, 0) == c]) for c in range(n)]
 
 
-def save_period(n_steps: int) -> int:
-    """Snapshot period (steps) of the compare runs: the largest of 20, 10, 8, 5, 4, 2, 1
-    dividing ``n_steps`` (the runs stop simulating once the fabric is idle for good,
-    one period at a time: ``stop_when_idle``)."""
-    return next((d for d in (20, 10, 8, 5, 4, 2, 1) if n_steps % d == 0), 1)
-
-
 def default_workers(n_tasks: int) -> int:
     """Presets :func:`run_compare` runs at once by default: one per CPU core this
     process may use, at most ``n_tasks``."""
@@ -323,7 +317,8 @@ def run_preset(case: Case, fab, scn: Scenario, name: str, update=None) -> tuple[
       ``(metrics, {"case", "result"})``; ``update(label)`` is called after each run.
     """
     update = update or (lambda label: None)
-    save = save_period(int(scn.simulation["n_steps"]))
+    # the runs stop simulating once the fabric is idle for good, one period at a time
+    _, save = save_schedule(scn.simulation["n_steps"], round_up=False)
     res = simulate_case(case, fab, scn, case.sim_arrival, save_every=save)
     update(f"{name}: all jobs")
     alone = {}
