@@ -23,7 +23,7 @@ from .fluid.simulate import prepare_kwargs
 from .incidence import Incidence
 from .routing import make_routing
 
-__all__ = ["simulate_paths", "prepare_paths", "flow_line_rate"]
+__all__ = ["simulate_paths", "prepare_paths", "preset_options", "flow_line_rate"]
 
 
 def flow_line_rate(paths, split, capacity) -> np.ndarray:
@@ -73,20 +73,16 @@ def simulate_paths(topology, paths, fabric, size, **kwargs):
 
 
 def prepare_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
-                   arrival=None, deps=None, delay=None, latency=None, seed: int = 0,
-                   capacity=None, link_latency=None, nic_links=None,
-                   nic_rate: float | None = None, buffer=None, save_every=None,
-                   fluid_options: dict | None = None):
+                  arrival=None, deps=None, delay=None, latency=None, seed: int = 0,
+                  capacity=None, link_latency=None, nic_links=None,
+                  nic_rate: float | None = None, buffer=None, save_every=None,
+                  fluid_options: dict | None = None):
     """The fluid problem of flows over candidate paths under a fabric preset's dynamics.
 
     The engine of :func:`simulate_case` and of the scaling study
-    (:func:`fabric_jax.scaling.simulate_plan_fluid`): the preset's routing policy bound to
-    ``paths`` with ``seed``, its congestion-control law with parameters at the NIC line
-    rate (``fabric.law_params(line_rate=nic_rate)``; under IB CC only switch ports mark
-    FECN, :func:`fabric_jax.cc.ibcc.switch_port_mask`, restricted to non-NIC links), its
-    flow control over the topology's buffers, its receiver options, per-link latency
-    ``fabric.link_latency(topology)``, and each flow capped at
-    :func:`flow_line_rate` of its used paths.
+    (:func:`fabric_jax.scaling.simulate_plan_fluid`): :func:`preset_options` (the
+    preset's routing, law, flow control, receiver and latencies bound to ``paths``) with
+    the flows' sizes and lifecycle and the horizon.
 
     Args:
       topology: the :class:`~fabric_jax.Topology` the paths are on.
@@ -95,14 +91,8 @@ def prepare_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
       size: ``[flows]`` bytes.
       dt, n_steps: the fluid step (s) and horizon (steps).
       arrival, deps, delay, latency: flow lifecycle (:func:`fabric_jax.fluid.simulate_fluid`).
-      seed: routing hash seed.
-      capacity: ``[links]`` bytes/s (default ``topology.capacity``).
-      link_latency: ``[links]`` s (default ``fabric.link_latency(topology)``).
-      nic_links: ``[links]`` bool, links never marked, dropped or trimmed (default the
-        links leaving a host, ``nic_links=topology``).
-      nic_rate: NIC line rate for the law's parameters, bytes/s (default the largest
-        host-link capacity).
-      buffer: ``[links]`` egress buffers, bytes (default ``topology.buffer``).
+      seed, capacity, link_latency, nic_links, nic_rate, buffer: as for
+        :func:`preset_options`.
       fluid_options: more keyword arguments of :func:`~fabric_jax.fluid.simulate_fluid`
         (e.g. the traffic classes of :meth:`fabric_jax.Fabric.class_options`).
       save_every: trajectory snapshot period in steps; with it the run stops
@@ -111,6 +101,47 @@ def prepare_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
 
     Returns:
       :class:`fabric_jax.fluid.FluidProblem` (run it with :func:`fabric_jax.fluid.run`).
+    """
+    opts = preset_options(topology, paths, fabric, seed=seed, capacity=capacity,
+                          link_latency=link_latency, nic_links=nic_links, nic_rate=nic_rate,
+                          buffer=buffer)
+    return prepare_kwargs(size=size, dt=dt, n_steps=int(n_steps), arrival=arrival, deps=deps,
+                          delay=delay, latency=latency, save_every=save_every,
+                          stop_when_idle=save_every is not None, **opts,
+                          **(fluid_options or {}))
+
+
+def preset_options(topology, paths, fabric, *, seed: int = 0, capacity=None,
+                   link_latency=None, nic_links=None, nic_rate: float | None = None,
+                   buffer=None) -> dict:
+    """A fabric preset bound to candidate paths: the keyword arguments of
+    :func:`~fabric_jax.fluid.simulate_fluid` it sets (all but the flows' sizes,
+    lifecycle and horizon).
+
+    The preset's routing policy bound to ``paths`` with ``seed`` (``incidence`` of its
+    initial split, ``routing``), its congestion-control law with parameters at the NIC
+    line rate (``fabric.law_params(line_rate=nic_rate)``; under IB CC only switch ports
+    mark FECN, :func:`fabric_jax.cc.ibcc.switch_port_mask`, restricted to non-NIC
+    links), its flow control over the topology's buffers, its receiver options,
+    per-link latency ``fabric.link_latency(topology)``, and each flow capped at
+    :func:`flow_line_rate` of its used paths.
+
+    Args:
+      topology: the :class:`~fabric_jax.Topology` the paths are on.
+      paths: :class:`~fabric_jax.paths.PathSet`, one pair per flow.
+      fabric: a :class:`fabric_jax.Fabric` or preset name.
+      seed: routing hash seed.
+      capacity: ``[links]`` bytes/s (default ``topology.capacity``).
+      link_latency: ``[links]`` s (default ``fabric.link_latency(topology)``).
+      nic_links: ``[links]`` bool, links never marked, dropped or trimmed (default the
+        links leaving a host, ``nic_links=topology``).
+      nic_rate: NIC line rate for the law's parameters, bytes/s (default the largest
+        host-link capacity).
+      buffer: ``[links]`` egress buffers, bytes (default ``topology.buffer``).
+
+    Returns:
+      ``{"incidence", "capacity", "law", "params", "line_rate", "link_latency",
+      "nic_links", "flow_control", "buffer", "routing"}`` and the receiver options.
     """
     fabric = get_fabric(fabric)
     cap = np.asarray(topology.capacity if capacity is None else capacity, float)
@@ -128,12 +159,8 @@ def prepare_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
     split = np.asarray(routing.split)
     inc = Incidence.from_paths(paths, split, n_links=topology.n_links)
     lat = fabric.link_latency(topology) if link_latency is None else link_latency
-    return prepare_kwargs(inc, cap, size, dt=dt, n_steps=int(n_steps), law=fabric.law(),
-                          params=params, arrival=arrival, deps=deps, delay=delay,
-                          latency=latency, line_rate=flow_line_rate(paths, split, cap),
-                          link_latency=lat, nic_links=nic,
-                          flow_control=fabric.flow_control,
-                          buffer=topology.buffer if buffer is None else buffer,
-                          routing=routing, save_every=save_every,
-                          stop_when_idle=save_every is not None, **fabric.receiver_options(),
-                          **(fluid_options or {}))
+    return dict(incidence=inc, capacity=cap, law=fabric.law(), params=params,
+                line_rate=flow_line_rate(paths, split, cap), link_latency=lat,
+                nic_links=nic, flow_control=fabric.flow_control,
+                buffer=topology.buffer if buffer is None else buffer, routing=routing,
+                **fabric.receiver_options())
