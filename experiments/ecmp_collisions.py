@@ -107,8 +107,8 @@ def build(n: int, seeds: int, seed: int, link_gbps: float):
     for _ in range(seeds):
         fwd, back = n + rng.permutation(n), rng.permutation(n)
         blocks.append(shortest_paths(topo, np.r_[src, n + src], np.r_[fwd, back], max_paths=n))
-    paths = cm.replicate(blocks, topo.n_links, topo.n_hosts)
-    return topo, paths, np.tile(topo.capacity, seeds)
+    net, paths = cm.replicate(topo, blocks)
+    return topo, paths, net.capacity
 
 
 def horizon(paths, capacity, seed: int) -> int:

@@ -103,10 +103,10 @@ def build(spines: int, seeds: int, seed: int, link_gbps: float):
     for _ in range(seeds):
         fwd, back = n + rng.permutation(n), rng.permutation(n)
         blocks.append(shortest_paths(topo, np.r_[src, n + src], np.r_[fwd, back], max_paths=n))
-    paths = cm.replicate(blocks, topo.n_links, topo.n_hosts)
+    net, paths = cm.replicate(topo, blocks)
     cable = np.array([topo.link_index("leaf0", "spine0"), topo.link_index("spine0", "leaf0")])
     failed = (cable[None, :] + topo.n_links * np.arange(seeds)[:, None]).ravel()
-    return topo, paths, np.tile(topo.capacity, seeds), failed
+    return topo, paths, net.capacity, failed
 
 
 def run_policy(policy, paths, capacity, failed, *, size, dt, n_steps, t_fail, t_rec, seed,

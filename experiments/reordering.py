@@ -80,16 +80,16 @@ def spread_study(presets, spreads_ns, *, link_gbps=400.0, n_spines=4, n_steps=20
     topo = leaf_spine(2, n_spines, 1, link_gbps=link_gbps, latency_us=1.0)
     ps = shortest_paths(topo, np.array([0]), np.array([1]))
     blocks = len(spreads_ns)
-    paths = cm.replicate([ps] * blocks, topo.n_links, topo.n_hosts)
-    cap = np.tile(topo.capacity, blocks)
-    nic = np.tile(_nic_mask(topo), blocks)
+    net, paths = cm.replicate(topo, [ps] * blocks)
+    cap = net.capacity
+    nic = _nic_mask(net)
     line = gbps(link_gbps)
     rows = []
     bar = Progress(2 * len(presets), label="reordering: spread")
     for name in presets:
         for reorder in (True, False):
             fab = get_fabric(name, routing="spray", reorder=reorder)
-            base = np.tile(fab.link_latency(topo), blocks)
+            base = fab.link_latency(net)
             lat = base.copy()
             for b, s in enumerate(spreads_ns):
                 for j in range(n_spines):
@@ -99,8 +99,7 @@ def spread_study(presets, spreads_ns, *, link_gbps=400.0, n_spines=4, n_steps=20
             t0 = time.perf_counter()
             res = simulate_fluid(inc, cap, np.full(blocks, 1e9), dt=DT, n_steps=n_steps,
                                  law=fab.law(), params=fab.law_params(line_rate=line),
-                                 flow_control=fab.flow_control, buffer=np.tile(topo.buffer,
-                                                                               blocks),
+                                 flow_control=fab.flow_control, buffer=net.buffer,
                                  link_latency=lat, nic_links=nic, routing=routing,
                                  save_every=10, **fab.receiver_options())
             wall = time.perf_counter() - t0
@@ -137,9 +136,9 @@ def lossy_study(buffers_kb, *, link_gbps=400.0, size=1 * MB, n_steps=400, fan_in
     topo = leaf_spine(2, 2, 4, link_gbps=link_gbps, latency_us=1.0)
     ps = shortest_paths(topo, np.arange(fan_in), np.full(fan_in, 4))
     blocks = len(buffers_kb)
-    paths = cm.replicate([ps] * blocks, topo.n_links, topo.n_hosts)
-    cap = np.tile(topo.capacity, blocks)
-    nic = np.tile(_nic_mask(topo), blocks)
+    net, paths = cm.replicate(topo, [ps] * blocks)
+    cap = net.capacity
+    nic = _nic_mask(net)
     buf = np.repeat(np.asarray(buffers_kb, float) * 1e3, topo.n_links)
     line = gbps(link_gbps)
     rows = []
@@ -147,7 +146,7 @@ def lossy_study(buffers_kb, *, link_gbps=400.0, size=1 * MB, n_steps=400, fan_in
     for lr in ("selective", "go_back_n"):
         fab = get_fabric("roce", flow_control="drop", loss_recovery=lr,
                          cc_options=dict(k_min=ECN_KB[0] * 1e3, k_max=ECN_KB[1] * 1e3))
-        lat = np.tile(fab.link_latency(topo), blocks)
+        lat = fab.link_latency(net)
         routing = make_routing(fab.routing, paths, fab.routing_params(), seed=0)
         inc = Incidence.from_paths(paths, np.asarray(routing.split), n_links=cap.size)
         res = simulate_fluid(inc, cap, np.full(paths.n_pairs, size), dt=DT, n_steps=n_steps,
@@ -183,9 +182,9 @@ def load_study(n_elephants=(0, 1, 2, 3), *, link_gbps=400.0, n_steps=300):
     src = np.arange(4)
     ps = shortest_paths(topo, src, src + 4)
     blocks = len(n_elephants)
-    paths = cm.replicate([ps] * blocks, topo.n_links, topo.n_hosts)
-    cap = np.tile(topo.capacity, blocks)
-    nic = np.tile(_nic_mask(topo), blocks)
+    net, paths = cm.replicate(topo, [ps] * blocks)
+    cap = net.capacity
+    nic = _nic_mask(net)
     line = gbps(link_gbps)
     # flow 0 sprays; flows 1..k are pinned to path 0 (spine 0); the others are idle
     logits = np.full(paths.path_mask.shape, -1e4, np.float32)
@@ -199,12 +198,12 @@ def load_study(n_elephants=(0, 1, 2, 3), *, link_gbps=400.0, n_steps=300):
     rows = []
     for reorder in (True, False):
         fab = get_fabric("roce", routing="weighted_ecmp", reorder=reorder)
-        lat = np.tile(fab.link_latency(topo), blocks)
+        lat = fab.link_latency(net)
         routing = make_routing("weighted_ecmp", paths, weighted_ecmp_params(logits))
         inc = Incidence.from_paths(paths, np.asarray(routing.split), n_links=cap.size)
         res = simulate_fluid(inc, cap, size, dt=DT, n_steps=n_steps, law=fab.law(),
                              params=fab.law_params(line_rate=line),
-                             flow_control=fab.flow_control, buffer=np.tile(topo.buffer, blocks),
+                             flow_control=fab.flow_control, buffer=net.buffer,
                              link_latency=lat, nic_links=nic, routing=routing, save_every=10,
                              **fab.receiver_options())
         t = np.asarray(res.trajectory.t)

@@ -95,12 +95,12 @@ from experiments import _common as cm
 
 from fabric_jax import metrics as mx  # noqa: E402
 from fabric_jax.fabrics import all_reduce_flows, get_fabric  # noqa: E402
-from fabric_jax.paths import PathSet, shortest_paths  # noqa: E402
+from fabric_jax.paths import concat_paths, shortest_paths  # noqa: E402
 from fabric_jax.cc import ibcc  # noqa: E402
 from fabric_jax.fluid import simulate_fluid  # noqa: E402
 from fabric_jax.incidence import Incidence  # noqa: E402
 from fabric_jax.routing import make_routing  # noqa: E402
-from fabric_jax.topology import Topology, leaf_spine  # noqa: E402
+from fabric_jax.topology import disjoint_union, leaf_spine  # noqa: E402
 from fabric_jax.units import MB, gbps  # noqa: E402
 from fabric_jax.workloads import all_to_all, concat  # noqa: E402
 
@@ -135,44 +135,6 @@ def workload(name: str, n_leaves: int, hpl: int, a2a_bytes: float, ar_bytes: flo
     return all_reduce_flows(ring, ar_bytes), 2 * (n - 1) / n * ar_bytes
 
 
-def union(topos):
-    """Disjoint union of topologies as one graph (node ``i`` of part ``b`` is named
-    ``b{b}/<name>``), and the link / host offset of each part."""
-    node_off = np.cumsum([0] + [t.n_nodes for t in topos])
-    link_off = np.cumsum([0] + [t.n_links for t in topos])
-    host_off = np.cumsum([0] + [t.n_hosts for t in topos])
-    cat = lambda f, off=None: np.concatenate(  # noqa: E731
-        [np.asarray(getattr(t, f)) + (0 if off is None else off[i]) for i, t in enumerate(topos)])
-    rev = np.concatenate([np.where(t.link_reverse >= 0, t.link_reverse + link_off[i], -1)
-                          for i, t in enumerate(topos)])
-    topo = Topology(
-        node_names=tuple(f"b{i}/{n}" for i, t in enumerate(topos) for n in t.node_names),
-        node_is_host=cat("node_is_host"), node_tier=cat("node_tier"),
-        hosts=cat("hosts", node_off), link_src=cat("link_src", node_off),
-        link_dst=cat("link_dst", node_off), capacity=cat("capacity"), latency=cat("latency"),
-        buffer=cat("buffer"), link_up=cat("link_up"), link_reverse=rev,
-        host_server=cat("host_server", host_off), name="union", kind="graph")
-    return topo, link_off, host_off
-
-
-def pad_concat(pathsets, link_off, host_off) -> PathSet:
-    """Path sets of the parts, padded to one ``[paths, hops]`` shape and offset."""
-    P = max(p.max_paths for p in pathsets)
-    H = max(p.max_hops for p in pathsets)
-
-    def pad(a, fill):
-        w = [(0, 0), (0, P - a.shape[1])] + ([(0, H - a.shape[2])] if a.ndim == 3 else [])
-        return np.pad(a, w, constant_values=fill)
-    links = np.concatenate([pad(np.where(p.hop_mask, p.links + link_off[i], -1), -1)
-                            for i, p in enumerate(pathsets)])
-    return PathSet(src=np.concatenate([p.src + host_off[i] for i, p in enumerate(pathsets)]),
-                   dst=np.concatenate([p.dst + host_off[i] for i, p in enumerate(pathsets)]),
-                   links=links.astype(np.int32),
-                   path_mask=np.concatenate([pad(p.path_mask, False) for p in pathsets]),
-                   hop_mask=np.concatenate([pad(p.hop_mask, False) for p in pathsets]),
-                   n_paths=np.concatenate([p.n_paths for p in pathsets]).astype(np.int32))
-
-
 def run_all(parts, fabric, *, line_rate: float, dt: float, horizon: float, seed: int,
             nic_line_rate: bool = True):
     """One fluid run of every ``(topology, workload, bytes per rank)`` part at once.
@@ -180,14 +142,14 @@ def run_all(parts, fabric, *, line_rate: float, dt: float, horizon: float, seed:
     The parts share no link (disjoint union), so they do not interact; one run keeps
     the shapes static and compiles once.  Returns per part ``(finish [flows], wall)``.
     """
-    topo, link_off, host_off = union([p[0] for p in parts])
+    topo, off = disjoint_union([p[0] for p in parts])
     psets, wls = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")      # every equal-cost path is kept: no cap
         for t, wl, _ in parts:
             psets.append(shortest_paths(t, wl.src, wl.dst))
-    paths = pad_concat(psets, link_off, host_off)
-    wl = concat(*[dataclasses.replace(w, src=w.src + host_off[i], dst=w.dst + host_off[i])
+    paths = concat_paths(psets, off.links, off.hosts)
+    wl = concat(*[dataclasses.replace(w, src=w.src + off.hosts[i], dst=w.dst + off.hosts[i])
                  for i, (_, w, _) in enumerate(parts)])
     n_steps = int(math.ceil(horizon * max(p[2] for p in parts) / line_rate / dt))
     # The preset's mechanisms as fabric_jax.study.run.simulate_case applies them, with

@@ -339,50 +339,19 @@ def plan_flows(plan, topology, fabric, *, max_paths: int | None = DEFAULT_SWEEP_
 
 
 def _combined(items):
-    """One block-diagonal network of several ``(plan, topology, PlanFlows)``: links,
-    nodes, hosts and transfers of item ``i`` offset past those of items ``< i``."""
-    from types import SimpleNamespace
-
-    from .paths import PathSet
-    link_off = np.cumsum([0] + [t.n_links for _, t, _ in items])
-    node_off = np.cumsum([0] + [t.n_nodes for _, t, _ in items])
-    host_off = np.cumsum([0] + [t.n_hosts for _, t, _ in items])
+    """One block-diagonal network of several ``(plan, topology, PlanFlows)``
+    (:func:`fabric_jax.topology.disjoint_union`): links, nodes, hosts and transfers of
+    item ``i`` offset past those of items ``< i``."""
+    from .paths import concat_padded, concat_paths
+    from .topology import disjoint_union
+    net, off = disjoint_union([t for _, t, _ in items])
     flow_off = np.cumsum([0] + [p.n_flows for p, _, _ in items])
-    P = max(f.paths.max_paths for _, _, f in items)
-    H = max(f.paths.max_hops for _, _, f in items)
-    dw = max(np.asarray(p.deps).shape[1] for p, _, _ in items)
-
-    def pad3(a, fill):
-        return np.pad(a, ((0, 0), (0, P - a.shape[1]), (0, H - a.shape[2])),
-                      constant_values=fill)
-
-    links, hop, pmask, src, dst, deps = [], [], [], [], [], []
-    for i, (p, t, f) in enumerate(items):
-        lk = np.asarray(f.paths.links)
-        links.append(pad3(np.where(lk >= 0, lk + link_off[i], -1), -1))
-        hop.append(pad3(np.asarray(f.paths.hop_mask, bool), False))
-        pmask.append(np.pad(np.asarray(f.paths.path_mask, bool),
-                            ((0, 0), (0, P - lk.shape[1]))))
-        src.append(np.asarray(f.paths.src) + host_off[i])
-        dst.append(np.asarray(f.paths.dst) + host_off[i])
-        d = np.asarray(p.deps)
-        deps.append(np.pad(np.where(d >= 0, d + flow_off[i], -1),
-                           ((0, 0), (0, dw - d.shape[1])), constant_values=-1))
-    pm = np.concatenate(pmask)
-    paths = PathSet(src=np.concatenate(src).astype(np.int32),
-                    dst=np.concatenate(dst).astype(np.int32),
-                    links=np.concatenate(links).astype(np.int32), path_mask=pm,
-                    hop_mask=np.concatenate(hop), n_paths=pm.sum(1).astype(np.int32))
+    paths = concat_paths([f.paths for _, _, f in items], off.links, off.hosts)
     cat = lambda xs: np.concatenate([np.asarray(x) for x in xs])  # noqa: E731
-    net = SimpleNamespace(
-        n_links=int(link_off[-1]),
-        node_is_host=cat([t.node_is_host for _, t, _ in items]),
-        link_src=cat([np.asarray(t.link_src) + o for (_, t, _), o in zip(items, node_off)]),
-        link_dst=cat([np.asarray(t.link_dst) + o for (_, t, _), o in zip(items, node_off)]),
-        capacity=cat([f.capacity for _, _, f in items]),
-        latency=cat([t.latency for _, t, _ in items]),
-        buffer=cat([np.where(_classes(t) == 0, t.buffer, np.inf) for _, t, _ in items]))
-    return dict(net=net, paths=paths, deps=cat(deps), flow_off=flow_off,
+    return dict(net=net, paths=paths, flow_off=flow_off,
+                deps=concat_padded([p.deps for p, _, _ in items], offsets=flow_off),
+                capacity=cat([f.capacity for _, _, f in items]),
+                buffer=cat([np.where(_classes(t) == 0, t.buffer, np.inf) for _, t, _ in items]),
                 size=cat([np.asarray(p.size, float) for p, _, _ in items]),
                 delay=cat([f.delay for _, _, f in items]),
                 link_latency=cat([f.link_latency for _, _, f in items]),
@@ -409,9 +378,9 @@ def simulate_plans_fluid(items, fabric, *, dt: float, n_steps: int, seed: int = 
     n_steps, every = save_schedule(n_steps, round_up=True)
     res = simulate_paths(c["net"], c["paths"], fabric, c["size"], dt=dt, n_steps=n_steps,
                          arrival=np.zeros(c["size"].size), deps=c["deps"], delay=c["delay"],
-                         seed=seed, capacity=c["net"].capacity,
+                         seed=seed, capacity=c["capacity"],
                          link_latency=c["link_latency"], nic_links=c["shielded"],
-                         nic_rate=c["nic_rate"], buffer=c["net"].buffer,
+                         nic_rate=c["nic_rate"], buffer=c["buffer"],
                          save_every=every)
     start, finish = np.asarray(res.start, float), np.asarray(res.finish, float)
     off = c["flow_off"]
@@ -472,21 +441,15 @@ def simulate_plans_ideal(items) -> list:
     Returns:
       ``[finish [flows]]`` per pair, seconds.
     """
+    from .paths import concat_padded
     from .sim import simulate_flows
     parts = [_crossbar_rows(p, t) for p, t in items]
     link_off = np.cumsum([0] + [x[2].size for x in parts])
     flow_off = np.cumsum([0] + [p.n_flows for p, _ in items])
-    width = max(x[0].shape[1] for x in parts)
-    mapped = np.concatenate([np.pad(np.where(m >= 0, m + o, -1),
-                                    ((0, 0), (0, width - m.shape[1])), constant_values=-1)
-                             for (m, _, _), o in zip(parts, link_off)])
-    w = np.concatenate([np.pad(x[1], ((0, 0), (0, width - x[1].shape[1]))) for x in parts])
+    mapped = concat_padded([m for m, _, _ in parts], offsets=link_off)
+    w = concat_padded([x[1] for x in parts], fill=0.0)
     xcap = np.concatenate([x[2] for x in parts])
-    dw = max(np.asarray(p.deps).shape[1] for p, _ in items)
-    deps = np.concatenate([np.pad(np.where(np.asarray(p.deps) >= 0, np.asarray(p.deps) + o,
-                                           -1), ((0, 0), (0, dw - np.asarray(p.deps).shape[1])),
-                                  constant_values=-1)
-                           for (p, _), o in zip(items, flow_off)])
+    deps = concat_padded([p.deps for p, _ in items], offsets=flow_off)
     cat = lambda f: np.concatenate([np.asarray(getattr(p, f), float) for p, _ in items])  # noqa
     n = int(flow_off[-1])
     flow = np.broadcast_to(np.arange(n)[:, None], mapped.shape)
