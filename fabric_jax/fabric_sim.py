@@ -8,6 +8,14 @@ receiver options and per-link latency, each flow capped at :func:`flow_line_rate
 the engine of the compare study (:func:`fabric_jax.study.run.simulate_case`) and of the
 scaling sweep (:func:`fabric_jax.scaling.simulate_plan_fluid`), so it sits below both
 (imports point one way: ``fluid`` -> ``fabric_sim`` -> ``scaling`` / ``study``).
+
+Ideal.  The baseline every study compares a preset with: the same flows on a
+non-blocking crossbar, each host (NIC) with one up-link into it and one down-link out
+of it at its line rate (:func:`ideal_incidence`; links of the network kept beside it,
+e.g. a server's NVLink and PCIe, where a study keeps them), under ideal congestion
+control: exact max-min sharing at every flow start and completion
+(:func:`simulate_ideal`).  The compare study, the scale study and the all-reduce sweep
+each run it with their own options (demand cap, latencies, kept links).
 """
 
 from __future__ import annotations
@@ -22,8 +30,10 @@ from .fluid import run
 from .fluid.simulate import prepare_kwargs
 from .incidence import Incidence
 from .routing import make_routing
+from .sim import simulate_flows
 
-__all__ = ["simulate_paths", "prepare_paths", "preset_options", "flow_line_rate"]
+__all__ = ["simulate_paths", "prepare_paths", "preset_options", "flow_line_rate",
+           "ideal_rows", "ideal_incidence", "simulate_ideal"]
 
 
 def flow_line_rate(paths, split, capacity) -> np.ndarray:
@@ -164,3 +174,78 @@ def preset_options(topology, paths, fabric, *, seed: int = 0, capacity=None,
                 nic_links=nic, flow_control=fabric.flow_control,
                 buffer=topology.buffer if buffer is None else buffer, routing=routing,
                 **fabric.receiver_options())
+
+
+# ------------------------------------------------------------------ the ideal fabric
+def ideal_rows(src, dst, n_hosts: int, *, nic_capacity, weight=None, keep_links=None,
+               keep_capacity=None):
+    """Flows on the ideal fabric, as rows of its links (module docstring, "Ideal").
+
+    Links: the kept links first (ids ``0 .. K-1``, ``K = keep_capacity.size``: links of
+    the network that stay as they are, e.g. a server's NVLink and PCIe), then each
+    host's up-link into the crossbar (``K + h``) and down-link out of it
+    (``K + n_hosts + h``).
+
+    Args:
+      src, dst: ``[flows]`` host whose up-link and down-link each flow crosses; or
+        ``[flows, width]`` entries of each flow, -1 where none: entry ``(f, j)`` crosses
+        the down-link of ``dst[f, j]`` if it is a host, else the up-link of ``src[f,
+        j]``, else kept link ``keep_links[f, j]``, else nothing (e.g. a switch-to-switch
+        hop, which the crossbar replaces).
+      n_hosts: hosts on the crossbar.
+      nic_capacity: bytes/s of the up- and down-links: a scalar, ``[n_hosts]``, or
+        ``[2, n_hosts]`` (up, down).
+      weight: ``[flows, width]`` fraction of the flow's rate at each entry (default 1).
+      keep_links: ``[flows, width]`` kept link of each entry, -1 where none.
+      keep_capacity: ``[K]`` bytes/s of the kept links.
+
+    Returns:
+      ``(links [flows, width], weight [flows, width], capacity [K + 2 n_hosts])``; turn
+      the rows into an :class:`~fabric_jax.Incidence` with
+      :meth:`~fabric_jax.Incidence.from_rows`.
+    """
+    src, dst = np.asarray(src), np.asarray(dst)
+    if src.ndim == 1:      # one up-link, then one down-link, per flow
+        src = np.stack([src, np.full(src.shape, -1)], axis=1)
+        dst = np.stack([np.full(dst.shape, -1), dst], axis=1)
+    kept = np.zeros(0) if keep_capacity is None else np.asarray(keep_capacity, float)
+    keep = np.full(src.shape, -1) if keep_links is None else np.asarray(keep_links)
+    n_kept = kept.size
+    links = np.where(dst >= 0, n_kept + n_hosts + dst, np.where(src >= 0, n_kept + src, keep))
+    w = np.ones(links.shape) if weight is None else np.asarray(weight, float)
+    nic = np.broadcast_to(np.asarray(nic_capacity, float), (2, int(n_hosts)))
+    return links, np.where(links >= 0, w, 0.0), np.concatenate([kept, nic[0], nic[1]])
+
+
+def ideal_incidence(src, dst, n_hosts: int, **kwargs):
+    """:func:`ideal_rows` as an incidence: ``(Incidence, capacity [links])``.  Entries
+    of a flow on one link add up, to at most 1 (:meth:`~fabric_jax.Incidence.from_rows`).
+    """
+    links, weight, capacity = ideal_rows(src, dst, n_hosts, **kwargs)
+    return Incidence.from_rows(links, weight, n_links=capacity.size), capacity
+
+
+def simulate_ideal(incidence, capacity, size, *, arrival=None, deps=None, delay=None,
+                   latency=None, demand=None, one_table: bool = False):
+    """Flows on the ideal fabric (:func:`ideal_incidence`) under ideal congestion control:
+    exact max-min sharing recomputed at every flow start and completion
+    (:func:`fabric_jax.simulate_flows`).
+
+    Args:
+      incidence, capacity: the fabric, from :func:`ideal_incidence`.
+      size: ``[flows]`` bytes.
+      arrival, deps, delay, latency: the flows' lifecycle (default: all released at 0).
+      demand: ``[flows]`` rate cap, bytes/s (e.g. the NIC line rate), or ``None``.
+      one_table: one slot per flow and from-scratch solves: for runs whose cost is the
+        compilation (~10^3 flows, ~10^2 events: no table regrowth, one compilation for
+        every run of one shape, a smaller program; 12 s against 86 s for the compare
+        study's baseline on 2 loaded cores, the same rates up to round-off).
+
+    Returns:
+      :class:`fabric_jax.FlowSimResult`.
+    """
+    n_flows = int(np.shape(size)[0])
+    arrival = np.zeros(n_flows) if arrival is None else arrival
+    table = dict(max_active=max(n_flows, 1), warm_start=False) if one_table else {}
+    return simulate_flows(incidence, capacity, arrival, size, deps=deps, delay=delay,
+                          latency=latency, demand=demand, **table)

@@ -42,7 +42,7 @@ runs as if alone; one compile per preset for the whole sweep).  Transfers are re
 at ``t = 0``; the first ones wait the protocol's launch latency.
 
 **Ideal fabric** (:func:`simulate_plans_ideal`): the compare study's baseline
-(:func:`fabric_jax.study.run.simulate_ideal`) for a plan: the same transfers, deps and
+(:func:`fabric_jax.fabric_sim.simulate_ideal`) for a plan: the same transfers, deps and
 latencies (the plan's own, from ``topology.latency``) with every NIC on one
 non-blocking crossbar at its full rate (all planes) and ideal congestion control (exact
 max-min, :func:`fabric_jax.simulate_flows`); the server's links are kept; switch-to-switch
@@ -74,7 +74,6 @@ import dataclasses
 import time
 import warnings
 
-import jax.numpy as jnp
 import numpy as np
 
 from . import metrics as mx
@@ -406,26 +405,28 @@ def simulate_plan_fluid(plan, topology, fabric, *, dt: float, n_steps: int,
 
 
 def _crossbar_rows(plan, topology):
-    """``(links [flows, w], weights, capacity [links'])`` of a plan on the crossbar."""
+    """:func:`fabric_jax.fabric_sim.ideal_rows` of a plan: each fabric link leaving a NIC
+    maps to its up-link, each one entering a NIC to its down-link (at the rate of all
+    the NIC's planes), the server's links are kept, switch-to-switch links dropped."""
+    from .fabric_sim import ideal_rows
     cls = _classes(topology)
     nic_nodes = _nic_nodes(topology)
-    n_nic = nic_nodes.size
     nic_of = np.full(topology.n_nodes, -1)
-    nic_of[nic_nodes] = np.arange(n_nic)
-    L = topology.n_links
+    nic_of[nic_nodes] = np.arange(nic_nodes.size)
     src_nic, dst_nic = nic_of[topology.link_src], nic_of[topology.link_dst]
     net = cls == 0
-    new_id = np.where(~net, np.arange(L), -1)
-    new_id = np.where(net & (src_nic >= 0), L + src_nic, new_id)
-    new_id = np.where(net & (dst_nic >= 0), L + n_nic + dst_nic, new_id)
     cap = np.where(topology.link_up, topology.capacity, 0.0) * np.asarray(plan.bw_scale)
-    xcap = np.concatenate([np.where(net, 0.0, cap), np.zeros(2 * n_nic)])
-    np.add.at(xcap, new_id[net & (src_nic >= 0)], cap[net & (src_nic >= 0)])
-    np.add.at(xcap, new_id[net & (dst_nic >= 0)], cap[net & (dst_nic >= 0)])
+    nic_cap = np.zeros((2, nic_nodes.size))
+    np.add.at(nic_cap[0], src_nic[net & (src_nic >= 0)], cap[net & (src_nic >= 0)])
+    np.add.at(nic_cap[1], dst_nic[net & (dst_nic >= 0)], cap[net & (dst_nic >= 0)])
     links = np.asarray(plan.links)
-    w = np.where(links >= 0, np.asarray(plan.weight, float), 0.0)
-    mapped = np.where(links >= 0, new_id[np.maximum(links, 0)], -1)
-    return mapped, np.where(mapped >= 0, w, 0.0), xcap
+    lk = np.maximum(links, 0)
+    on_net = (links >= 0) & net[lk]
+    return ideal_rows(np.where(on_net, src_nic[lk], -1), np.where(on_net, dst_nic[lk], -1),
+                      nic_nodes.size, nic_capacity=nic_cap,
+                      weight=np.where(links >= 0, np.asarray(plan.weight, float), 0.0),
+                      keep_links=np.where((links >= 0) & ~net[lk], links, -1),
+                      keep_capacity=np.where(net, 0.0, cap))
 
 
 def simulate_plans_ideal(items) -> list:
@@ -436,39 +437,26 @@ def simulate_plans_ideal(items) -> list:
     Each fabric link leaving a NIC maps to that NIC's crossbar up-link, each one entering
     a NIC to its down-link (one per NIC at the rate of all its planes); other fabric
     links (switch to switch) are dropped; the server's links stay.  Exact max-min
-    (:func:`fabric_jax.simulate_flows`) with the plans' deps, delays and latencies.
+    (:func:`fabric_jax.fabric_sim.simulate_ideal`) with the plans' deps, delays and
+    latencies.
 
     Returns:
       ``[finish [flows]]`` per pair, seconds.
     """
+    from .fabric_sim import simulate_ideal
     from .paths import concat_padded
-    from .sim import simulate_flows
     parts = [_crossbar_rows(p, t) for p, t in items]
     link_off = np.cumsum([0] + [x[2].size for x in parts])
     flow_off = np.cumsum([0] + [p.n_flows for p, _ in items])
-    mapped = concat_padded([m for m, _, _ in parts], offsets=link_off)
-    w = concat_padded([x[1] for x in parts], fill=0.0)
     xcap = np.concatenate([x[2] for x in parts])
-    deps = concat_padded([p.deps for p, _ in items], offsets=flow_off)
+    inc = Incidence.from_rows(concat_padded([x[0] for x in parts], offsets=link_off),
+                              concat_padded([x[1] for x in parts], fill=0.0),
+                              n_links=xcap.size)
     cat = lambda f: np.concatenate([np.asarray(getattr(p, f), float) for p, _ in items])  # noqa
-    n = int(flow_off[-1])
-    flow = np.broadcast_to(np.arange(n)[:, None], mapped.shape)
-    keep = w > 0
-    key = flow[keep].astype(np.int64) * xcap.size + mapped[keep]
-    uniq, inv = np.unique(key, return_inverse=True)
-    wsum = np.minimum(np.bincount(inv, weights=w[keep], minlength=uniq.size), 1.0)
-    fi, li = np.divmod(uniq, xcap.size)
-    counts = np.bincount(fi, minlength=n)
-    W = max(int(counts.max(initial=0)), 1)
-    pos = np.arange(fi.size) - (np.cumsum(counts) - counts)[fi]
-    lt = np.zeros((n, W), np.int32)
-    wt = np.zeros((n, W))
-    lt[fi, pos] = li
-    wt[fi, pos] = wsum
-    inc = Incidence(jnp.asarray(lt.ravel()), jnp.asarray(np.repeat(np.arange(n, dtype=np.int32),
-                    W)), jnp.asarray(wt.ravel(), jnp.result_type(float)), int(xcap.size), n, W)
-    res = simulate_flows(inc, np.where(xcap > 0, xcap, 1.0), np.zeros(n), cat("size"),
-                         deps=deps, delay=cat("delay"), latency=cat("latency"))
+    # links of zero capacity carry nothing here (the fabric links the crossbar replaces)
+    res = simulate_ideal(inc, np.where(xcap > 0, xcap, 1.0), cat("size"),
+                         deps=concat_padded([p.deps for p, _ in items], offsets=flow_off),
+                         delay=cat("delay"), latency=cat("latency"))
     fin = np.asarray(res.finish, float)
     return [fin[flow_off[i]:flow_off[i + 1]] for i in range(len(items))]
 

@@ -217,8 +217,10 @@ def test_ideal_baseline_is_line_rate_for_one_flow():
     import numpy as np
 
     from fabric_jax import compare
-    inc = compare.crossbar_incidence(np.array([0, 1]), np.array([1, 0]), 2)
+    from fabric_jax.fabric_sim import ideal_incidence
+    inc, cap = ideal_incidence(np.array([0, 1]), np.array([1, 0]), 2, nic_capacity=5.0)
     assert np.asarray(inc.link_idx).tolist() == [0, 3, 1, 2]
+    assert cap.tolist() == [5.0] * 4 and inc.row_width == 2
     scn = compare.scenario_from_dict(_tiny_dict())
     case = compare.build_case(scn, False)
     res = compare.simulate_ideal(case)
@@ -228,6 +230,27 @@ def test_ideal_baseline_is_line_rate_for_one_flow():
     lower = case.sim_arrival + case.workload.size / case.line_rate + case.latency
     assert np.all(fin >= lower * (1 - 1e-5) - 1e-9)
 
+
+def test_ideal_rows_keep_links_and_merge_a_flows_entries():
+    """One kept link (id 0, 7 B/s), then the up-links (1, 2) and down-links (3, 4) of 2
+    hosts.  Flow 0 hop by hop: up-link of host 0 over two planes (0.5 + 0.5 merge to 1),
+    the kept link, the down-link of host 1; flow 1: 0.75 + 0.75 on one link clips to 1."""
+    import numpy as np
+
+    from fabric_jax.fabric_sim import ideal_incidence
+    none = [-1, -1, -1, -1]
+    src = np.array([[0, 0, -1, -1], [0, 0, -1, -1]])
+    dst = np.array([[-1, -1, -1, 1], none])
+    keep = np.array([[-1, -1, 0, -1], none])
+    w = np.array([[0.5, 0.5, 1.0, 1.0], [0.75, 0.75, 0.0, 0.0]])
+    inc, cap = ideal_incidence(src, dst, 2, nic_capacity=[[1.0, 2.0], [3.0, 4.0]], weight=w,
+                               keep_links=keep, keep_capacity=[7.0])
+    assert cap.tolist() == [7.0, 1.0, 2.0, 3.0, 4.0]
+    dense = np.zeros((5, 2))
+    np.add.at(dense, (np.asarray(inc.link_idx), np.asarray(inc.flow_idx)),
+              np.asarray(inc.weight))
+    np.testing.assert_allclose(dense.T, [[1, 1, 0, 0, 1], [0, 1, 0, 0, 0]])
+    assert inc.row_width == 3
 
 def test_every_equal_cost_path_by_default_and_caps_are_reported():
     import warnings

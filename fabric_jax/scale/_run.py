@@ -273,24 +273,19 @@ def ideal_rails(step: StepFlows, nic_rate: float, *, rails=(0,)) -> RailRun:
     """The ideal fabric for the flows of ``rails``: every NIC of those rails on one
     non-blocking crossbar at its line rate (all planes) with ideal congestion control,
     exact max-min recomputed at every flow start and completion
-    (:func:`fabric_jax.simulate_flows`; the compare study's baseline,
-    :func:`fabric_jax.study.run.simulate_ideal`).  Rails never meet on a crossbar, so
-    one rail's run is exact for it."""
-    from ..sim import simulate_flows
-    from ..study.run import crossbar_incidence
+    (:func:`fabric_jax.fabric_sim.simulate_ideal`, each flow capped at the NIC rate).
+    Rails never meet on a crossbar, so one rail's run is exact for it."""
+    from ..fabric_sim import ideal_incidence, simulate_ideal
     t0 = time.perf_counter()
     ids = np.arange(step.n_flows) if rails is None else np.flatnonzero(
         np.isin(step.rail, np.asarray(rails)))
     sub = step.subset(ids)
     hosts, inv = np.unique(np.concatenate([sub.src, sub.dst]), return_inverse=True)
     hs, hd = inv[:sub.n_flows], inv[sub.n_flows:]
-    inc = crossbar_incidence(hs, hd, hosts.size)
-    # one slot per flow and from-scratch solves: compilation dominates, as in the
-    # compare baseline (fabric_jax.study.run.simulate_ideal)
-    res = simulate_flows(inc, np.full(2 * hosts.size, float(nic_rate)),
-                         sub.arrivals, sub.size, deps=sub.deps,
-                         demand=np.full(sub.n_flows, float(nic_rate)),
-                         max_active=max(sub.n_flows, 1), warm_start=False)
+    inc, cap = ideal_incidence(hs, hd, hosts.size, nic_capacity=float(nic_rate))
+    # compilation dominates, as in the compare study's baseline
+    res = simulate_ideal(inc, cap, sub.size, arrival=sub.arrivals, deps=sub.deps,
+                         demand=np.full(sub.n_flows, float(nic_rate)), one_table=True)
     return RailRun(flows=sub, start=np.asarray(res.start, float),
                    finish=np.asarray(res.finish, float), paused_time=0.0,
                    congested_bytes=0.0, port_bytes=float(np.sum(sub.size)), n_steps=0,

@@ -5,7 +5,7 @@ Ideal fabric (:func:`simulate_ideal`): the same flows, arrivals, dependencies an
 latencies on a non-blocking crossbar (each NIC has one up and one down link at line rate
 into a single switch of unbounded capacity) with ideal congestion control: exact max-min
 sharing, recomputed at every flow arrival and completion
-(:func:`fabric_jax.simulate_flows`).
+(:func:`fabric_jax.fabric_sim.simulate_ideal`).
 
 Per-preset ideal (:func:`run_ideal`, the ``ideal`` columns of ``fabric-jax compare``):
 the training job **alone** on that crossbar, with the collective algorithm of the
@@ -25,24 +25,22 @@ import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-import jax.numpy as jnp
 import numpy as np
 
 from .. import economics as econ
+from .. import fabric_sim
 from .. import metrics as mx
 from .. import scaling
 from ..fabric_sim import flow_line_rate, simulate_paths  # noqa: F401 (re-exported)
 from ..fabrics import get_fabric
 from ..fluid.options import save_schedule
-from ..incidence import Incidence
 from ..links import DEFAULT_FIFO_BANDS
-from ..sim import simulate_flows
 from .case import JOBS, Case, alone_arrival, build_case, collective_phases
 from .progress import Progress
 from .scenario import Scenario, default_scenario, validate_scenario
 
 __all__ = ["simulate_case", "simulate_paths", "flow_line_rate", "simulate_ideal",
-           "crossbar_incidence", "case_metrics", "class_isolation", "fabric_cost_metrics", "full_step_times",
+           "case_metrics", "class_isolation", "fabric_cost_metrics", "full_step_times",
            "run_compare", "run_preset", "run_ideal", "default_workers",
            "scaling_study", "scaling_topologies", "IDEAL", "IDEAL_SHARP", "ideal_key",
            "is_ideal"]
@@ -90,37 +88,25 @@ def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every
                                                                     DEFAULT_FIFO_BANDS))))
 
 
-def crossbar_incidence(src, dst, n_hosts: int) -> Incidence:
-    """Incidence of flows on a non-blocking crossbar: flow ``f`` crosses the uplink of
-    host ``src[f]`` (link ``src[f]``) and the downlink of ``dst[f]`` (link
-    ``n_hosts + dst[f]``); ``2 * n_hosts`` links."""
-    src, dst = np.asarray(src, np.int32), np.asarray(dst, np.int32)
-    n = src.size
-    links = np.stack([src, n_hosts + dst], axis=1).ravel()
-    return Incidence(jnp.asarray(links), jnp.asarray(np.repeat(np.arange(n, dtype=np.int32), 2)),
-                     jnp.ones(2 * n, jnp.result_type(float)), 2 * int(n_hosts), n, 2)
-
-
 def simulate_ideal(case: Case, arrival=None):
     """The ideal-fabric baseline of a case (module docstring): exact max-min on a
-    non-blocking crossbar at NIC line rate, with the case's arrivals, dependencies,
-    delays and path latencies.
+    non-blocking crossbar at NIC line rate (:func:`fabric_jax.fabric_sim.simulate_ideal`),
+    each flow capped at line rate, with the case's arrivals, dependencies, delays and
+    path latencies.
 
     Returns:
       :class:`fabric_jax.FlowSimResult`.
     """
     w = case.workload
     arrival = case.sim_arrival if arrival is None else arrival
-    n_hosts = case.topology.n_hosts
-    inc = crossbar_incidence(w.src, w.dst, n_hosts)
-    # A compare case has ~10^3 flows and ~10^2 events: compilation dominates, so one
-    # table for every flow (no regrowth, one compilation for all three runs) and
-    # from-scratch solves (a smaller program: 12 s against 86 s for the default
-    # scenario's baseline, measured on 2 loaded cores; same rates up to round-off).
-    return simulate_flows(inc, np.full(2 * n_hosts, case.line_rate), arrival, w.size,
-                          deps=w.deps, delay=w.delay, latency=case.latency,
-                          demand=np.full(w.n_flows, case.line_rate),
-                          max_active=max(int(w.n_flows), 1), warm_start=False)
+    inc, cap = fabric_sim.ideal_incidence(w.src, w.dst, case.topology.n_hosts,
+                                          nic_capacity=case.line_rate)
+    # ~10^3 flows and ~10^2 events: compilation dominates (one table for every flow,
+    # one compilation for all three runs)
+    return fabric_sim.simulate_ideal(inc, cap, w.size, arrival=arrival, deps=w.deps,
+                                     delay=w.delay, latency=case.latency,
+                                     demand=np.full(w.n_flows, case.line_rate),
+                                     one_table=True)
 
 
 def _job_time(start, finish, idx):
