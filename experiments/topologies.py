@@ -25,11 +25,11 @@ Workloads, all flows at ``t = 0``: a uniform all-to-all of ``--a2a-mb`` per rank
 ``2 (n-1)/n S`` to its successor) over a ring that visits the leaves in turn (rank
 ``i`` on leaf ``i mod L``), so every ring hop crosses the fabric.
 
-Engine: :func:`fabric_jax.fluid.simulate_fluid` with the preset's mechanisms as
-:func:`fabric_jax.study.run.simulate_case` (the ``compare`` study) applies them: the
+Engine: the preset's run on candidate paths, :func:`fabric_jax.fabric_sim.simulate_paths`,
+as :func:`fabric_jax.study.run.simulate_case` (the ``compare`` study) makes it: the
 routing policy bound to every equal-cost path (:func:`fabric_jax.paths.shortest_paths`,
 all planes), congestion control with parameters at the NIC rate, flow control, buffers,
-link and device latencies -- at a fixed step ``--dt-us`` (default 1 us), for up to
+the receiver, link and device latencies -- at a fixed step ``--dt-us`` (default 1 us), for up to
 ``--horizon`` x the line-rate time.  Every build and workload runs in one call on the
 disjoint union of the builds (no shared link, so no interaction; one compilation).
 Each flow's ``line_rate`` is the whole NIC (``--link-gbps``): the engine's default, the
@@ -96,10 +96,7 @@ from experiments import _common as cm
 from fabric_jax import metrics as mx  # noqa: E402
 from fabric_jax.fabrics import all_reduce_flows, get_fabric  # noqa: E402
 from fabric_jax.paths import concat_paths, shortest_paths  # noqa: E402
-from fabric_jax.cc import ibcc  # noqa: E402
-from fabric_jax.fluid import simulate_fluid  # noqa: E402
-from fabric_jax.incidence import Incidence  # noqa: E402
-from fabric_jax.routing import make_routing  # noqa: E402
+from fabric_jax.fabric_sim import simulate_paths  # noqa: E402
 from fabric_jax.topology import disjoint_union, leaf_spine  # noqa: E402
 from fabric_jax.units import MB, gbps  # noqa: E402
 from fabric_jax.workloads import all_to_all, concat  # noqa: E402
@@ -152,23 +149,15 @@ def run_all(parts, fabric, *, line_rate: float, dt: float, horizon: float, seed:
     wl = concat(*[dataclasses.replace(w, src=w.src + off.hosts[i], dst=w.dst + off.hosts[i])
                  for i, (_, w, _) in enumerate(parts)])
     n_steps = int(math.ceil(horizon * max(p[2] for p in parts) / line_rate / dt))
-    # The preset's mechanisms as fabric_jax.study.run.simulate_case applies them, with
-    # one difference: each flow's NIC line rate is passed explicitly (the whole NIC,
-    # all planes).  simulate_fluid's default -- the smallest capacity on the flow's
-    # candidate paths -- would cap a multi-plane flow at one plane's port (link/P).
-    params = fabric.law_params(line_rate=line_rate)
-    if fabric.cc == "ibcc" and "switch_port" not in fabric.cc_options:
-        params = dataclasses.replace(params, switch_port=np.asarray(
-            ibcc.switch_port_mask(topo), np.asarray(params.threshold).dtype))
-    routing = make_routing(fabric.routing, paths, fabric.routing_params(), seed=seed)
-    inc = Incidence.from_paths(paths, np.asarray(routing.split), n_links=topo.n_links)
+    # The preset's run as fabric_jax.study.run.simulate_case makes it, with each flow's
+    # NIC line rate given explicitly (the whole NIC, all planes) or left to the engine's
+    # default (the smallest capacity on the flow's candidate paths, which caps a
+    # multi-plane flow at one plane's port, link/P)
     t0 = time.perf_counter()
-    res = simulate_fluid(inc, topo.capacity, wl.size, dt=dt, n_steps=n_steps,
-                         law=fabric.law(), params=params, deps=wl.deps, delay=wl.delay,
+    res = simulate_paths(topo, paths, fabric, wl.size, dt=dt, n_steps=n_steps, deps=wl.deps,
+                         delay=wl.delay, seed=seed, nic_rate=line_rate,
                          line_rate=np.full(wl.n_flows, line_rate) if nic_line_rate else None,
-                         link_latency=fabric.link_latency(topo), nic_links=topo,
-                         flow_control=fabric.flow_control, buffer=topo.buffer,
-                         routing=routing)
+                         fluid_options=None if nic_line_rate else dict(line_rate=None))
     finish = np.asarray(res.finish, float)
     wall = time.perf_counter() - t0
     bounds = np.cumsum([0] + [p[1].n_flows for p in parts])

@@ -252,6 +252,35 @@ def test_ideal_rows_keep_links_and_merge_a_flows_entries():
     np.testing.assert_allclose(dense.T, [[1, 1, 0, 0, 1], [0, 1, 0, 0, 0]])
     assert inc.row_width == 3
 
+def test_prepare_paths_overrides_and_fluid_options_last():
+    """On two planes of 50 Gb/s ports: ECMP pins a flow to one plane (its line rate one
+    port, 6.25 GB/s), spraying spreads it over both (the whole NIC, 12.5 GB/s).  A
+    caller's routing and line rate replace the preset's; ``fluid_options`` apply last
+    (``line_rate=None``: the engine's default, the smallest capacity on the paths)."""
+    import numpy as np
+
+    from fabric_jax.fabric_sim import prepare_paths
+    from fabric_jax.paths import shortest_paths
+    from fabric_jax.topology import leaf_spine
+    topo = leaf_spine(2, 2, 2, link_gbps=100.0, planes=2)
+    ps = shortest_paths(topo, [0, 1], [2, 3])
+    kw = dict(dt=1e-6, n_steps=10)
+    size = np.full(2, 1e6)
+
+    def line_rate(**options):
+        problem = prepare_paths(topo, ps, "roce", size, **kw, **options)
+        rate = np.asarray(problem.net.line_rate, float)     # float32 on the device
+        return problem.static.policy.name, (rate / 1e9).round(3).tolist()
+
+    assert line_rate() == ("ecmp", [6.25] * 2)
+    assert line_rate(routing="spray") == ("spray", [12.5] * 2)
+    assert line_rate(routing="spray", line_rate=np.full(2, 5e9)) == ("spray", [5.0] * 2)
+    assert line_rate(line_rate=np.full(2, 5e9),
+                     fluid_options=dict(line_rate=np.full(2, 7e9))) == ("ecmp", [7.0] * 2)
+    assert line_rate(routing="spray", fluid_options=dict(line_rate=None)) == (
+        "spray", [6.25] * 2)
+
+
 def test_every_equal_cost_path_by_default_and_caps_are_reported():
     import warnings
 
