@@ -121,12 +121,12 @@ def training_scenario(gpus: int, *, all_reduce_mb: float = 32.0, moe_mb: float =
       presets: fabric preset names (default all).
       ep_servers: expert-parallel group size wanted; the scenario uses the largest
         divisor of the training servers not above it
-        (:func:`fabric_jax.scaling.ep_group_size`) and says so in ``workload.ep_servers``.
+        (:func:`fabric_jax.scale.ep_group_size`) and says so in ``workload.ep_servers``.
     """
     from fabric_jax.compare import scenario_from_dict
     from fabric_jax.fabrics import PRESETS
     from fabric_jax.fluid.options import save_schedule
-    from fabric_jax.scaling import ep_group_size
+    from fabric_jax.scale import ep_group_size
     if gpus % (2 * NICS_PER_SERVER):
         raise ValueError(f"gpus must be a multiple of {2 * NICS_PER_SERVER} (>= 2 servers of "
                          f"{NICS_PER_SERVER} GPUs); got {gpus}")

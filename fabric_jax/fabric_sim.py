@@ -9,9 +9,9 @@ receiver options and per-link latency, each flow capped at :func:`flow_line_rate
 caller may replace the routing and the line rates, and any keyword of
 :func:`~fabric_jax.fluid.simulate_fluid` (``fluid_options``, applied last).  It is the
 engine of the compare study (:func:`fabric_jax.study.run.simulate_case`), of the scale
-study and of the scaling sweep (:func:`fabric_jax.scaling.simulate_plan_fluid`), so it
-sits below them (imports point one way: ``fluid`` -> ``fabric_sim`` -> ``scaling`` /
-``scale`` / ``study``).
+study and of its all-reduce sweep (:func:`fabric_jax.scale.simulate_plan_fluid`), so it
+sits below them (imports point one way: ``fluid`` -> ``fabric_sim`` -> ``scale`` /
+``study``).
 
 Routing without a preset: :func:`route` (host pairs -> equal-cost paths -> a policy ->
 the incidence of its split) and :func:`bind_routing` (a policy on paths already built).
@@ -97,8 +97,8 @@ def prepare_paths(topology, paths, fabric, size, *, dt: float, n_steps: int,
                   save_every=None, fluid_options: dict | None = None):
     """The fluid problem of flows over candidate paths under a fabric preset's dynamics.
 
-    The engine of :func:`simulate_case` and of the scaling study
-    (:func:`fabric_jax.scaling.simulate_plan_fluid`): :func:`preset_options` (the
+    The engine of :func:`fabric_jax.study.run.simulate_case` and of the all-reduce
+    sweep (:func:`fabric_jax.scale.simulate_plan_fluid`): :func:`preset_options` (the
     preset's routing, law, flow control, receiver and latencies bound to ``paths``) with
     the flows' sizes and lifecycle and the horizon.
 

@@ -312,9 +312,9 @@ def _scale_point():
 def _scaling_curves():
     # the all-reduce sweep: two GPU counts side by side (block-diagonal ideal and fluid
     # runs), SHARP (infiniband) and NVLS + tree (roce)
-    from fabric_jax import scaling
-    topos = [scaling.sweep_topology(g, servers_per_leaf=2) for g in (16, 32)]
-    return scaling.scaling_curves(topos, ["infiniband", "roce"], 4 * MB)
+    from fabric_jax import scale
+    topos = [scale.sweep_topology(g, servers_per_leaf=2) for g in (16, 32)]
+    return scale.scaling_curves(topos, ["infiniband", "roce"], 4 * MB)
 
 
 def _compare():

@@ -30,7 +30,7 @@ import numpy as np
 from .. import economics as econ
 from .. import fabric_sim
 from .. import metrics as mx
-from .. import scaling
+from ..scale import ep_group_size, scaling_curves
 from ..fabric_sim import flow_line_rate, simulate_paths  # noqa: F401 (re-exported)
 from ..fabrics import get_fabric
 from ..fluid.options import save_schedule
@@ -463,7 +463,7 @@ def scaling_topologies(scn: Scenario, factors=(0.5, 1.0, 2.0, 4.0)) -> list:
             out.append(rail_optimized(n, nics, servers_per_leaf=max(1, min(
                 t["servers_per_leaf"], n // 2)), gpus_per_server=nics, **kw))
         else:
-            per = scaling.ep_group_size(n, min(t["servers_per_leaf"], n // 2), minimum=1)
+            per = ep_group_size(n, min(t["servers_per_leaf"], n // 2), minimum=1)
             out.append(leaf_spine(n // per, t["n_spines"] or per, per, gpus_per_server=1,
                                   nics_per_server=1, **kw))
     return out
@@ -475,7 +475,7 @@ def scaling_study(scn: Scenario | None = None, *, factors=(0.5, 1.0, 2.0, 4.0),
     all-reduce of the scenario's ``all_reduce_mb`` per GPU on the scenario's fabric at
     ``train_servers`` scaled by each factor (:func:`scaling_topologies`), every preset.
 
-    Engine: :func:`fabric_jax.scaling.scaling_curves` -- the all-reduce as
+    Engine: :func:`fabric_jax.scale.scaling_curves` -- the all-reduce as
     :mod:`fabric_jax.collectives` builds it (chunked transfers, per-step latency, the
     NCCL-like algorithm per preset) through each preset's dynamics in the fluid model
     (:func:`simulate_paths`, the engine of :func:`run_compare`) at the scenario's
@@ -489,12 +489,12 @@ def scaling_study(scn: Scenario | None = None, *, factors=(0.5, 1.0, 2.0, 4.0),
     fabric) and estimates the time left from the units done.
 
     Returns:
-      :func:`fabric_jax.scaling.scaling_curves`' dict (``gpus``, ``fabrics``, ``ideal``).
+      :func:`fabric_jax.scale.scaling_curves`' dict (``gpus``, ``fabrics``, ``ideal``).
     """
     scn = default_scenario() if scn is None else validate_scenario(scn)
     topos = scaling_topologies(scn, factors)
     with Progress(1 + len(scn.presets), enabled=progress, label="scaling curve") as bar:
-        return scaling.scaling_curves(
+        return scaling_curves(
             topos, scn.presets, scn.workload["all_reduce_mb"] * 1e6,
             dt=scn.simulation["dt_us"] * 1e-6, seed=scn.simulation["seed"],
             overrides=scn.overrides, progress=bar.update)
