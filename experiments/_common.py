@@ -6,11 +6,12 @@ where they are not SI, e.g. ``_us``).
 
 * :func:`parser` -- the common command line (``--seed``, ``--json``, ``--plots``,
   ``--quick``).
-* :func:`replicate` -- ``copies`` independent instances of one small network as one
-  block-diagonal network: copy ``i`` uses links ``i * n_links + l`` and hosts
-  ``i * n_hosts + h``.  Flows of different copies share no link, so one
-  :func:`fabric_jax.fluid.simulate_fluid` call advances every seed at once (the
-  copies are the batch axis; shapes stay static, so one compile serves all seeds).
+* :func:`replicate` -- independent copies of one small network as one block-diagonal
+  network (:func:`fabric_jax.topology.disjoint_union`): copy ``i`` uses links
+  ``i * n_links + l`` and hosts ``i * n_hosts + h``.  Flows of different copies share
+  no link, so one :func:`fabric_jax.fluid.simulate_fluid` call advances every seed at
+  once (the copies are the batch axis; shapes stay static, so one compile serves all
+  seeds).
 * :func:`finish` -- prints the table, writes JSON, returns the results dict.
 """
 
@@ -23,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from experiments._bench import device_info, table, write_json  # noqa: F401
-from fabric_jax.paths import PathSet
+from fabric_jax.paths import concat_paths
+from fabric_jax.topology import disjoint_union
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
@@ -50,32 +52,22 @@ def check_positive(ap: argparse.ArgumentParser, **values):
             ap.error(f"--{name.replace('_', '-')} must be > 0; got {v!r}")
 
 
-def replicate(pathsets, n_links: int, n_hosts: int) -> PathSet:
-    """Concatenates path sets of independent copies of one topology.
+def replicate(topology, pathsets) -> tuple:
+    """``len(pathsets)`` independent copies of ``topology`` as one block-diagonal network,
+    copy ``i`` carrying the pairs of ``pathsets[i]``.
 
     Args:
-      pathsets: list of :class:`~fabric_jax.paths.PathSet` on the same topology with
-        the same ``[paths, hops]`` shape.
-      n_links, n_hosts: sizes of that topology.
+      topology: the :class:`~fabric_jax.topology.Topology` copied.
+      pathsets: list of :class:`~fabric_jax.paths.PathSet` on ``topology``.
 
     Returns:
-      one PathSet over ``len(pathsets) * n_links`` links (copy ``i`` offset by
-      ``i * n_links``), hosts offset likewise (so hashes of different copies differ).
+      ``(network, paths)``: :func:`fabric_jax.topology.disjoint_union` of the copies
+      (copy ``i`` has links ``i * n_links + l``) and one PathSet over it
+      (:func:`fabric_jax.paths.concat_paths`; hosts offset likewise, so hashes of
+      different copies differ).
     """
-    shapes = {p.links.shape[1:] for p in pathsets}
-    if len(shapes) != 1:
-        raise ValueError(f"pathsets must share their [paths, hops] shape; got {shapes}")
-    off = np.arange(len(pathsets))
-    sizes = [p.n_pairs for p in pathsets]
-    link_off = np.repeat(off * n_links, sizes)[:, None, None]
-    host_off = np.repeat(off * n_hosts, sizes)
-    cat = lambda f: np.concatenate([np.asarray(getattr(p, f)) for p in pathsets])  # noqa: E731
-    hop = cat("hop_mask")
-    return PathSet(src=(cat("src") + host_off).astype(np.int32),
-                   dst=(cat("dst") + host_off).astype(np.int32),
-                   links=np.where(hop, cat("links") + link_off, -1).astype(np.int32),
-                   path_mask=cat("path_mask"), hop_mask=hop,
-                   n_paths=cat("n_paths").astype(np.int32))
+    network, off = disjoint_union([topology] * len(pathsets))
+    return network, concat_paths(pathsets, off.links, off.hosts)
 
 
 def finish(results: dict, args, rows=None, columns=None, title: str | None = None, *,
@@ -129,11 +121,12 @@ def training_scenario(gpus: int, *, all_reduce_mb: float = 32.0, moe_mb: float =
       presets: fabric preset names (default all).
       ep_servers: expert-parallel group size wanted; the scenario uses the largest
         divisor of the training servers not above it
-        (:func:`fabric_jax.scaling.ep_group_size`) and says so in ``workload.ep_servers``.
+        (:func:`fabric_jax.scale.ep_group_size`) and says so in ``workload.ep_servers``.
     """
     from fabric_jax.compare import scenario_from_dict
     from fabric_jax.fabrics import PRESETS
-    from fabric_jax.scaling import ep_group_size
+    from fabric_jax.fluid.options import save_schedule
+    from fabric_jax.scale import ep_group_size
     if gpus % (2 * NICS_PER_SERVER):
         raise ValueError(f"gpus must be a multiple of {2 * NICS_PER_SERVER} (>= 2 servers of "
                          f"{NICS_PER_SERVER} GPUs); got {gpus}")
@@ -153,7 +146,7 @@ def training_scenario(gpus: int, *, all_reduce_mb: float = 32.0, moe_mb: float =
     t_tenant = tenant_fan_in * tenant_incast_mb * 1e6 / line if tenant_servers else 0.0
     horizon = slack * (t_ar + t_a2a + t_tenant) + 50e-6
     n_steps = int(math.ceil(horizon / (dt_us * 1e-6)))
-    n_steps += -n_steps % 20  # compare saves every 20 steps when it can
+    n_steps, _ = save_schedule(n_steps, round_up=True)  # so compare saves every SAVE_EVERY
     data = {
         "topology": dict(kind="rail_optimized", n_servers=n_servers,
                          nics_per_server=NICS_PER_SERVER, servers_per_leaf=spl,

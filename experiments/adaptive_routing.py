@@ -138,7 +138,7 @@ if __package__ in (None, ""):  # run as a file: make `experiments` importable
 from experiments import _common as cm
 
 from fabric_jax.fluid import simulate_fluid  # noqa: E402
-from fabric_jax.incidence import Incidence  # noqa: E402
+from fabric_jax.fabric_sim import bind_routing  # noqa: E402
 from fabric_jax.paths import PathSet, shortest_paths  # noqa: E402
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.routing import get_policy, make_routing  # noqa: E402
@@ -235,8 +235,8 @@ def horizon_steps(spines: int, ideal_s: float, move_s: float, dt: float) -> int:
 def run_one(policy, topo, paths, arrival, sizes, rate, faults, *, dt, n_steps, seed, spines,
             line, slow_delay_us):
     """One fluid run; foreground / background metrics."""
-    r = _routing(policy, paths, seed, slow_delay_us)
-    inc = Incidence.from_paths(paths, np.asarray(r.split), n_links=topo.n_links)
+    r, inc = bind_routing(paths, _routing(policy, paths, seed, slow_delay_us),
+                          n_links=topo.n_links)
     n = paths.n_pairs
     t0 = time.perf_counter()
     credit = policy == "ib_ar_credit"

@@ -10,15 +10,15 @@ NICs) on a rail-optimised fabric of scalable units of ``--servers-per-leaf`` ser
 (at least two units, so traffic crosses the spines), checked against
 ``--switch-radix`` (default 128 ports at 400G); beyond it the fabric grows a third tier
 (``--beyond-radix tiers``) or planes (``--beyond-radix planes``)
-(:func:`fabric_jax.scaling.sweep_topology`).  One all-reduce of ``--all-reduce-mb``
+(:func:`fabric_jax.scale.sweep_topology`).  One all-reduce of ``--all-reduce-mb``
 per GPU runs as :mod:`fabric_jax.collectives` builds it (chunked transfer DAG with
 NCCL's per-step latencies; algorithm chosen per preset the NCCL way: NVLS + tree, or
 NVLS + SHARP on ``infiniband``; ``--algorithms`` / ``--protocol`` override), through
 each preset's dynamics in the fluid model (routing, congestion control, flow control,
-receiver; :func:`fabric_jax.scaling.simulate_plan_fluid`, the compare study's engine),
+receiver; :func:`fabric_jax.scale.simulate_plan_fluid`, the compare study's engine),
 next to the ideal fabric (every NIC on one non-blocking crossbar, ideal congestion
-control: :func:`fabric_jax.scaling.simulate_plan_ideal`).  Definitions of the metrics
-are in :mod:`fabric_jax.scaling`:
+control: :func:`fabric_jax.scale.simulate_plan_ideal`).  Definitions of the metrics
+are in :mod:`fabric_jax.scale`:
 
 ``p50_completion_time``, ``p99_completion_time``
     50th / 99th percentile over the ranks of the time each rank holds the result, s.
@@ -57,7 +57,7 @@ if __package__ in (None, ""):  # run as a file: make `experiments` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from experiments import _common as cm
 
-from fabric_jax import scaling  # noqa: E402
+from fabric_jax import scale  # noqa: E402
 from fabric_jax.collectives import PROTOCOLS  # noqa: E402
 from fabric_jax.fabrics import PRESETS  # noqa: E402
 from fabric_jax.study.progress import Progress  # noqa: E402
@@ -121,11 +121,11 @@ def main(argv=None) -> dict:
                     help="candidates of the NCCL-like choice (default nvls_tree, sharp)")
     ap.add_argument("--protocol", default=None, choices=sorted(PROTOCOLS),
                     help="force a protocol (default: chosen)")
-    ap.add_argument("--chunks", type=int, default=scaling.DEFAULT_SWEEP_CHUNKS,
-                    help=f"pipeline chunks (default {scaling.DEFAULT_SWEEP_CHUNKS})")
-    ap.add_argument("--max-paths", type=int, default=scaling.DEFAULT_SWEEP_PATHS,
+    ap.add_argument("--chunks", type=int, default=scale.DEFAULT_SWEEP_CHUNKS,
+                    help=f"pipeline chunks (default {scale.DEFAULT_SWEEP_CHUNKS})")
+    ap.add_argument("--max-paths", type=int, default=scale.DEFAULT_SWEEP_PATHS,
                     help=f"candidate paths per host pair (default "
-                         f"{scaling.DEFAULT_SWEEP_PATHS})")
+                         f"{scale.DEFAULT_SWEEP_PATHS})")
     ap.add_argument("--dt-us", type=float, default=DEFAULT_DT_US,
                     help=f"fluid step, us (default {DEFAULT_DT_US:g}; see the module "
                          f"docstring, 'Step')")
@@ -152,10 +152,10 @@ def main(argv=None) -> dict:
     t_start = time.perf_counter()
     progress = Progress(1 + len(a.fabrics), label="allreduce_sweep").update  # ideal + presets
 
-    topos = [scaling.sweep_topology(g, system=a.system, servers_per_leaf=a.servers_per_leaf,
+    topos = [scale.sweep_topology(g, system=a.system, servers_per_leaf=a.servers_per_leaf,
                                     switch_radix=a.switch_radix,
                                     beyond_radix=a.beyond_radix) for g in gpus]
-    curve = scaling.scaling_curves(
+    curve = scale.scaling_curves(
         topos, a.fabrics, a.all_reduce_mb * 1e6, dt=a.dt_us * 1e-6,
         algorithms=tuple(a.algorithms) if a.algorithms else None, protocol=a.protocol,
         n_chunks=a.chunks, max_paths=a.max_paths, seed=a.seed, progress=progress)

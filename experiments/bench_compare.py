@@ -68,7 +68,8 @@ from fabric_jax.fabrics import get_fabric  # noqa: E402
 from fabric_jax.fairness import solve  # noqa: E402
 from fabric_jax.incidence import Incidence  # noqa: E402
 from fabric_jax.study.case import alone_arrival, build_case  # noqa: E402
-from fabric_jax.study.run import save_period, simulate_case, simulate_ideal  # noqa: E402
+from fabric_jax.fluid.options import save_schedule  # noqa: E402
+from fabric_jax.study.run import simulate_case, simulate_ideal  # noqa: E402
 from fabric_jax.study.progress import Progress  # noqa: E402
 
 _EVENTS = collections.defaultdict(float)
@@ -142,7 +143,7 @@ def bench_preset(scn, case, name: str) -> tuple[dict, np.ndarray]:
     """One preset as ``compare`` runs it, from a cold cache: first call, then the
     steady runs.  Returns ``(row, finish of the all-jobs run)``."""
     fab = get_fabric(name, **scn.overrides.get(name, {}))
-    save = save_period(int(scn.simulation["n_steps"]))
+    _, save = save_schedule(scn.simulation["n_steps"], round_up=False)
     arrivals = [case.sim_arrival]
     if scn.simulation["isolation"]:
         arrivals += [alone_arrival(case, job) for job in (0, 1) if np.any(case.job_of == job)]

@@ -158,7 +158,7 @@ def aot_points(g: int, presets, target: str, dt: float, kernel_s: float,
     from experiments import _hlo
     import jax
     from fabric_jax import fluid, segments
-    from fabric_jax.scale._run import SAVE_EVERY
+    from fabric_jax.fluid.options import SAVE_EVERY
     _hlo.gpu_device(target)      # first: a missing plugin stops before the work
     first = _hlo.first_iterations("cuda")
     (topo, step, nic), t_build = _timed(lambda: sc.build_point(g))

@@ -61,7 +61,7 @@ from experiments import _common as cm
 from fabric_jax import metrics as mx  # noqa: E402
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.fluid import simulate_fluid  # noqa: E402
-from fabric_jax.incidence import Incidence  # noqa: E402
+from fabric_jax.fabric_sim import bind_routing  # noqa: E402
 from fabric_jax.paths import shortest_paths  # noqa: E402
 from fabric_jax.routing import make_routing, weighted_ecmp_params  # noqa: E402
 from fabric_jax.topology import leaf_spine  # noqa: E402
@@ -107,8 +107,8 @@ def build(n: int, seeds: int, seed: int, link_gbps: float):
     for _ in range(seeds):
         fwd, back = n + rng.permutation(n), rng.permutation(n)
         blocks.append(shortest_paths(topo, np.r_[src, n + src], np.r_[fwd, back], max_paths=n))
-    paths = cm.replicate(blocks, topo.n_links, topo.n_hosts)
-    return topo, paths, np.tile(topo.capacity, seeds)
+    net, paths = cm.replicate(topo, blocks)
+    return topo, paths, net.capacity
 
 
 def horizon(paths, capacity, seed: int) -> int:
@@ -130,9 +130,9 @@ def run_policy(policy: str, topo, paths, capacity, *, n: int, seeds: int, size: 
     line = float(topo.capacity[0])
     ideal = size / line
     dt = ideal / STEPS_PER_IDEAL
-    routing = routing_for(policy, paths, seed)
+    routing, inc = bind_routing(paths, routing_for(policy, paths, seed),
+                                n_links=capacity.size)
     split = np.asarray(routing.split)
-    inc = Incidence.from_paths(paths, split, n_links=capacity.size)
     t0 = time.perf_counter()
     res = simulate_fluid(inc, capacity, np.full(paths.n_pairs, size), dt=dt, n_steps=n_steps,
                          routing=routing, save_every=1)

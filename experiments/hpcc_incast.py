@@ -42,6 +42,7 @@ from experiments._hpcc import parse_laws, run_fluid
 
 import fabric_jax as fj  # noqa: E402
 from fabric_jax import metrics  # noqa: E402
+from fabric_jax.fabric_sim import route  # noqa: E402
 from fabric_jax.units import gbps  # noqa: E402
 from fabric_jax.study.progress import Progress  # noqa: E402
 
@@ -71,8 +72,7 @@ def run(laws, *, n_senders=16, link_gbps=100.0, latency_us=1.0, duration_us=1000
     src = np.arange(n_senders)
     dst = np.full(n_senders, n_senders)
     # One path per pair: host -> switch -> receiver (the ECMP helper is not needed).
-    paths = fj.shortest_paths(topo, src, dst, max_paths=1, seed=seed)
-    inc = fj.Incidence.from_paths(paths, n_links=topo.n_links)
+    paths, _, inc = route(topo, src, dst, seed=seed, max_paths=1)
     latency = paths.latency(topo)[:, 0]
     bottleneck = topo.link_index(f"s{n_senders + 1}", f"h{n_senders}")
     cap = gbps(link_gbps)

@@ -70,7 +70,7 @@ from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax import compare  # noqa: E402
 from fabric_jax.fabrics import PRESETS, TENANT_CLASSES, get_fabric  # noqa: E402
 from fabric_jax.study.progress import Progress  # noqa: E402
-from fabric_jax.study.run import save_period  # noqa: E402
+from fabric_jax.fluid.options import save_schedule  # noqa: E402
 
 #: Fabric overrides of each variant (module docstring).
 VARIANTS = {"one class": {},
@@ -89,9 +89,9 @@ def _metrics(case, scn, fab) -> dict:
     arr = case.sim_arrival
     train = np.flatnonzero(case.job_of == 0)
     tenant = np.flatnonzero(case.job_of == 1)
-    # snapshots every save_period steps let the run stop once the fabric is idle for
+    # snapshots (save_schedule) let the run stop once the fabric is idle for
     # good (stop_when_idle: every flow result is the full run's), as compare's runs do
-    save = save_period(int(scn.simulation["n_steps"]))
+    _, save = save_schedule(scn.simulation["n_steps"], round_up=False)
     res = compare.simulate_case(case, fab, scn, arr, save_every=save)
     alone = compare.simulate_case(case, fab, scn, compare.alone_arrival(case, 0),
                                   save_every=save)

@@ -80,7 +80,7 @@ from experiments import _common as cm
 
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.fluid import simulate_fluid  # noqa: E402
-from fabric_jax.incidence import Incidence  # noqa: E402
+from fabric_jax.fabric_sim import bind_routing  # noqa: E402
 from fabric_jax.paths import shortest_paths  # noqa: E402
 from fabric_jax.routing import make_routing  # noqa: E402
 from fabric_jax.topology import leaf_spine  # noqa: E402
@@ -103,20 +103,20 @@ def build(spines: int, seeds: int, seed: int, link_gbps: float):
     for _ in range(seeds):
         fwd, back = n + rng.permutation(n), rng.permutation(n)
         blocks.append(shortest_paths(topo, np.r_[src, n + src], np.r_[fwd, back], max_paths=n))
-    paths = cm.replicate(blocks, topo.n_links, topo.n_hosts)
+    net, paths = cm.replicate(topo, blocks)
     cable = np.array([topo.link_index("leaf0", "spine0"), topo.link_index("spine0", "leaf0")])
     failed = (cable[None, :] + topo.n_links * np.arange(seeds)[:, None]).ravel()
-    return topo, paths, np.tile(topo.capacity, seeds), failed
+    return topo, paths, net.capacity, failed
 
 
 def run_policy(policy, paths, capacity, failed, *, size, dt, n_steps, t_fail, t_rec, seed,
                adaptive_policy, seeds, line):
     """Faulted and baseline runs of one policy; per-copy metrics."""
     name = adaptive_policy if policy == "adaptive" else policy
-    hashed = make_routing("ecmp", paths, seed=seed)
-    routing = None if policy == "static" else make_routing(name, paths, seed=seed)
-    split = np.asarray((hashed if routing is None else routing).split)
-    inc = Incidence.from_paths(paths, split, n_links=capacity.size)
+    # static: the ECMP-hashed path as a fixed route (no policy in the run)
+    bound, inc = bind_routing(paths, "ecmp" if policy == "static" else name,
+                              n_links=capacity.size, seed=seed)
+    routing = None if policy == "static" else bound
     n_flows = paths.n_pairs
     out = {}
     for label, factor in (("fault", 0.0), ("base", 1.0)):

@@ -61,6 +61,7 @@ import fabric_jax as fj
 from fabric_jax import links as lk
 from fabric_jax import queueing as qm
 from fabric_jax import receiver as rx
+from fabric_jax.fabric_sim import bind_routing, route
 from fabric_jax.units import gbps
 
 HERE = Path(__file__).resolve().parent
@@ -107,8 +108,7 @@ def _dctcp_params(k_packets):
 def fluid_incast(n_senders, flow_bytes, k_packets, dt_us):
     topo = fj.from_ns3_topology(star_text(n_senders, LINK_GBPS, _hop_latency_us()))
     src, dst = np.arange(n_senders), np.full(n_senders, n_senders)
-    paths = fj.shortest_paths(topo, src, dst, max_paths=1)
-    inc = fj.Incidence.from_paths(paths, n_links=topo.n_links)
+    _, _, inc = route(topo, src, dst, max_paths=1)       # one path: a static route
     bott = topo.link_index(f"s{n_senders + 1}", f"h{n_senders}")
     cap = gbps(LINK_GBPS)
     horizon = 1.6 * n_senders * flow_bytes / cap + 50e-6
@@ -168,9 +168,7 @@ def fluid_spray_goodput(load, reorder, dt_us, burstiness=qm.DEFAULT_BURSTINESS,
     """Goodput (delivered / arrived) of ``roce(routing="spray")`` flows at ``load`` x
     line rate (law ``none``: the load is what is offered), reordering NIC or not."""
     topo, src, dst = _leaf_spine()
-    ps = fj.shortest_paths(topo, src, dst)
-    r = fj.make_routing("spray", ps)
-    inc = fj.Incidence.from_paths(ps, np.asarray(r.split), n_links=topo.n_links)
+    _, r, inc = route(topo, src, dst, "spray")
     dt = dt_us * 1e-6
     res = fj.simulate_fluid(inc, topo.capacity, np.full(src.size, 1e12), dt=dt,
                             n_steps=int(round(horizon_us / dt_us)), law="none",
@@ -213,8 +211,7 @@ def fluid_tcp_permutation(routing, reorder, spine_of, flow_bytes, k_packets, dt_
         res = fj.simulate_fluid(fj.Incidence.from_paths(one, n_links=topo.n_links),
                                 topo.capacity, size, **kw)
     else:
-        r = fj.make_routing("spray", ps)
-        inc = fj.Incidence.from_paths(ps, np.asarray(r.split), n_links=topo.n_links)
+        r, inc = bind_routing(ps, "spray", n_links=topo.n_links)
         res = fj.simulate_fluid(inc, topo.capacity, size, routing=r, reorder=reorder,
                                 loss_recovery="go_back_n", **kw)
     return np.asarray(res.finish, float), np.asarray(res.delivered, float), n_steps * dt

@@ -51,9 +51,8 @@ if __package__ in (None, ""):  # run as a file: make `experiments` importable
 from experiments import _common as cm
 
 from fabric_jax import receiver as rx  # noqa: E402
+from fabric_jax.fabric_sim import simulate_paths  # noqa: E402
 from fabric_jax.fabrics import PRESETS, get_fabric  # noqa: E402
-from fabric_jax.fluid import simulate_fluid  # noqa: E402
-from fabric_jax.incidence import Incidence  # noqa: E402
 from fabric_jax.paths import shortest_paths  # noqa: E402
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax.routing import make_routing, weighted_ecmp_params  # noqa: E402
@@ -71,38 +70,27 @@ ECN_KB = (20.0, 60.0)
 DT = 1 * US
 
 
-def _nic_mask(topo):
-    return np.asarray(topo.node_is_host)[np.asarray(topo.link_src)]
-
-
 def spread_study(presets, spreads_ns, *, link_gbps=400.0, n_spines=4, n_steps=200):
     """Study 1: goodput vs path-delay spread per preset, reorder on/off."""
     topo = leaf_spine(2, n_spines, 1, link_gbps=link_gbps, latency_us=1.0)
     ps = shortest_paths(topo, np.array([0]), np.array([1]))
     blocks = len(spreads_ns)
-    paths = cm.replicate([ps] * blocks, topo.n_links, topo.n_hosts)
-    cap = np.tile(topo.capacity, blocks)
-    nic = np.tile(_nic_mask(topo), blocks)
+    net, paths = cm.replicate(topo, [ps] * blocks)
     line = gbps(link_gbps)
     rows = []
     bar = Progress(2 * len(presets), label="reordering: spread")
     for name in presets:
         for reorder in (True, False):
             fab = get_fabric(name, routing="spray", reorder=reorder)
-            base = np.tile(fab.link_latency(topo), blocks)
+            base = fab.link_latency(net)
             lat = base.copy()
             for b, s in enumerate(spreads_ns):
                 for j in range(n_spines):
                     lat[paths.links[b, j, 2]] += s * 1e-9 * j / (n_spines - 1)
-            routing = make_routing("spray", paths, fab.routing_params())
-            inc = Incidence.from_paths(paths, np.asarray(routing.split), n_links=cap.size)
             t0 = time.perf_counter()
-            res = simulate_fluid(inc, cap, np.full(blocks, 1e9), dt=DT, n_steps=n_steps,
-                                 law=fab.law(), params=fab.law_params(line_rate=line),
-                                 flow_control=fab.flow_control, buffer=np.tile(topo.buffer,
-                                                                               blocks),
-                                 link_latency=lat, nic_links=nic, routing=routing,
-                                 save_every=10, **fab.receiver_options())
+            res = simulate_paths(net, paths, fab, np.full(blocks, 1e9), dt=DT,
+                                 n_steps=n_steps, link_latency=lat, nic_rate=line,
+                                 save_every=10)
             wall = time.perf_counter() - t0
             bar.update(f"{name}, reorder {'on' if reorder else 'off'}")
             t = np.asarray(res.trajectory.t)
@@ -137,9 +125,7 @@ def lossy_study(buffers_kb, *, link_gbps=400.0, size=1 * MB, n_steps=400, fan_in
     topo = leaf_spine(2, 2, 4, link_gbps=link_gbps, latency_us=1.0)
     ps = shortest_paths(topo, np.arange(fan_in), np.full(fan_in, 4))
     blocks = len(buffers_kb)
-    paths = cm.replicate([ps] * blocks, topo.n_links, topo.n_hosts)
-    cap = np.tile(topo.capacity, blocks)
-    nic = np.tile(_nic_mask(topo), blocks)
+    net, paths = cm.replicate(topo, [ps] * blocks)
     buf = np.repeat(np.asarray(buffers_kb, float) * 1e3, topo.n_links)
     line = gbps(link_gbps)
     rows = []
@@ -147,13 +133,8 @@ def lossy_study(buffers_kb, *, link_gbps=400.0, size=1 * MB, n_steps=400, fan_in
     for lr in ("selective", "go_back_n"):
         fab = get_fabric("roce", flow_control="drop", loss_recovery=lr,
                          cc_options=dict(k_min=ECN_KB[0] * 1e3, k_max=ECN_KB[1] * 1e3))
-        lat = np.tile(fab.link_latency(topo), blocks)
-        routing = make_routing(fab.routing, paths, fab.routing_params(), seed=0)
-        inc = Incidence.from_paths(paths, np.asarray(routing.split), n_links=cap.size)
-        res = simulate_fluid(inc, cap, np.full(paths.n_pairs, size), dt=DT, n_steps=n_steps,
-                             law=fab.law(), params=fab.law_params(line_rate=line),
-                             flow_control=fab.flow_control, buffer=buf, link_latency=lat,
-                             nic_links=nic, routing=routing, **fab.receiver_options())
+        res = simulate_paths(net, paths, fab, np.full(paths.n_pairs, size), dt=DT,
+                             n_steps=n_steps, nic_rate=line, buffer=buf)
         bar.update(lr)
         per = lambda a: np.asarray(a, float).reshape(blocks, fan_in)  # noqa: E731
         fct = per(res.fct)
@@ -183,9 +164,8 @@ def load_study(n_elephants=(0, 1, 2, 3), *, link_gbps=400.0, n_steps=300):
     src = np.arange(4)
     ps = shortest_paths(topo, src, src + 4)
     blocks = len(n_elephants)
-    paths = cm.replicate([ps] * blocks, topo.n_links, topo.n_hosts)
-    cap = np.tile(topo.capacity, blocks)
-    nic = np.tile(_nic_mask(topo), blocks)
+    net, paths = cm.replicate(topo, [ps] * blocks)
+    cap = net.capacity
     line = gbps(link_gbps)
     # flow 0 sprays; flows 1..k are pinned to path 0 (spine 0); the others are idle
     logits = np.full(paths.path_mask.shape, -1e4, np.float32)
@@ -199,14 +179,9 @@ def load_study(n_elephants=(0, 1, 2, 3), *, link_gbps=400.0, n_steps=300):
     rows = []
     for reorder in (True, False):
         fab = get_fabric("roce", routing="weighted_ecmp", reorder=reorder)
-        lat = np.tile(fab.link_latency(topo), blocks)
         routing = make_routing("weighted_ecmp", paths, weighted_ecmp_params(logits))
-        inc = Incidence.from_paths(paths, np.asarray(routing.split), n_links=cap.size)
-        res = simulate_fluid(inc, cap, size, dt=DT, n_steps=n_steps, law=fab.law(),
-                             params=fab.law_params(line_rate=line),
-                             flow_control=fab.flow_control, buffer=np.tile(topo.buffer, blocks),
-                             link_latency=lat, nic_links=nic, routing=routing, save_every=10,
-                             **fab.receiver_options())
+        res = simulate_paths(net, paths, fab, size, dt=DT, n_steps=n_steps, nic_rate=line,
+                             routing=routing, save_every=10)
         t = np.asarray(res.trajectory.t)
         late = t > n_steps * DT / 2
         thr = np.asarray(res.trajectory.throughput, float)[late]

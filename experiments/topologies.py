@@ -25,11 +25,11 @@ Workloads, all flows at ``t = 0``: a uniform all-to-all of ``--a2a-mb`` per rank
 ``2 (n-1)/n S`` to its successor) over a ring that visits the leaves in turn (rank
 ``i`` on leaf ``i mod L``), so every ring hop crosses the fabric.
 
-Engine: :func:`fabric_jax.fluid.simulate_fluid` with the preset's mechanisms as
-:func:`fabric_jax.study.run.simulate_case` (the ``compare`` study) applies them: the
+Engine: the preset's run on candidate paths, :func:`fabric_jax.fabric_sim.simulate_paths`,
+as :func:`fabric_jax.study.run.simulate_case` (the ``compare`` study) makes it: the
 routing policy bound to every equal-cost path (:func:`fabric_jax.paths.shortest_paths`,
 all planes), congestion control with parameters at the NIC rate, flow control, buffers,
-link and device latencies -- at a fixed step ``--dt-us`` (default 1 us), for up to
+the receiver, link and device latencies -- at a fixed step ``--dt-us`` (default 1 us), for up to
 ``--horizon`` x the line-rate time.  Every build and workload runs in one call on the
 disjoint union of the builds (no shared link, so no interaction; one compilation).
 Each flow's ``line_rate`` is the whole NIC (``--link-gbps``): the engine's default, the
@@ -95,12 +95,9 @@ from experiments import _common as cm
 
 from fabric_jax import metrics as mx  # noqa: E402
 from fabric_jax.fabrics import all_reduce_flows, get_fabric  # noqa: E402
-from fabric_jax.paths import PathSet, shortest_paths  # noqa: E402
-from fabric_jax.cc import ibcc  # noqa: E402
-from fabric_jax.fluid import simulate_fluid  # noqa: E402
-from fabric_jax.incidence import Incidence  # noqa: E402
-from fabric_jax.routing import make_routing  # noqa: E402
-from fabric_jax.topology import Topology, leaf_spine  # noqa: E402
+from fabric_jax.paths import concat_paths, shortest_paths  # noqa: E402
+from fabric_jax.fabric_sim import simulate_paths  # noqa: E402
+from fabric_jax.topology import disjoint_union, leaf_spine  # noqa: E402
 from fabric_jax.units import MB, gbps  # noqa: E402
 from fabric_jax.workloads import all_to_all, concat  # noqa: E402
 
@@ -135,44 +132,6 @@ def workload(name: str, n_leaves: int, hpl: int, a2a_bytes: float, ar_bytes: flo
     return all_reduce_flows(ring, ar_bytes), 2 * (n - 1) / n * ar_bytes
 
 
-def union(topos):
-    """Disjoint union of topologies as one graph (node ``i`` of part ``b`` is named
-    ``b{b}/<name>``), and the link / host offset of each part."""
-    node_off = np.cumsum([0] + [t.n_nodes for t in topos])
-    link_off = np.cumsum([0] + [t.n_links for t in topos])
-    host_off = np.cumsum([0] + [t.n_hosts for t in topos])
-    cat = lambda f, off=None: np.concatenate(  # noqa: E731
-        [np.asarray(getattr(t, f)) + (0 if off is None else off[i]) for i, t in enumerate(topos)])
-    rev = np.concatenate([np.where(t.link_reverse >= 0, t.link_reverse + link_off[i], -1)
-                          for i, t in enumerate(topos)])
-    topo = Topology(
-        node_names=tuple(f"b{i}/{n}" for i, t in enumerate(topos) for n in t.node_names),
-        node_is_host=cat("node_is_host"), node_tier=cat("node_tier"),
-        hosts=cat("hosts", node_off), link_src=cat("link_src", node_off),
-        link_dst=cat("link_dst", node_off), capacity=cat("capacity"), latency=cat("latency"),
-        buffer=cat("buffer"), link_up=cat("link_up"), link_reverse=rev,
-        host_server=cat("host_server", host_off), name="union", kind="graph")
-    return topo, link_off, host_off
-
-
-def pad_concat(pathsets, link_off, host_off) -> PathSet:
-    """Path sets of the parts, padded to one ``[paths, hops]`` shape and offset."""
-    P = max(p.max_paths for p in pathsets)
-    H = max(p.max_hops for p in pathsets)
-
-    def pad(a, fill):
-        w = [(0, 0), (0, P - a.shape[1])] + ([(0, H - a.shape[2])] if a.ndim == 3 else [])
-        return np.pad(a, w, constant_values=fill)
-    links = np.concatenate([pad(np.where(p.hop_mask, p.links + link_off[i], -1), -1)
-                            for i, p in enumerate(pathsets)])
-    return PathSet(src=np.concatenate([p.src + host_off[i] for i, p in enumerate(pathsets)]),
-                   dst=np.concatenate([p.dst + host_off[i] for i, p in enumerate(pathsets)]),
-                   links=links.astype(np.int32),
-                   path_mask=np.concatenate([pad(p.path_mask, False) for p in pathsets]),
-                   hop_mask=np.concatenate([pad(p.hop_mask, False) for p in pathsets]),
-                   n_paths=np.concatenate([p.n_paths for p in pathsets]).astype(np.int32))
-
-
 def run_all(parts, fabric, *, line_rate: float, dt: float, horizon: float, seed: int,
             nic_line_rate: bool = True):
     """One fluid run of every ``(topology, workload, bytes per rank)`` part at once.
@@ -180,33 +139,25 @@ def run_all(parts, fabric, *, line_rate: float, dt: float, horizon: float, seed:
     The parts share no link (disjoint union), so they do not interact; one run keeps
     the shapes static and compiles once.  Returns per part ``(finish [flows], wall)``.
     """
-    topo, link_off, host_off = union([p[0] for p in parts])
+    topo, off = disjoint_union([p[0] for p in parts])
     psets, wls = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")      # every equal-cost path is kept: no cap
         for t, wl, _ in parts:
             psets.append(shortest_paths(t, wl.src, wl.dst))
-    paths = pad_concat(psets, link_off, host_off)
-    wl = concat(*[dataclasses.replace(w, src=w.src + host_off[i], dst=w.dst + host_off[i])
+    paths = concat_paths(psets, off.links, off.hosts)
+    wl = concat(*[dataclasses.replace(w, src=w.src + off.hosts[i], dst=w.dst + off.hosts[i])
                  for i, (_, w, _) in enumerate(parts)])
     n_steps = int(math.ceil(horizon * max(p[2] for p in parts) / line_rate / dt))
-    # The preset's mechanisms as fabric_jax.study.run.simulate_case applies them, with
-    # one difference: each flow's NIC line rate is passed explicitly (the whole NIC,
-    # all planes).  simulate_fluid's default -- the smallest capacity on the flow's
-    # candidate paths -- would cap a multi-plane flow at one plane's port (link/P).
-    params = fabric.law_params(line_rate=line_rate)
-    if fabric.cc == "ibcc" and "switch_port" not in fabric.cc_options:
-        params = dataclasses.replace(params, switch_port=np.asarray(
-            ibcc.switch_port_mask(topo), np.asarray(params.threshold).dtype))
-    routing = make_routing(fabric.routing, paths, fabric.routing_params(), seed=seed)
-    inc = Incidence.from_paths(paths, np.asarray(routing.split), n_links=topo.n_links)
+    # The preset's run as fabric_jax.study.run.simulate_case makes it, with each flow's
+    # NIC line rate given explicitly (the whole NIC, all planes) or left to the engine's
+    # default (the smallest capacity on the flow's candidate paths, which caps a
+    # multi-plane flow at one plane's port, link/P)
     t0 = time.perf_counter()
-    res = simulate_fluid(inc, topo.capacity, wl.size, dt=dt, n_steps=n_steps,
-                         law=fabric.law(), params=params, deps=wl.deps, delay=wl.delay,
+    res = simulate_paths(topo, paths, fabric, wl.size, dt=dt, n_steps=n_steps, deps=wl.deps,
+                         delay=wl.delay, seed=seed, nic_rate=line_rate,
                          line_rate=np.full(wl.n_flows, line_rate) if nic_line_rate else None,
-                         link_latency=fabric.link_latency(topo), nic_links=topo,
-                         flow_control=fabric.flow_control, buffer=topo.buffer,
-                         routing=routing)
+                         fluid_options=None if nic_line_rate else dict(line_rate=None))
     finish = np.asarray(res.finish, float)
     wall = time.perf_counter() - t0
     bounds = np.cumsum([0] + [p[1].n_flows for p in parts])

@@ -7,7 +7,7 @@ optimisation, with a thin CLI on top.
 Units everywhere: bytes, seconds, bytes per second (see :mod:`fabric_jax.units`).
 """
 
-from . import (cc, fabrics, flowcontrol, metrics, optimize, routing, scaling, smooth, units,
+from . import (cc, fabrics, flowcontrol, metrics, optimize, routing, smooth, units,
                workloads)
 from . import checkpoint, compare, faults, scale, study
 from . import collectives, economics, qos, receiver, systems
@@ -56,7 +56,6 @@ __all__ = [
     "roce",
     "routing",
     "run_compare",
-    "scaling",
     "simulate_case",
     "spectrum_x",
     "uec",

@@ -17,7 +17,7 @@ this module is its stable public face:
 
 from .study import (FABRIC_KEYS, IDEAL, IDEAL_SHARP, JOBS, METRICS, MODEL_SECTIONS, NEVER, SCHEMA, Case,
                     Scenario, ScenarioError, alone_arrival, build_case, case_metrics,
-                    crossbar_incidence, default_scenario, fabric_cost_metrics,
+                    default_scenario, fabric_cost_metrics,
                     format_table, load_scenario, model_notes, read_scenario_file,
                     run_compare, scaling_study, scenario_from_dict, simulate_case,
                     simulate_ideal, validate_scenario, with_classes, with_model_name,
@@ -25,7 +25,7 @@ from .study import (FABRIC_KEYS, IDEAL, IDEAL_SHARP, JOBS, METRICS, MODEL_SECTIO
 
 __all__ = ["Scenario", "ScenarioError", "Case", "default_scenario", "load_scenario",
            "scenario_from_dict", "validate_scenario", "build_case", "simulate_case",
-           "simulate_ideal", "crossbar_incidence", "case_metrics", "alone_arrival",
+           "simulate_ideal", "case_metrics", "alone_arrival",
            "run_compare", "scaling_study", "format_table", "write_json", "METRICS", "NEVER",
            "JOBS", "IDEAL", "SCHEMA", "FABRIC_KEYS", "MODEL_SECTIONS", "model_notes",
            "fabric_cost_metrics", "read_scenario_file", "with_model_name", "with_classes",

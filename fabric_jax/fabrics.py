@@ -72,7 +72,7 @@ import numpy as np
 from . import cc
 from .routing import get_policy
 from .units import NS, US, gbps
-from .workloads.flows import Workload
+from .workloads.collectives import steady_state_all_reduce
 
 __all__ = ["Fabric", "infiniband", "roce", "spectrum_x", "uec", "PRESETS", "get_fabric",
            "all_reduce_flows", "IB_SWITCH_LATENCY", "SPECTRUM_SWITCH_LATENCY",
@@ -454,25 +454,6 @@ def get_fabric(fabric, **overrides) -> Fabric:
     return PRESETS[fabric](**overrides)
 
 
-def all_reduce_flows(hosts, size, *, sharp: bool = False, job: str = "job0",
-                     name: str | None = None, arrival: float = 0.0) -> Workload:
-    """Bandwidth-bound all-reduce of ``size`` bytes over ``hosts``, one flow per host.
-
-    Ring (``sharp=False``): the pipelined ring in its steady state: every rank streams
-    ``2 (n-1)/n * size`` bytes to its ring successor, all at once (the per-step flows
-    of :func:`fabric_jax.workloads.ring_all_reduce` merged, keeping link loads and
-    volumes, not the per-step latency).  SHARP: ``size`` bytes per rank (sent once to
-    the switch, result received once), over the same host links.
-
-    Args:
-      hosts: [ranks] distinct hosts (>= 2).
-      size: buffer ``S``, bytes.
-      sharp: in-network reduction.
-      job, name, arrival: as for the workload builders.
-
-    Returns:
-      a ``Workload`` with ``ranks`` flows and one group of kind ``all_reduce``.
-    """
-    from .workloads.collectives import steady_state_all_reduce
-    return steady_state_all_reduce(hosts, size, sharp=sharp, job=job, name=name,
-                                   arrival=arrival)
+#: Bandwidth-bound all-reduce, one flow per host, ring or SHARP: the steady-state
+#: all-reduce of the presets' studies (:func:`fabric_jax.workloads.steady_state_all_reduce`).
+all_reduce_flows = steady_state_all_reduce

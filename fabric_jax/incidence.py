@@ -166,6 +166,42 @@ class Incidence:
         return cls.from_coo(li, fi, m[li, fi], n_links=m.shape[0], n_flows=m.shape[1])
 
     @classmethod
+    def from_rows(cls, links, weight=None, *, n_links: int):
+        """Builds an incidence from each flow's row of links, validated on the host.
+
+        Entries of one flow on one link add up, to at most 1 (a flow never carries more
+        than its rate on a link); each flow's links are laid out in increasing order.
+
+        Args:
+          links: ``[flows, width]`` link ids, -1 where none.
+          weight: ``[flows, width]`` fraction of the flow's rate at each entry (default
+            1); entries with weight 0 are dropped.
+          n_links: number of links.
+
+        Raises:
+          ValueError: a link id outside ``[-1, n_links)``, a negative or non-finite
+            weight.
+        """
+        links = np.asarray(links)
+        if links.ndim != 2:
+            raise ValueError(f"links must be [flows, width]; got shape {links.shape}")
+        n_flows = links.shape[0]
+        w = np.ones(links.shape) if weight is None else np.asarray(weight, float)
+        if w.shape != links.shape or not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValueError(f"weight must be [flows, width] = {links.shape} of finite values "
+                             f">= 0; got shape {w.shape}")
+        if links.size and (links.min() < -1 or links.max() >= n_links):
+            raise ValueError(f"links must lie in [-1, n_links={n_links}); got "
+                             f"[{links.min()}, {links.max()}]")
+        flow = np.broadcast_to(np.arange(n_flows)[:, None], links.shape)
+        keep = (w > 0) & (links >= 0)
+        key = flow[keep].astype(np.int64) * n_links + links[keep]
+        uniq, inv = np.unique(key, return_inverse=True)
+        wsum = np.minimum(np.bincount(inv, weights=w[keep], minlength=uniq.size), 1.0)
+        fi, li = np.divmod(uniq, n_links)
+        return cls._flow_major(li, fi, wsum.astype(_float_dtype()), int(n_links), n_flows)
+
+    @classmethod
     def from_paths(cls, paths, split=None, *, n_links: int, flows=None, seed: int = 0):
         """Builds the incidence of flows routed over a :class:`~fabric_jax.paths.PathSet`.
 

@@ -37,6 +37,10 @@ Cost: O(pairs x paths x hops) for the output plus O(states x destination anchors
 the distance and count tables (a fat-tree's anchors are its edge switches; a graph
 whose hosts are all multi-homed has one anchor per destination host).
 
+Independent cases in one simulation: :func:`concat_paths` lays the path sets of the
+parts of a :func:`fabric_jax.topology.disjoint_union` side by side
+(:func:`concat_padded` for any per-part id array).
+
 Units: link latencies in seconds, capacities in bytes/s (from the topology).
 
 Example::
@@ -56,7 +60,8 @@ import scipy.sparse as sp
 
 from .topology import Topology, host_indices
 
-__all__ = ["PathSet", "PathsTruncatedWarning", "shortest_paths", "mix64"]
+__all__ = ["PathSet", "PathsTruncatedWarning", "shortest_paths", "mix64", "concat_paths",
+           "concat_padded"]
 
 
 class PathsTruncatedWarning(UserWarning):
@@ -171,6 +176,64 @@ class PathSet:
         self._check(topology)
         plan = _Plan(topology, self.src.astype(np.int64), self.dst.astype(np.int64))
         return np.maximum(plan.class_count, 0)[plan.pair_class]
+
+
+def concat_padded(arrays, *, fill=-1, offsets=None) -> np.ndarray:
+    """Per-part arrays of independent parts as one, along the first axis.
+
+    Each array is padded at the end of its trailing axes to the largest shape among
+    them with ``fill``.  With ``offsets`` the arrays hold ids (links, flows, hosts; -1
+    for none): part ``i``'s ids ``>= 0`` are shifted by ``offsets[i]`` and its negative
+    entries become ``fill``, as for parts laid side by side
+    (:func:`fabric_jax.topology.disjoint_union`).
+
+    Args:
+      arrays: a sequence of arrays of one number of dimensions.
+      fill: the padding value.
+      offsets: ``[parts]`` (or longer) id offset of each part, or ``None``.
+
+    Returns:
+      the concatenation, ``[sum of first axes, *largest trailing shape]``.
+    """
+    arrays = [np.asarray(a) for a in arrays]
+    tail = [max(a.shape[k] for a in arrays) for k in range(1, arrays[0].ndim)]
+    out = []
+    for i, a in enumerate(arrays):
+        if offsets is not None:
+            a = np.where(a >= 0, a + offsets[i], fill)
+        out.append(np.pad(a, [(0, 0)] + [(0, t - n) for t, n in zip(tail, a.shape[1:])],
+                          constant_values=fill))
+    return np.concatenate(out)
+
+
+def concat_paths(pathsets, link_offsets, host_offsets) -> PathSet:
+    """Path sets of independent parts as one, padded to one ``[paths, hops]`` shape.
+
+    Part ``i``'s link ids are shifted by ``link_offsets[i]`` and its host indices by
+    ``host_offsets[i]``: the paths of each part of a
+    :func:`fabric_jax.topology.disjoint_union` (its ``offsets.links`` and
+    ``offsets.hosts``) on the union, or of copies of one topology (offsets ``i x
+    n_links`` and ``i x n_hosts``: the copies hash differently under ECMP).
+
+    Args:
+      pathsets: a sequence of :class:`PathSet`.
+      link_offsets, host_offsets: ``[parts]`` (or longer) offsets.
+
+    Returns:
+      one :class:`PathSet` of ``sum(n_pairs)`` pairs, in part order.
+    """
+    pathsets = list(pathsets)
+
+    def cat(field, offsets):
+        return np.concatenate([np.asarray(getattr(p, field)) + offsets[i]
+                               for i, p in enumerate(pathsets)]).astype(np.int32)
+
+    return PathSet(src=cat("src", host_offsets), dst=cat("dst", host_offsets),
+                   links=concat_padded([p.links for p in pathsets],
+                                       offsets=link_offsets).astype(np.int32),
+                   path_mask=concat_padded([p.path_mask for p in pathsets], fill=False),
+                   hop_mask=concat_padded([p.hop_mask for p in pathsets], fill=False),
+                   n_paths=cat("n_paths", np.zeros(len(pathsets), np.int32)))
 
 
 def _unique_inverse(values: np.ndarray, bound: int, counts: bool = False):

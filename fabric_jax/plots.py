@@ -94,7 +94,7 @@ def scaling_curve(scale: dict, path, *, ylabel="p99 collective completion (us)",
     return save_figure(fig, path)
 
 
-#: (metric of :func:`fabric_jax.scaling.scaling_curves`, axis label, scale) panels
+#: (metric of :func:`fabric_jax.scale.scaling_curves`, axis label, scale) panels
 SCALING_PANELS = (("all_reduce_completion_time", "all-reduce completion (us)", 1e6),
                   ("p99_collective_completion_time", "p99 collective completion (us)", 1e6),
                   ("effective_bandwidth", "effective bandwidth (% line rate)", 100.0))
@@ -105,7 +105,7 @@ def scaling_figure(curve: dict, path, *, title: str | None = None) -> str:
 
     Args:
       curve: ``{"gpus": [...], "fabrics": {preset: {metric: [...]}}}`` as returned by
-        :func:`fabric_jax.scaling.scaling_curves`.
+        :func:`fabric_jax.scale.scaling_curves`.
     """
     g = curve["gpus"]
     fig, axes = plt.subplots(1, len(SCALING_PANELS), figsize=(5 * len(SCALING_PANELS), 4))

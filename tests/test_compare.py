@@ -217,8 +217,10 @@ def test_ideal_baseline_is_line_rate_for_one_flow():
     import numpy as np
 
     from fabric_jax import compare
-    inc = compare.crossbar_incidence(np.array([0, 1]), np.array([1, 0]), 2)
+    from fabric_jax.fabric_sim import ideal_incidence
+    inc, cap = ideal_incidence(np.array([0, 1]), np.array([1, 0]), 2, nic_capacity=5.0)
     assert np.asarray(inc.link_idx).tolist() == [0, 3, 1, 2]
+    assert cap.tolist() == [5.0] * 4 and inc.row_width == 2
     scn = compare.scenario_from_dict(_tiny_dict())
     case = compare.build_case(scn, False)
     res = compare.simulate_ideal(case)
@@ -227,6 +229,56 @@ def test_ideal_baseline_is_line_rate_for_one_flow():
     # no flow beats its own line-rate time on an idle crossbar
     lower = case.sim_arrival + case.workload.size / case.line_rate + case.latency
     assert np.all(fin >= lower * (1 - 1e-5) - 1e-9)
+
+
+def test_ideal_rows_keep_links_and_merge_a_flows_entries():
+    """One kept link (id 0, 7 B/s), then the up-links (1, 2) and down-links (3, 4) of 2
+    hosts.  Flow 0 hop by hop: up-link of host 0 over two planes (0.5 + 0.5 merge to 1),
+    the kept link, the down-link of host 1; flow 1: 0.75 + 0.75 on one link clips to 1."""
+    import numpy as np
+
+    from fabric_jax.fabric_sim import ideal_incidence
+    none = [-1, -1, -1, -1]
+    src = np.array([[0, 0, -1, -1], [0, 0, -1, -1]])
+    dst = np.array([[-1, -1, -1, 1], none])
+    keep = np.array([[-1, -1, 0, -1], none])
+    w = np.array([[0.5, 0.5, 1.0, 1.0], [0.75, 0.75, 0.0, 0.0]])
+    inc, cap = ideal_incidence(src, dst, 2, nic_capacity=[[1.0, 2.0], [3.0, 4.0]], weight=w,
+                               keep_links=keep, keep_capacity=[7.0])
+    assert cap.tolist() == [7.0, 1.0, 2.0, 3.0, 4.0]
+    dense = np.zeros((5, 2))
+    np.add.at(dense, (np.asarray(inc.link_idx), np.asarray(inc.flow_idx)),
+              np.asarray(inc.weight))
+    np.testing.assert_allclose(dense.T, [[1, 1, 0, 0, 1], [0, 1, 0, 0, 0]])
+    assert inc.row_width == 3
+
+def test_prepare_paths_overrides_and_fluid_options_last():
+    """On two planes of 50 Gb/s ports: ECMP pins a flow to one plane (its line rate one
+    port, 6.25 GB/s), spraying spreads it over both (the whole NIC, 12.5 GB/s).  A
+    caller's routing and line rate replace the preset's; ``fluid_options`` apply last
+    (``line_rate=None``: the engine's default, the smallest capacity on the paths)."""
+    import numpy as np
+
+    from fabric_jax.fabric_sim import prepare_paths
+    from fabric_jax.paths import shortest_paths
+    from fabric_jax.topology import leaf_spine
+    topo = leaf_spine(2, 2, 2, link_gbps=100.0, planes=2)
+    ps = shortest_paths(topo, [0, 1], [2, 3])
+    kw = dict(dt=1e-6, n_steps=10)
+    size = np.full(2, 1e6)
+
+    def line_rate(**options):
+        problem = prepare_paths(topo, ps, "roce", size, **kw, **options)
+        rate = np.asarray(problem.net.line_rate, float)     # float32 on the device
+        return problem.static.policy.name, (rate / 1e9).round(3).tolist()
+
+    assert line_rate() == ("ecmp", [6.25] * 2)
+    assert line_rate(routing="spray") == ("spray", [12.5] * 2)
+    assert line_rate(routing="spray", line_rate=np.full(2, 5e9)) == ("spray", [5.0] * 2)
+    assert line_rate(line_rate=np.full(2, 5e9),
+                     fluid_options=dict(line_rate=np.full(2, 7e9))) == ("ecmp", [7.0] * 2)
+    assert line_rate(routing="spray", fluid_options=dict(line_rate=None)) == (
+        "spray", [6.25] * 2)
 
 
 def test_every_equal_cost_path_by_default_and_caps_are_reported():

@@ -404,6 +404,19 @@ def test_stop_when_idle_keeps_every_flow_result(late):
     assert same_law == late          # skipped (the law stopped adapting) only when idle early
 
 
+def test_save_schedule_divides_or_rounds_up():
+    # compare keeps the user's horizon and saves every largest divisor of 40 up to 20
+    # dividing it; scale rounds the horizon up to whole chunks of SAVE_EVERY
+    from fabric_jax.fluid.options import SAVE_EVERY, save_schedule
+    assert SAVE_EVERY == 20
+    for n, every in ((400, 20), (410, 10), (408, 8), (405, 5), (404, 4), (402, 2), (401, 1),
+                     (18, 2)):
+        assert save_schedule(n, round_up=False) == (n, every)
+    assert save_schedule(401, round_up=True) == (420, 20)
+    assert save_schedule(400, round_up=True) == (400, 20)
+    with pytest.raises(ValueError, match="n_steps"):
+        save_schedule(0, round_up=True)
+
 def test_flow_on_no_link_is_delivered_and_bytes_are_conserved():
     # Found by tests/test_robustness.py (derandomized CI run): with the per-path
     # allocation of 2026-12-03 a flow crossing no link got no cut-through rate, so its

@@ -3,7 +3,7 @@
 Layers, bottom to top (README, "Architecture"): base (units, smoothing, checkpoints,
 results files) -> topology -> paths / incidence / routing -> fairness -> dynamics (links,
 queues, flow control, congestion control) -> simulation (event and fluid engines) ->
-collectives, workloads and fabric presets -> study, scaling, optimisation -> plots and CLI.
+collectives, workloads and fabric presets -> study, scale, optimisation -> plots and CLI.
 
 The graph is read from the source with :mod:`ast` (nothing is imported), counting every
 import, also those inside functions (a lazy import still ties two modules together),
@@ -41,8 +41,8 @@ LAYERS = {
     "sim": 5, "fluid": 5, "distributed": 5,
     # collectives, workloads, fabric presets and a preset's run on paths
     "workloads": 6, "collectives": 6, "fabrics": 6, "fabric_sim": 6, "economics": 6,
-    # study, scaling, optimisation
-    "study": 7, "compare": 7, "scaling": 7, "scale": 7, "optimize": 7,
+    # study, scale (the training step at scale, the all-reduce sweep), optimisation
+    "study": 7, "compare": 7, "scale": 7, "optimize": 7,
     # plots and the command line
     "plots": 8, "cli": 8, "__main__": 8, PKG: 9,
 }

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from fabric_jax import units
-from fabric_jax.paths import PathSet, shortest_paths
-from fabric_jax.topology import fat_tree, from_edges, leaf_spine, rail_optimized
+from fabric_jax.paths import PathSet, concat_padded, concat_paths, shortest_paths
+from fabric_jax.topology import (disjoint_union, fat_tree, from_edges, leaf_spine,
+                                 rail_optimized)
 
 
 # ---------------------------------------------------------------- oracle
@@ -453,3 +454,42 @@ def test_chunked_dag_scan_gives_same_paths(monkeypatch):
     monkeypatch.setattr(paths_module, "_DAG_CHUNK", 7)  # one column per chunk
     got = shortest_paths(topo, src, dst, max_paths=3, seed=5)
     assert np.array_equal(ref.links, got.links)
+
+
+# ---------------------------------------------------------------- independent parts
+def test_disjoint_union_keeps_parts_apart_and_paths_map_back():
+    parts = [leaf_spine(2, 2, 2), leaf_spine(2, 2, 2, planes=2),
+             leaf_spine(4, 2, 2, tiers=3, leaves_per_pod=2)]
+    topo, off = disjoint_union(parts)
+    assert topo.n_links == sum(t.n_links for t in parts) == off.links[-1]
+    assert topo.n_hosts == sum(t.n_hosts for t in parts) == off.hosts[-1]
+    assert topo.n_nodes == off.nodes[-1]
+    # no link joins two parts
+    part_of_node = np.repeat(np.arange(3), [t.n_nodes for t in parts])
+    assert np.all(part_of_node[topo.link_src] == part_of_node[topo.link_dst])
+    psets = [shortest_paths(t, [0, 1], [t.n_hosts - 1, 0]) for t in parts]
+    ps = concat_paths(psets, off.links, off.hosts)
+    assert ps.max_paths == max(p.max_paths for p in psets)
+    for i, p in enumerate(psets):
+        rows = slice(2 * i, 2 * i + 2)
+        got = ps.links[rows, :p.max_paths, :p.max_hops]
+        want = np.where(p.hop_mask, p.links + off.links[i], -1)
+        np.testing.assert_array_equal(got, want)
+        assert np.all(ps.links[rows, p.max_paths:] == -1)
+        np.testing.assert_array_equal(ps.n_paths[rows], p.n_paths)
+        np.testing.assert_array_equal(ps.src[rows], p.src + off.hosts[i])
+        # capacities, latencies and link ends follow the links
+        np.testing.assert_array_equal(topo.capacity[want[p.hop_mask]],
+                                      parts[i].capacity[p.links[p.hop_mask]])
+        np.testing.assert_array_equal(topo.link_src[want[p.hop_mask]],
+                                      parts[i].link_src[p.links[p.hop_mask]] + off.nodes[i])
+    # the paths the union's own search finds are the parts' paths, offset
+    np.testing.assert_array_equal(shortest_paths(topo, ps.src, ps.dst).n_paths, ps.n_paths)
+
+
+def test_concat_padded_offsets_ids_and_pads():
+    # two parts' deps: [2, 1] and [1, 2]; the second part's flow ids start at 2
+    deps = concat_padded([np.array([[-1], [0]]), np.array([[0, -1]])], offsets=[0, 2])
+    np.testing.assert_array_equal(deps, [[-1, -1], [0, -1], [2, -1]])
+    w = concat_padded([np.ones((1, 1)), np.ones((1, 3))], fill=0.0)
+    np.testing.assert_array_equal(w, [[1, 0, 0], [1, 1, 1]])

@@ -3,8 +3,9 @@
 Every case below is a run of the public API on a small, fixed input: each congestion
 control law, flow-control mode and routing policy, the four presets, faults (a failed
 and a lossy link), traffic classes, the receiver options, the shared buffer, every
-fluid driver (plain, batched, windowed, sharded, resumed), the event engine, and the
-flow sets the workload builders make (collectives, training steps, the scale step).
+fluid driver (plain, batched, windowed, sharded, resumed), the event engine, the
+flow sets the workload builders make (collectives, training steps, the scale step), a
+scale point, the all-reduce scaling sweep and compare's default results.
 Each output array is reduced to a fingerprint (shape, count of non-finite values, sum,
 a position-weighted sum, min and max of the finite values) and compared with the record
 in ``tests/data/regression.json``.
@@ -308,6 +309,14 @@ def _scale_point():
     return scale.run_scale([64], ["roce", "infiniband"])
 
 
+def _scaling_curves():
+    # the all-reduce sweep: two GPU counts side by side (block-diagonal ideal and fluid
+    # runs), SHARP (infiniband) and NVLS + tree (roce)
+    from fabric_jax import scale
+    topos = [scale.sweep_topology(g, servers_per_leaf=2) for g in (16, 32)]
+    return scale.scaling_curves(topos, ["infiniband", "roce"], 4 * MB)
+
+
 def _compare():
     return fj.run_compare(progress=False)
 
@@ -345,6 +354,7 @@ CASES = {
     "flows_training_step": (_training_step, True),
     "flows_scale_step": (_scale_step, True),
     "scale_point_64": (_scale_point, False),
+    "scaling_curves_16_32": (_scaling_curves, False),
     "compare_default": (_compare, False),
 }
 

@@ -1,4 +1,5 @@
-"""fabric_jax.scaling: collectives through the fluid model, the ideal fabric, radix.
+"""The all-reduce sweep (fabric_jax.scale): collectives through the fluid model, the ideal
+fabric, radix.
 
 Closed form (Patarasuk & Yuan, JPDC 2009; NCCL ring): an uncontended ring all-reduce
 of ``S`` bytes over ``n`` ranks takes ``base + 2 (n-1) (alpha + S / (n B))`` where
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from fabric_jax import collectives as col
-from fabric_jax import scaling, systems
+from fabric_jax import scale, systems
 from fabric_jax.collectives import LINK_EFFICIENCY, PROTOCOLS
 from fabric_jax.fabrics import get_fabric
 from fabric_jax.paths import shortest_paths
@@ -37,8 +38,8 @@ def test_uncontended_ring_matches_closed_form(preset):
     n, S = 4, 8e6
     plan = col.build_plan(topo, "all_reduce", S, hosts=hosts, algorithm="ring", fabric=fab)
     assert plan.n_flows == 2 * (n - 1) * n            # one channel (one GPU per server)
-    res = scaling.simulate_plan_fluid(plan, topo, fab, dt=0.25e-6, n_steps=2000)
-    pf = scaling.plan_flows(plan, topo, fab)
+    res = scale.simulate_plan_fluid(plan, topo, fab, dt=0.25e-6, n_steps=2000)
+    pf = scale.plan_flows(plan, topo, fab)
     proto = PROTOCOLS["Simple"]
     # path GPU -> NIC -> rail leaf -> NIC -> GPU: 2 fabric links with the preset's
     # device latencies, 2 PCIe hops of the topology
@@ -59,19 +60,19 @@ def test_uncontended_ring_matches_closed_form(preset):
                                 9))
     # the ideal fabric runs the same DAG with the plan's own latencies: the event
     # engine's answer for the plan (collectives.simulate_plan) on a crossbar
-    ideal = scaling.simulate_plan_ideal(plan, topo)
+    ideal = scale.simulate_plan_ideal(plan, topo)
     assert float(np.max(ideal)) == pytest.approx(col.simulate_plan(plan, topo).time_s,
                                                         rel=1e-6)
     # side by side with another plan (block-diagonal batch, one compile): the same run
     if preset == "roce":
         topo2 = systems.build("hgx_h100", 2, servers_per_leaf=1)
         plan2 = col.build_plan(topo2, "all_reduce", 2e6, algorithm="nvls_tree", fabric=fab)
-        both = scaling.simulate_plans_fluid(
-            [(plan2, topo2, scaling.plan_flows(plan2, topo2, fab)), (plan, topo, pf)], fab,
+        both = scale.simulate_plans_fluid(
+            [(plan2, topo2, scale.plan_flows(plan2, topo2, fab)), (plan, topo, pf)], fab,
             dt=0.25e-6, n_steps=2000)
         np.testing.assert_allclose(both[1][1], np.asarray(res.finish), rtol=1e-4)
     # per-rank completion: every rank receives its last step at the end
-    per_rank = scaling.rank_completion(plan, topo, np.asarray(res.finish), hosts)
+    per_rank = scale.rank_completion(plan, topo, np.asarray(res.finish), hosts)
     assert np.all(per_rank <= t) and np.max(per_rank) == t
 
 
@@ -80,7 +81,7 @@ def test_rank_completion_and_stats_definitions():
     plan = col.build_plan(topo, "all_reduce", 1e6, hosts=hosts, algorithm="ring")
     rng = np.random.default_rng(0)
     finish = rng.uniform(0, 1e-3, plan.n_flows)
-    per_rank = scaling.rank_completion(plan, topo, finish)
+    per_rank = scale.rank_completion(plan, topo, finish)
     # NumPy oracle: last finish of a transfer whose destination is each GPU
     links = np.asarray(plan.links)
     for h in hosts:
@@ -88,13 +89,13 @@ def test_rank_completion_and_stats_definitions():
         assert per_rank[h] == pytest.approx(finish[into.any(1)].max())
     # hosts not in the collective receive nothing
     assert np.all(np.isneginf(np.delete(per_rank, hosts)))
-    st = scaling.completion_stats(plan, topo, finish)
+    st = scale.completion_stats(plan, topo, finish)
     ranks = per_rank[np.isfinite(per_rank)]
     assert st["p99_completion_time"] == pytest.approx(np.percentile(ranks, 99))
     assert st["p50_completion_time"] == pytest.approx(np.percentile(ranks, 50))
     assert st["completion_time"] == ranks.max()
     # the ring moves 2 (n-1)/n S through each NIC each way: line-rate time
-    assert scaling.nic_ideal_time(plan, topo) == pytest.approx(2 * 3 / 4 * 1e6 / LINE)
+    assert scale.nic_ideal_time(plan, topo) == pytest.approx(2 * 3 / 4 * 1e6 / LINE)
 
 
 def test_multi_plane_line_rate_is_the_whole_nic():
@@ -138,7 +139,7 @@ def test_sweep_topology_grows_beyond_the_radix(beyond):
     # 8 rails x 4 units = 32 leaf cables; radix 16 refuses the two-tier build
     with pytest.raises(ValueError, match="switch_radix"):
         systems.build("hgx_h100", 8, servers_per_leaf=2, switch_radix=16)
-    topo = scaling.sweep_topology(64, servers_per_leaf=2, switch_radix=16,
+    topo = scale.sweep_topology(64, servers_per_leaf=2, switch_radix=16,
                                   beyond_radix=beyond)
     assert topo.n_hosts == 64
     if beyond == "tiers":
@@ -146,23 +147,23 @@ def test_sweep_topology_grows_beyond_the_radix(beyond):
     else:
         assert topo.params["planes"] >= 2 and topo.params["tiers"] == 2
     # within the radix the two-tier build is kept
-    small = scaling.sweep_topology(64, servers_per_leaf=2, switch_radix=128)
+    small = scale.sweep_topology(64, servers_per_leaf=2, switch_radix=128)
     assert small.params["tiers"] == 2 and small.params["planes"] == 1
     with pytest.raises(ValueError, match="beyond_radix"):
-        scaling.sweep_topology(64, beyond_radix="bigger")
+        scale.sweep_topology(64, beyond_radix="bigger")
     with pytest.raises(ValueError, match="n_gpus"):
-        scaling.sweep_topology(12)
+        scale.sweep_topology(12)
 
 
 def test_choose_algorithm_per_preset():
     topo = systems.build("hgx_h100", 4, servers_per_leaf=2)
-    ib = scaling.choose_algorithm(topo, "infiniband", 64e6)
-    roce = scaling.choose_algorithm(topo, "roce", 64e6)
+    ib = scale.choose_algorithm(topo, "infiniband", 64e6)
+    roce = scale.choose_algorithm(topo, "roce", 64e6)
     assert roce[0] == "nvls_tree"                       # no SHARP on Ethernet
     assert ib[0] in ("sharp", "nvls_tree")
-    assert scaling.choose_algorithm(topo, "infiniband", 64e6, algorithms=("sharp",))[0] \
+    assert scale.choose_algorithm(topo, "infiniband", 64e6, algorithms=("sharp",))[0] \
         == "sharp"
-    assert scaling.choose_algorithm(topo, "roce", 1e6, algorithms=("ring",),
+    assert scale.choose_algorithm(topo, "roce", 1e6, algorithms=("ring",),
                                     protocol="LL128") == ("ring", "LL128")
 
 
@@ -170,8 +171,8 @@ def test_choose_algorithm_per_preset():
 def point():
     # 16 GPUs (2 servers per leaf: two leaves per rail, so the collective crosses spines),
     # one fabric; two fabrics over 16 and 32 GPUs are the slow test_scaling_curves_...
-    topo = scaling.sweep_topology(16, servers_per_leaf=2)
-    return topo, scaling.scaling_point(topo, ["infiniband"], 4e6,
+    topo = scale.sweep_topology(16, servers_per_leaf=2)
+    return topo, scale.scaling_point(topo, ["infiniband"], 4e6,
                                        algorithms=("nvls_tree", "sharp"), dt=1e-6)
 
 
@@ -200,12 +201,12 @@ def test_scaling_point_p99_ideal_and_bandwidth(point):
 
 @pytest.mark.slow
 def test_scaling_curves_keys_and_ideal_bound():
-    topos = [scaling.sweep_topology(g, servers_per_leaf=2) for g in (16, 32)]
-    out = scaling.scaling_curves(topos, ["infiniband", "uec"], 8e6,
+    topos = [scale.sweep_topology(g, servers_per_leaf=2) for g in (16, 32)]
+    out = scale.scaling_curves(topos, ["infiniband", "uec"], 8e6,
                                  algorithms=("nvls_tree", "sharp"))
     assert out["gpus"] == [16, 32]
     for name, v in out["fabrics"].items():
-        for k in scaling.CURVE_KEYS + ("all_reduce_completion_time",
+        for k in scale.CURVE_KEYS + ("all_reduce_completion_time",
                                       "p99_collective_completion_time"):
             assert len(v[k]) == 2, k
         assert v["all_reduce_completion_time"] == v["completion_time"]

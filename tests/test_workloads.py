@@ -170,6 +170,15 @@ def test_double_binary_tree_matches_nccl_illustrations():
         assert not interior[0] & interior[1]
 
 
+
+def test_tree_depth_of_nccl_binary_tree():
+    # ncclGetBtree on 8 ranks: 0 <- 4 <- {2, 6}, 2 <- {1, 3}, 6 <- {5, 7}: depth log2(8)
+    from fabric_jax.workloads.trees import btree_parent, tree_depth
+    parent = btree_parent(8)
+    np.testing.assert_array_equal(parent, [-1, 2, 4, 2, 0, 6, 4, 6])
+    np.testing.assert_array_equal(tree_depth(parent), [0, 3, 2, 3, 1, 3, 2, 3])
+    np.testing.assert_array_equal(tree_depth(np.array([-1])), [0])
+
 @pytest.mark.parametrize("n,chunks", [(2, 1), (7, 1), (8, 1), (8, 4), (13, 2)])
 def test_tree_all_reduce_closed_form(n, chunks):
     w = tree_all_reduce(np.arange(n), S, n_chunks=chunks).validate(n)

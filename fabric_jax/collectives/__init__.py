@@ -89,21 +89,15 @@ def _fabric(fabric):
 
 
 def _route(topology, src, dst, fabric, seed):
-    """Per-transfer (links, weights) of host pairs over the fabric's routing split."""
-    from ..paths import shortest_paths
-    from ..routing import make_routing
-    from ..incidence import compact_incidence
+    """Per-transfer (links, weights) of host pairs over the fabric's routing split (an
+    even split over the candidate paths without a fabric)."""
+    from ..fabric_sim import route
     key = src * topology.n_hosts + dst
     uniq, inv = np.unique(key, return_inverse=True)
     us, ud = np.divmod(uniq, topology.n_hosts)
-    paths = shortest_paths(topology, us, ud, seed=seed)
-    if fabric is None:
-        pm = np.asarray(paths.path_mask, float)
-        split = pm / pm.sum(axis=1, keepdims=True)
-    else:
-        split = np.asarray(make_routing(fabric.routing, paths, fabric.routing_params(),
-                                        seed=seed).split)
-    inc = compact_incidence(paths, split, topology.n_links)
+    _, _, inc = route(topology, us, ud, None if fabric is None else fabric.routing,
+                      params=None if fabric is None else fabric.routing_params(), seed=seed,
+                      compact=True)
     w = inc.row_width
     links = np.asarray(inc.link_idx).reshape(-1, w)
     weight = np.asarray(inc.weight, float).reshape(-1, w)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..topology import Topology
-from ..workloads.collectives import double_binary_tree
+from ..workloads.trees import double_binary_tree, tree_depth
 
 __all__ = ["ring_orders"]
 
@@ -172,15 +172,6 @@ def chain(dag: _Dag, order: np.ndarray, n_chunks: int, flow_bytes: float):
 
 
 # ------------------------------------------------------------------ trees
-def _depth(parent):
-    depth = np.zeros(parent.size, np.int64)
-    cur = parent.copy()
-    while np.any(cur >= 0):
-        depth += cur >= 0
-        cur = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
-    return depth
-
-
 def tree_reduce_bcast(dag: _Dag, host_of: np.ndarray, parent: np.ndarray,
                       flow_bytes: float, ready=None, prev=None):
     """Reduce up and broadcast down one tree (one chunk).
@@ -198,7 +189,7 @@ def tree_reduce_bcast(dag: _Dag, host_of: np.ndarray, parent: np.ndarray,
     """
     n = parent.size
     ready = np.full(n, -1) if ready is None else np.asarray(ready)
-    depth = _depth(parent)
+    depth = tree_depth(parent)
     nonroot = np.flatnonzero(parent >= 0)
     root = int(np.flatnonzero(parent < 0)[0])
     up = np.full(n, -1, np.int64)

@@ -36,7 +36,7 @@ from ..cc import base as ccbase
 from .checks import check_fifo_bands
 
 __all__ = ["CongestionControl", "FlowControlConfig", "Receiver", "QoS", "Solver", "Numerics",
-           "SaveAt", "as_options"]
+           "SaveAt", "SAVE_EVERY", "save_schedule", "as_options"]
 
 
 def _positive_int(name, value, *, allow_none=False, minimum=1):
@@ -229,6 +229,39 @@ class SaveAt:
 
     def __post_init__(self):
         _positive_int("save_every", self.every, allow_none=True)
+
+
+#: Snapshot period of the studies' runs, steps: the chunk in which a run with
+#: ``SaveAt(every, stop_when_idle=True)`` checks that the fabric is idle for good.
+SAVE_EVERY = 20
+
+
+def save_schedule(n_steps: int, *, round_up: bool) -> tuple[int, int]:
+    """``(n_steps, every)`` of a run that saves a snapshot every ``every`` steps.
+
+    :class:`SaveAt` needs ``every`` to divide ``n_steps``; a study meets that in one of
+    two ways:
+
+    * ``round_up=True``: ``n_steps`` rounded up to a multiple of :data:`SAVE_EVERY`,
+      saved every :data:`SAVE_EVERY` steps (the horizon is a bound the run stops short
+      of: the scale study, the all-reduce sweep);
+    * ``round_up=False``: ``n_steps`` kept (it is the user's), saved every the largest
+      divisor of ``2 x SAVE_EVERY`` up to :data:`SAVE_EVERY` (20, 10, 8, 5, 4, 2, 1)
+      that divides it (the compare study).
+
+    Args:
+      n_steps: the wanted horizon, steps (a positive integer).
+      round_up: extend the horizon (True) or keep it (False).
+
+    Returns:
+      ``(n_steps, every)``, both ints.
+    """
+    n_steps = _positive_int("n_steps", int(n_steps))
+    if round_up:
+        return -(-n_steps // SAVE_EVERY) * SAVE_EVERY, SAVE_EVERY
+    every = next(d for d in range(SAVE_EVERY, 0, -1)
+                 if (2 * SAVE_EVERY) % d == 0 and n_steps % d == 0)
+    return n_steps, every
 
 
 #: The option classes and the shorthand each accepts for its first field.

@@ -5,9 +5,10 @@ candidate paths, the preset's routing, latencies, line rates; :mod:`fabric_jax.s
 and evaluates it under knob values (:mod:`._tunables`) with
 :func:`fabric_jax.fluid.simulate_fluid`: the preset's law parameters and PFC thresholds
 are pytree leaves built from the knobs, so ``jax.grad`` and ``jax.vmap`` pass through
-the fluid run.  The run is the one :func:`fabric_jax.study.run.simulate_paths` makes
-(same routing binding, line rates, NIC links, IB CC switch-port mask, receiver options)
-with two differences, both needed for reverse-mode gradients and stated here:
+the fluid run.  The run is the one :func:`fabric_jax.study.run.simulate_case` makes
+(the preset bound to the case's paths by :func:`fabric_jax.fabric_sim.preset_options`:
+routing, line rates, NIC links, IB CC switch-port mask, receiver options) with two
+differences, both needed for reverse-mode gradients and stated here:
 
 * the smooth mode (:mod:`fabric_jax.smooth`) at temperature :data:`TUNE_TEMPERATURE`
   and a fixed max-min iteration count :data:`TUNE_SOLVER_ITERATIONS` (every tuning
@@ -54,14 +55,11 @@ import numpy as np
 
 from .. import flowcontrol as fcm
 from .. import smooth as sm
-from ..cc import ibcc
 from ..fabrics import get_fabric
 from ..faults import FaultSchedule
+from ..fabric_sim import preset_options
 from ..fluid import simulate_fluid
-from ..incidence import Incidence
-from ..routing import make_routing
-from ..study.case import build_case
-from ..study.run import flow_line_rate
+from ..study.case import JOBS, build_case
 from ..study.scenario import Scenario, default_scenario, load_scenario, validate_scenario
 from . import _tunables as tn
 
@@ -164,31 +162,21 @@ class TuningModel:
         step = sim["dt_us"] * 1e-6 if dt is None else float(dt)
         n_steps = int(round(sim["n_steps"] * sim["dt_us"] * 1e-6 / step))
         case = build_case(scn, fab.sharp)
-        topo, paths, w = case.topology, case.paths, case.workload
-        cap = np.asarray(topo.capacity, float)
-        nic = np.asarray(topo.node_is_host, bool)[np.asarray(topo.link_src)]
-        law0 = fab.law_params(line_rate=case.line_rate)
-        if fab.cc == "ibcc" and "switch_port" not in fab.cc_options:
-            mask = ibcc.switch_port_mask(topo) * (~nic)
-            law0 = dataclasses.replace(law0, switch_port=jnp.asarray(
-                mask, jnp.result_type(law0.threshold)))
-        routing = make_routing(fab.routing, paths, fab.routing_params(), seed=sim["seed"])
-        split = np.asarray(routing.split)
-        inc = Incidence.from_paths(paths, split, n_links=topo.n_links)
-        lat = fab.link_latency(topo)
+        topo, w = case.topology, case.workload
+        # the compare run's binding of the preset (simulate_case), computed once
+        kw = preset_options(topo, case.paths, fab, seed=sim["seed"], nic_rate=case.line_rate)
+        law0 = kw.pop("params")
+        inc, lr, lat, cap = (kw[k] for k in ("incidence", "line_rate", "link_latency",
+                                              "capacity"))
         buf = np.asarray(topo.buffer, float)
         if fab.flow_control == "pfc":
             xoff, xon = fcm.pfc_thresholds(cap, buf, reaction_s=step)
             fc0 = fcm.flow_control_params(topo.n_links, buffer=buf, xoff=xoff, xon=xon)
         else:
             fc0 = fcm.flow_control_params(topo.n_links, buffer=buf)
-        lr = flow_line_rate(paths, split, cap)
-        kw = dict(incidence=inc, capacity=cap, dt=step, n_steps=n_steps, law=fab.law(),
-                  deps=w.deps, delay=w.delay, line_rate=lr, link_latency=lat,
-                  nic_links=nic, flow_control=fab.flow_control, routing=routing,
-                  fifo_bands=int(sim.get("fifo_bands", 8)), **fab.receiver_options(),
-                  **fab.class_options(case.job_of, {0: "train", 1: "tenant",
-                                                    2: "background"}, topo))
+        kw.update(dt=step, n_steps=n_steps, deps=w.deps, delay=w.delay,
+                  fifo_bands=int(sim.get("fifo_bands", 8)),
+                  **fab.class_options(case.job_of, JOBS, topo))
         tunables = tn.preset_tunables(fab.cc, law0, line_rate=case.line_rate,
                                       flow_control=fab.flow_control, capacity=cap,
                                       buffer=buf, link_latency=lat, dt=step)

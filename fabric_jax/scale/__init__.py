@@ -75,15 +75,25 @@ per Megatron gradient bucket) priced by NCCL's own cost model, ring or PAT as NC
 picks, and added to the step: what the flows' bandwidth view leaves out, and what
 grows with the data-parallel degree.
 
+**The all-reduce sweep** (:mod:`._allreduce`, ``experiments/allreduce_sweep.py`` and
+``fabric-jax compare --scaling-curve``): one all-reduce per GPU count as NCCL runs it
+(:func:`choose_algorithm`, :func:`fabric_jax.collectives.build_plan`) on
+:func:`sweep_topology`'s fabrics with the server model, every preset's fluid run and the
+ideal fabric of each plan (:mod:`._plans`: :func:`plan_flows`,
+:func:`simulate_plans_fluid`, :func:`simulate_plans_ideal`), and the completion times
+over ranks and effective bandwidth of each (:func:`scaling_curves`,
+:func:`scaling_point`).
+
 Units: bytes, seconds, bytes/s.
 """
 from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, clos_paths, ecmp_paths,
-                      link_rails, rail_symmetric_paths, rail_view, scale_topology)
+                      link_rails, rail_symmetric_paths, rail_view, scale_topology,
+                      sweep_topology)
 from ._step import (BACKGROUND, BUCKET_PARAMS, DEFAULT_BACKGROUND_CDF, DEFAULT_EP,
                     DEFAULT_LATENCY, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP,
                     DEFAULT_SKEW, LATENCY_MODELS, PHASES, PLACEMENTS, StepFlows,
-                    add_background, collective_overhead, job_servers, job_step_time,
-                    place_jobs, scale_plan, step_flows)
+                    add_background, collective_overhead, ep_group_size, job_servers,
+                    job_step_time, place_jobs, scale_plan, step_flows)
 from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROUTING,
                    HORIZON_FACTOR, IDEAL, RailRun, build_point, ideal_rails, phase_latency,
                    point_metrics, route_flows, run_fabric, run_scale, scale_point,
@@ -93,6 +103,11 @@ from ._overlap import (JOB_OVERLAPS, MAX_OVERLAP_JOBS, expected_slice_times,
                        independent_overlap)
 from ._validate import (balls_into_bins, random_bisection, ring_shift, uplinks_used,
                         window_efficiency)
+from ._plans import (DEFAULT_SWEEP_PATHS, PlanFlows, plan_flows, simulate_plan_fluid,
+                     simulate_plan_ideal, simulate_plans_fluid, simulate_plans_ideal)
+from ._allreduce import (CURVE_KEYS, DEFAULT_SWEEP_CHUNKS, SWEEP_ALGORITHMS, choose_algorithm,
+                         completion_stats, nic_ideal_time, rank_completion, scaling_curves,
+                         scaling_point)
 
 __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_paths",
            "link_rails", "rail_symmetric_paths", "rail_view", "scale_topology",
@@ -108,4 +123,9 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "simulate_rails_on_devices", "job_set_times", "overlap_metrics",
            "JOB_OVERLAPS", "MAX_OVERLAP_JOBS", "expected_slice_times", "independent_overlap",
            "balls_into_bins", "random_bisection", "ring_shift",
-           "uplinks_used", "window_efficiency"]
+           "uplinks_used", "window_efficiency",
+           "sweep_topology", "ep_group_size", "DEFAULT_SWEEP_PATHS", "PlanFlows", "plan_flows",
+           "simulate_plan_fluid", "simulate_plans_fluid", "simulate_plan_ideal",
+           "simulate_plans_ideal", "SWEEP_ALGORITHMS", "DEFAULT_SWEEP_CHUNKS",
+           "choose_algorithm", "rank_completion", "nic_ideal_time", "completion_stats",
+           "CURVE_KEYS", "scaling_curves", "scaling_point"]

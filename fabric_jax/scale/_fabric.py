@@ -1,5 +1,9 @@
 """Fabrics at AI-factory scale: the build, its rails, and vectorised path tables (host side).
 
+:func:`sweep_topology` builds ``G`` GPUs of a named system on a rail-optimised fabric
+within a switch radix, growing tiers or planes beyond it (the all-reduce sweep's
+fabrics); :func:`scale_topology` is the build the scale study uses on it.
+
 Units: bytes, seconds, bytes/s.
 """
 
@@ -12,7 +16,8 @@ import numpy as np
 from ..paths import mix64
 from ..topology import Topology
 
-__all__ = ["DEFAULT_SWITCH_RADIX", "scale_topology", "RailView", "rail_view", "PathTable",
+__all__ = ["DEFAULT_SWITCH_RADIX", "sweep_topology", "scale_topology", "RailView",
+           "rail_view", "PathTable",
            "clos_paths", "rail_symmetric_paths", "ecmp_paths"]
 
 #: Ports per switch at the NIC speed: 128 x 400G, a 51.2 Tb/s ASIC (Quantum-X800 in
@@ -22,13 +27,87 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "scale_topology", "RailView", "rail_view", "P
 DEFAULT_SWITCH_RADIX = 128
 
 
+def _radix_error(err: ValueError) -> bool:
+    return "switch_radix" in str(err)
+
+
+def sweep_topology(n_gpus: int, *, system="hgx_h100", servers_per_leaf: int = 16,
+                   switch_radix: int | None = 128, beyond_radix: str = "tiers",
+                   **overrides):
+    """``n_gpus`` GPUs of ``system`` on a rail-optimised fabric that respects the radix.
+
+    Servers form scalable units of ``min(servers_per_leaf, servers / 2)`` servers (at
+    least two units, so cross-server traffic crosses the spines).  The two-tier build
+    (:func:`fabric_jax.systems.build`, ``rail_optimized``) is tried with
+    ``switch_radix``; when a switch would need more ports (``ValueError`` from the
+    builder), ``beyond_radix`` says what grows:
+
+    * ``"tiers"``: ``tiers=3``, pods of ``groups_per_pod`` scalable units (the largest
+      that fits the radix) under a super-spine layer;
+    * ``"planes"``: ``planes=P`` for ``P = 2, 4, 8``, the radix multiplied by ``P`` at
+      the per-plane port speed (a 51.2 Tb/s switch: 128 x 400G, 256 x 200G ...).
+
+    Args:
+      n_gpus: a multiple of ``2 x`` the system's GPUs per server.
+      system: a :data:`fabric_jax.systems.SYSTEMS` name.
+      servers_per_leaf: servers per scalable unit (rail-leaf down ports).
+      switch_radix: ports per switch at the NIC speed (default 128: 128 x 400G, a
+        51.2 Tb/s ASIC such as Quantum-X800 in 400G mode or Spectrum-4); ``None``:
+        unchecked.
+      beyond_radix: ``"tiers"`` or ``"planes"``.
+      overrides: more :func:`fabric_jax.systems.build` keywords (``latency_us`` ...).
+
+    Raises:
+      ValueError: bad sizes, an unknown ``beyond_radix``, or no build within the radix.
+
+    Used by the all-reduce sweep (:func:`~fabric_jax.scale.scaling_curves`) with the
+    server model, and by :func:`scale_topology`.
+    """
+    from ..systems import build, get_system
+    sysm = get_system(system)
+    g = sysm.gpus_per_server
+    if isinstance(n_gpus, bool) or int(n_gpus) != n_gpus or n_gpus < 2 * g or n_gpus % g:
+        raise ValueError(f"n_gpus must be a multiple of {g} GPUs per server and >= "
+                         f"{2 * g} (two servers of {sysm.name}); got {n_gpus!r}")
+    if beyond_radix not in ("tiers", "planes"):
+        raise ValueError(f"beyond_radix must be 'tiers' or 'planes'; got {beyond_radix!r}")
+    n_srv = int(n_gpus) // g
+    spl = max(1, min(int(servers_per_leaf), n_srv // 2))
+    kw = dict(overrides, servers_per_leaf=spl)
+    try:
+        return build(sysm, n_srv, switch_radix=switch_radix, **kw)
+    except ValueError as err:
+        if switch_radix is None or not _radix_error(err):
+            raise
+        first = err
+    n_groups = -(-n_srv // spl)
+    if beyond_radix == "planes":
+        for planes in (2, 4, 8):
+            try:
+                return build(sysm, n_srv, switch_radix=switch_radix * planes,
+                             planes=planes, **kw)
+            except ValueError as err:
+                if not _radix_error(err):
+                    raise
+    else:
+        for per_pod in range(n_groups - 1, 0, -1):
+            try:
+                return build(sysm, n_srv, switch_radix=switch_radix, tiers=3,
+                             groups_per_pod=per_pod, **kw)
+            except ValueError as err:
+                if not _radix_error(err):
+                    raise
+    raise ValueError(f"no {beyond_radix} build of {n_gpus} GPUs fits switch_radix="
+                     f"{switch_radix}: {first}")
+
+
 def scale_topology(n_gpus: int, system="hgx_h100", *,
                    switch_radix: int | None = DEFAULT_SWITCH_RADIX,
                    beyond_radix: str = "planes", servers_per_leaf: int | None = None,
                    latency_us: float | None = None) -> Topology:
     """``n_gpus`` GPUs of ``system`` on the rail-optimised fabric a real build uses.
 
-    The build of :func:`fabric_jax.scaling.sweep_topology` with scalable units of
+    The build of :func:`sweep_topology` with scalable units of
     ``servers_per_leaf`` servers (default ``switch_radix / 2``: the rail leaf's down
     ports, its other half going up to as many spines; at least two units), NIC hosts
     only (TP traffic stays on NVLink, which the step's compute time carries, so the
@@ -51,7 +130,6 @@ def scale_topology(n_gpus: int, system="hgx_h100", *,
     Raises:
       ValueError: bad sizes or names, naming the argument.
     """
-    from ..scaling import sweep_topology
     from ..systems import get_system
     sysm = get_system(system)
     if sysm.nics_per_server != sysm.gpus_per_server:

@@ -16,6 +16,7 @@ import numpy as np
 from .. import economics as econ
 from .. import metrics as mx
 from ..fabrics import get_fabric
+from ..fluid.options import save_schedule
 from ..paths import PathSet, PathsTruncatedWarning, mix64, shortest_paths
 from ._fabric import clos_paths, ecmp_paths, rail_symmetric_paths, rail_view, scale_topology
 from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS, independent_overlap
@@ -46,8 +47,6 @@ HASHED_ROUTING = ("ecmp",)
 #: Horizon of a fluid run over the ideal fabric's slice time (doubled once when a run
 #: leaves flows unfinished; the run stops early once the fabric is idle).
 HORIZON_FACTOR = 2.0
-#: Trajectory snapshot period, steps (for the congested-port share).
-SAVE_EVERY = 20
 #: Key of the ideal fabric in the results.
 IDEAL = "ideal"
 
@@ -114,7 +113,8 @@ class RailRun:
       start, finish: ``[flows]`` seconds.
       paused_time: link-seconds paused (PFC) or credit-starved over the run.
       congested_bytes: bytes served by switch ports while congested
-        (:data:`CONGESTED_DELAY`), sampled every :data:`SAVE_EVERY` steps.
+        (:data:`CONGESTED_DELAY`), sampled every
+        :data:`fabric_jax.fluid.options.SAVE_EVERY` steps.
       port_bytes: bytes the flows carry across switch ports (each hop counted).
       n_steps: the horizon simulated.
       wall_s: seconds of the run (compile included).
@@ -198,11 +198,11 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
         ps = dataclasses.replace(ps, links=links,
                                  src=host_of[np.asarray(ps.src)].astype(np.int32),
                                  dst=host_of[np.asarray(ps.dst)].astype(np.int32))
-    n_steps = int(-(-int(n_steps) // SAVE_EVERY) * SAVE_EVERY)
+    n_steps, every = save_schedule(n_steps, round_up=True)
     opts = {} if fifo_bands is None else {"fifo_bands": int(fifo_bands)}
     problem = prepare_paths(topo, ps, fab, flows.size, dt=float(dt), n_steps=n_steps,
                             arrival=flows.arrivals, deps=flows.deps, seed=seed,
-                            save_every=SAVE_EVERY, fluid_options=opts)
+                            save_every=every, fluid_options=opts)
     t_run = time.perf_counter()
     res = jax.block_until_ready(run_fluid(problem))
     run_s = time.perf_counter() - t_run
@@ -212,7 +212,7 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
     usable = np.asarray(tr.usable, float)
     switch = ~np.asarray(topo.node_is_host, bool)[np.asarray(topo.link_src)]
     hot = (q > CONGESTED_DELAY * cap[None, :]) & switch[None, :]
-    congested = float(np.sum(np.where(hot, usable, 0.0)) * SAVE_EVERY * float(dt))
+    congested = float(np.sum(np.where(hot, usable, 0.0)) * every * float(dt))
     hops = (np.asarray(ps.hop_mask) & (np.asarray(ps.links) >= 0))[:, 0, :]
     switch_hops = np.maximum(hops.sum(axis=1) - 1, 0)      # every hop but the NIC's
     port_bytes = float(np.sum(flows.size * switch_hops))
@@ -273,24 +273,19 @@ def ideal_rails(step: StepFlows, nic_rate: float, *, rails=(0,)) -> RailRun:
     """The ideal fabric for the flows of ``rails``: every NIC of those rails on one
     non-blocking crossbar at its line rate (all planes) with ideal congestion control,
     exact max-min recomputed at every flow start and completion
-    (:func:`fabric_jax.simulate_flows`; the compare study's baseline,
-    :func:`fabric_jax.study.run.simulate_ideal`).  Rails never meet on a crossbar, so
-    one rail's run is exact for it."""
-    from ..sim import simulate_flows
-    from ..study.run import crossbar_incidence
+    (:func:`fabric_jax.fabric_sim.simulate_ideal`, each flow capped at the NIC rate).
+    Rails never meet on a crossbar, so one rail's run is exact for it."""
+    from ..fabric_sim import ideal_incidence, simulate_ideal
     t0 = time.perf_counter()
     ids = np.arange(step.n_flows) if rails is None else np.flatnonzero(
         np.isin(step.rail, np.asarray(rails)))
     sub = step.subset(ids)
     hosts, inv = np.unique(np.concatenate([sub.src, sub.dst]), return_inverse=True)
     hs, hd = inv[:sub.n_flows], inv[sub.n_flows:]
-    inc = crossbar_incidence(hs, hd, hosts.size)
-    # one slot per flow and from-scratch solves: compilation dominates, as in the
-    # compare baseline (fabric_jax.study.run.simulate_ideal)
-    res = simulate_flows(inc, np.full(2 * hosts.size, float(nic_rate)),
-                         sub.arrivals, sub.size, deps=sub.deps,
-                         demand=np.full(sub.n_flows, float(nic_rate)),
-                         max_active=max(sub.n_flows, 1), warm_start=False)
+    inc, cap = ideal_incidence(hs, hd, hosts.size, nic_capacity=float(nic_rate))
+    # compilation dominates, as in the compare study's baseline
+    res = simulate_ideal(inc, cap, sub.size, arrival=sub.arrivals, deps=sub.deps,
+                         demand=np.full(sub.n_flows, float(nic_rate)), one_table=True)
     return RailRun(flows=sub, start=np.asarray(res.start, float),
                    finish=np.asarray(res.finish, float), paused_time=0.0,
                    congested_bytes=0.0, port_bytes=float(np.sum(sub.size)), n_steps=0,

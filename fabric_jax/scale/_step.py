@@ -17,7 +17,7 @@ __all__ = ["DEFAULT_MODEL", "DEFAULT_PP", "DEFAULT_EP", "DEFAULT_MICROBATCHES",
            "DEFAULT_SKEW", "StepFlows", "scale_plan", "step_flows", "PHASES", "PLACEMENTS",
            "job_servers", "place_jobs", "BACKGROUND", "DEFAULT_BACKGROUND_CDF",
            "add_background", "LATENCY_MODELS", "DEFAULT_LATENCY", "BUCKET_PARAMS",
-           "collective_overhead"]
+           "collective_overhead", "ep_group_size"]
 
 #: Default model: Mixtral 8x7B (Jiang et al. 2024; :data:`fabric_jax.workloads.model.MODELS`),
 #: a mixture-of-experts model, so the step has the expert-parallel all-to-all.
@@ -57,6 +57,15 @@ DEFAULT_LATENCY = "nccl"
 #: larger buckets to ensure collectives do not become latency-bound"): ``(floor, per
 #: data-parallel rank)``.  Each bucket is one reduce-scatter and one all-gather.
 BUCKET_PARAMS = (40_000_000, 1_000_000)
+
+
+def ep_group_size(n_servers: int, wanted: int, minimum: int = 2) -> int:
+    """The largest divisor of ``n_servers`` that is ``<= wanted`` and ``>= minimum``
+    (``n_servers`` itself when none is): the expert-parallel group size a training job of
+    ``n_servers`` servers can use when ``wanted`` does not divide it."""
+    n, wanted = int(n_servers), int(wanted)
+    fits = [d for d in range(minimum, min(wanted, n) + 1) if n % d == 0]
+    return max(fits) if fits else n
 
 
 def scale_plan(model=DEFAULT_MODEL, n_gpus: int = 1024, gpus_per_server: int = 8, *,

@@ -12,9 +12,9 @@ re-exports the public names.
 
 from .case import JOBS, NEVER, Case, alone_arrival, build_case
 from .report import METRICS, format_table, model_notes, write_json
-from .run import (IDEAL, IDEAL_SHARP, case_metrics, class_isolation, crossbar_incidence,
-                  fabric_cost_metrics, is_ideal, run_compare, run_ideal, scaling_study,
-                  simulate_case, simulate_ideal)
+from .run import (IDEAL, IDEAL_SHARP, case_metrics, class_isolation, fabric_cost_metrics,
+                  is_ideal, run_compare, run_ideal, scaling_study, simulate_case,
+                  simulate_ideal)
 from .scenario import (FABRIC_KEYS, MODEL_SECTIONS, SCHEMA, Scenario, ScenarioError,
                        default_scenario, load_scenario, read_scenario_file,
                        scenario_from_dict, validate_scenario, with_classes,
@@ -23,7 +23,7 @@ from .scenario import (FABRIC_KEYS, MODEL_SECTIONS, SCHEMA, Scenario, ScenarioEr
 __all__ = ["Scenario", "ScenarioError", "default_scenario", "load_scenario",
            "scenario_from_dict", "validate_scenario", "SCHEMA", "FABRIC_KEYS", "Case",
            "build_case", "alone_arrival", "NEVER", "JOBS", "simulate_case", "simulate_ideal",
-           "crossbar_incidence", "case_metrics", "run_compare", "scaling_study", "IDEAL",
+           "case_metrics", "run_compare", "scaling_study", "IDEAL",
            "METRICS", "format_table", "write_json", "model_notes", "fabric_cost_metrics",
            "MODEL_SECTIONS", "read_scenario_file", "with_model_name", "with_classes",
            "class_isolation", "IDEAL_SHARP", "is_ideal", "run_ideal"]

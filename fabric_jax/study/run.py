@@ -5,7 +5,7 @@ Ideal fabric (:func:`simulate_ideal`): the same flows, arrivals, dependencies an
 latencies on a non-blocking crossbar (each NIC has one up and one down link at line rate
 into a single switch of unbounded capacity) with ideal congestion control: exact max-min
 sharing, recomputed at every flow arrival and completion
-(:func:`fabric_jax.simulate_flows`).
+(:func:`fabric_jax.fabric_sim.simulate_ideal`).
 
 Per-preset ideal (:func:`run_ideal`, the ``ideal`` columns of ``fabric-jax compare``):
 the training job **alone** on that crossbar, with the collective algorithm of the
@@ -25,24 +25,23 @@ import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-import jax.numpy as jnp
 import numpy as np
 
 from .. import economics as econ
+from .. import fabric_sim
 from .. import metrics as mx
-from .. import scaling
+from ..scale import ep_group_size, scaling_curves
 from ..fabric_sim import flow_line_rate, simulate_paths  # noqa: F401 (re-exported)
 from ..fabrics import get_fabric
-from ..incidence import Incidence
+from ..fluid.options import save_schedule
 from ..links import DEFAULT_FIFO_BANDS
-from ..sim import simulate_flows
 from .case import JOBS, Case, alone_arrival, build_case, collective_phases
 from .progress import Progress
 from .scenario import Scenario, default_scenario, validate_scenario
 
 __all__ = ["simulate_case", "simulate_paths", "flow_line_rate", "simulate_ideal",
-           "crossbar_incidence", "case_metrics", "class_isolation", "fabric_cost_metrics", "full_step_times",
-           "run_compare", "run_preset", "run_ideal", "save_period", "default_workers",
+           "case_metrics", "class_isolation", "fabric_cost_metrics", "full_step_times",
+           "run_compare", "run_preset", "run_ideal", "default_workers",
            "scaling_study", "scaling_topologies", "IDEAL", "IDEAL_SHARP", "ideal_key",
            "is_ideal"]
 
@@ -89,37 +88,25 @@ def simulate_case(case: Case, fabric, scn: Scenario, arrival=None, *, save_every
                                                                     DEFAULT_FIFO_BANDS))))
 
 
-def crossbar_incidence(src, dst, n_hosts: int) -> Incidence:
-    """Incidence of flows on a non-blocking crossbar: flow ``f`` crosses the uplink of
-    host ``src[f]`` (link ``src[f]``) and the downlink of ``dst[f]`` (link
-    ``n_hosts + dst[f]``); ``2 * n_hosts`` links."""
-    src, dst = np.asarray(src, np.int32), np.asarray(dst, np.int32)
-    n = src.size
-    links = np.stack([src, n_hosts + dst], axis=1).ravel()
-    return Incidence(jnp.asarray(links), jnp.asarray(np.repeat(np.arange(n, dtype=np.int32), 2)),
-                     jnp.ones(2 * n, jnp.result_type(float)), 2 * int(n_hosts), n, 2)
-
-
 def simulate_ideal(case: Case, arrival=None):
     """The ideal-fabric baseline of a case (module docstring): exact max-min on a
-    non-blocking crossbar at NIC line rate, with the case's arrivals, dependencies,
-    delays and path latencies.
+    non-blocking crossbar at NIC line rate (:func:`fabric_jax.fabric_sim.simulate_ideal`),
+    each flow capped at line rate, with the case's arrivals, dependencies, delays and
+    path latencies.
 
     Returns:
       :class:`fabric_jax.FlowSimResult`.
     """
     w = case.workload
     arrival = case.sim_arrival if arrival is None else arrival
-    n_hosts = case.topology.n_hosts
-    inc = crossbar_incidence(w.src, w.dst, n_hosts)
-    # A compare case has ~10^3 flows and ~10^2 events: compilation dominates, so one
-    # table for every flow (no regrowth, one compilation for all three runs) and
-    # from-scratch solves (a smaller program: 12 s against 86 s for the default
-    # scenario's baseline, measured on 2 loaded cores; same rates up to round-off).
-    return simulate_flows(inc, np.full(2 * n_hosts, case.line_rate), arrival, w.size,
-                          deps=w.deps, delay=w.delay, latency=case.latency,
-                          demand=np.full(w.n_flows, case.line_rate),
-                          max_active=max(int(w.n_flows), 1), warm_start=False)
+    inc, cap = fabric_sim.ideal_incidence(w.src, w.dst, case.topology.n_hosts,
+                                          nic_capacity=case.line_rate)
+    # ~10^3 flows and ~10^2 events: compilation dominates (one table for every flow,
+    # one compilation for all three runs)
+    return fabric_sim.simulate_ideal(inc, cap, w.size, arrival=arrival, deps=w.deps,
+                                     delay=w.delay, latency=case.latency,
+                                     demand=np.full(w.n_flows, case.line_rate),
+                                     one_table=True)
 
 
 def _job_time(start, finish, idx):
@@ -297,13 +284,6 @@ def class_isolation(case: Case, fabric, metrics: dict) -> list:
                  jobs=[JOBS[j] for j in present if of.get(j, 0) == c]) for c in range(n)]
 
 
-def save_period(n_steps: int) -> int:
-    """Snapshot period (steps) of the compare runs: the largest of 20, 10, 8, 5, 4, 2, 1
-    dividing ``n_steps`` (the runs stop simulating once the fabric is idle for good,
-    one period at a time: ``stop_when_idle``)."""
-    return next((d for d in (20, 10, 8, 5, 4, 2, 1) if n_steps % d == 0), 1)
-
-
 def default_workers(n_tasks: int) -> int:
     """Presets :func:`run_compare` runs at once by default: one per CPU core this
     process may use, at most ``n_tasks``."""
@@ -323,7 +303,8 @@ def run_preset(case: Case, fab, scn: Scenario, name: str, update=None) -> tuple[
       ``(metrics, {"case", "result"})``; ``update(label)`` is called after each run.
     """
     update = update or (lambda label: None)
-    save = save_period(int(scn.simulation["n_steps"]))
+    # the runs stop simulating once the fabric is idle for good, one period at a time
+    _, save = save_schedule(scn.simulation["n_steps"], round_up=False)
     res = simulate_case(case, fab, scn, case.sim_arrival, save_every=save)
     update(f"{name}: all jobs")
     alone = {}
@@ -482,7 +463,7 @@ def scaling_topologies(scn: Scenario, factors=(0.5, 1.0, 2.0, 4.0)) -> list:
             out.append(rail_optimized(n, nics, servers_per_leaf=max(1, min(
                 t["servers_per_leaf"], n // 2)), gpus_per_server=nics, **kw))
         else:
-            per = scaling.ep_group_size(n, min(t["servers_per_leaf"], n // 2), minimum=1)
+            per = ep_group_size(n, min(t["servers_per_leaf"], n // 2), minimum=1)
             out.append(leaf_spine(n // per, t["n_spines"] or per, per, gpus_per_server=1,
                                   nics_per_server=1, **kw))
     return out
@@ -494,7 +475,7 @@ def scaling_study(scn: Scenario | None = None, *, factors=(0.5, 1.0, 2.0, 4.0),
     all-reduce of the scenario's ``all_reduce_mb`` per GPU on the scenario's fabric at
     ``train_servers`` scaled by each factor (:func:`scaling_topologies`), every preset.
 
-    Engine: :func:`fabric_jax.scaling.scaling_curves` -- the all-reduce as
+    Engine: :func:`fabric_jax.scale.scaling_curves` -- the all-reduce as
     :mod:`fabric_jax.collectives` builds it (chunked transfers, per-step latency, the
     NCCL-like algorithm per preset) through each preset's dynamics in the fluid model
     (:func:`simulate_paths`, the engine of :func:`run_compare`) at the scenario's
@@ -508,12 +489,12 @@ def scaling_study(scn: Scenario | None = None, *, factors=(0.5, 1.0, 2.0, 4.0),
     fabric) and estimates the time left from the units done.
 
     Returns:
-      :func:`fabric_jax.scaling.scaling_curves`' dict (``gpus``, ``fabrics``, ``ideal``).
+      :func:`fabric_jax.scale.scaling_curves`' dict (``gpus``, ``fabrics``, ``ideal``).
     """
     scn = default_scenario() if scn is None else validate_scenario(scn)
     topos = scaling_topologies(scn, factors)
     with Progress(1 + len(scn.presets), enabled=progress, label="scaling curve") as bar:
-        return scaling.scaling_curves(
+        return scaling_curves(
             topos, scn.presets, scn.workload["all_reduce_mb"] * 1e6,
             dt=scn.simulation["dt_us"] * 1e-6, seed=scn.simulation["seed"],
             overrides=scn.overrides, progress=bar.update)

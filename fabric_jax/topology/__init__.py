@@ -24,13 +24,15 @@ and bytes/s with :mod:`fabric_jax.units`):
 * :func:`rail_optimized` -- GPU servers whose NIC ``i`` attaches to rail leaf ``i``
   (NVIDIA DGX SuperPOD reference architecture); same ``oversubscription=``,
   ``planes=`` and ``tiers=3`` options;
-* :func:`from_edges` -- any graph, from an edge list or a networkx graph.
+* :func:`from_edges` -- any graph, from an edge list or a networkx graph;
+* :func:`disjoint_union` -- topologies side by side as one (independent cases in one
+  simulation).
 
 The package follows the stages of a build: ``_core`` (the :class:`Topology` record,
 failures, bisection), ``_spec`` (a :class:`ClosSpec`: the arguments of
 :func:`leaf_spine` and :func:`rail_optimized` resolved into one checked description),
 ``_clos`` (the Clos builders, one private wiring of a spec), ``_servers`` (the server
-model) and ``_graph`` (:func:`from_edges`).
+model) and ``_graph`` (:func:`from_edges`, :func:`disjoint_union`).
 
 Server model (opt-in, ``gpus_per_server=...`` on every builder): hosts become GPUs.
 Each server gets an NVSwitch node that every GPU of the server reaches over one NVLink
@@ -97,7 +99,7 @@ ones.  Paths over a topology come from :func:`fabric_jax.paths.shortest_paths`.
 from ._clos import fat_tree, leaf_spine, rail_optimized
 from ._core import (CLOS_KINDS, DEFAULT_BUFFER_KB, DEFAULT_LATENCY_US, DEFAULT_LINK_GBPS,
                     Topology, host_indices)
-from ._graph import from_edges
+from ._graph import UnionOffsets, disjoint_union, from_edges
 from ._servers import (DEFAULT_NVLINK_GBPS, DEFAULT_NVLINK_LATENCY_US, DEFAULT_PCIE_GBPS,
                        DEFAULT_PCIE_LATENCY_US, with_servers)
 from ._spec import ClosSpec
@@ -113,6 +115,8 @@ __all__ = [
     "DEFAULT_PCIE_GBPS",
     "DEFAULT_PCIE_LATENCY_US",
     "Topology",
+    "UnionOffsets",
+    "disjoint_union",
     "fat_tree",
     "from_edges",
     "host_indices",

@@ -1,14 +1,18 @@
-"""Topologies of arbitrary graphs: :func:`from_edges`.
+"""Topologies of arbitrary graphs: :func:`from_edges`, :func:`disjoint_union`.
 
 An edge list or a networkx graph becomes a :class:`~fabric_jax.topology.Topology` with
 plain min-hop routing (``updown=False``): hosts at tier 0, every other node at tier 1.
 Undirected edges are full-duplex cables (two links); directed ones are single links,
 paired with an opposite link where the graph has one.
+
+Several topologies side by side, sharing no link, are one topology
+(:func:`disjoint_union`): a block-diagonal network in which each part runs as if
+alone, so many small cases share one simulation (one compile, static shapes).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -172,3 +176,55 @@ def _pair_reverse(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         else:
             waiting.setdefault((u, v), []).append(i)
     return rev
+
+
+class UnionOffsets(NamedTuple):
+    """Where each part of a :func:`disjoint_union` starts: ``[parts + 1]`` int64
+    cumulative counts of ``nodes``, ``links`` and ``hosts`` (the last entry the total)."""
+
+    nodes: np.ndarray
+    links: np.ndarray
+    hosts: np.ndarray
+
+
+def disjoint_union(topologies) -> tuple[Topology, UnionOffsets]:
+    """Topologies side by side as one, sharing no node or link.
+
+    Part ``i``'s nodes, links, hosts and servers follow those of parts ``< i`` in order
+    (node ``n`` of part ``i`` is named ``b{i}/<name>``); every array keeps its values
+    (capacities, latencies, buffers, failed links).  The union routes valley-free only
+    when every part does (``updown``), and lets hosts forward when any part does.
+
+    Args:
+      topologies: a sequence of :class:`~fabric_jax.topology.Topology`.
+
+    Returns:
+      ``(topology, offsets)``: the union (``kind="graph"``, ``name="union"``) and the
+      :class:`UnionOffsets` that map a part's node, link and host ids into it
+      (``id + offsets.links[i]``).
+
+    Raises:
+      ValueError: no topology given.
+    """
+    parts = list(topologies)
+    if not parts:
+        raise ValueError("disjoint_union needs at least one topology")
+    off = UnionOffsets(*(np.cumsum([0] + [getattr(t, n) for t in parts])
+                         for n in ("n_nodes", "n_links", "n_hosts")))
+
+    def cat(field, shift=None):
+        return np.concatenate([np.asarray(getattr(t, field)) + (0 if shift is None else shift[i])
+                               for i, t in enumerate(parts)])
+
+    reverse = np.concatenate([np.where(t.link_reverse >= 0, t.link_reverse + off.links[i], -1)
+                              for i, t in enumerate(parts)])
+    topo = Topology(
+        node_names=tuple(f"b{i}/{n}" for i, t in enumerate(parts) for n in t.node_names),
+        node_is_host=cat("node_is_host"), node_tier=cat("node_tier"),
+        hosts=cat("hosts", off.nodes), link_src=cat("link_src", off.nodes),
+        link_dst=cat("link_dst", off.nodes), capacity=cat("capacity"),
+        latency=cat("latency"), buffer=cat("buffer"), link_up=cat("link_up"),
+        link_reverse=reverse, host_server=cat("host_server", off.hosts), name="union",
+        kind="graph", updown=all(t.updown for t in parts),
+        host_transit=any(t.host_transit for t in parts))
+    return topo, off

@@ -43,6 +43,7 @@ import numpy as np
 
 from fabric_jax.workloads._random import as_key
 from fabric_jax.workloads.flows import Workload, check_hosts, check_size, single_group
+from fabric_jax.workloads.trees import btree_parent, double_binary_tree, tree_depth
 
 __all__ = [
     "ring_all_reduce", "ring_reduce_scatter", "ring_all_gather",
@@ -174,48 +175,6 @@ def steady_state_all_reduce(hosts, size, *, sharp: bool = False, job: str = "job
                         arrival=arrival)
 
 
-def _btree_parent(n: int) -> np.ndarray:
-    """NCCL's binary tree on ranks 0..n-1 (``ncclGetBtree``, src/graph/trees.cc): the
-    parent of ``r > 0`` is ``(r ^ b) | (b << 1)`` with ``b`` its lowest set bit, or
-    ``r ^ b`` if that is out of range; rank 0 is the root (parent -1)."""
-    r = np.arange(n, dtype=np.int64)
-    low = r & -r
-    up = (r ^ low) | (low << 1)
-    up = np.where(up >= n, r ^ low, up)
-    return np.where(r == 0, -1, up)
-
-
-def double_binary_tree(n: int) -> np.ndarray:
-    """Parents in NCCL's two complementary binary trees (``ncclGetDtree``).
-
-    Tree 0 is :func:`_btree_parent`; tree 1 mirrors it (``r -> n-1-r``) when ``n`` is
-    even and shifts it by one rank when ``n`` is odd, so that most leaves of one tree
-    are interior nodes of the other (Sanders, Speck & Traeff, Parallel Computing 35(12),
-    2009).
-
-    Returns:
-        int [2, n] parent rank of each rank in each tree, ``-1`` at the root.
-    """
-    p0 = _btree_parent(n)
-    r = np.arange(n)
-    if n % 2 == 0:
-        q = p0[n - 1 - r]
-        p1 = np.where(q < 0, -1, n - 1 - q)
-    else:
-        q = p0[(r - 1) % n]
-        p1 = np.where(q < 0, -1, (q + 1) % n)
-    return np.stack([p0, p1])
-
-
-def _depth(parent: np.ndarray) -> np.ndarray:
-    depth = np.zeros(parent.size, np.int64)
-    cur = parent.copy()
-    while np.any(cur >= 0):
-        depth += cur >= 0
-        cur = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
-    return depth
-
-
 def _children(parent: np.ndarray) -> np.ndarray:
     """int [n, max_children] children of each rank, -1 padded."""
     n = parent.size
@@ -261,7 +220,7 @@ def tree_all_reduce(hosts, size, *, n_chunks: int = 1, double: bool = True,
     if n_chunks < 1:
         raise ValueError(f"n_chunks: must be >= 1, got {n_chunks}")
     n = hosts.size
-    parents = double_binary_tree(n) if double else _btree_parent(n)[None]
+    parents = double_binary_tree(n) if double else btree_parent(n)[None]
     n_trees = parents.shape[0]
     chunk = size / (n_trees * n_chunks)
     n_edges = n - 1
@@ -269,7 +228,7 @@ def tree_all_reduce(hosts, size, *, n_chunks: int = 1, double: bool = True,
     srcs, dsts, deps = [], [], []
     for t, parent in enumerate(parents):
         root = int(np.flatnonzero(parent < 0)[0])
-        depth = _depth(parent)
+        depth = tree_depth(parent)
         kids = _children(parent)
         nonroot = np.flatnonzero(parent >= 0)
         # Reduce: deepest edges first; broadcast: shallowest first (topological order).
