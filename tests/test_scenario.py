@@ -1,15 +1,18 @@
 """fabric_jax.scenario: the one validator (rules, check, the error) and the one
-host-side Scenario (network, traffic, fabric, horizon) that compare, tune and locate
-read."""
+host-side Scenario (network, traffic, fabric, horizon) that compare, tune, locate and
+scale read."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
 from fabric_jax import cli, scenario as sn
+from fabric_jax import scale as sc
 from fabric_jax.optimize import _cli as opt_cli
+from fabric_jax.scale import _cli as scale_cli
 from fabric_jax.optimize._locate_scenario import (LOCATE_SCHEMA, build_locate,
                                                   locate_scenario_from_dict)
 from fabric_jax.scenario import ScenarioError, check
@@ -175,6 +178,54 @@ def test_locate_file_refuses_naming_the_key(patch, key):
     assert err.value.key == key
 
 
+# ------------------------------------------------------------------ scale
+def test_scale_flags_map_onto_one_scenario_per_size():
+    scns = sc.scale_scenarios({"topology.gpus": "100,1024", "fabrics.presets": "roce,uec",
+                               "fabrics.rails": "all", "workload.pp": 2},
+                              flags=sc.SCALE_FLAGS)
+    assert [s.network.params["gpus"] for s in scns] == [96, 1024]   # whole servers
+    assert [s.network.params["requested_gpus"] for s in scns] == [100, 1024]
+    s = scns[1]
+    assert s.study == "scale" and s.network.family == "scale_topology"
+    assert s.fabric.presets == ("roce", "uec") and s.fabric.options["rails"] == "all"
+    assert sc.point_arguments(s) == dict(
+        n_gpus=1024, presets=["roce", "uec"], system="hgx_h100", switch_radix=128,
+        beyond_radix="planes", model=sc.DEFAULT_MODEL,
+        plan_options=dict(pp=2, ep=sc.DEFAULT_EP, microbatches=sc.DEFAULT_MICROBATCHES,
+                          overlap=0.0),
+        step_options=dict(skew=sc.DEFAULT_SKEW, slice_time=250e-6), jobs=1,
+        placement="packed", background=0.0, background_cdf="web_search",
+        latency=sc.DEFAULT_LATENCY, job_gpus=None, job_models=None, job_overlap="always",
+        rails="all", max_paths=sc.DEFAULT_MAX_PATHS, dt=sc.DEFAULT_DT_US * 1e-6, seed=0,
+        horizon_factor=sc.HORIZON_FACTOR, fifo_bands=None)
+    default, = sc.scale_scenarios({"topology.gpus": [64]})
+    assert sc.point_arguments(default)["rails"] == (0,)
+    # from Python the error names the key, from the command line the flag
+    with pytest.raises(ScenarioError, match=r"^scenario key 'workload\.ep'"):
+        sc.scale_scenarios({"workload.ep": 0})
+    with pytest.raises(ScenarioError, match=r"^--ep must be an integer >= 1"):
+        sc.scale_scenarios({"workload.ep": 0}, flags=sc.SCALE_FLAGS)
+    with pytest.raises(ScenarioError, match="unknown key"):
+        sc.scale_scenarios({"workload.tp": 2})
+    with pytest.raises(ValueError, match="presets"):
+        sc.scale_point(s, ["roce"])
+    with pytest.raises(ValueError, match="a compare scenario"):
+        sc.scale_point(sn.default_scenario())
+
+
+@pytest.mark.slow
+def test_scale_point_of_a_scenario_equals_its_keyword_run():
+    scn, = sc.scale_scenarios({"topology.gpus": [16], "fabrics.presets": ["uec"],
+                               "simulation.dt_us": 1.0, "workload.slice_us": 20.0})
+    a = sc.scale_point(scn, ideal=False)
+    b = sc.scale_point(16, ["uec"], dt=1e-6, step_options=dict(slice_time=20e-6),
+                       ideal=False)
+    drop = lambda d: {k: v for k, v in d.items() if k != "wall_s"}  # noqa: E731
+    assert drop(a["fabrics"]["uec"]) == drop(b["fabrics"]["uec"])
+    assert {k: v for k, v in a.items() if k not in ("fabrics", "wall_s")} == \
+        {k: v for k, v in b.items() if k not in ("fabrics", "wall_s")}
+
+
 # ------------------------------------------------------------------ every command's flags
 def _flags(command: str) -> set:
     sub = cli.build_parser()._subparsers._group_actions[0].choices[command]
@@ -184,14 +235,17 @@ def _flags(command: str) -> set:
 @pytest.mark.parametrize("command,table", [
     ("compare", cli.COMPARE_FLAGS), ("tune", opt_cli.TUNE_FLAGS),
     ("locate", {**opt_cli.LOCATE_FLAGS, **opt_cli.PLANT_RULES}),
+    ("scale", {**{f: None for f in sc.SCALE_FLAGS.values()}, **scale_cli.RUN_FLAGS}),
 ])
 def test_every_rule_table_flag_is_a_flag_of_its_command(command, table):
     assert set(table) <= _flags(command)
 
 
 def test_every_rule_has_a_default_unless_required():
-    for table in [*sn.SCHEMA.values(), *LOCATE_SCHEMA.values()]:
+    for table in [*sn.SCHEMA.values(), *LOCATE_SCHEMA.values(), sc.SCALE_RULES]:
         for key, rule in table.items():
             d = rule.default
             assert d is sn.REQUIRED or d is None or rule.many or rule.also \
                 or check(key, rule, d) == d, key
+    assert not any(isinstance(r.default, float) and math.isnan(r.default)
+                   for r in sc.SCALE_RULES.values())

@@ -20,6 +20,11 @@ factories are built at.  Per GPU count it builds:
   communication time over ranks, effective bandwidth, share of port-bytes that met a
   congested port, PFC pause time, the fabric's share of $/token.
 
+A point's inputs are one :class:`~fabric_jax.scenario.Scenario` (network, traffic,
+fabric, horizon): :func:`scale_scenarios` checks the command's flags (or a mapping of
+the same keys) against :data:`SCALE_RULES` and gives one per GPU count, and
+:func:`scale_point` runs it (or takes the same inputs as keyword arguments).
+
 **The rail reduction, and when it is exact.**  With TP = 8 inside an 8-GPU server,
 every DP, EP and PP group has one rank per server and every network flow stays on one
 rail (NCCL's PXN moves the data to the NIC on the receiver's rail over NVLink first).
@@ -93,6 +98,8 @@ from ._overlap import (JOB_OVERLAPS, MAX_OVERLAP_JOBS, expected_slice_times,
                        independent_overlap)
 from ._validate import (balls_into_bins, random_bisection, ring_shift, uplinks_used,
                         window_efficiency)
+from ._scenario import RAIL_SYSTEMS, SCALE_FLAGS, SCALE_RULES, scale_scenarios
+from ._run import point_arguments
 
 __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_paths",
            "link_rails", "rail_symmetric_paths", "rail_view", "scale_topology",
@@ -108,4 +115,5 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "simulate_rails_on_devices", "job_set_times", "overlap_metrics",
            "JOB_OVERLAPS", "MAX_OVERLAP_JOBS", "expected_slice_times", "independent_overlap",
            "balls_into_bins", "random_bisection", "ring_shift",
-           "uplinks_used", "window_efficiency"]
+           "uplinks_used", "window_efficiency", "SCALE_RULES", "SCALE_FLAGS", "RAIL_SYSTEMS",
+           "scale_scenarios", "point_arguments"]
