@@ -123,6 +123,11 @@ class Horizon:
 _KEEP = object()
 
 
+def _piece(part: str, name: str, doc: str) -> property:
+    """A read-only attribute: ``name`` of the part ``part`` (a compare section name)."""
+    return property(lambda self: getattr(getattr(self, part), name), doc=doc)
+
+
 @dataclasses.dataclass(frozen=True, init=False)
 class Scenario:
     """One study's inputs (see the module docstring).
@@ -181,32 +186,11 @@ class Scenario:
             object.__setattr__(self, name, value)
 
     # compare's section names for the parts' pieces
-    @property
-    def topology(self) -> Mapping:
-        """The network's parameters (compare's ``[topology]``)."""
-        return self.network.params
-
-    @property
-    def workload(self) -> Mapping:
-        """The traffic's parameters (compare's ``[workload]``)."""
-        return self.traffic.params
-
-    @property
-    def model(self) -> dict | None:
-        """The traffic's training model (compare's ``[model]`` and ``[parallelism]``)."""
-        return self.traffic.model
-
-    @property
-    def simulation(self) -> Mapping:
-        """The horizon's parameters (compare's ``[simulation]``)."""
-        return self.horizon.params
-
-    @property
-    def presets(self) -> tuple:
-        """The fabric's presets (compare's ``fabrics.presets``)."""
-        return self.fabric.presets
-
-    @property
-    def overrides(self) -> Mapping:
-        """The fabric's preset overrides (compare's ``[fabrics.<preset>]`` tables)."""
-        return self.fabric.overrides
+    topology = _piece("network", "params", "The network's parameters (``[topology]``).")
+    workload = _piece("traffic", "params", "The traffic's parameters (``[workload]``).")
+    model = _piece("traffic", "model", "The traffic's training model (``[model]``, "
+                   "``[parallelism]``).")
+    simulation = _piece("horizon", "params", "The horizon's parameters (``[simulation]``).")
+    presets = _piece("fabric", "presets", "The fabric's presets (``fabrics.presets``).")
+    overrides = _piece("fabric", "overrides", "The fabric's preset overrides "
+                       "(``[fabrics.<preset>]``).")
