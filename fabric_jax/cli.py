@@ -17,7 +17,7 @@ import shlex
 import sys
 import time
 
-from .scenario import check, integer, number, refuse
+from .scenario import check_args, integer, number, refuse
 
 __all__ = ["main", "build_parser", "COMPARE_FLAGS"]
 
@@ -151,12 +151,10 @@ def main(argv=None) -> int:
         scn = compare.load_scenario(args.scenario, model=args.model)
         if args.classes:
             scn = compare.with_classes(scn)
-        if args.workers is not None:
-            check("--workers", COMPARE_FLAGS["--workers"], args.workers, flag="--workers")
+        flags = check_args(args, COMPARE_FLAGS)
         factors = None
         if args.scaling_curve:
-            factors = tuple(check("--scaling-factors", COMPARE_FLAGS["--scaling-factors"],
-                                  args.scaling_factors, flag="--scaling-factors"))
+            factors = tuple(flags["--scaling-factors"])
             if not args.plots:
                 raise refuse("--scaling-curve", "draws into the --plots directory; give "
                              "--plots DIR")

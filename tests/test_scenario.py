@@ -86,6 +86,16 @@ def test_refuse_names_the_flag_of_a_key_or_a_flag_itself():
         "simulation.dt_us": "--dt-us", "fabrics.presets": "--fabrics"}
 
 
+def test_check_args_reads_an_argparse_namespace_by_flag():
+    import argparse
+    table = {"--dt-us": sn.number(0, lo_open=True), "--workers": sn.integer(1)}
+    args = argparse.Namespace(dt_us=0.5, workers=None)
+    assert sn.check_args(args, table) == {"--dt-us": 0.5}      # None: not given
+    with pytest.raises(ScenarioError, match=r"^--dt-us must be a number > 0; got 0\.0"):
+        sn.check_args(argparse.Namespace(dt_us=0.0), table)
+    assert sn.arg_name("--job-overlap") == "job_overlap"
+
+
 def test_check_section_refuses_an_unknown_key_with_the_accepted_ones():
     table = {"a": sn.integer(0), "b": sn.boolean()}
     assert sn.check_section("s", table, {"a": 1}) == {"a": 1}

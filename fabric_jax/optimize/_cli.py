@@ -17,7 +17,7 @@ import numpy as np
 
 from ..fabrics import PRESETS
 from ..results import write_results
-from ..scenario import check, integer, number, one_of, refuse
+from ..scenario import check, check_args, integer, number, one_of, refuse
 from ._locate_scenario import build_locate, load_locate_scenario
 from ._tuning_model import OBJECTIVES
 
@@ -38,14 +38,6 @@ LOCATE_FLAGS = {"--noise": number(0, 1, hi_open=True, unit="relative", default=0
 PLANT_RULES = {"--plant": number(0, 1, lo_open=True, unit="capacity factor"),
                "--plant-loss": number(0, 1, hi_open=True,
                                       unit="fraction of the bytes the link drops")}
-
-
-def _check_flags(args, table: dict) -> None:
-    """Every flag of ``table`` that ``args`` holds (not ``None``), checked by its rule."""
-    for flag, rule in table.items():
-        value = getattr(args, flag[2:].replace("-", "_"), None)
-        if value is not None:
-            check(flag, rule, value, flag=flag)
 
 
 def add_tune_parser(sub):
@@ -145,7 +137,7 @@ def tune_main(args, *, command=None, started: float | None = None) -> int:
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr,
                                                                  flush=True))
     try:
-        _check_flags(args, TUNE_FLAGS)
+        check_args(args, TUNE_FLAGS)
         if args.all:
             if args.params:
                 raise refuse("--params", "applies to one preset; --all tunes every knob")
@@ -266,7 +258,7 @@ def locate_main(args, *, command=None, started: float | None = None) -> int:
         if args.observed is not None and not Path(args.observed).is_file():
             raise refuse("--observed", f"no such file {args.observed!r}",
                          value=args.observed)
-        _check_flags(args, LOCATE_FLAGS)
+        check_args(args, LOCATE_FLAGS)
         scn = load_locate_scenario(args.scenario)
         topo, wl, prob, preset, routing = build_locate(scn)
         if args.observed:

@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from ..results import to_json, write_results
-from ..scenario import ScenarioError, check, integer, refuse
+from ..scenario import ScenarioError, arg_name, check_args, integer, refuse
 from ._scenario import (MAX_GPUS, MIN_GPUS, RAIL_SYSTEMS, SCALE_FLAGS, SCALE_RULES,
                         scale_scenarios)
 
@@ -143,20 +143,14 @@ def _scenarios(args) -> list:
     """The checked scenarios of the command line, one per GPU count
     (:func:`~fabric_jax.scale.scale_scenarios`); a :class:`ScenarioError` naming the
     flag otherwise."""
-    for flag, rule in RUN_FLAGS.items():
-        check(flag, rule, getattr(args, _dest(flag)), flag=flag)
-    values = {key: getattr(args, _dest(flag)) for key, flag in SCALE_FLAGS.items()}
+    check_args(args, RUN_FLAGS)
+    values = {key: getattr(args, arg_name(flag)) for key, flag in SCALE_FLAGS.items()}
     return scale_scenarios(values, flags=SCALE_FLAGS)
 
 
 def _default(key: str):
     """The default of scenario key ``key`` (:data:`~fabric_jax.scale.SCALE_RULES`)."""
     return SCALE_RULES[key].default
-
-
-def _dest(flag: str) -> str:
-    """argparse's attribute of ``flag``."""
-    return flag[2:].replace("-", "_")
 
 
 def run(args, *, command=None, started: float | None = None) -> int:

@@ -27,14 +27,16 @@ from ._compare import (DERIVED_FROM, DERIVED_FROM_TEXT, FABRIC_KEYS, PRESETS_RUL
                        load_scenario, read_scenario_file, scenario_from_dict,
                        validate_scenario, with_classes)
 from ._model import STUDIES, Fabrics, Horizon, Network, Scenario, Traffic
-from ._rules import (REQUIRED, Rule, ScenarioError, boolean, check, check_section,
-                     describe, flag_map, integer, number, one_of, refuse, text)
+from ._rules import (REQUIRED, Rule, ScenarioError, arg_name, boolean, check, check_args,
+                     check_section, describe, flag_map, integer, number, one_of, refuse,
+                     text)
 from ._training import (HORIZON_FACTOR, MODEL_REPLACES, MODEL_SECTIONS, check_model,
                         model_comm_time, model_setup, model_slices, with_model_name)
 
 __all__ = ["Scenario", "Network", "Traffic", "Fabrics", "Horizon", "STUDIES",
            "Rule", "ScenarioError", "REQUIRED", "integer", "number", "one_of", "boolean",
-           "text", "describe", "check", "check_section", "refuse", "flag_map",
+           "text", "describe", "check", "check_section", "check_args", "refuse",
+           "flag_map", "arg_name",
            "SCHEMA", "FABRIC_KEYS", "PRESETS_RULE", "DERIVED_FROM", "DERIVED_FROM_TEXT",
            "default_scenario", "scenario_from_dict", "derive_defaults", "load_scenario",
            "read_scenario_file", "validate_scenario", "check_preset_options",

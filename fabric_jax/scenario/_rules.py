@@ -25,7 +25,8 @@ import math
 from typing import Any
 
 __all__ = ["Rule", "ScenarioError", "REQUIRED", "integer", "number", "one_of", "boolean",
-           "text", "describe", "check", "check_section", "refuse", "flag_map"]
+           "text", "describe", "check", "check_section", "check_args", "refuse", "flag_map",
+           "arg_name"]
 
 
 class _Required:
@@ -242,3 +243,23 @@ def flag_map(keys, exceptions: dict | None = None) -> dict:
     dashes (``"simulation.dt_us"`` -> ``"--dt-us"``) unless ``exceptions`` names it."""
     exceptions = exceptions or {}
     return {k: exceptions.get(k, "--" + k.rsplit(".", 1)[-1].replace("_", "-")) for k in keys}
+
+
+def arg_name(flag: str) -> str:
+    """argparse's attribute for ``flag`` (``"--dt-us"`` -> ``"dt_us"``)."""
+    return flag[2:].replace("-", "_")
+
+
+def check_args(args, table: dict) -> dict:
+    """``{flag: checked value}`` of each ``--flag`` of ``table`` (``{flag: Rule}``) that
+    the argparse namespace ``args`` holds (``None``: not given, skipped).
+
+    Raises:
+      ScenarioError: naming the flag.
+    """
+    out = {}
+    for flag, rule in table.items():
+        value = getattr(args, arg_name(flag), None)
+        if value is not None:
+            out[flag] = check(flag, rule, value, flag=flag)
+    return out
