@@ -43,13 +43,18 @@ def parser(doc: str) -> argparse.ArgumentParser:
 
 
 def check_positive(ap: argparse.ArgumentParser, **values):
-    """``ap.error`` naming the flag when a value is not > 0."""
+    """``ap.error`` naming the flag (``--name``) when a value (or an item of a list) is not
+    a finite number > 0: the one validator's rule (:func:`fabric_jax.scenario.check`)."""
+    from fabric_jax.scenario import ScenarioError, check, number
     for name, v in values.items():
         if v is None:
             continue
-        vs = v if isinstance(v, (list, tuple)) else [v]
-        if any(not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0) for x in vs):
-            ap.error(f"--{name.replace('_', '-')} must be > 0; got {v!r}")
+        flag = f"--{name.replace('_', '-')}"
+        try:
+            check(flag, number(0, lo_open=True, many=isinstance(v, (list, tuple))), v,
+                  flag=flag)
+        except ScenarioError as err:
+            ap.error(str(err))
 
 
 def replicate(topology, pathsets) -> tuple:
@@ -127,14 +132,15 @@ def training_scenario(gpus: int, *, all_reduce_mb: float = 32.0, moe_mb: float =
     from fabric_jax.fabrics import PRESETS
     from fabric_jax.fluid.options import save_schedule
     from fabric_jax.scale import ep_group_size
+    from fabric_jax.scenario import check, integer, refuse
+    check("gpus", integer(2 * NICS_PER_SERVER, unit="GPUs"), gpus)
     if gpus % (2 * NICS_PER_SERVER):
-        raise ValueError(f"gpus must be a multiple of {2 * NICS_PER_SERVER} (>= 2 servers of "
-                         f"{NICS_PER_SERVER} GPUs); got {gpus}")
+        raise refuse("gpus", f"must be a multiple of {2 * NICS_PER_SERVER} (>= 2 servers of "
+                     f"{NICS_PER_SERVER} GPUs); got {gpus}", value=gpus)
     n_servers = gpus // NICS_PER_SERVER
     train = n_servers - tenant_servers
-    if train < 2:
-        raise ValueError(f"tenant_servers={tenant_servers} leaves fewer than 2 training "
-                         f"servers out of {n_servers}")
+    check("tenant_servers", integer(0, n_servers - 2, fix="the training job needs the "
+                                     "other servers, at least 2"), tenant_servers)
     spl = max(1, min(16, n_servers // 2))
     line = link_gbps * 1e9 / 8
     ring = train if train > 1 else 2

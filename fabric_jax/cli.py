@@ -4,8 +4,10 @@
 ``fabric-jax scale [--gpus LIST] ...`` (:mod:`fabric_jax.scale`).
 
 A thin argparse layer over :mod:`fabric_jax.compare` (and :mod:`fabric_jax.plots`).
-A bad scenario value prints one line naming the key and its accepted values and exits
-with status 2 (argparse's own usage errors exit 2 as well).
+Every scenario key and flag goes through the one validator of
+:mod:`fabric_jax.scenario` before anything runs: a bad value prints one line naming
+the key (or the flag), the value, what it accepts and the fix, and exits with status 2
+(argparse's own usage errors exit 2 as well).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import shlex
 import sys
 import time
 
-__all__ = ["main", "build_parser"]
+from .scenario import check_args, integer, number, refuse
+
+__all__ = ["main", "build_parser", "COMPARE_FLAGS"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "preset's dynamics; a scale study that takes minutes per preset "
                            "and size on a CPU (progress bar with an estimate; "
                            "experiments/scale_sweep.py is the study at scale)")
-    cmp_.add_argument("--scaling-factors", metavar="F,F,...", default="0.5,1,2,4",
+    cmp_.add_argument("--scaling-factors", metavar="F,F,...",
+                      default=COMPARE_FLAGS["--scaling-factors"].default,
                       help="sizes of the scaling curve, as factors of the training job's "
                            "servers (default 0.5,1,2,4)")
     cmp_.add_argument("--model", metavar="NAME",
@@ -77,6 +82,14 @@ def _scale_parser(sub):
     from .scale import _cli
     _cli.add_parser(sub)
 
+
+#: The rules of compare's own flags (its run options; the scenario's keys are
+#: :data:`fabric_jax.scenario.SCHEMA`'s).
+COMPARE_FLAGS = {
+    "--workers": integer(1, default=None),
+    "--scaling-factors": number(0, 1e3, lo_open=True, hi_open=True, many=True,
+                                default="0.5,1,2,4"),
+}
 
 #: Programs that compile faster than this are not written to the disk cache (s).
 CACHE_MIN_COMPILE_S = 0.5
@@ -134,37 +147,20 @@ def main(argv=None) -> int:
         from .scale import _cli
         return _cli.run(args, command=command, started=started)
     from . import compare
-    try:  # every value, every preset's options: checked before the first run
-        if args.scenario:
-            scn = compare.load_scenario(args.scenario, model=args.model)
-        elif args.model is not None:
-            scn = compare.scenario_from_dict(compare.with_model_name({}, args.model))
-        else:
-            scn = compare.default_scenario()
+    try:  # every value, every preset's options, every flag: checked before the first run
+        scn = compare.load_scenario(args.scenario, model=args.model)
         if args.classes:
             scn = compare.with_classes(scn)
+        flags = check_args(args, COMPARE_FLAGS)
+        factors = None
+        if args.scaling_curve:
+            factors = tuple(flags["--scaling-factors"])
+            if not args.plots:
+                raise refuse("--scaling-curve", "draws into the --plots directory; give "
+                             "--plots DIR")
     except ValueError as err:
         print(f"fabric-jax compare: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
-    if args.workers is not None and args.workers < 1:
-        print(f"fabric-jax compare: error: --workers must be >= 1; got {args.workers}",
-              file=sys.stderr)
-        return 2
-    factors = None
-    if args.scaling_curve:
-        try:
-            factors = tuple(float(f) for f in args.scaling_factors.split(","))
-            if not factors or not all(0 < f < 1e3 for f in factors):
-                raise ValueError
-        except ValueError:
-            print(f"fabric-jax compare: error: --scaling-factors must be positive numbers "
-                  f"separated by commas (e.g. 0.5,1,2); got {args.scaling_factors!r}",
-                  file=sys.stderr)
-            return 2
-        if not args.plots:
-            print("fabric-jax compare: error: --scaling-curve draws into the --plots "
-                  "directory; give --plots DIR", file=sys.stderr)
-            return 2
     results, details = compare.run_compare(scn, progress=not args.quiet, keep=True,
                                            ideal=not args.no_ideal, workers=args.workers)
     print(compare.format_table(results, notes=compare.model_notes(scn)))

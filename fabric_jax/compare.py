@@ -9,7 +9,8 @@ workload on a non-blocking crossbar with ideal congestion control), and prints o
 The implementation lives in :mod:`fabric_jax.study` (scenario -> case -> run -> report);
 this module is its stable public face:
 
-* :mod:`fabric_jax.study.scenario` -- the schema of every key and its accepted values;
+* :mod:`fabric_jax.scenario` -- the scenario (network, traffic, fabric, horizon) and
+  the rule of every key (:data:`SCHEMA`);
 * :mod:`fabric_jax.study.case` -- the workload (training job, tenant, background);
 * :mod:`fabric_jax.study.run` -- the simulation driver and the per-preset ideals;
 * :mod:`fabric_jax.study.report` -- the metrics and their JSON keys.

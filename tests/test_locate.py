@@ -295,7 +295,7 @@ def test_cli_locate_planted_fault_and_exit_codes(tmp_path, capsys):
                  "--plant", "3=0.5"]) == 2
     assert "locate.routing" in capsys.readouterr().err
     assert main(["locate", "--scenario", _scenario(tmp_path), "--plant-loss", "34=1.5"]) == 2
-    assert "--plant-loss: loss 1.5 must be in [0, 1)" in capsys.readouterr().err
+    assert "--plant-loss must be a number in [0, 1)" in capsys.readouterr().err
 
 
 def test_cli_tune_refuses_bad_input_with_exit_2(capsys):

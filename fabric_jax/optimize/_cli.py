@@ -1,23 +1,43 @@
 """The ``fabric-jax tune`` and ``fabric-jax locate`` subcommands (thin layers).
 
-Every argument and file is checked before any simulation runs; a bad value prints one
-line naming the field and the fix and exits with status 2.
+Every argument and file is checked before any simulation runs, by the one validator of
+:mod:`fabric_jax.scenario`: the scenario files against their schemas (compare's for
+tune, :data:`~fabric_jax.optimize._locate_scenario.LOCATE_SCHEMA` for locate), the
+flags against :data:`TUNE_FLAGS` and :data:`LOCATE_FLAGS`.  A bad value prints one
+line naming the key or flag, the value, the rule and the fix, and exits with status 2.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import numpy as np
 
+from ..fabrics import PRESETS
 from ..results import write_results
+from ..scenario import check, check_args, integer, number, one_of, refuse
+from ._locate_scenario import build_locate, load_locate_scenario
+from ._tuning_model import OBJECTIVES
 
 __all__ = ["add_tune_parser", "add_locate_parser", "tune_main", "locate_main",
-           "load_locate_scenario", "LOCATE_SCENARIO_KEYS"]
+           "load_locate_scenario", "build_locate", "TUNE_FLAGS", "LOCATE_FLAGS"]
+
+#: The rules of ``fabric-jax tune``'s flags (the scenario file: compare's schema).
+TUNE_FLAGS = {
+    "--preset": one_of(PRESETS, default="roce"),
+    "--objective": one_of(OBJECTIVES, default="step_time"),
+    "--iterations": integer(1, default=None),
+    "--baseline": integer(0, default=0),
+    "--settings": integer(2, default=64),
+}
+#: The rules of ``fabric-jax locate``'s flags (the scenario file: ``LOCATE_SCHEMA``).
+LOCATE_FLAGS = {"--noise": number(0, 1, hi_open=True, unit="relative", default=0.0)}
+#: The rules of the value of each ``LINK=VALUE`` item of ``--plant`` / ``--plant-loss``.
+PLANT_RULES = {"--plant": number(0, 1, lo_open=True, unit="capacity factor"),
+               "--plant-loss": number(0, 1, hi_open=True,
+                                      unit="fraction of the bytes the link drops")}
 
 
 def add_tune_parser(sub):
@@ -27,15 +47,17 @@ def add_tune_parser(sub):
                     "(default: the small tuning scenario, docs/scenarios/tune_small.toml) "
                     "by gradient descent through the smooth fluid model.")
     p.add_argument("--scenario", metavar="FILE", help="TOML scenario (compare schema)")
-    p.add_argument("--preset", default="roce", help="preset to tune (default roce)")
-    p.add_argument("--objective", default="step_time",
+    p.add_argument("--preset", default=TUNE_FLAGS["--preset"].default,
+                   help="preset to tune (default roce)")
+    p.add_argument("--objective", default=TUNE_FLAGS["--objective"].default,
                    help="step_time | p99_fct | mix (default step_time)")
     p.add_argument("--params", metavar="LIST",
                    help="knobs to tune, comma separated, each NAME or NAME=LO:HI (SI "
                         "units); default every knob of the preset")
     p.add_argument("--iterations", type=int, default=None,
                    help="gradient steps (default 30; --all: 20)")
-    p.add_argument("--baseline", type=int, metavar="N", default=0,
+    p.add_argument("--baseline", type=int, metavar="N",
+                   default=TUNE_FLAGS["--baseline"].default,
                    help="also run random search and Nelder-Mead with N evaluations each "
                         "and report the evaluations each method needs")
     p.add_argument("--list", action="store_true",
@@ -43,7 +65,7 @@ def add_tune_parser(sub):
     p.add_argument("--all", action="store_true",
                    help="the ease-of-tuning table over every preset (default regret, "
                         "configuration risk, transfer regret)")
-    p.add_argument("--settings", type=int, default=64,
+    p.add_argument("--settings", type=int, default=TUNE_FLAGS["--settings"].default,
                    help="--all: random settings for the configuration risk (default 64)")
     p.add_argument("--no-transfer", action="store_true", help="--all: skip transfer regret")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON")
@@ -69,7 +91,8 @@ def add_locate_parser(sub):
                    help="instead of / with --plant: synthesise observations of these lossy "
                         "links, each dropping the fraction P in [0, 1) of the bytes it "
                         "carries (with port counters: every link's drop counter)")
-    p.add_argument("--noise", type=float, default=0.0, help="--plant: relative noise")
+    p.add_argument("--noise", type=float, default=LOCATE_FLAGS["--noise"].default,
+                   help="--plant: relative noise")
     p.add_argument("--no-counters", action="store_true", help="--plant: no port counters")
     p.add_argument("--write-observed", metavar="PATH", help="--plant: save the observation")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON")
@@ -94,8 +117,8 @@ def _parse_params(text):
             try:
                 lo, hi = (float(x) for x in rng.split(":"))
             except ValueError:
-                raise ValueError(f"--params {item!r}: a bound is NAME=LO:HI with two "
-                                 f"numbers (SI units)") from None
+                raise refuse("--params", f"{item!r}: a bound is NAME=LO:HI with two "
+                             f"numbers (SI units)", value=item) from None
             out[name.strip()] = (lo, hi)
         else:
             out[item] = None
@@ -109,34 +132,24 @@ def tune_main(args, *, command=None, started: float | None = None) -> int:
     from ._tune import (check_objective, ease_of_tuning, evaluations_to_reach, nelder_mead,
                         random_search, tune)
     from ._tuning_model import TuningModel
-    from ..fabrics import PRESETS
-    from ..study.scenario import ScenarioError
 
     started = time.time() if started is None else started
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr,
                                                                  flush=True))
     try:
-        if args.iterations is not None and args.iterations < 1:
-            raise ValueError(f"--iterations must be >= 1; got {args.iterations}")
-        if args.baseline < 0:
-            raise ValueError(f"--baseline must be >= 0; got {args.baseline}")
-        if args.settings < 2:
-            raise ValueError(f"--settings must be >= 2; got {args.settings}")
+        check_args(args, TUNE_FLAGS)
         if args.all:
             if args.params:
-                raise ValueError("--params applies to one preset; --all tunes every knob")
+                raise refuse("--params", "applies to one preset; --all tunes every knob")
             model = TuningModel.build(args.scenario, "roce")
             check_objective(model, args.objective)
         else:
-            if args.preset not in PRESETS:
-                raise ValueError(f"--preset must be one of {sorted(PRESETS)}; got "
-                                 f"{args.preset!r}")
             params = _parse_params(args.params)
             model = TuningModel.build(args.scenario, args.preset)
             check_objective(model, args.objective)
             from ._tunables import resolve_params
             resolve_params(model.tunables, params)
-    except (ValueError, ScenarioError) as err:
+    except ValueError as err:
         return _fail("tune", err)
     if args.list:
         print(format_knobs(model.tunables if not args.all else []))
@@ -205,108 +218,29 @@ def format_ease_table(table: dict, objective: str) -> str:
     return "\n".join(lines)
 
 
-#: Keys of a locate scenario file, with their types.
-LOCATE_SCENARIO_KEYS = {
-    "topology": {"n_leaves": int, "n_spines": int, "hosts_per_leaf": int,
-                 "link_gbps": float, "fabric_gbps": float, "latency_us": float},
-    "workload": {"shifts": int, "size_mb": float},
-    "locate": {"preset": str, "routing": str, "seed": int, "dt_us": float, "steps": int},
-}
-_LOCATE_DEFAULTS = {"topology": dict(link_gbps=400.0, fabric_gbps=400.0, latency_us=1.0),
-                    "workload": dict(shifts=4, size_mb=1.0),
-                    "locate": dict(preset="roce", routing="", seed=0, dt_us=1.0, steps=300)}
-
-
-def load_locate_scenario(path) -> dict:
-    """Reads a locate scenario TOML (sections ``[topology]`` ``n_leaves``, ``n_spines``,
-    ``hosts_per_leaf``, ``link_gbps``, ``fabric_gbps`` (leaf-spine links, default 400),
-    ``latency_us``; ``[workload]`` ``shifts``,
-    ``size_mb``; ``[locate]`` ``preset``, ``routing``, ``seed``, ``dt_us``, ``steps``).
-
-    Raises:
-      ValueError: naming the key: unknown, missing, wrong type or out of range.
-    """
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise ValueError(f"locate scenario {path}: {err}") from None
-    out = {}
-    for sec, keys in LOCATE_SCENARIO_KEYS.items():
-        body = dict(_LOCATE_DEFAULTS.get(sec, {}))
-        given = data.get(sec, {})
-        if not isinstance(given, dict):
-            raise ValueError(f"locate scenario: [{sec}] must be a table")
-        for k, v in given.items():
-            if k not in keys:
-                raise ValueError(f"locate scenario key '{sec}.{k}': unknown; accepted "
-                                 f"{sorted(keys)}")
-            typ = keys[k]
-            ok = (isinstance(v, typ) and not isinstance(v, bool)) or (
-                typ is float and isinstance(v, int) and not isinstance(v, bool))
-            if ok and typ is not str:
-                ok = math.isfinite(v) and (v >= 0 if k in ("seed", "latency_us") else v > 0)
-            if not ok:
-                bound = ">= 0" if k in ("seed", "latency_us") else "> 0"
-                what = "a string" if typ is str else f"a{'n integer' if typ is int else ' number'} {bound}"
-                raise ValueError(f"locate scenario key '{sec}.{k}': must be {what}; got {v!r}")
-            body[k] = float(v) if typ is float else v
-        missing = sorted(set(keys) - set(body))
-        if missing:
-            raise ValueError(f"locate scenario key '{sec}.{missing[0]}': missing")
-        out[sec] = body
-    return out
-
-
-def build_locate(scn: dict):
-    """``(topology, workload, problem, preset, routing)`` of a locate scenario."""
-    from ..topology import leaf_spine
-    from ._locate import PRESET_ROUTING, ROUTINGS, diagnostic_workload, locate_problem
-    t, w, loc = scn["topology"], scn["workload"], scn["locate"]
-    if loc["preset"] not in PRESET_ROUTING:
-        raise ValueError(f"locate scenario key 'locate.preset': one of "
-                         f"{sorted(PRESET_ROUTING)}; got {loc['preset']!r}")
-    routing = loc["routing"] or PRESET_ROUTING[loc["preset"]]
-    if routing not in ROUTINGS:
-        raise ValueError(f"locate scenario key 'locate.routing': one of {list(ROUTINGS)}; "
-                         f"got {routing!r}")
-    topo = leaf_spine(t["n_leaves"], t["n_spines"], t["hosts_per_leaf"],
-                      link_gbps=t["link_gbps"], fabric_gbps=t["fabric_gbps"],
-                      latency_us=t["latency_us"])
-    wl = diagnostic_workload(topo.n_hosts, shifts=w["shifts"], size=w["size_mb"] * 1e6,
-                             hosts_per_leaf=t["hosts_per_leaf"])
-    prob = locate_problem(topo, wl, routing=routing, seed=loc["seed"],
-                          dt=loc["dt_us"] * 1e-6)
-    return topo, wl, prob, loc["preset"], routing
-
-
-def _parse_link_values(text, n_links, flag, fill, noun, ok, valid, usage):
-    """``LINK=VALUE,...`` of ``flag`` as a ``[links]`` array (``fill`` elsewhere); a value
-    must pass ``ok`` (``valid``: its range in words; ``usage``: the form of an item)."""
+def _parse_link_values(text, n_links, flag, fill, usage):
+    """``LINK=VALUE,...`` of ``flag`` as a ``[links]`` array (``fill`` elsewhere); each
+    value checked by ``PLANT_RULES[flag]`` (``usage``: the form of an item)."""
     out = np.full(n_links, fill, float)
     for item in text.split(","):
         try:
             link, v = item.split("=")
             link, v = int(link), float(v)
         except ValueError:
-            raise ValueError(f"{flag} {item!r}: use {usage}") from None
-        if not 0 <= link < n_links:
-            raise ValueError(f"{flag}: link {link} unknown (valid 0 .. {n_links - 1})")
-        if not ok(v):
-            raise ValueError(f"{flag}: {noun} {v} must be in {valid}")
-        out[link] = v
+            raise refuse(flag, f"{item!r}: use {usage}", value=item) from None
+        check(flag, integer(0, n_links - 1, unit="link id"), link, flag=flag)
+        out[link] = check(flag, PLANT_RULES[flag], v, flag=flag)
     return out
 
 
 def _parse_plant(text, n_links):
-    return _parse_link_values(text, n_links, "--plant", 1.0, "factor",
-                              lambda f: 0.0 < f <= 1.0, "(0, 1]",
+    return _parse_link_values(text, n_links, "--plant", 1.0,
                               "LINK=FACTOR (an integer link id and a capacity factor in "
                               "[0.1, 1])")
 
 
 def _parse_plant_loss(text, n_links):
-    return _parse_link_values(text, n_links, "--plant-loss", 0.0, "loss",
-                              lambda p: 0.0 <= p < 1.0, "[0, 1) (0.015 = 1.5 %)",
+    return _parse_link_values(text, n_links, "--plant-loss", 0.0,
                               "LINK=P (an integer link id and the fraction of bytes it "
                               "drops, in [0, 1))")
 
@@ -319,10 +253,12 @@ def locate_main(args, *, command=None, started: float | None = None) -> int:
     try:
         planted = args.plant is not None or args.plant_loss is not None
         if (args.observed is None) == (not planted):
-            raise ValueError("give exactly one of --observed FILE or --plant LINK=FACTOR "
-                             "(and/or --plant-loss LINK=P)")
-        if not (0 <= args.noise < 1):
-            raise ValueError(f"--noise must be in [0, 1); got {args.noise}")
+            raise refuse("--observed", "give exactly one of --observed FILE or --plant "
+                         "LINK=FACTOR (and/or --plant-loss LINK=P)")
+        if args.observed is not None and not Path(args.observed).is_file():
+            raise refuse("--observed", f"no such file {args.observed!r}",
+                         value=args.observed)
+        check_args(args, LOCATE_FLAGS)
         scn = load_locate_scenario(args.scenario)
         topo, wl, prob, preset, routing = build_locate(scn)
         if args.observed:
@@ -341,7 +277,7 @@ def locate_main(args, *, command=None, started: float | None = None) -> int:
                           started=started)
             print(f"wrote {args.write_observed}")
     res = locate(None, None, obs, preset, routing=routing, problem=prob,
-                 steps=scn["locate"]["steps"])
+                 steps=scn.horizon.params["steps"])
     out = {"gradient": res.to_dict()}
     print(f"locate ({preset}, {routing}, {prob.n_hosts} hosts, {prob.n_links} links, "
           f"{prob.n_flows} flows): fault {'reported' if res.fault else 'not reported'}, "

@@ -20,6 +20,11 @@ factories are built at.  Per GPU count it builds:
   communication time over ranks, effective bandwidth, share of port-bytes that met a
   congested port, PFC pause time, the fabric's share of $/token.
 
+A point's inputs are one :class:`~fabric_jax.scenario.Scenario` (network, traffic,
+fabric, horizon): :func:`scale_scenarios` checks the command's flags (or a mapping of
+the same keys) against :data:`SCALE_RULES` and gives one per GPU count, and
+:func:`scale_point` runs it (or takes the same inputs as keyword arguments).
+
 **The rail reduction, and when it is exact.**  With TP = 8 inside an 8-GPU server,
 every DP, EP and PP group has one rank per server and every network flow stays on one
 rail (NCCL's PXN moves the data to the NIC on the receiver's rail over NVLink first).
@@ -108,6 +113,8 @@ from ._plans import (DEFAULT_SWEEP_PATHS, PlanFlows, plan_flows, simulate_plan_f
 from ._allreduce import (CURVE_KEYS, DEFAULT_SWEEP_CHUNKS, SWEEP_ALGORITHMS, choose_algorithm,
                          completion_stats, nic_ideal_time, rank_completion, scaling_curves,
                          scaling_point)
+from ._scenario import RAIL_SYSTEMS, SCALE_FLAGS, SCALE_RULES, scale_scenarios
+from ._run import point_arguments
 
 __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_paths",
            "link_rails", "rail_symmetric_paths", "rail_view", "scale_topology",
@@ -128,4 +135,5 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "simulate_plan_fluid", "simulate_plans_fluid", "simulate_plan_ideal",
            "simulate_plans_ideal", "SWEEP_ALGORITHMS", "DEFAULT_SWEEP_CHUNKS",
            "choose_algorithm", "rank_completion", "nic_ideal_time", "completion_stats",
-           "CURVE_KEYS", "scaling_curves", "scaling_point"]
+           "CURVE_KEYS", "scaling_curves", "scaling_point",
+           "SCALE_RULES", "SCALE_FLAGS", "RAIL_SYSTEMS", "scale_scenarios", "point_arguments"]

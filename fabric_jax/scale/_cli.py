@@ -12,19 +12,19 @@ import time
 import numpy as np
 
 from ..results import to_json, write_results
+from ..scenario import ScenarioError, arg_name, check_args, integer, refuse
+from ._scenario import (MAX_GPUS, MIN_GPUS, RAIL_SYSTEMS, SCALE_FLAGS, SCALE_RULES,
+                        scale_scenarios)
 
-__all__ = ["add_parser", "run", "format_table", "plot", "MIN_GPUS", "MAX_GPUS"]
+__all__ = ["add_parser", "run", "format_table", "plot", "MIN_GPUS", "MAX_GPUS", "RUN_FLAGS"]
 
-#: GPU counts the command accepts.
-MIN_GPUS, MAX_GPUS = 16, 32768
 #: ``--gpus`` when it is not given.
-DEFAULT_GPUS = "1024,4096,16384,32768"
+DEFAULT_GPUS = ",".join(str(n) for n in SCALE_RULES["topology.gpus"].default)
 
 
 def add_parser(sub):
     """The ``scale`` subcommand on an argparse ``subparsers`` object."""
     from ..fabrics import PRESETS
-    from ..systems import SYSTEMS
     from ..workloads.model import MODELS
     from . import _run, _step
     p = sub.add_parser(
@@ -42,9 +42,9 @@ def add_parser(sub):
                         f"{DEFAULT_GPUS}; with --job-gpus, their sum); counts that are not "
                         f"whole servers are rounded down to whole servers, and the table "
                         f"says so")
-    rails = sorted(k for k, v in SYSTEMS.items() if v.nics_per_server == v.gpus_per_server)
-    p.add_argument("--system", default="hgx_h100",
-                   help=f"server design: one of {', '.join(rails)} (default hgx_h100)")
+    p.add_argument("--system", default=_default("topology.system"),
+                   help=f"server design: one of {', '.join(RAIL_SYSTEMS)} (default "
+                        f"{_default('topology.system')})")
     p.add_argument("--fabrics", default=",".join(PRESETS),
                    help=f"comma-separated presets (default {','.join(PRESETS)})")
     p.add_argument("--model", default=_step.DEFAULT_MODEL,
@@ -57,11 +57,11 @@ def add_parser(sub):
     p.add_argument("--max-paths", type=int, default=_run.DEFAULT_MAX_PATHS,
                    help=f"candidate paths per flow under adaptive routing / spraying "
                         f"(default {_run.DEFAULT_MAX_PATHS})")
-    p.add_argument("--switch-radix", type=int, default=128,
+    p.add_argument("--switch-radix", type=int, default=_default("topology.switch_radix"),
                    help="switch ports at the NIC speed (default 128: 128 x 400G)")
-    p.add_argument("--beyond-radix", default="planes",
+    p.add_argument("--beyond-radix", default=_default("topology.beyond_radix"),
                    help="what grows past the radix: planes (default) or tiers")
-    p.add_argument("--slice-us", type=float, default=250.0,
+    p.add_argument("--slice-us", type=float, default=_default("workload.slice_us"),
                    help="line-rate time of the simulated slice of the step's traffic, "
                         "microseconds (default 250)")
     p.add_argument("--pp", type=int, default=_step.DEFAULT_PP,
@@ -73,10 +73,10 @@ def add_parser(sub):
                         f"{_step.DEFAULT_MICROBATCHES})")
     p.add_argument("--skew", type=float, default=_step.DEFAULT_SKEW,
                    help=f"Zipf exponent of the expert load (default {_step.DEFAULT_SKEW:g})")
-    p.add_argument("--overlap", type=float, default=0.0,
+    p.add_argument("--overlap", type=float, default=_default("workload.overlap"),
                    help="fraction of compute the communication may overlap, [0, 1] "
                         "(default 0)")
-    p.add_argument("--jobs", type=int, default=1,
+    p.add_argument("--jobs", type=int, default=_default("workload.jobs"),
                    help="jobs sharing the cluster, each on GPUs / jobs GPUs with its own "
                         "plan and hot experts (default 1: one job fills the cluster)")
     p.add_argument("--job-gpus", default=None, metavar="N,N,...",
@@ -86,19 +86,20 @@ def add_parser(sub):
     p.add_argument("--job-models", default=None, metavar="NAME,NAME,...",
                    help="one model per job (with --jobs or --job-gpus), e.g. "
                         "mixtral_8x7b,llama3_70b; default: --model for every job")
-    p.add_argument("--placement", default="packed",
+    p.add_argument("--placement", default=_default("workload.placement"),
                    help=f"how the jobs share the servers: {', '.join(_step.PLACEMENTS)} "
                         f"(default packed: whole blocks; spread: round robin, every leaf "
                         f"holds every job; random: a fragmented cluster, also with one "
                         f"job)")
-    p.add_argument("--job-overlap", default="always", choices=("always", "independent"),
+    p.add_argument("--job-overlap", default=_default("workload.job_overlap"),
                    help="several jobs: always (default) runs every job's slices at once, an "
                         "upper bound on their interference; independent also runs every "
                         "set of the jobs apart (2^J - 1 runs per fabric, at most 6 jobs) "
                         "and weights each job's slice time by the chance that the others "
                         "communicate with it, for jobs whose steps are not synchronised "
                         "(adds the columns 'ind util %%' and 'ind vs ideal +%%')")
-    p.add_argument("--background", type=float, default=0.0, metavar="LOAD",
+    p.add_argument("--background", type=float, default=_default("workload.background"),
+                   metavar="LOAD",
                    help="background traffic sharing the fabric: open-loop Poisson flows "
                         "between servers at this fraction of each NIC's line rate, [0, 1) "
                         "(default 0: none); the step's figures leave them out and the "
@@ -114,8 +115,9 @@ def add_parser(sub):
                         f"{', '.join(_step.LATENCY_MODELS)} (default "
                         f"{_step.DEFAULT_LATENCY}: ring or PAT as NCCL >= 2.23 picks; "
                         f"ring: rings only; none: the bandwidth view)")
-    p.add_argument("--seed", type=int, default=0, help="seed (hashes, expert popularity)")
-    p.add_argument("--workers", type=int, default=1,
+    p.add_argument("--seed", type=int, default=_default("simulation.seed"),
+                   help="seed (hashes, expert popularity)")
+    p.add_argument("--workers", type=int, default=RUN_FLAGS["--workers"].default,
                    help="presets run at once, in threads (default 1)")
     p.add_argument("--no-ideal", action="store_true", help="skip the ideal fabric rows")
     p.add_argument("--json", metavar="PATH",
@@ -132,115 +134,23 @@ def add_parser(sub):
     return p
 
 
-class _Bad(ValueError):
-    pass
+#: The rules of the command's own flags (its run options; the scenario's keys are
+#: :data:`~fabric_jax.scale.SCALE_RULES`, through :data:`~fabric_jax.scale.SCALE_FLAGS`).
+RUN_FLAGS = {"--workers": integer(1, default=1)}
 
 
-def _parse(args):
-    """Checked values of the command line; :class:`_Bad` naming the flag otherwise."""
-    from ..fabrics import PRESETS
-    from ..systems import SYSTEMS
-    from ..workloads.model import MODELS
-    sysm = SYSTEMS.get(args.system)
-    if sysm is None or sysm.nics_per_server != sysm.gpus_per_server:
-        ok = sorted(k for k, v in SYSTEMS.items() if v.nics_per_server == v.gpus_per_server)
-        raise _Bad(f"--system must be one of {ok}; got {args.system!r}")
-    g = sysm.gpus_per_server
-    job_gpus = None
-    if args.job_gpus is not None:
-        try:
-            job_gpus = [int(x) for x in str(args.job_gpus).split(",") if x.strip()]
-        except ValueError:
-            raise _Bad(f"--job-gpus must be comma-separated integers; got "
-                       f"{args.job_gpus!r}") from None
-        if len(job_gpus) < 2 or any(x < 2 * g or x % g for x in job_gpus):
-            raise _Bad(f"--job-gpus must give at least 2 jobs, each of whole servers of {g} "
-                       f"GPUs and at least 2 servers; got {args.job_gpus!r}")
-        if args.jobs != 1:
-            raise _Bad("--job-gpus replaces --jobs: give one of them")
-    text = args.gpus if args.gpus is not None else (
-        str(sum(job_gpus)) if job_gpus else DEFAULT_GPUS)
-    try:
-        gpus = [int(x) for x in str(text).split(",") if x.strip()]
-    except ValueError:
-        raise _Bad(f"--gpus must be comma-separated integers; got {args.gpus!r}") from None
-    if not gpus or any(not MIN_GPUS <= x <= MAX_GPUS for x in gpus):
-        raise _Bad(f"--gpus must lie in [{MIN_GPUS}, {MAX_GPUS}]; got {text!r}")
-    if job_gpus and gpus != [sum(job_gpus)]:
-        raise _Bad(f"--job-gpus: the jobs ({sum(job_gpus)} GPUs) must fill the one --gpus "
-                   f"count; got --gpus {args.gpus!r}")
-    rounded = [max(2, x // g) * g for x in gpus]
-    fabrics = [x.strip() for x in str(args.fabrics).split(",") if x.strip()]
-    bad = [x for x in fabrics if x not in PRESETS]
-    if not fabrics or bad:
-        raise _Bad(f"--fabrics must name presets among {list(PRESETS)}; got {args.fabrics!r}")
-    if args.model not in MODELS:
-        raise _Bad(f"--model must be one of {sorted(MODELS)}; got {args.model!r}")
-    job_models = None
-    if args.job_models is not None:
-        job_models = [x.strip() for x in str(args.job_models).split(",") if x.strip()]
-        n_jobs = len(job_gpus) if job_gpus else args.jobs
-        if len(job_models) != n_jobs or any(x not in MODELS for x in job_models):
-            raise _Bad(f"--job-models must name one model per job ({n_jobs}) among "
-                       f"{sorted(MODELS)}; got {args.job_models!r}")
-    for flag, v in (("--dt-us", args.dt_us), ("--slice-us", args.slice_us)):
-        if not (math.isfinite(v) and v > 0):
-            raise _Bad(f"{flag} must be > 0; got {v!r}")
-    for flag, v in (("--max-paths", args.max_paths), ("--pp", args.pp), ("--ep", args.ep),
-                    ("--microbatches", args.microbatches), ("--workers", args.workers)):
-        if v < 1:
-            raise _Bad(f"{flag} must be >= 1; got {v!r}")
-    if args.switch_radix < 4:
-        raise _Bad(f"--switch-radix must be >= 4; got {args.switch_radix!r}")
-    if args.beyond_radix not in ("planes", "tiers"):
-        raise _Bad(f"--beyond-radix must be 'planes' or 'tiers'; got {args.beyond_radix!r}")
-    if not (math.isfinite(args.skew) and args.skew >= 0):
-        raise _Bad(f"--skew must be >= 0; got {args.skew!r}")
-    if not 0 <= args.overlap <= 1:
-        raise _Bad(f"--overlap must lie in [0, 1]; got {args.overlap!r}")
-    if not (math.isfinite(args.background) and 0 <= args.background < 1):
-        raise _Bad(f"--background must lie in [0, 1) (a fraction of the NIC line rate); "
-                   f"got {args.background!r}")
-    from ..workloads.cdf import FlowSizeCDF
-    try:
-        FlowSizeCDF.resolve(args.background_cdf, "--background-cdf")
-    except ValueError as err:
-        raise _Bad(str(err)) from None
-    if args.seed < 0:
-        raise _Bad(f"--seed must be >= 0; got {args.seed!r}")
-    from ._step import LATENCY_MODELS, PLACEMENTS, job_servers
-    if args.latency not in LATENCY_MODELS:
-        raise _Bad(f"--latency must be one of {', '.join(LATENCY_MODELS)}; got "
-                   f"{args.latency!r}")
-    from ._overlap import MAX_OVERLAP_JOBS
-    n_jobs = len(job_gpus) if job_gpus else args.jobs
-    if getattr(args, "job_overlap", "always") == "independent" and not (
-            2 <= n_jobs <= MAX_OVERLAP_JOBS):
-        raise _Bad(f"--job-overlap independent needs 2 to {MAX_OVERLAP_JOBS} jobs (--jobs or "
-                   f"--job-gpus: it runs every set of them); got {n_jobs}")
-    if args.placement not in PLACEMENTS:
-        raise _Bad(f"--placement must be one of {', '.join(PLACEMENTS)}; got "
-                   f"{args.placement!r}")
-    for n in rounded:
-        if job_gpus:
-            continue
-        try:
-            job_servers(n // g, args.jobs, args.placement)
-        except ValueError as err:
-            raise _Bad(f"--jobs {args.jobs} at {n} GPUs: {err}") from None
-    if args.rails == "all":
-        rails = "all"
-    else:
-        try:
-            n = int(args.rails)
-        except ValueError:
-            raise _Bad(f"--rails must be a count or 'all'; got {args.rails!r}") from None
-        if not 1 <= n <= g:
-            raise _Bad(f"--rails must lie in [1, {g}] (rails of {sysm.name}) or be 'all'; "
-                       f"got {args.rails!r}")
-        rails = tuple(range(n))
-    return dict(gpus=rounded, asked=gpus, fabrics=fabrics, rails=rails, system=sysm.name,
-                job_gpus=job_gpus, job_models=job_models)
+def _scenarios(args) -> list:
+    """The checked scenarios of the command line, one per GPU count
+    (:func:`~fabric_jax.scale.scale_scenarios`); a :class:`ScenarioError` naming the
+    flag otherwise."""
+    check_args(args, RUN_FLAGS)
+    values = {key: getattr(args, arg_name(flag)) for key, flag in SCALE_FLAGS.items()}
+    return scale_scenarios(values, flags=SCALE_FLAGS)
+
+
+def _default(key: str):
+    """The default of scenario key ``key`` (:data:`~fabric_jax.scale.SCALE_RULES`)."""
+    return SCALE_RULES[key].default
 
 
 def run(args, *, command=None, started: float | None = None) -> int:
@@ -254,20 +164,17 @@ def run(args, *, command=None, started: float | None = None) -> int:
     t0, c0 = time.perf_counter(), time.process_time()
     started = time.time() if started is None else started
     try:
-        v = _parse(args)
-    except _Bad as err:
-        print(f"fabric-jax scale: error: {err}", file=sys.stderr)
-        return 2
-    for asked, got in zip(v["asked"], v["gpus"]):
-        if asked != got:
-            print(f"note: {asked} GPUs are not whole {v['system']} servers; simulating "
-                  f"{got}", file=sys.stderr)
-    try:
+        scenarios = _scenarios(args)
         earlier = _earlier(args)
-    except _Bad as err:
+    except ScenarioError as err:
         print(f"fabric-jax scale: error: {err}", file=sys.stderr)
         return 2
-    n_runs = len(v["gpus"]) * (len(v["fabrics"]) + 1)
+    for scn in scenarios:
+        net = scn.network.params
+        if net["requested_gpus"] != net["gpus"]:
+            print(f"note: {net['requested_gpus']} GPUs are not whole {net['system']} "
+                  f"servers; simulating {net['gpus']}", file=sys.stderr)
+    n_runs = sum(len(scn.fabric.presets) + 1 for scn in scenarios)
     bar = Progress(n_runs, enabled=not args.quiet)
     points = []
     inputs = {k: x for k, x in vars(args).items() if k != "func"}
@@ -278,21 +185,10 @@ def run(args, *, command=None, started: float | None = None) -> int:
             write_results(args.json, dict(points=points + [partial_point], inputs=inputs,
                                           complete=False), command=command, started=started)
     try:
-        for g in v["gpus"]:
+        for scn in scenarios:
             points.append(_run.scale_point(
-                g, v["fabrics"], system=v["system"], model=args.model,
-                dt=args.dt_us * 1e-6, rails=v["rails"], max_paths=args.max_paths,
-                seed=args.seed, switch_radix=args.switch_radix,
-                beyond_radix=args.beyond_radix,
-                plan_options=dict(pp=args.pp, ep=args.ep, microbatches=args.microbatches,
-                                  overlap=args.overlap),
-                step_options=dict(skew=args.skew, slice_time=args.slice_us * 1e-6),
-                ideal=not args.no_ideal, workers=args.workers, progress=bar.update,
-                on_row=save, done=earlier.get(g), jobs=args.jobs,
-                placement=args.placement, background=args.background,
-                background_cdf=args.background_cdf, latency=args.latency,
-                job_gpus=v["job_gpus"], job_models=v["job_models"],
-                job_overlap=args.job_overlap))
+                scn, ideal=not args.no_ideal, workers=args.workers, progress=bar.update,
+                on_row=save, done=earlier.get(scn.network.params["gpus"])))
     except ValueError as err:
         print(f"fabric-jax scale: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -330,7 +226,7 @@ def _earlier(args) -> dict:
     if not args.resume:
         return {}
     if not args.json:
-        raise _Bad("--resume needs --json PATH (the file the earlier run wrote)")
+        raise refuse("--resume", "needs --json PATH (the file the earlier run wrote)")
     if not os.path.exists(args.json):
         return {}
     try:
@@ -338,13 +234,14 @@ def _earlier(args) -> dict:
             old = json.load(fh)
         old_in, pts = old["inputs"], old["points"]
     except (OSError, ValueError, KeyError, TypeError):
-        raise _Bad(f"--resume: {args.json} is not a JSON file this command wrote") from None
+        raise refuse("--resume", f"{args.json} is not a JSON file this command "
+                     f"wrote") from None
     diff = [k for k in _SAME
             if old_in.get(k, _BEFORE.get(k)) != to_json(getattr(args, k, None))]
     if diff:
-        raise _Bad(f"--resume: {args.json} was written with other inputs "
-                   f"({', '.join('--' + k.replace('_', '-') for k in diff)}); drop "
-                   f"--resume or give the same values")
+        raise refuse("--resume", f"{args.json} was written with other inputs "
+                     f"({', '.join('--' + k.replace('_', '-') for k in diff)})",
+                     fix="drop --resume or give the same values")
     return {int(p["gpus"]): p for p in pts}
 
 

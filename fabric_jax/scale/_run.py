@@ -18,6 +18,7 @@ from .. import metrics as mx
 from ..fabrics import get_fabric
 from ..fluid.options import save_schedule
 from ..paths import PathSet, PathsTruncatedWarning, mix64, shortest_paths
+from ..scenario import Scenario
 from ._fabric import clos_paths, ecmp_paths, rail_symmetric_paths, rail_view, scale_topology
 from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS, independent_overlap
 from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_LATENCY, DEFAULT_MODEL, StepFlows,
@@ -27,7 +28,7 @@ from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_LATENCY, DEFAULT_MODEL, Step
 __all__ = ["DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "CONGESTED_DELAY", "HASHED_ROUTING",
            "HORIZON_FACTOR", "RailRun", "route_flows", "simulate_rails", "ideal_rails",
            "point_metrics", "scale_point", "simulate_rails_on_devices", "run_scale", "IDEAL",
-           "build_point", "run_fabric", "worst_vs_ideal"]
+           "build_point", "run_fabric", "worst_vs_ideal", "point_arguments"]
 
 #: Default fluid step, microseconds (``docs/scale.md``, "dt": every headline figure
 #: moves by <= 3 % when it is halved).
@@ -585,7 +586,28 @@ def run_fabric(step: StepFlows, topology, fabric, t_ideal: float, *, rails=(0,),
     return dataclasses.replace(run, run_s=run_s, attempts=attempt)
 
 
-def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: float = 0.5e-6,
+def point_arguments(scenario: Scenario) -> dict:
+    """The arguments of :func:`scale_point` that a scale scenario
+    (:func:`~fabric_jax.scale.scale_scenarios`) gives: every one but the run's own."""
+    if scenario.study != "scale":
+        raise ValueError(f"scenario: a {scenario.study} scenario; scale_point takes a scale "
+                         f"scenario (fabric_jax.scale.scale_scenarios)")
+    net, job, hor = scenario.network.params, scenario.traffic.params, scenario.horizon.params
+    rails = scenario.fabric.options["rails"]
+    return dict(
+        n_gpus=net["gpus"], presets=list(scenario.fabric.presets), system=net["system"],
+        switch_radix=net["switch_radix"], beyond_radix=net["beyond_radix"],
+        model=job["model"], plan_options={k: job[k] for k in ("pp", "ep", "microbatches",
+                                                              "overlap")},
+        step_options=dict(skew=job["skew"], slice_time=job["slice_us"] * 1e-6),
+        **{k: job[k] for k in ("jobs", "placement", "background", "background_cdf",
+                               "latency", "job_gpus", "job_models", "job_overlap")},
+        rails="all" if rails == "all" else tuple(range(rails)),
+        max_paths=scenario.fabric.options["max_paths"], dt=hor["dt_us"] * 1e-6,
+        seed=hor["seed"], horizon_factor=hor["horizon_factor"], fifo_bands=hor["fifo_bands"])
+
+
+def scale_point(n_gpus, presets=None, *, system="hgx_h100", model=None, dt: float = 0.5e-6,
                 rails=(0,), max_paths=DEFAULT_MAX_PATHS, seed: int = 0,
                 switch_radix=128, beyond_radix="planes", plan_options=None,
                 step_options=None, horizon_factor=HORIZON_FACTOR, ideal: bool = True,
@@ -595,6 +617,11 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
                 latency: str = DEFAULT_LATENCY, job_gpus=None, job_models=None,
                 job_overlap: str = "always") -> dict:
     """Every preset (and the ideal fabric) on ``n_gpus`` GPUs: one training step.
+
+    ``n_gpus`` may be a scale :class:`~fabric_jax.scenario.Scenario`
+    (:func:`~fabric_jax.scale.scale_scenarios`), which then gives every argument
+    (:func:`point_arguments`) but the run's own: ``ideal``, ``workers``, ``progress``,
+    ``on_row``, ``done``.
 
     ``jobs`` > 1 runs that many jobs of ``n_gpus / jobs`` GPUs at once, one plan each
     (:func:`scale_plan` at that size), placed on the servers by ``placement``
@@ -639,6 +666,14 @@ def scale_point(n_gpus: int, presets, *, system="hgx_h100", model=None, dt: floa
       ``{"gpus", "system", "topology", "plan", "slices", "rails", "fabrics": {preset:
       metrics}, "ideal": metrics, "reduction": {preset: {exact, reason}}, "wall_s"}``.
     """
+    if isinstance(n_gpus, Scenario):
+        if presets is not None:
+            raise ValueError("presets: the scenario's fabric names them; give one or the "
+                             "other")
+        return scale_point(**point_arguments(n_gpus), ideal=ideal, workers=workers,
+                           progress=progress, on_row=on_row, done=done)
+    if presets is None:
+        raise ValueError("presets: name the presets to run (fabric_jax.fabrics.PRESETS)")
     from ..systems import get_system
     t0 = time.perf_counter()
     sysm = get_system(system)
