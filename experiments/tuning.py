@@ -133,7 +133,7 @@ def main(argv=None):
     if args.plots:
         ease_figure(out["table"], Path(args.plots) / "ease_of_tuning.png",
                     title=f"ease of tuning ({args.objective})")
-    from fabric_jax.optimize._cli import format_ease_table
+    from fabric_jax.optimize.cli import format_ease_table
     print(format_ease_table(out["table"], args.objective))
     for p, c in out["comparison"].items():
         print(f"{p}: gradient best {c['gradient']['best']:.6g} at "

@@ -1,6 +1,6 @@
 """Command line: ``fabric-jax compare [--scenario FILE] [--model NAME] [--json PATH]
 [--plots DIR [--scaling-curve [--scaling-factors F,F,...]]] [--classes] [--workers N]``;
-``fabric-jax tune`` and ``fabric-jax locate`` (:mod:`fabric_jax.optimize._cli`);
+``fabric-jax tune`` and ``fabric-jax locate`` (:mod:`fabric_jax.optimize.cli`);
 ``fabric-jax scale [--gpus LIST] ...`` (:mod:`fabric_jax.scale`).
 
 A thin argparse layer over :mod:`fabric_jax.compare` (and :mod:`fabric_jax.plots`).
@@ -71,16 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_optimize_parsers(sub):
-    """``tune`` and ``locate`` (issue 29), defined in :mod:`fabric_jax.optimize._cli`."""
-    from .optimize._cli import add_locate_parser, add_tune_parser
+    """``tune`` and ``locate`` (issue 29), defined in :mod:`fabric_jax.optimize.cli`."""
+    from .optimize.cli import add_locate_parser, add_tune_parser
     add_tune_parser(sub)
     add_locate_parser(sub)
 
 
 def _scale_parser(sub):
-    """``fabric-jax scale``: its own block (:mod:`fabric_jax.scale._cli`)."""
-    from .scale import _cli
-    _cli.add_parser(sub)
+    """``fabric-jax scale``: its own block (:mod:`fabric_jax.scale.cli`)."""
+    from .scale import cli as scale_cli
+    scale_cli.add_parser(sub)
 
 
 #: The rules of compare's own flags (its run options; the scenario's keys are
@@ -140,12 +140,13 @@ def main(argv=None) -> int:
     command = shlex.join(["fabric-jax", *argv])    # the results files' "run" record
     compilation_cache()
     if args.command in ("tune", "locate"):
-        from .optimize import _cli
-        run = _cli.tune_main if args.command == "tune" else _cli.locate_main
+        from .optimize import cli as optimize_cli
+        run = (optimize_cli.tune_main if args.command == "tune"
+               else optimize_cli.locate_main)
         return run(args, command=command, started=started)
     if args.command == "scale":
-        from .scale import _cli
-        return _cli.run(args, command=command, started=started)
+        from .scale import cli as scale_cli
+        return scale_cli.run(args, command=command, started=started)
     from . import compare
     try:  # every value, every preset's options, every flag: checked before the first run
         scn = compare.load_scenario(args.scenario, model=args.model)

@@ -47,7 +47,7 @@ LAYERS = {
     "plots": 8, "cli": 8, "__main__": 8, PKG: 9,
 }
 
-#: A package's ``_cli`` module (``optimize._cli``, ``scale._cli``: its subcommand's
+#: A package's ``cli`` module (``optimize.cli``, ``scale.cli``: its subcommand's
 #: parser, runner and figures) belongs to the command-line layer.
 
 #: Edges allowed to close a cycle, each with its reason (none today).
@@ -143,7 +143,7 @@ def layer(mod: str) -> int:
     parts = mod.split(".")
     if len(parts) == 1:
         return LAYERS[PKG]
-    if parts[-1] == "_cli":   # a package's command-line block sits with the CLI
+    if parts[-1] == "cli" and len(parts) > 2:   # a package's command-line block sits with the CLI
         return LAYERS["cli"]
     first = parts[1]
     for key in sorted(LAYERS, key=len, reverse=True):

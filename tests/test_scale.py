@@ -299,7 +299,7 @@ def test_jobs_of_different_models_each_keep_their_own_plan():
 def test_scale_point_jobs_of_different_sizes():
     # a preset's fluid run of 64 + 32 + 32 GPUs placed at random: every flow finishes,
     # no job is faster than on the ideal fabric, the table names the jobs' sizes
-    from fabric_jax.scale._cli import format_table
+    from fabric_jax.scale.cli import format_table
     out = sc.scale_point(128, ["roce"], job_gpus=[64, 32, 32], placement="random")
     m, ideal = out["fabrics"]["roce"], out["ideal"]
     assert m["unfinished_flows"] == 0 and m["jobs"] == 3 and out["job_gpus"] == [64, 32, 32]
@@ -381,7 +381,7 @@ def test_scale_jobs_variants_parse_and_match_the_cli_rows(tmp_path):
 def test_plots_with_several_jobs(tmp_path):
     # --plots adds scale_jobs.png (each job against the ideal fabric) when a point ran
     # several jobs; a one-job packed table keeps its two figures
-    from fabric_jax.scale._cli import plot
+    from fabric_jax.scale.cli import plot
 
     def met(jobs):
         return dict(step_time=max(jobs), gpu_utilization=0.6, p99_over_p50=1.5,
@@ -538,7 +538,7 @@ def test_scale_point_with_background_every_preset_finishes():
     # 16 GPUs, each preset's fluid run with background: everything finishes (the
     # horizon covers the background's drain), the step is no faster than on the ideal
     # fabric, and the table gets the background's columns
-    from fabric_jax.scale._cli import format_table
+    from fabric_jax.scale.cli import format_table
     out = sc.scale_point(16, ["infiniband", "spectrum_x"], background=0.2)
     assert out["background"]["load"] == 0.2 and out["background"]["flows"] > 0
     for name, m in out["fabrics"].items():

@@ -11,8 +11,8 @@ import pytest
 
 from fabric_jax import cli, scenario as sn
 from fabric_jax import scale as sc
-from fabric_jax.optimize import _cli as opt_cli
-from fabric_jax.scale import _cli as scale_cli
+from fabric_jax.optimize import cli as opt_cli
+from fabric_jax.scale import cli as scale_cli
 from fabric_jax.optimize._locate_scenario import (LOCATE_SCHEMA, build_locate,
                                                   locate_scenario_from_dict)
 from fabric_jax.scenario import ScenarioError, check

@@ -1,6 +1,6 @@
 """AI-factory scale: one training step at 1,024 to 32,768 GPUs, every preset, in minutes.
 
-``fabric-jax scale`` (:mod:`fabric_jax.scale._cli`) answers the project's question --
+``fabric-jax scale`` (:mod:`fabric_jax.scale.cli`) answers the project's question --
 why adding GPUs does not make training proportionally faster -- at the sizes AI
 factories are built at.  Per GPU count it builds:
 
