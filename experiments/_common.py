@@ -21,8 +21,6 @@ import argparse
 import math
 from pathlib import Path
 
-import numpy as np
-
 from experiments._bench import device_info, table, write_json  # noqa: F401
 from fabric_jax.paths import concat_paths
 from fabric_jax.topology import disjoint_union

@@ -140,7 +140,7 @@ def run_all(parts, fabric, *, line_rate: float, dt: float, horizon: float, seed:
     the shapes static and compiles once.  Returns per part ``(finish [flows], wall)``.
     """
     topo, off = disjoint_union([p[0] for p in parts])
-    psets, wls = [], []
+    psets = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")      # every equal-cost path is kept: no cap
         for t, wl, _ in parts:

@@ -65,7 +65,6 @@ modelled, so the preset is conservative for IB.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 

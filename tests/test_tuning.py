@@ -10,7 +10,6 @@ import pytest
 
 from fabric_jax import flowcontrol as fcm
 from fabric_jax import smooth as sm
-from fabric_jax.cc import params_for
 from fabric_jax.fabrics import get_fabric
 from fabric_jax.fluid import simulate_fluid
 from fabric_jax.incidence import Incidence

@@ -82,7 +82,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import smooth as sm
-from ..units import KB, MB, US, gbps
+from ..units import KB, MB, US
 from ._linerate import resolve_gbps, scale
 from .base import Law, p_over_neglog1p, register, x_over_expm1
 

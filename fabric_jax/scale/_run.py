@@ -490,7 +490,6 @@ def _reduction(step: StepFlows, topology, preset_routing: str, rails, max_paths)
         pos = np.empty(step.n_flows, np.int64)
         pos[order] = np.arange(step.n_flows) - np.repeat(np.cumsum(counts) - counts,
                                                          counts)
-        r = step.rail[order].reshape(g, -1)
         srv_s = (step.src // g)[order].reshape(g, -1)
         srv_d = (step.dst // g)[order].reshape(g, -1)
         size = step.size[order].reshape(g, -1)

@@ -371,7 +371,7 @@ def run_ideal(case: Case, scn: Scenario, presets=(), *, sharp: bool = False) -> 
         f"the training job alone on a non-blocking crossbar at NIC line rate, exact "
         f"max-min, {'SHARP in-network reduction' if sharp else 'ring all-reduce'}"
         + (f" as {', '.join(presets)}" if presets else "") + ": a bound on the training "
-        f"rows; FCT slowdown and isolation 1, no pause, by definition"))
+        "rows; FCT slowdown and isolation 1, no pause, by definition"))
     return out
 
 
