@@ -94,7 +94,7 @@ hot_spot            0.31  0.31    0.68  0.68  0.79          0.68               0
 (best cases: 0.81, 0.5 and 0.81.)  Reading: with congestion two hops away local-only
 AR is exactly spraying (it cannot tell the paths apart; its ``t99``, 71.2 us, is the
 FIFO closed form: the quarter of the foreground on spine 0 leaves the hot queue at
-1/1.75 of its service, ``tests/test_ar_information.py``), telemetry 4 us old gains 41 %
+1/1.75 of its service, ``tests/routing/test_ar_information.py``), telemetry 4 us old gains 41 %
 and is as good as the zero-delay idealised router, and 40 us old telemetry is worth
 nothing because the 2 MB transfer is over before it arrives.  After the failure
 telemetry gains 10 %.  When the hot spot moves, 4 us old telemetry gains 15 % over

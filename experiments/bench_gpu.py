@@ -1004,7 +1004,7 @@ def aot_batched_row(small, target):
     of the run) against the program for one scenario alone, kernels per step from
     :func:`_hlo.launch_model` with each exact loop's trips per step.  A vmapped while
     loop runs until its deepest scenario has converged, and each scenario's depths in
-    the batch are its own run's (``tests/test_launch_model.py``, step by step), so the
+    the batch are its own run's (``tests/experiments/test_launch_model.py``, step by step), so the
     batch's trips are, step by step, the deepest scenario's
     (:func:`_hlo.batch_trips`), recorded here from each scenario run alone in the
     accelerator form."""

@@ -1,5 +1,5 @@
 """Gradient check of the fluid model through its FIFO bands: two saturated traffic
-classes share a link under ETS with weights ``w0 : 1`` (``tests/test_traffic_classes.py``
+classes share a link under ETS with weights ``w0 : 1`` (``tests/dynamics/test_traffic_classes.py``
 two-sender fabric, 100 Gb/s, 50 steps of 1 us); class 0 delivers ``T C w0 / (w0 + 1)``,
 so ``d/dw0 = T C / (w0 + 1)^2`` (reported in MB per unit weight; 0.0390625 at w0 = 3).
 

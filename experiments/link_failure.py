@@ -27,7 +27,7 @@ Policies (:mod:`fabric_jax.routing`):
     The ECMP-hashed path as a fixed route, no failover (``routing=None``): flows on the
     cable are stranded (``FluidInfo.stranded_time``) until it recovers.
 
-Expectations (stated, checked by ``tests/test_faults.py`` on a smaller case): during
+Expectations (stated, checked by ``tests/dynamics/test_faults.py`` on a smaller case): during
 the failure leaf 0 has ``(spines - 1)`` of ``spines`` uplinks and downlinks, so spraying
 and adaptive routing deliver ``(spines - 1) / spines`` of the full rate; static routing
 stops the stranded flows entirely.

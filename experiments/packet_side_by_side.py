@@ -27,7 +27,7 @@ so each scenario runs a mechanism both sides share:
 5. **HPCC paper fat-tree at 30-50 % load**: not run here: ns-3's wheel has no RDMA NIC,
    PFC, DCQCN or HPCC INT; ``experiments/hpcc_fct.py`` compares the fluid FCT slowdowns
    with the HPCC paper's published figures (transcribed in ``experiments/_hpcc.py`` /
-   ``tests/test_hpcc_experiments.py``).
+   ``tests/experiments/test_hpcc_experiments.py``).
 
 Times on the packet side run from the first data byte a flow hands to TCP (after its
 handshake, which the fluid model does not have).  Link latencies: ns-3 stores and forwards, so each hop adds one packet's serialisation

@@ -4,7 +4,7 @@ A long :func:`fabric_jax.fluid.simulate_fluid` run can be cut into pieces:
 ``FluidResult.state`` is the loop's complete carry after the last step (a pytree of
 arrays, including the step counter), and ``simulate_fluid(..., init_state=state)``
 continues from it.  On CPU the pieces reproduce the uninterrupted run bit for bit
-(the step function and its inputs are the same; see ``tests/test_checkpoint.py``).
+(the step function and its inputs are the same; see ``tests/fluid/test_checkpoint.py``).
 
 File format (``numpy.savez``, read with ``allow_pickle=False``: no code is pickled):
 

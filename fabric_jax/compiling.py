@@ -22,7 +22,7 @@ records fusions, library calls and ``conditional`` (CONDITIONAL) but not ``while
 (WHILE).  :func:`compiler_options` adds WHILE to that default set.
 
 What it changes: nothing on a CPU (the option is XLA:GPU's; the CPU program is the same,
-``tests/test_compiling.py``) and nothing in any result (a command buffer runs the same
+``tests/fluid/test_compiling.py``) and nothing in any result (a command buffer runs the same
 kernels in the same order).  On a GPU, the host round trips of the loops; where the
 driver or CUDA runtime is older than 12.3, XLA drops WHILE and CONDITIONAL itself and
 the program runs as before.  What it costs is a graph instantiation or update per call

@@ -301,7 +301,7 @@ def infiniband(**overrides) -> Fabric:
     RC transport, IBA vol. 1 sec. 9.7.5: a PSN sequence error NAK makes the requester
     resend from that PSN; matters only on fault losses, credits never drop).
 
-    Expected behaviour (evidence in ``tests/test_cc.py``, ``tests/test_fabrics.py``):
+    Expected behaviour (evidence in ``tests/dynamics/test_cc.py``, ``tests/fabrics/test_fabrics.py``):
     credits and IB CC do not slow uncongested traffic (a lone flow and a SHARP
     all-reduce alone run at line rate, CCTI stays 0).  In the compare study's training
     step the fluid all-reduce is nevertheless slower than under ``roce``: it starts

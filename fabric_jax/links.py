@@ -298,7 +298,7 @@ def fifo_take(hops: HopTable, bands, amount, lb=None):
     grant equal a standing queue exactly), and ``jnp.clip`` / ``where(L > 0, ., 0)``
     gave derivatives that fit no side of them: tangent bytes lost or counted twice
     each step, e.g. a two-class ETS weight gradient of 30.9 against the closed form
-    0.039 with 8 bands (``tests/test_traffic_classes.py``).
+    0.039 with 8 bands (``tests/dynamics/test_traffic_classes.py``).
     """
     lb = band_sums(hops, bands) if lb is None else lb
     before = jnp.cumsum(lb, axis=1) - lb

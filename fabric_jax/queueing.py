@@ -40,7 +40,7 @@ distribution, not only the mean.  Model, per switch egress port ``l`` of capacit
 * **A path.**  A packet's random delay over a set of hops is the sum of independent
   port waits; :func:`path_wait` keeps its exact atom ``prod_h (1 - b_h)`` and mean
   ``sum_h E[W_h]`` and makes the rest one exponential (an approximation: the sum of
-  two or more exponentials is less spread; ``tests/test_fidelity.py`` measures the
+  two or more exponentials is less spread; ``tests/dynamics/test_fidelity.py`` measures the
   error against a Monte Carlo of the per-hop sums).
 
 Calibration hook, not a fudge: ``kappa = 1`` is the analytic model (Bernoulli inputs,

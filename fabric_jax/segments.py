@@ -20,7 +20,7 @@ second table sums each segment's chunks (two kernels), keeping the padding below
 work as with ``segment_sum``.
 
 The sums equal ``segment_sum``'s up to float round-off (a different order of the same
-additions; ``tests/test_segments.py`` checks them against it and against NumPy);
+additions; ``tests/fairness/test_segments.py`` checks them against it and against NumPy);
 minima and maxima are exact.
 """
 

@@ -119,7 +119,7 @@ def _fresh_jax_caches():
     """Drops JAX's compiled-executable caches after each test module.  A full default
     run compiles thousands of programs in one process; with the caches kept, XLA's CPU
     compiler crashed once (SIGSEGV inside ``backend_compile_and_load``, in
-    ``tests/test_sim.py`` after ~900 earlier tests) although every module passes on its
+    ``tests/sim/test_sim.py`` after ~900 earlier tests) although every module passes on its
     own.  Modules share almost no programs, so this costs little."""
     yield
     import jax

@@ -462,7 +462,7 @@ def _fluid_case(sc, fp, law, fc, with_latency=False):
     inc, size, arrival, deps, delay = _fluid_inputs(sc)
     # Latency sets the feedback delay line's length (a static shape): slow variant only,
     # with every example's lines DELAY_STEPS long (no result changes,
-    # tests/test_delay_lines.py), so that the examples share compiled programs.
+    # tests/dynamics/test_delay_lines.py), so that the examples share compiled programs.
     latency = np.append(sc["latency"], 0.0) if with_latency else None
     try:
         res = fj.simulate_fluid(inc, sc["capacity"], size, dt=fp["dt"], n_steps=N_STEPS,

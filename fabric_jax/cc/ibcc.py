@@ -41,7 +41,7 @@ throttled (BECNs arrive ``R/S`` times faster, the timer returns them ``R`` times
 The CC table is in packet times, so it needs no scaling.  Only switch egress ports mark
 (``switch_port``, see :func:`switch_port_mask`).
 
-Behaviour to expect (measured in the compare study, pinned in ``tests/test_cc.py``): an
+Behaviour to expect (measured in the compare study, pinned in ``tests/dynamics/test_cc.py``): an
 uncongested flow is never slowed (no queue, no mark: line rate); a congestion episode
 charges the CCTI fast -- at 50 GB/s with 2 KB packets and every eligible packet
 marked one in 11 times, about 2.3 indices per microsecond -- while the timer returns it

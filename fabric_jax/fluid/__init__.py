@@ -206,7 +206,7 @@ grant.  Static per-port buffers are split evenly over the classes.  With one cla
 (the default) none of this runs: results are those of the single-class model.  With
 every flow in one of several classes, the results equal the single-class run up to
 round-off when each class gets the single-class thresholds
-(``tests/test_traffic_classes.py``).  ``FluidInfo.paused_time`` is then ``[links,
+(``tests/dynamics/test_traffic_classes.py``).  ``FluidInfo.paused_time`` is then ``[links,
 classes]``.
 
 Shared buffer (``shared_buffer=``, :class:`fabric_jax.flowcontrol.SharedBuffer`): a
@@ -222,7 +222,7 @@ pieces is bit-identical to the uninterrupted run.
 
 Kernels.  On a GPU each XLA fusion costs about one kernel launch (~5 us whatever its
 size), so the step is laid out to compile into few of them (counted by
-``experiments/bench_gpu.py --parts kernels``, budgeted by ``tests/test_kernels.py``):
+``experiments/bench_gpu.py --parts kernels``, budgeted by ``tests/fluid/test_kernels.py``):
 decisions the host can make are static (whether every flow leaves through one NIC port,
 how many queue sweeps its paths need), records written together are one array (the
 feedback ring, the senders' state and offers), the receiver wire is a history written

@@ -159,7 +159,7 @@ def simulate_fluid_batched(incidence, capacity, size, *, scenarios=None,
     solves' while loops run until every scenario's has converged (``vmap`` of a loop:
     a converged scenario's state is held, and its ``info.solver_iterations`` stays its
     own); the results are its own run's up to the order of float sums (bit for bit on
-    the CPU in ``tests/test_fluid_batched.py``).
+    the CPU in ``tests/fluid/test_fluid_batched.py``).
 
     Args:
       incidence: as :func:`simulate_fluid` (shared).

@@ -39,7 +39,7 @@ starts its law reads the entries written up to one ring length earlier; the
 lookahead (:func:`lookahead_steps`, one ring length) admits every flow early enough
 that these entries are the same as in the plain engine (without it, flows that start
 into an HPCC incast run at line rate for their first RTT:
-``tests/test_fluid_slots.py``).  What differs is floating-point summation order
+``tests/fluid/test_fluid_slots.py``).  What differs is floating-point summation order
 (fewer terms in each link's sum): equal to round-off in float64.
 
 Not supported (``ValueError``): dependencies between flows (``deps``), dynamic

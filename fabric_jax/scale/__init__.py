@@ -35,7 +35,7 @@ through shared links (the max-min solve, queues, PFC, credits, marking and routi
 signals are all per link or per flow).  So a rail's flows run alone on the rail's
 sub-fabric (:func:`rail_view`, links kept in order) exactly as they run inside the full
 fabric -- same paths, hashes and candidate sets, computed on the full fabric
-(:func:`route_flows`) -- which ``tests/test_scale.py`` checks against the full run.
+(:func:`route_flows`) -- which ``tests/scale/test_scale.py`` checks against the full run.
 Every rail then carries the same flows between the same servers; whether the rails'
 *runs* are identical depends on routing:
 

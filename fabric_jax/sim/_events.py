@@ -70,7 +70,7 @@ in the set of flows, and shifts can chain), so the error is measured, and it can
 large for short flows next to long ones, e.g. a microsecond flow sharing a link with
 one whose bandwidth is released early (docs/performance.md, "Event merging's error").
 ``experiments/bench_flowsim.py`` reports the max relative FCT error of the merged run
-against the exact one, and ``tests/test_sim.py`` checks that it vanishes with
+against the exact one, and ``tests/sim/test_sim.py`` checks that it vanishes with
 ``tolerance`` and stays within ``MERGE_ERROR_FACTOR * tolerance`` on random instances.
 """
 

@@ -30,7 +30,7 @@ sharing), which over-penalises a straggler's neighbours: in a ring of 6 a first 
 late by one chunk time delays the collective by ~14 chunk times.  NCCL sends the
 chunks of one channel in order, so :func:`in_order_sends` adds that FIFO order (each
 flow also waits for the previous flow of the same ``(src, dst, group)``); with it a
-ring meets the closed forms tested in ``tests/test_stragglers.py``: a NIC at ``B/2``
+ring meets the closed forms tested in ``tests/workloads/test_stragglers.py``: a NIC at ``B/2``
 doubles the collective time (every step's bytes cross the slow NIC in turn:
 ``2 (n-1)/n * S / (B/2)``), and a first send late by ``d`` delays it by exactly ``d``.
 

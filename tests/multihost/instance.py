@@ -25,8 +25,8 @@ def fluid_instance(n_flows: int = 30, routing=None, routing_params=None):
     """``(incidence, capacity, size, options)`` of a small sharded-fluid case: ``n_flows``
     flows on ``fat_tree(4)`` (16 hosts, 80 links), an 8-to-1 incast among them (so PFC
     pauses), DCQCN + PFC, 1 us steps, link latencies; every flow finishes within the
-    run.  Shared by ``tests/test_distributed.py`` (four devices) and the two-process
-    run of ``tests/test_multihost.py``.  ``routing``: a policy name; the flows then keep
+    run.  Shared by ``tests/distributed/test_distributed.py`` (four devices) and the two-process
+    run of ``tests/distributed/test_multihost.py``.  ``routing``: a policy name; the flows then keep
     every equal-cost path, the policy (with ``routing_params``, default its own) steering
     them (``options["routing"]``)."""
     topo = fj.fat_tree(4)

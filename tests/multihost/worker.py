@@ -1,4 +1,4 @@
-"""One process of the two-process test in ``tests/test_multihost.py``.
+"""One process of the two-process test in ``tests/distributed/test_multihost.py``.
 
 Usage: ``python -m tests.multihost.worker PROCESS_ID N_PROCESSES PORT OUT.npz [fluid]``.
 Every process runs the same program on the same inputs (as the multi-host section of
