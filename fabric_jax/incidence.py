@@ -199,7 +199,7 @@ class Incidence:
         uniq, inv = np.unique(key, return_inverse=True)
         wsum = np.minimum(np.bincount(inv, weights=w[keep], minlength=uniq.size), 1.0)
         fi, li = np.divmod(uniq, n_links)
-        return cls._flow_major(li, fi, wsum.astype(_float_dtype()), int(n_links), n_flows)
+        return cls.flow_major(li, fi, wsum.astype(_float_dtype()), int(n_links), n_flows)
 
     @classmethod
     def from_paths(cls, paths, split=None, *, n_links: int, flows=None, seed: int = 0):
