@@ -501,7 +501,6 @@ def _reduction(step: StepFlows, topology, preset_routing: str, rails, max_paths)
                 and np.all(size == size[:1]) and np.all(dpos == dpos[:1])
                 and np.all(arr == arr[:1])
                 and np.all((dep_rail < 0) | (dep_rail == step.rail[order][:, None])))
-        del r
     if not same:
         return dict(exact=False, reason="the rails carry different traffic patterns")
     if preset_routing in HASHED_ROUTING and len(rails) < g:
