@@ -21,9 +21,9 @@ from ..paths import PathSet, PathsTruncatedWarning, mix64, shortest_paths
 from ..scenario import Scenario
 from ._fabric import clos_paths, ecmp_paths, rail_symmetric_paths, rail_view, scale_topology
 from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS, independent_overlap
+from ._jobs import add_background, job_servers, place_jobs
 from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_LATENCY, DEFAULT_MODEL, StepFlows,
-                    add_background, collective_overhead, job_servers, job_step_time,
-                    place_jobs, scale_plan, step_flows)
+                    collective_overhead, job_step_time, scale_plan, step_flows)
 
 __all__ = ["DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "CONGESTED_DELAY", "HASHED_ROUTING",
            "HORIZON_FACTOR", "RailRun", "route_flows", "simulate_rails", "ideal_rails",
@@ -490,7 +490,6 @@ def _reduction(step: StepFlows, topology, preset_routing: str, rails, max_paths)
         pos = np.empty(step.n_flows, np.int64)
         pos[order] = np.arange(step.n_flows) - np.repeat(np.cumsum(counts) - counts,
                                                          counts)
-        r = step.rail[order].reshape(g, -1)
         srv_s = (step.src // g)[order].reshape(g, -1)
         srv_d = (step.dst // g)[order].reshape(g, -1)
         size = step.size[order].reshape(g, -1)
@@ -502,7 +501,6 @@ def _reduction(step: StepFlows, topology, preset_routing: str, rails, max_paths)
                 and np.all(size == size[:1]) and np.all(dpos == dpos[:1])
                 and np.all(arr == arr[:1])
                 and np.all((dep_rail < 0) | (dep_rail == step.rail[order][:, None])))
-        del r
     if not same:
         return dict(exact=False, reason="the rails carry different traffic patterns")
     if preset_routing in HASHED_ROUTING and len(rails) < g:

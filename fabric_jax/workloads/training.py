@@ -38,7 +38,9 @@ finish times with ``max(compute end, comm end)``.
 From a model: :func:`model_training_step` derives the compute time and the DP / PP /
 EP phases of a transformer's step from a :class:`~fabric_jax.workloads.model.ModelConfig`
 and a :class:`~fabric_jax.workloads.model.ParallelPlan` (formulas and sources in
-:mod:`fabric_jax.workloads.model`) and calls :func:`training_step` with them.
+:mod:`fabric_jax.workloads.model`; the collective flows from the one step builder,
+:func:`fabric_jax.workloads.step_collectives`, with uniform all-to-alls and one ring
+all-reduce per data-parallel group) and calls :func:`training_step` with them.
 
 Metrics: :class:`StepSpec` carries per-rank compute times, tokens per step and the group
 names of each step so that step time, GPU utilisation (compute / step time) and tokens/s
@@ -62,10 +64,9 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
-from fabric_jax.workloads.collectives import all_to_all, steady_state_all_reduce
-from fabric_jax.workloads.flows import Workload, check_hosts, concat, single_group
-from fabric_jax.workloads.model import (ParallelPlan, comm_bytes, get_gpu, get_model,
-                                        step_flops)
+from fabric_jax.workloads.flows import Workload, check_hosts, concat
+from fabric_jax.workloads.model import ParallelPlan, comm_bytes, get_gpu, get_model
+from fabric_jax.workloads.phases import drop_empty_groups, step_collectives, step_compute
 
 __all__ = ["StepSpec", "training_step", "megatron_groups", "ModelStep",
            "model_training_step"]
@@ -423,25 +424,6 @@ class ModelStep:
         return self.spec.step_times(self.workload, finish)
 
 
-def _cross_server(w: Workload, server: np.ndarray) -> Workload | None:
-    """Keep the flows of a dependency-free workload that leave their server."""
-    if w.max_deps and np.any(w.deps >= 0):
-        raise ValueError("internal: only dependency-free workloads can be filtered")
-    keep = server[w.src] != server[w.dst]
-    if not keep.any():
-        return None
-    return dataclasses.replace(
-        w, src=w.src[keep], dst=w.dst[keep], size=w.size[keep], arrival=w.arrival[keep],
-        deps=np.full((int(keep.sum()), 0), -1, np.int32), delay=w.delay[keep],
-        job=w.job[keep], group=w.group[keep])
-
-
-def _ring_flows(hosts, size, sharp, job, name):
-    # :func:`fabric_jax.fabrics.all_reduce_flows` is this builder; calling it here
-    # directly keeps the imports one way (fabrics -> workloads)
-    return steady_state_all_reduce(hosts, size, sharp=sharp, job=job, name=name)
-
-
 def model_training_step(model, plan: ParallelPlan, gpu="h100_sxm", *, hosts=None,
                         host_server=None, n_steps: int = 1, sharp: bool = False,
                         job: str = "train") -> ModelStep:
@@ -462,8 +444,14 @@ def model_training_step(model, plan: ParallelPlan, gpu="h100_sxm", *, hosts=None
       sharp: in-network reduction for the DP all-reduces (InfiniBand SHARP).
       job: job name of the flows.
 
+    The collectives are :func:`fabric_jax.workloads.step_collectives` with a uniform
+    expert-parallel all-to-all and one steady-state ring (or SHARP) all-reduce over each
+    data-parallel and expert-data-parallel group (``dp="all_reduce"``), ranks placed on
+    ``hosts``; phase 1 of the step is the all-to-all with the pipeline sends, phase 2
+    the all-reduces (:func:`training_step`, serialised).
+
     Returns:
-      :class:`ModelStep`.  Flow groups are named ``"{job}/step{k}/dp_r{row}"`` etc.
+      :class:`ModelStep`.  Flow groups are named ``"{job}/step{k}/dp_g{row}"`` etc.
     """
     model = get_model(model)
     gpu = get_gpu(gpu)
@@ -481,41 +469,18 @@ def model_training_step(model, plan: ParallelPlan, gpu="h100_sxm", *, hosts=None
         if server.ndim != 1 or server.size <= hosts.max():
             raise ValueError("host_server: expected [n_hosts] server ids covering every "
                              "host of `hosts`")
-    m = plan.n_microbatches(model)
-    flops = step_flops(model, recompute=plan.recompute)
-    math_time = flops / n / (gpu.peak_flops * plan.achievable_fraction)
-    bubble = (plan.pp - 1) / m
+    comp = step_compute(model, plan, gpu)
+    m, flops, math_time = comp["microbatches"], comp["step_flops"], comp["math_time"]
+    bubble, tp_time, compute = comp["bubble"], comp["tp_time"], comp["compute_time"]
     cb = comm_bytes(model, plan)
-    tp_time = cb["tp_bytes_sent"] / gpu.nvlink_bandwidth
-    compute = math_time * (1.0 + bubble) + tp_time
-    groups = plan.groups()
-    phases = []
-    pp_parts, ep_parts, dp_parts = [], [], []
-    if cb["ep_alltoall_count"]:
-        total = cb["ep_alltoall_bytes"] * cb["ep_alltoall_count"]
-        for g, ranks in enumerate(groups["ep"]):
-            w = all_to_all(hosts[ranks], total, job=job, name=f"ep_g{g}")
-            ep_parts.append(_cross_server(w, server))
-    if cb["pp_send_count"]:
-        per = cb["pp_send_bytes"] * cb["pp_send_count"] / 2.0
-        for g, ranks in enumerate(groups["pp"]):
-            a, b = hosts[ranks[:-1]], hosts[ranks[1:]]
-            w = single_group(np.concatenate([a, b]), np.concatenate([b, a]), per, None,
-                             name=f"pp_g{g}", kind="sendrecv", group_bytes=per,
-                             n_ranks=ranks.size, job=job)
-            pp_parts.append(_cross_server(w, server))
-    if cb["dp_allreduce_bytes"]:
-        for g, ranks in enumerate(groups["dp"]):
-            dp_parts.append(_cross_server(_ring_flows(hosts[ranks], cb["dp_allreduce_bytes"],
-                                                      sharp, job, f"dp_g{g}"), server))
-    if cb["edp_allreduce_bytes"]:
-        for g, ranks in enumerate(groups["edp"]):
-            dp_parts.append(_cross_server(_ring_flows(hosts[ranks], cb["edp_allreduce_bytes"],
-                                                      sharp, job, f"edp_g{g}"), server))
-    for parts in (ep_parts + pp_parts, dp_parts):
-        parts = [p for p in parts if p is not None]
-        if parts:
-            phases.append(concat(*parts))
+    # the step's collectives at rank level, placed on ``hosts``; flows inside a server
+    # (NVLink) and the collective instances left empty by that are dropped
+    w = step_collectives(model, plan, dp="all_reduce", sharp=sharp, pp_order="lane", job=job)
+    w = dataclasses.replace(w, src=hosts[w.src], dst=hosts[w.dst])
+    w = w.subset(server[w.src] != server[w.dst])
+    phases = [drop_empty_groups(w.subset(np.isin(w.columns["phase"], ids)))
+              for ids in ((0, 1), (5,))]
+    phases = [p for p in phases if p.n_flows]
     info = dict(
         model=dataclasses.asdict(model), plan=dataclasses.asdict(plan),
         gpu=dataclasses.asdict(gpu), n_gpus=n, n_steps=int(n_steps), sharp=bool(sharp),
