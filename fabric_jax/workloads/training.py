@@ -215,6 +215,75 @@ def _table(rows: Sequence[np.ndarray]) -> np.ndarray:
     return table
 
 
+def _phase_gates(ends, offsets, n_ranks, serialize):
+    """Per phase ``c`` and rank: the flows that gate it within the step (``serialize``:
+    the rank's end of the previous phase) and from the previous step, as template flow
+    indices (previous-step ones are offset by ``(k-1) * per_step`` later), and whether
+    the rank's compute gates it."""
+    same_rows, prev_rows, compute_gate = [], [], []
+    for c in range(len(ends)):
+        same, prev, gated = [], [], np.zeros(n_ranks, bool)
+        for x in range(n_ranks):
+            earlier = [e for e in range(c) if ends[e][x].size] if serialize else []
+            if earlier:
+                e = earlier[-1]
+                same.append(ends[e][x] + offsets[e])
+                prev.append(np.zeros(0, np.int64))
+            else:
+                gated[x] = True
+                same.append(np.zeros(0, np.int64))
+                later = [e for e in range(len(ends)) if ends[e][x].size]
+                if serialize:
+                    later = later[-1:]
+                prev.append(np.concatenate([ends[e][x] + offsets[e] for e in later])
+                            if later else np.zeros(0, np.int64))
+        same_rows.append(_table(same))
+        prev_rows.append(_table(prev))
+        compute_gate.append(gated)
+    return same_rows, prev_rows, compute_gate
+
+
+def _check_step_inputs(compute_time, overlap, arrival, n_steps, n_ranks):
+    """``compute_time`` as [n_steps, ranks] seconds, ``overlap`` and ``arrival`` checked."""
+    n_steps = int(n_steps)
+    if n_steps < 1:
+        raise ValueError(f"n_steps: must be >= 1, got {n_steps}")
+    comp = np.asarray(compute_time, np.float64)
+    if comp.ndim == 0 or comp.shape == (n_ranks,):
+        comp = np.broadcast_to(comp, (n_steps, n_ranks)).copy()
+    elif comp.shape != (n_steps, n_ranks):
+        raise ValueError(f"compute_time: expected a scalar, ({n_ranks},) or ({n_steps}, "
+                         f"{n_ranks}), got {comp.shape}")
+    if not np.all(np.isfinite(comp)) or np.any(comp < 0):
+        raise ValueError("compute_time: seconds must be finite and >= 0")
+    overlap = float(overlap)
+    if not 0.0 <= overlap <= 1.0:
+        raise ValueError(f"overlap: must lie in [0, 1], got {overlap}")
+    arrival = float(arrival)
+    if not np.isfinite(arrival) or arrival < 0:
+        raise ValueError(f"arrival: must be finite and >= 0 seconds, got {arrival}")
+    return comp, overlap, arrival
+
+
+def _step_deps(internal, same, prev, n_steps):
+    """The ``[n_steps, per_step, width]`` deps of every step from one step's ``internal``
+    deps, its within-step gates ``same`` and its previous-step gates ``prev``."""
+    per_step = internal.shape[0]
+    internal = internal.astype(np.int64)
+    # Step-0 table in absolute indices of step 0; later steps in those of step 1, then
+    # shifted by (k - 1) * per_step (prev-step gates point into step 0 = k - 1).
+    dep0 = _compact(np.concatenate([internal, same], axis=1))
+    dep1 = _compact(np.concatenate([np.where(internal >= 0, internal + per_step, -1),
+                                    np.where(same >= 0, same + per_step, -1), prev], axis=1))
+    width = max(dep0.shape[1], dep1.shape[1] if n_steps > 1 else 0)
+    deps = np.full((n_steps, per_step, width), -1, np.int32)
+    deps[0, :, :dep0.shape[1]] = dep0
+    if n_steps > 1:
+        shift = (np.arange(n_steps - 1) * per_step)[:, None, None]
+        deps[1:, :, :dep1.shape[1]] = np.where(dep1[None] >= 0, dep1[None] + shift, -1)
+    return deps
+
+
 def training_step(hosts, compute_time, collectives: Sequence[Workload], *,
                   overlap: float = 0.0, n_steps: int = 1, serialize: bool = True,
                   tokens_per_step: float = 0.0, job: str = "train",
@@ -241,23 +310,9 @@ def training_step(hosts, compute_time, collectives: Sequence[Workload], *,
     """
     hosts = check_hosts(hosts, min_ranks=1)
     n_ranks = hosts.size
-    n_steps = int(n_steps)
-    if n_steps < 1:
-        raise ValueError(f"n_steps: must be >= 1, got {n_steps}")
-    comp = np.asarray(compute_time, np.float64)
-    if comp.ndim == 0 or comp.shape == (n_ranks,):
-        comp = np.broadcast_to(comp, (n_steps, n_ranks)).copy()
-    elif comp.shape != (n_steps, n_ranks):
-        raise ValueError(f"compute_time: expected a scalar, ({n_ranks},) or ({n_steps}, "
-                         f"{n_ranks}), got {comp.shape}")
-    if not np.all(np.isfinite(comp)) or np.any(comp < 0):
-        raise ValueError("compute_time: seconds must be finite and >= 0")
-    overlap = float(overlap)
-    if not 0.0 <= overlap <= 1.0:
-        raise ValueError(f"overlap: must lie in [0, 1], got {overlap}")
-    arrival = float(arrival)
-    if not np.isfinite(arrival) or arrival < 0:
-        raise ValueError(f"arrival: must be finite and >= 0 seconds, got {arrival}")
+    comp, overlap, arrival = _check_step_inputs(compute_time, overlap, arrival, n_steps,
+                                                n_ranks)
+    n_steps = comp.shape[0]
     if isinstance(collectives, Workload):
         collectives = [collectives]
     phases = [w for w in collectives]
@@ -281,29 +336,7 @@ def training_step(hosts, compute_time, collectives: Sequence[Workload], *,
     ends = [_rank_end_flows(w, s, d, n_ranks) for w, s, d in zip(phases, src_r, dst_r)]
     offsets = np.cumsum([0] + [w.n_flows for w in phases])
     per_step = int(offsets[-1])
-    # Per phase c, per rank: gate within the step (serialize) and from the previous step,
-    # as template flow indices (previous-step ones are offset by (k-1) * per_step later).
-    same_rows, prev_rows, compute_gate = [], [], []
-    for c in range(len(phases)):
-        same, prev, gated = [], [], np.zeros(n_ranks, bool)
-        for x in range(n_ranks):
-            earlier = [e for e in range(c) if ends[e][x].size] if serialize else []
-            if earlier:
-                e = earlier[-1]
-                same.append(ends[e][x] + offsets[e])
-                prev.append(np.zeros(0, np.int64))
-            else:
-                gated[x] = True
-                same.append(np.zeros(0, np.int64))
-                later = [e for e in range(len(phases)) if ends[e][x].size]
-                if serialize:
-                    later = later[-1:]
-                prev.append(np.concatenate([ends[e][x] + offsets[e] for e in later])
-                            if later else np.zeros(0, np.int64))
-        same_rows.append(_table(same))
-        prev_rows.append(_table(prev))
-        compute_gate.append(gated)
-
+    same_rows, prev_rows, compute_gate = _phase_gates(ends, offsets, n_ranks, serialize)
     lead = 1.0 - overlap
     template = concat(*phases)                     # one step; deps/groups offset
     xs = np.concatenate(src_r)                     # sending rank of each template flow
@@ -326,18 +359,7 @@ def training_step(hosts, compute_time, collectives: Sequence[Workload], *,
             last, ((0, 0), (0, table.shape[1] - 1)), constant_values=-1))
 
     same, prev = narrow(same), narrow(prev)
-    internal = template.deps.astype(np.int64)
-    # Step-0 table in absolute indices of step 0; later steps in those of step 1, then
-    # shifted by (k - 1) * per_step (prev-step gates point into step 0 = k - 1).
-    dep0 = _compact(np.concatenate([internal, same], axis=1))
-    dep1 = _compact(np.concatenate([np.where(internal >= 0, internal + per_step, -1),
-                                    np.where(same >= 0, same + per_step, -1), prev], axis=1))
-    width = max(dep0.shape[1], dep1.shape[1] if n_steps > 1 else 0)
-    deps = np.full((n_steps, per_step, width), -1, np.int32)
-    deps[0, :, :dep0.shape[1]] = dep0
-    if n_steps > 1:
-        shift = (np.arange(n_steps - 1) * per_step)[:, None, None]
-        deps[1:, :, :dep1.shape[1]] = np.where(dep1[None] >= 0, dep1[None] + shift, -1)
+    deps = _step_deps(template.deps, same, prev, n_steps)
     delay = np.broadcast_to(template.delay, (n_steps, per_step)).copy()
     delay[1:] += np.where(opening, lead * comp[1:, xs], 0.0)
     flow_arrival = np.full((n_steps, per_step), arrival)
@@ -352,7 +374,7 @@ def training_step(hosts, compute_time, collectives: Sequence[Workload], *,
     out = Workload(
         src=np.tile(template.src, n_steps), dst=np.tile(template.dst, n_steps),
         size=np.tile(template.size, n_steps), arrival=flow_arrival.reshape(-1),
-        deps=deps.reshape(n_steps * per_step, width), delay=delay.reshape(-1),
+        deps=deps.reshape(n_steps * per_step, deps.shape[2]), delay=delay.reshape(-1),
         job=np.zeros(n_steps * per_step, np.int32), group=group.reshape(-1),
         group_names=sum(step_group_names, ()), job_names=(job,),
         group_bytes=np.tile(template.group_bytes, n_steps),
