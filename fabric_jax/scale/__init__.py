@@ -97,8 +97,9 @@ from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, clos_paths, ecm
 from ._step import (BACKGROUND, BUCKET_PARAMS, DEFAULT_BACKGROUND_CDF, DEFAULT_EP,
                     DEFAULT_LATENCY, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP,
                     DEFAULT_SKEW, LATENCY_MODELS, PHASES, PLACEMENTS, StepFlows,
-                    add_background, collective_overhead, ep_group_size, job_servers,
-                    job_step_time, place_jobs, scale_plan, step_flows)
+                    collective_overhead, ep_group_size, job_step_time, scale_plan,
+                    step_flows)
+from ._jobs import add_background, job_servers, place_jobs
 from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROUTING,
                    HORIZON_FACTOR, IDEAL, RailRun, build_point, ideal_rails, phase_latency,
                    point_metrics, route_flows, run_fabric, run_scale, scale_point,

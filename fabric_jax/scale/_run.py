@@ -21,9 +21,9 @@ from ..paths import PathSet, PathsTruncatedWarning, mix64, shortest_paths
 from ..scenario import Scenario
 from ._fabric import clos_paths, ecmp_paths, rail_symmetric_paths, rail_view, scale_topology
 from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS, independent_overlap
+from ._jobs import add_background, job_servers, place_jobs
 from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_LATENCY, DEFAULT_MODEL, StepFlows,
-                    add_background, collective_overhead, job_servers, job_step_time,
-                    place_jobs, scale_plan, step_flows)
+                    collective_overhead, job_step_time, scale_plan, step_flows)
 
 __all__ = ["DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "CONGESTED_DELAY", "HASHED_ROUTING",
            "HORIZON_FACTOR", "RailRun", "route_flows", "simulate_rails", "ideal_rails",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..workloads.flows import Workload
 from ._step import StepFlows
 
 __all__ = ["ring_shift", "random_bisection", "window_efficiency", "balls_into_bins",
@@ -16,11 +17,14 @@ __all__ = ["ring_shift", "random_bisection", "window_efficiency", "balls_into_bi
 def _flows(src, dst, size, n_hosts, g) -> StepFlows:
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     n = src.size
-    return StepFlows(src=src.astype(np.int32), dst=dst.astype(np.int32),
-                     src_rank=src.astype(np.int32), dst_rank=dst.astype(np.int32),
-                     size=np.full(n, float(size)), deps=np.full((n, 0), -1, np.int32),
-                     phase=np.zeros(n, np.int32), rail=(dst % g).astype(np.int32),
-                     n_gpus=int(n_hosts), gpus_per_server=int(g), slices=1,
+    flows = Workload(src=src, dst=dst, size=np.full(n, float(size)), arrival=np.zeros(n),
+                     deps=np.full((n, 0), -1, np.int32), delay=np.zeros(n),
+                     job=np.zeros(n, np.int32), group=np.full(n, -1), group_names=(),
+                     job_names=("job0",), group_bytes=np.zeros(0), group_kind=(),
+                     group_ranks=np.zeros(0),
+                     columns=dict(src_rank=src.astype(np.int32), dst_rank=dst.astype(np.int32),
+                                  phase=np.zeros(n, np.int32), rail=(dst % g).astype(np.int32)))
+    return StepFlows(flows, n_gpus=int(n_hosts), gpus_per_server=int(g), slices=1,
                      compute_time=0.0, tokens_per_step=1.0, info={"overlap": 0.0})
 
 

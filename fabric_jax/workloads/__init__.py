@@ -12,7 +12,9 @@ a :class:`Workload` — per-flow arrays plus a dependency DAG — for the simula
   random permutations;
 * empirical flow sizes (:mod:`.cdf`): :class:`FlowSizeCDF` with published tables;
 * placement of tenants on hosts (:mod:`.placement`);
-* training steps: compute + collectives, with overlap (:mod:`.training`);
+* training steps: compute + collectives, with overlap (:mod:`.training`); the
+  collective flows of a parallel plan's step, the one builder behind both the model step
+  and the scale study's step (:func:`step_collectives`, :mod:`.phases`);
 * transformer models and parallelism plans -> step compute time and flows
   (:mod:`.model`); disaggregated prefill/decode serving with KV-cache transfers
   (:mod:`.inference`);
@@ -55,6 +57,7 @@ from fabric_jax.workloads.training import (
     model_training_step,
     training_step,
 )
+from fabric_jax.workloads.phases import step_collectives
 from fabric_jax.workloads.model import (
     GPU,
     GPUS,
@@ -83,7 +86,7 @@ __all__ = [
     "incast", "permutation", "poisson_background",
     "FlowSizeCDF",
     "place_job", "place_jobs", "server_rails",
-    "StepSpec", "training_step", "megatron_groups",
+    "StepSpec", "training_step", "megatron_groups", "step_collectives",
     "GPU", "GPUS", "get_gpu", "ModelConfig", "MODELS", "get_model", "ParallelPlan",
     "ModelStep", "model_training_step", "training_flops", "step_flops", "comm_bytes",
     "kv_cache_bytes",

@@ -20,6 +20,11 @@ collective's nominal payload ``S`` so that ``algbw = S / time``) and ``group_ran
 participant count, for the busbw factors of nccl-tests); ``group == -1`` marks
 independent flows (background traffic).
 
+Extra per-flow columns: ``columns`` maps a name to a ``[flows]`` array that a builder
+attaches and a consumer reads (e.g. the training step at scale's ``src_rank``,
+``dst_rank``, ``phase`` and ``rail``, :func:`fabric_jax.scale.step_flows`); they follow
+the flows through :func:`concat`, :meth:`Workload.subset` and :meth:`Workload.stripes`.
+
 Units: bytes, seconds.  Shapes: ``[flows]`` unless stated, ``[groups]`` for group tables.
 
 Example:
@@ -67,6 +72,8 @@ class Workload:
         group_bytes: float64 [groups] nominal payload ``S`` (bytes) of each collective.
         group_kind: tuple[str] [groups] e.g. ``"all_reduce"``, ``"all_to_all"``.
         group_ranks: int32 [groups] number of participating ranks.
+        columns: ``{name: [flows] array}`` extra per-flow columns (module docstring);
+            empty by default.
     """
 
     src: np.ndarray
@@ -82,6 +89,7 @@ class Workload:
     group_bytes: np.ndarray
     group_kind: tuple[str, ...]
     group_ranks: np.ndarray
+    columns: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         # Normalise dtypes so that every consumer can rely on them; shape and value
@@ -99,6 +107,8 @@ class Workload:
         object.__setattr__(self, "deps", deps)
         for name in ("group_names", "job_names", "group_kind"):
             object.__setattr__(self, name, tuple(str(v) for v in getattr(self, name)))
+        object.__setattr__(self, "columns", {str(k): np.ascontiguousarray(v)
+                                             for k, v in dict(self.columns).items()})
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -153,6 +163,49 @@ class Workload:
         return dataclasses.replace(self, job=np.zeros(self.n_flows, np.int32),
                                    job_names=(str(name),))
 
+    def with_columns(self, **columns) -> Workload:
+        """This workload with the extra per-flow ``columns`` added (or replaced)."""
+        return dataclasses.replace(self, columns={**self.columns, **columns})
+
+    def subset(self, keep, *, drop_deps: bool = False) -> Workload:
+        """The flows of ``keep`` (bool mask or increasing indices), deps renumbered.
+
+        A kept flow's dependency on a flow left out raises (the subset must be closed),
+        or with ``drop_deps`` is dropped (e.g. a dependency on an NVLink hop that leaves
+        the network).  Group tables are kept whole; columns follow the flows.
+        """
+        idx = np.flatnonzero(keep) if np.asarray(keep).dtype == bool else np.asarray(keep)
+        new = np.full(self.n_flows, -1, np.int64)
+        new[idx] = np.arange(idx.size)
+        d = self.deps[idx]
+        nd = np.where(d >= 0, new[np.maximum(d, 0)], -1)
+        if not drop_deps and np.any((d >= 0) & (nd < 0)):
+            raise ValueError("keep: a kept flow depends on a flow left out")
+        cut = lambda a: np.asarray(a)[idx]  # noqa: E731
+        return dataclasses.replace(
+            self, src=cut(self.src), dst=cut(self.dst), size=cut(self.size),
+            arrival=cut(self.arrival), deps=nd.astype(np.int32), delay=cut(self.delay),
+            job=cut(self.job), group=cut(self.group),
+            columns={k: cut(v) for k, v in self.columns.items()})
+
+    def stripes(self, n: int) -> Workload:
+        """Each flow split into ``n`` stripes of ``size / n`` (flow ``f`` becomes rows ``f n
+        .. f n + n - 1``, same columns); a stripe waits for every stripe of each flow its
+        flow depended on.  NCCL opens one connection per port of a multi-port
+        (multi-plane) NIC and stripes its channels over them."""
+        n = int(n)
+        if n == 1:
+            return self
+        rep = lambda a: np.repeat(np.asarray(a), n)  # noqa: E731
+        d = self.deps
+        wide = np.where(d[:, :, None] >= 0, d[:, :, None] * n + np.arange(n), -1)
+        wide = np.repeat(wide.reshape(d.shape[0], -1), n, axis=0)
+        return dataclasses.replace(
+            self, src=rep(self.src), dst=rep(self.dst), size=rep(self.size) / n,
+            arrival=rep(self.arrival), deps=wide.astype(np.int32), delay=rep(self.delay),
+            job=rep(self.job), group=rep(self.group),
+            columns={k: rep(v) for k, v in self.columns.items()})
+
     def select_groups(self) -> dict[str, np.ndarray]:
         """Flow indices of each group, keyed by group name (later duplicates get ``#k``)."""
         order = np.argsort(self.group, kind="stable")
@@ -191,6 +244,10 @@ class Workload:
             m = len(getattr(self, name))
             if m != n_groups:
                 raise ValueError(f"{name}: expected {n_groups} entries like group_names, got {m}")
+        for name, arr in self.columns.items():
+            if arr.shape != (n,):
+                raise ValueError(f"columns[{name!r}]: expected shape ({n},) like src, got "
+                                 f"{arr.shape}")
         if n_hosts is not None:
             n_hosts = int(n_hosts)
             for name in ("src", "dst"):
@@ -270,7 +327,8 @@ def concat(*workloads: Workload) -> Workload:
     instance stays distinct).  Jobs are merged **by name**: parts whose jobs share a name
     (e.g. the collectives of one training job) share one job id, different names get
     different ids, in order of first appearance.  ``deps`` tables are padded to the
-    widest part.
+    widest part.  Extra ``columns`` are stacked by name; a part without a column that
+    another part has gets ``-1`` there (in the column's dtype, from its first part).
 
     Args:
         *workloads: ``Workload`` records (a single list or tuple is also accepted).
@@ -308,6 +366,14 @@ def concat(*workloads: Workload) -> Workload:
     def cat(name):
         return np.concatenate([getattr(w, name) for w in workloads])
 
+    kinds = {}
+    for w in workloads:
+        for k, v in w.columns.items():
+            kinds.setdefault(k, v.dtype)
+    columns = {k: np.concatenate([w.columns[k] if k in w.columns
+                                  else np.full(w.n_flows, -1, dt) for w in workloads])
+               for k, dt in kinds.items()}
+
     return Workload(
         src=cat("src"), dst=cat("dst"), size=cat("size"), arrival=cat("arrival"),
         deps=np.concatenate(deps, axis=0), delay=cat("delay"),
@@ -316,7 +382,7 @@ def concat(*workloads: Workload) -> Workload:
         job_names=tuple(job_names),
         group_bytes=cat("group_bytes"),
         group_kind=sum((w.group_kind for w in workloads), ()),
-        group_ranks=cat("group_ranks"),
+        group_ranks=cat("group_ranks"), columns=columns,
     )
 
 

@@ -38,7 +38,9 @@ finish times with ``max(compute end, comm end)``.
 From a model: :func:`model_training_step` derives the compute time and the DP / PP /
 EP phases of a transformer's step from a :class:`~fabric_jax.workloads.model.ModelConfig`
 and a :class:`~fabric_jax.workloads.model.ParallelPlan` (formulas and sources in
-:mod:`fabric_jax.workloads.model`) and calls :func:`training_step` with them.
+:mod:`fabric_jax.workloads.model`; the collective flows from the one step builder,
+:func:`fabric_jax.workloads.step_collectives`, with uniform all-to-alls and one ring
+all-reduce per data-parallel group) and calls :func:`training_step` with them.
 
 Metrics: :class:`StepSpec` carries per-rank compute times, tokens per step and the group
 names of each step so that step time, GPU utilisation (compute / step time) and tokens/s
@@ -62,10 +64,9 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
-from fabric_jax.workloads.collectives import all_to_all, steady_state_all_reduce
-from fabric_jax.workloads.flows import Workload, check_hosts, concat, single_group
-from fabric_jax.workloads.model import (ParallelPlan, comm_bytes, get_gpu, get_model,
-                                        step_flops)
+from fabric_jax.workloads.flows import Workload, check_hosts, concat
+from fabric_jax.workloads.model import ParallelPlan, comm_bytes, get_gpu, get_model
+from fabric_jax.workloads.phases import drop_empty_groups, step_collectives, step_compute
 
 __all__ = ["StepSpec", "training_step", "megatron_groups", "ModelStep",
            "model_training_step"]
@@ -214,6 +215,75 @@ def _table(rows: Sequence[np.ndarray]) -> np.ndarray:
     return table
 
 
+def _phase_gates(ends, offsets, n_ranks, serialize):
+    """Per phase ``c`` and rank: the flows that gate it within the step (``serialize``:
+    the rank's end of the previous phase) and from the previous step, as template flow
+    indices (previous-step ones are offset by ``(k-1) * per_step`` later), and whether
+    the rank's compute gates it."""
+    same_rows, prev_rows, compute_gate = [], [], []
+    for c in range(len(ends)):
+        same, prev, gated = [], [], np.zeros(n_ranks, bool)
+        for x in range(n_ranks):
+            earlier = [e for e in range(c) if ends[e][x].size] if serialize else []
+            if earlier:
+                e = earlier[-1]
+                same.append(ends[e][x] + offsets[e])
+                prev.append(np.zeros(0, np.int64))
+            else:
+                gated[x] = True
+                same.append(np.zeros(0, np.int64))
+                later = [e for e in range(len(ends)) if ends[e][x].size]
+                if serialize:
+                    later = later[-1:]
+                prev.append(np.concatenate([ends[e][x] + offsets[e] for e in later])
+                            if later else np.zeros(0, np.int64))
+        same_rows.append(_table(same))
+        prev_rows.append(_table(prev))
+        compute_gate.append(gated)
+    return same_rows, prev_rows, compute_gate
+
+
+def _check_step_inputs(compute_time, overlap, arrival, n_steps, n_ranks):
+    """``compute_time`` as [n_steps, ranks] seconds, ``overlap`` and ``arrival`` checked."""
+    n_steps = int(n_steps)
+    if n_steps < 1:
+        raise ValueError(f"n_steps: must be >= 1, got {n_steps}")
+    comp = np.asarray(compute_time, np.float64)
+    if comp.ndim == 0 or comp.shape == (n_ranks,):
+        comp = np.broadcast_to(comp, (n_steps, n_ranks)).copy()
+    elif comp.shape != (n_steps, n_ranks):
+        raise ValueError(f"compute_time: expected a scalar, ({n_ranks},) or ({n_steps}, "
+                         f"{n_ranks}), got {comp.shape}")
+    if not np.all(np.isfinite(comp)) or np.any(comp < 0):
+        raise ValueError("compute_time: seconds must be finite and >= 0")
+    overlap = float(overlap)
+    if not 0.0 <= overlap <= 1.0:
+        raise ValueError(f"overlap: must lie in [0, 1], got {overlap}")
+    arrival = float(arrival)
+    if not np.isfinite(arrival) or arrival < 0:
+        raise ValueError(f"arrival: must be finite and >= 0 seconds, got {arrival}")
+    return comp, overlap, arrival
+
+
+def _step_deps(internal, same, prev, n_steps):
+    """The ``[n_steps, per_step, width]`` deps of every step from one step's ``internal``
+    deps, its within-step gates ``same`` and its previous-step gates ``prev``."""
+    per_step = internal.shape[0]
+    internal = internal.astype(np.int64)
+    # Step-0 table in absolute indices of step 0; later steps in those of step 1, then
+    # shifted by (k - 1) * per_step (prev-step gates point into step 0 = k - 1).
+    dep0 = _compact(np.concatenate([internal, same], axis=1))
+    dep1 = _compact(np.concatenate([np.where(internal >= 0, internal + per_step, -1),
+                                    np.where(same >= 0, same + per_step, -1), prev], axis=1))
+    width = max(dep0.shape[1], dep1.shape[1] if n_steps > 1 else 0)
+    deps = np.full((n_steps, per_step, width), -1, np.int32)
+    deps[0, :, :dep0.shape[1]] = dep0
+    if n_steps > 1:
+        shift = (np.arange(n_steps - 1) * per_step)[:, None, None]
+        deps[1:, :, :dep1.shape[1]] = np.where(dep1[None] >= 0, dep1[None] + shift, -1)
+    return deps
+
+
 def training_step(hosts, compute_time, collectives: Sequence[Workload], *,
                   overlap: float = 0.0, n_steps: int = 1, serialize: bool = True,
                   tokens_per_step: float = 0.0, job: str = "train",
@@ -240,23 +310,9 @@ def training_step(hosts, compute_time, collectives: Sequence[Workload], *,
     """
     hosts = check_hosts(hosts, min_ranks=1)
     n_ranks = hosts.size
-    n_steps = int(n_steps)
-    if n_steps < 1:
-        raise ValueError(f"n_steps: must be >= 1, got {n_steps}")
-    comp = np.asarray(compute_time, np.float64)
-    if comp.ndim == 0 or comp.shape == (n_ranks,):
-        comp = np.broadcast_to(comp, (n_steps, n_ranks)).copy()
-    elif comp.shape != (n_steps, n_ranks):
-        raise ValueError(f"compute_time: expected a scalar, ({n_ranks},) or ({n_steps}, "
-                         f"{n_ranks}), got {comp.shape}")
-    if not np.all(np.isfinite(comp)) or np.any(comp < 0):
-        raise ValueError("compute_time: seconds must be finite and >= 0")
-    overlap = float(overlap)
-    if not 0.0 <= overlap <= 1.0:
-        raise ValueError(f"overlap: must lie in [0, 1], got {overlap}")
-    arrival = float(arrival)
-    if not np.isfinite(arrival) or arrival < 0:
-        raise ValueError(f"arrival: must be finite and >= 0 seconds, got {arrival}")
+    comp, overlap, arrival = _check_step_inputs(compute_time, overlap, arrival, n_steps,
+                                                n_ranks)
+    n_steps = comp.shape[0]
     if isinstance(collectives, Workload):
         collectives = [collectives]
     phases = [w for w in collectives]
@@ -280,29 +336,7 @@ def training_step(hosts, compute_time, collectives: Sequence[Workload], *,
     ends = [_rank_end_flows(w, s, d, n_ranks) for w, s, d in zip(phases, src_r, dst_r)]
     offsets = np.cumsum([0] + [w.n_flows for w in phases])
     per_step = int(offsets[-1])
-    # Per phase c, per rank: gate within the step (serialize) and from the previous step,
-    # as template flow indices (previous-step ones are offset by (k-1) * per_step later).
-    same_rows, prev_rows, compute_gate = [], [], []
-    for c in range(len(phases)):
-        same, prev, gated = [], [], np.zeros(n_ranks, bool)
-        for x in range(n_ranks):
-            earlier = [e for e in range(c) if ends[e][x].size] if serialize else []
-            if earlier:
-                e = earlier[-1]
-                same.append(ends[e][x] + offsets[e])
-                prev.append(np.zeros(0, np.int64))
-            else:
-                gated[x] = True
-                same.append(np.zeros(0, np.int64))
-                later = [e for e in range(len(phases)) if ends[e][x].size]
-                if serialize:
-                    later = later[-1:]
-                prev.append(np.concatenate([ends[e][x] + offsets[e] for e in later])
-                            if later else np.zeros(0, np.int64))
-        same_rows.append(_table(same))
-        prev_rows.append(_table(prev))
-        compute_gate.append(gated)
-
+    same_rows, prev_rows, compute_gate = _phase_gates(ends, offsets, n_ranks, serialize)
     lead = 1.0 - overlap
     template = concat(*phases)                     # one step; deps/groups offset
     xs = np.concatenate(src_r)                     # sending rank of each template flow
@@ -325,18 +359,7 @@ def training_step(hosts, compute_time, collectives: Sequence[Workload], *,
             last, ((0, 0), (0, table.shape[1] - 1)), constant_values=-1))
 
     same, prev = narrow(same), narrow(prev)
-    internal = template.deps.astype(np.int64)
-    # Step-0 table in absolute indices of step 0; later steps in those of step 1, then
-    # shifted by (k - 1) * per_step (prev-step gates point into step 0 = k - 1).
-    dep0 = _compact(np.concatenate([internal, same], axis=1))
-    dep1 = _compact(np.concatenate([np.where(internal >= 0, internal + per_step, -1),
-                                    np.where(same >= 0, same + per_step, -1), prev], axis=1))
-    width = max(dep0.shape[1], dep1.shape[1] if n_steps > 1 else 0)
-    deps = np.full((n_steps, per_step, width), -1, np.int32)
-    deps[0, :, :dep0.shape[1]] = dep0
-    if n_steps > 1:
-        shift = (np.arange(n_steps - 1) * per_step)[:, None, None]
-        deps[1:, :, :dep1.shape[1]] = np.where(dep1[None] >= 0, dep1[None] + shift, -1)
+    deps = _step_deps(template.deps, same, prev, n_steps)
     delay = np.broadcast_to(template.delay, (n_steps, per_step)).copy()
     delay[1:] += np.where(opening, lead * comp[1:, xs], 0.0)
     flow_arrival = np.full((n_steps, per_step), arrival)
@@ -351,7 +374,7 @@ def training_step(hosts, compute_time, collectives: Sequence[Workload], *,
     out = Workload(
         src=np.tile(template.src, n_steps), dst=np.tile(template.dst, n_steps),
         size=np.tile(template.size, n_steps), arrival=flow_arrival.reshape(-1),
-        deps=deps.reshape(n_steps * per_step, width), delay=delay.reshape(-1),
+        deps=deps.reshape(n_steps * per_step, deps.shape[2]), delay=delay.reshape(-1),
         job=np.zeros(n_steps * per_step, np.int32), group=group.reshape(-1),
         group_names=sum(step_group_names, ()), job_names=(job,),
         group_bytes=np.tile(template.group_bytes, n_steps),
@@ -423,25 +446,6 @@ class ModelStep:
         return self.spec.step_times(self.workload, finish)
 
 
-def _cross_server(w: Workload, server: np.ndarray) -> Workload | None:
-    """Keep the flows of a dependency-free workload that leave their server."""
-    if w.max_deps and np.any(w.deps >= 0):
-        raise ValueError("internal: only dependency-free workloads can be filtered")
-    keep = server[w.src] != server[w.dst]
-    if not keep.any():
-        return None
-    return dataclasses.replace(
-        w, src=w.src[keep], dst=w.dst[keep], size=w.size[keep], arrival=w.arrival[keep],
-        deps=np.full((int(keep.sum()), 0), -1, np.int32), delay=w.delay[keep],
-        job=w.job[keep], group=w.group[keep])
-
-
-def _ring_flows(hosts, size, sharp, job, name):
-    # :func:`fabric_jax.fabrics.all_reduce_flows` is this builder; calling it here
-    # directly keeps the imports one way (fabrics -> workloads)
-    return steady_state_all_reduce(hosts, size, sharp=sharp, job=job, name=name)
-
-
 def model_training_step(model, plan: ParallelPlan, gpu="h100_sxm", *, hosts=None,
                         host_server=None, n_steps: int = 1, sharp: bool = False,
                         job: str = "train") -> ModelStep:
@@ -462,8 +466,14 @@ def model_training_step(model, plan: ParallelPlan, gpu="h100_sxm", *, hosts=None
       sharp: in-network reduction for the DP all-reduces (InfiniBand SHARP).
       job: job name of the flows.
 
+    The collectives are :func:`fabric_jax.workloads.step_collectives` with a uniform
+    expert-parallel all-to-all and one steady-state ring (or SHARP) all-reduce over each
+    data-parallel and expert-data-parallel group (``dp="all_reduce"``), ranks placed on
+    ``hosts``; phase 1 of the step is the all-to-all with the pipeline sends, phase 2
+    the all-reduces (:func:`training_step`, serialised).
+
     Returns:
-      :class:`ModelStep`.  Flow groups are named ``"{job}/step{k}/dp_r{row}"`` etc.
+      :class:`ModelStep`.  Flow groups are named ``"{job}/step{k}/dp_g{row}"`` etc.
     """
     model = get_model(model)
     gpu = get_gpu(gpu)
@@ -481,41 +491,18 @@ def model_training_step(model, plan: ParallelPlan, gpu="h100_sxm", *, hosts=None
         if server.ndim != 1 or server.size <= hosts.max():
             raise ValueError("host_server: expected [n_hosts] server ids covering every "
                              "host of `hosts`")
-    m = plan.n_microbatches(model)
-    flops = step_flops(model, recompute=plan.recompute)
-    math_time = flops / n / (gpu.peak_flops * plan.achievable_fraction)
-    bubble = (plan.pp - 1) / m
+    comp = step_compute(model, plan, gpu)
+    m, flops, math_time = comp["microbatches"], comp["step_flops"], comp["math_time"]
+    bubble, tp_time, compute = comp["bubble"], comp["tp_time"], comp["compute_time"]
     cb = comm_bytes(model, plan)
-    tp_time = cb["tp_bytes_sent"] / gpu.nvlink_bandwidth
-    compute = math_time * (1.0 + bubble) + tp_time
-    groups = plan.groups()
-    phases = []
-    pp_parts, ep_parts, dp_parts = [], [], []
-    if cb["ep_alltoall_count"]:
-        total = cb["ep_alltoall_bytes"] * cb["ep_alltoall_count"]
-        for g, ranks in enumerate(groups["ep"]):
-            w = all_to_all(hosts[ranks], total, job=job, name=f"ep_g{g}")
-            ep_parts.append(_cross_server(w, server))
-    if cb["pp_send_count"]:
-        per = cb["pp_send_bytes"] * cb["pp_send_count"] / 2.0
-        for g, ranks in enumerate(groups["pp"]):
-            a, b = hosts[ranks[:-1]], hosts[ranks[1:]]
-            w = single_group(np.concatenate([a, b]), np.concatenate([b, a]), per, None,
-                             name=f"pp_g{g}", kind="sendrecv", group_bytes=per,
-                             n_ranks=ranks.size, job=job)
-            pp_parts.append(_cross_server(w, server))
-    if cb["dp_allreduce_bytes"]:
-        for g, ranks in enumerate(groups["dp"]):
-            dp_parts.append(_cross_server(_ring_flows(hosts[ranks], cb["dp_allreduce_bytes"],
-                                                      sharp, job, f"dp_g{g}"), server))
-    if cb["edp_allreduce_bytes"]:
-        for g, ranks in enumerate(groups["edp"]):
-            dp_parts.append(_cross_server(_ring_flows(hosts[ranks], cb["edp_allreduce_bytes"],
-                                                      sharp, job, f"edp_g{g}"), server))
-    for parts in (ep_parts + pp_parts, dp_parts):
-        parts = [p for p in parts if p is not None]
-        if parts:
-            phases.append(concat(*parts))
+    # the step's collectives at rank level, placed on ``hosts``; flows inside a server
+    # (NVLink) and the collective instances left empty by that are dropped
+    w = step_collectives(model, plan, dp="all_reduce", sharp=sharp, pp_order="lane", job=job)
+    w = dataclasses.replace(w, src=hosts[w.src], dst=hosts[w.dst])
+    w = w.subset(server[w.src] != server[w.dst])
+    phases = [drop_empty_groups(w.subset(np.isin(w.columns["phase"], ids)))
+              for ids in ((0, 1), (5,))]
+    phases = [p for p in phases if p.n_flows]
     info = dict(
         model=dataclasses.asdict(model), plan=dataclasses.asdict(plan),
         gpu=dataclasses.asdict(gpu), n_gpus=n, n_steps=int(n_steps), sharp=bool(sharp),

@@ -484,7 +484,7 @@ def test_background_keeps_the_rail_reduction_exact():
     i = np.flatnonzero(~b.is_step & (b.rail == 3))[0]
     arr = b.arrivals.copy()
     arr[i] += 1e-6
-    moved = dataclasses.replace(b, arrival=arr)
+    moved = dataclasses.replace(b, flows=dataclasses.replace(b.flows, arrival=arr))
     assert not sc._run._reduction(moved, topo, "adaptive", (0,), 4)["exact"]
 
 

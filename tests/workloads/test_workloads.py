@@ -338,6 +338,63 @@ def test_concat_offsets_and_merges_jobs_by_name():
     np.testing.assert_allclose(shifted.arrival, w.arrival + 2.5)
 
 
+
+def test_columns_follow_concat_subset_and_stripes():
+    a = ring_all_reduce([0, 1, 2], S, job="A")
+    n = a.n_flows
+    a = a.with_columns(phase=np.arange(n, dtype=np.int32))
+    b = all_to_all([3, 4], S, job="B")
+    w = concat(a, b).validate(5)
+    # a part without a column gets -1 there, in the column's dtype
+    np.testing.assert_array_equal(w.columns["phase"], list(range(n)) + [-1, -1])
+    assert w.columns["phase"].dtype == np.int32
+    with pytest.raises(ValueError, match="columns"):
+        a.with_columns(rail=np.zeros(2)).validate()
+    # subset: deps renumbered, a dependency left out raises (or is dropped on request)
+    keep = np.arange(n - 3, n)                               # the last ring step
+    with pytest.raises(ValueError, match="left out"):
+        a.subset(keep)
+    sub = a.subset(keep, drop_deps=True).validate()
+    np.testing.assert_array_equal(sub.columns["phase"], keep)
+    np.testing.assert_array_equal(sub.src, a.src[keep])
+    closed = w.subset(np.arange(n)).validate()
+    np.testing.assert_array_equal(closed.deps, a.deps)
+    # stripes: n rows per flow, size / n, each stripe waits for every stripe of a dep
+    st = a.stripes(2).validate()
+    assert st.n_flows == 2 * n and st.total_bytes == pytest.approx(a.total_bytes)
+    np.testing.assert_array_equal(st.columns["phase"], np.repeat(np.arange(n), 2))
+    f = n - 1
+    d = a.deps[f][a.deps[f] >= 0][0]                        # flow f waits for flow d
+    assert {2 * d, 2 * d + 1} <= set(st.deps[2 * f][st.deps[2 * f] >= 0].tolist())
+    assert a.stripes(1) is a
+
+
+def test_one_step_builder_for_the_model_step_and_the_scale_step():
+    # both steps are step_collectives: same all-to-all pairs, pipeline sends and
+    # data-parallel bytes on the wire; they differ only in the options named
+    from fabric_jax.workloads import ParallelPlan, model_training_step, step_collectives
+    plan = ParallelPlan(tp=8, pp=2, dp=4, ep=4)       # one rank of a DP group per server
+    ar = step_collectives("mixtral_8x7b", plan, dp="all_reduce")
+    rs = step_collectives("mixtral_8x7b", plan, dp="reduce_scatter_all_gather",
+                          pp_order="direction", expert_skew=0.0)
+    for w in (ar, rs):
+        w.validate(plan.n_gpus)
+    ph_ar, ph_rs = ar.columns["phase"], rs.columns["phase"]
+    for ph in (0, 1):
+        pairs = lambda w, p: sorted(zip(w.src[p].tolist(), w.dst[p].tolist()))  # noqa
+        assert pairs(ar, ph_ar == ph) == pairs(rs, ph_rs == ph)
+        assert ar.size[ph_ar == ph].sum() == pytest.approx(rs.size[ph_rs == ph].sum())
+    # reduce-scatter + all-gather carry what the ring all-reduce does (flat rings: one
+    # member of each group per server; with several, the rings are per rail instead)
+    assert ar.size[ph_ar == 5].sum() == pytest.approx(rs.size[ph_rs >= 2].sum())
+    ms = model_training_step("mixtral_8x7b", plan)
+    server = np.arange(plan.n_gpus) // plan.gpus_per_server
+    cross = server[ar.src] != server[ar.dst]
+    assert ms.info["network_bytes_per_step"] == pytest.approx(ar.size[cross].sum())
+    with pytest.raises(ValueError, match="dp"):
+        step_collectives("mixtral_8x7b", plan, dp="tree")
+
+
 # ------------------------------------------------------------------ placement
 def test_packed_random_and_exclusions():
     np.testing.assert_array_equal(place_job(4, 16), [0, 1, 2, 3])

@@ -1,0 +1,252 @@
+"""The collective flows of one training step of a parallel plan, at rank level.
+
+One builder, :func:`step_collectives`, turns a model and a
+:class:`~fabric_jax.workloads.model.ParallelPlan` into the network flows of one step's
+collectives as a :class:`~fabric_jax.workloads.Workload` whose ``src`` / ``dst`` are GPU
+*ranks* in Megatron order (``rank = (p dp + d) tp + t``, :meth:`ParallelPlan.groups`;
+Narayanan et al., SC 2021), one group per collective instance, and a ``phase`` column
+(:data:`PHASES`).  Bytes per GPU and step come from
+:func:`fabric_jax.workloads.model.comm_bytes`.  The callers place the ranks on hosts and
+drop the flows that stay inside a server (NVLink):
+:func:`fabric_jax.workloads.model_training_step` (the compare study's model step, with
+compute and step gating from :func:`fabric_jax.workloads.training_step`) and
+:func:`fabric_jax.scale.step_flows` (one slice of the step at cluster scale).
+
+Collectives:
+
+* **expert-parallel all-to-all** in each EP group (``4 L/pp m`` all-to-alls per step,
+  aggregated): uniform (rank ``a`` sends ``S/n`` to every other rank, as
+  :func:`fabric_jax.workloads.all_to_all`) or, with ``expert_skew``, rank ``a`` sends rank
+  ``b`` the share of ``b``'s experts in a Zipf(``s``) expert popularity (one popularity
+  per pipeline stage, the same in every EP group and TP lane: the hot experts are a
+  property of the layer; :func:`fabric_jax.workloads.zipf_expert_load`); zero-byte flows
+  are left out;
+* **pipeline sends** between consecutive stages of each lane, activations forward and
+  gradients back (``m`` per direction, aggregated);
+* **data-parallel gradient synchronisation** over each DP group (dense gradients) and
+  each expert-DP group (expert gradients), either
+
+  - ``dp="all_reduce"``: one steady-state pipelined ring all-reduce per group (every rank
+    streams ``2 (n-1)/n`` of the payload to its successor, or the payload once with
+    SHARP; :func:`fabric_jax.workloads.steady_state_all_reduce`), or
+  - ``dp="reduce_scatter_all_gather"``: the distributed optimizer / FSDP's
+    reduce-scatter then all-gather, each a steady-state ring carrying ``(n-1)/n`` of the
+    payload, hierarchical when a group has several members per server (one ring per
+    rail, :func:`rail_rings`); all-gather flow ``(i, j)`` waits for the reduce-scatter
+    flow into its sender.
+
+Units: bytes, seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from fabric_jax.workloads.flows import Workload, concat
+from fabric_jax.workloads.model import ParallelPlan, comm_bytes, get_model, step_flops
+
+__all__ = ["PHASES", "DP_COLLECTIVES", "step_collectives", "step_compute", "rail_rings",
+           "drop_empty_groups"]
+
+#: Phase ids of a step's flows (the ``phase`` column): ``background`` marks other
+#: traffic sharing the fabric (:func:`fabric_jax.scale.add_background`).
+PHASES = {0: "ep_all_to_all", 1: "pp_send", 2: "dp_reduce_scatter", 3: "dp_all_gather",
+          4: "background", 5: "dp_all_reduce"}
+#: How the data-parallel gradients are synchronised (module docstring).
+DP_COLLECTIVES = ("all_reduce", "reduce_scatter_all_gather")
+
+
+def step_compute(model, plan: ParallelPlan, gpu) -> dict:
+    """Compute of one step on every GPU: ``step_flops`` (FLOPs of the step),
+    ``math_time`` (s, the FLOPs over ``n_gpus`` GPUs at ``achievable_fraction`` of
+    ``gpu.peak_flops``), ``bubble`` (the 1F1B pipeline bubble ``(pp - 1)/m``, Narayanan
+    et al. 2021), ``tp_time`` (s, the tensor-parallel bytes over NVLink) and
+    ``compute_time = math_time (1 + bubble) + tp_time``."""
+    m = plan.n_microbatches(model)
+    flops = step_flops(model, recompute=plan.recompute)
+    math_time = flops / plan.n_gpus / (gpu.peak_flops * plan.achievable_fraction)
+    bubble = (plan.pp - 1) / m
+    tp_time = comm_bytes(model, plan)["tp_bytes_sent"] / gpu.nvlink_bandwidth
+    return dict(step_flops=flops, math_time=math_time, bubble=bubble, tp_time=tp_time,
+                compute_time=math_time * (1.0 + bubble) + tp_time, microbatches=m)
+
+
+def rail_rings(groups: np.ndarray, server: np.ndarray):
+    """Rail-aligned rings of each group (hierarchical collective): ``[rings, n]`` ranks
+    and the fraction of the payload each ring carries.
+
+    A group whose members sit ``m`` per server (in server order) runs ``m`` rings over
+    the servers, ring ``j`` through the ``j``-th member of each server, each carrying
+    ``1/m`` of the payload (the intra-server part runs on NVLink); a group with an
+    uneven number per server runs one ring over every member (its hops inside a server
+    are NVLink and dropped)."""
+    n_groups, n = groups.shape
+    srv = server[groups]
+    first = srv[:, :1]
+    per = int(np.sum(srv[0] == first[0])) if n else 1
+    even = (n % per == 0 and np.all(np.diff(srv, axis=1) >= 0)
+            and np.all(srv.reshape(n_groups, n // per, per)
+                       == srv.reshape(n_groups, n // per, per)[:, :, :1]))
+    if even and per > 1:
+        rings = groups.reshape(n_groups, n // per, per).transpose(0, 2, 1)
+        return rings.reshape(n_groups * per, n // per), 1.0 / per
+    return groups, 1.0
+
+
+def _flows(src, dst, size, group, names, kind, group_bytes, ranks, phase, job) -> Workload:
+    """Rank-level flows of one collective family (one group per instance)."""
+    src = np.asarray(src, np.int32)
+    n, k = src.size, len(names)
+    return Workload(
+        src=src, dst=np.asarray(dst, np.int32), size=np.asarray(size, np.float64),
+        arrival=np.zeros(n), deps=np.full((n, 0), -1, np.int32),
+        delay=np.zeros(n), job=np.zeros(n, np.int32), group=group,
+        group_names=tuple(names), job_names=(job,),
+        group_bytes=np.broadcast_to(np.asarray(group_bytes, np.float64), (k,)),
+        group_kind=(kind,) * k, group_ranks=np.full(k, int(ranks)),
+        columns={"phase": np.full(n, phase, np.int32)})
+
+
+def _all_to_all(mdl, plan: ParallelPlan, groups, total, expert_skew, seed, job):
+    """The expert-parallel all-to-all of every EP group (module docstring)."""
+    n_groups, n = groups.shape
+    i, j = np.nonzero(~np.eye(n, dtype=bool))
+    a, b = groups[:, i].reshape(-1), groups[:, j].reshape(-1)
+    row, pos = np.repeat(np.arange(n_groups), i.size), np.tile(j, n_groups)
+    if expert_skew is None:
+        size = total * np.full(a.size, 1.0 / n)
+    else:
+        # EP groups are [pp, tp, dp/ep] rows: the stage of row r is r // (tp dp/ep)
+        stage = row // (plan.tp * (plan.dp // plan.ep))
+        rng = np.random.default_rng(seed)
+        E = mdl.n_experts
+        w = np.arange(1, E + 1, dtype=np.float64) ** -float(expert_skew)
+        w /= w.sum()
+        perm = rng.permuted(np.broadcast_to(np.arange(E), (plan.pp, E)), axis=1)
+        load = np.empty((plan.pp, E))
+        np.put_along_axis(load, perm, np.broadcast_to(w, (plan.pp, E)), axis=1)
+        per_rank = load.reshape(plan.pp, plan.ep, E // plan.ep).sum(axis=2)
+        size = total * per_rank[stage, pos]
+    keep = size > 0
+    return _flows(a[keep], b[keep], size[keep], row[keep],
+                  [f"ep_g{g}" for g in range(n_groups)], "all_to_all", total, n, 0, job)
+
+
+def _pp_sends(lanes, per, order, job):
+    """Sends between consecutive stages of each lane, both directions (module docstring):
+    ``order="lane"`` lane by lane (forward then backward), ``"direction"`` every lane's
+    forward sends, then every lane's backward ones."""
+    L, p = lanes.shape
+    a, b = lanes[:, :-1], lanes[:, 1:]
+    if order == "lane":
+        src, dst = np.concatenate([a, b], axis=1), np.concatenate([b, a], axis=1)
+        group = np.repeat(np.arange(L), 2 * (p - 1))
+    else:
+        src, dst = np.stack([a, b]), np.stack([b, a])
+        group = np.tile(np.repeat(np.arange(L), p - 1), 2)
+    return _flows(src.reshape(-1), dst.reshape(-1), np.full(group.size, per), group,
+                  [f"pp_g{g}" for g in range(L)], "sendrecv", per, p, 1, job)
+
+
+def _dp_all_reduce(key, rows, nbytes, sharp, job):
+    """One steady-state ring all-reduce per row of ``rows``."""
+    n_rows, n = rows.shape
+    per = nbytes if sharp else 2.0 * (n - 1) / n * nbytes
+    return _flows(rows.reshape(-1), np.roll(rows, -1, axis=1).reshape(-1),
+                  np.full(rows.size, per), np.repeat(np.arange(n_rows), n),
+                  [f"{key}_g{g}" for g in range(n_rows)], "all_reduce", nbytes, n, 5, job)
+
+
+def _dp_rs_ag(families, job):
+    """Reduce-scatter rings of every family, then their all-gather rings, as one block
+    (module docstring): ``families`` is ``[(key, rings [R, k], bytes per ring)]``."""
+    rs, ag, deps, off = [], [], [], 0
+    for key, r, s in families:
+        n_r, k_r = r.shape
+        a, b = r.reshape(-1), np.roll(r, -1, axis=1).reshape(-1)
+        grp = np.repeat(np.arange(n_r), k_r)
+        rs.append(_flows(a, b, np.full(a.size, s), grp,
+                         [f"{key}_rs_r{i}" for i in range(n_r)], "reduce_scatter", s, k_r,
+                         2, job))
+        ag.append(_flows(a, b, np.full(a.size, s), grp,
+                         [f"{key}_ag_r{i}" for i in range(n_r)], "all_gather", s, k_r, 3, job))
+        # all-gather flow (i, j) waits for the reduce-scatter flow (i, j - 1) into rank j
+        i, j = np.divmod(np.arange(a.size), k_r)
+        deps.append(off + i * k_r + (j - 1) % k_r)
+        off += a.size
+    block = concat(*rs, *ag)
+    dep = np.concatenate([np.full(off, -1)] + deps)
+    return dataclasses.replace(block, deps=dep[:, None].astype(np.int32))
+
+
+def step_collectives(model, plan: ParallelPlan, *, expert_skew: float | None = None,
+                     seed: int = 0, dp: str = "all_reduce", sharp: bool = False,
+                     pp_order: str = "lane", job: str = "train") -> Workload:
+    """The collective flows of one training step at rank level (module docstring).
+
+    Args:
+      model: :class:`~fabric_jax.workloads.model.ModelConfig` or a name.
+      plan: the :class:`ParallelPlan` (checked).
+      expert_skew: Zipf exponent of the expert load (``None``: uniform all-to-all).
+      seed: seed of the expert popularity.
+      dp: :data:`DP_COLLECTIVES`.
+      sharp: in-network reduction for ``dp="all_reduce"`` (InfiniBand SHARP).
+      pp_order: ``"lane"`` or ``"direction"`` (:func:`_pp_sends`; the flows are the same).
+      job: the job name of every flow.
+
+    Returns:
+      a ``Workload`` over ranks ``0 .. n_gpus - 1`` in the order all-to-all, pipeline
+      sends, data-parallel (dense groups, then expert groups; with
+      ``"reduce_scatter_all_gather"`` every reduce-scatter, then every all-gather), with
+      a ``phase`` column (:data:`PHASES`); flows between two ranks of one server are
+      kept (the caller places the ranks).
+    """
+    if dp not in DP_COLLECTIVES:
+        raise ValueError(f"dp: must be one of {DP_COLLECTIVES}; got {dp!r}")
+    if pp_order not in ("lane", "direction"):
+        raise ValueError(f"pp_order: must be 'lane' or 'direction'; got {pp_order!r}")
+    mdl = get_model(model)
+    plan.check(mdl)
+    cb = comm_bytes(mdl, plan)
+    groups = plan.groups()
+    parts = []
+    if cb["ep_alltoall_count"]:
+        total = cb["ep_alltoall_bytes"] * cb["ep_alltoall_count"]
+        parts.append(_all_to_all(mdl, plan, groups["ep"], total, expert_skew, seed, job))
+    if cb["pp_send_count"]:
+        per = cb["pp_send_bytes"] * cb["pp_send_count"] / 2.0
+        parts.append(_pp_sends(groups["pp"], per, pp_order, job))
+    server = np.arange(plan.n_gpus) // plan.gpus_per_server
+    families = []
+    for key in ("dp", "edp"):
+        nbytes = cb[f"{key}_allreduce_bytes"]
+        if not nbytes:
+            continue
+        if dp == "all_reduce":
+            if groups[key].shape[1] >= 2:
+                parts.append(_dp_all_reduce(key, groups[key], nbytes, sharp, job))
+            continue
+        r, frac = rail_rings(groups[key], server)
+        if r.shape[1] >= 2:
+            families.append((key, r, (r.shape[1] - 1) / r.shape[1] * nbytes * frac))
+    if families:
+        parts.append(_dp_rs_ag(families, job))
+    if not parts:
+        return Workload.empty().with_columns(phase=np.zeros(0, np.int32))
+    return concat(*parts)
+
+
+def drop_empty_groups(w: Workload) -> Workload:
+    """``w`` without the groups that have no flows (the rest renumbered in order)."""
+    used = np.zeros(w.n_groups, bool)
+    used[w.group[w.group >= 0]] = True
+    new = np.cumsum(used) - 1
+    keep = np.flatnonzero(used)
+    return Workload(
+        src=w.src, dst=w.dst, size=w.size, arrival=w.arrival, deps=w.deps, delay=w.delay,
+        job=w.job, group=np.where(w.group >= 0, new[np.maximum(w.group, 0)], -1),
+        group_names=tuple(w.group_names[g] for g in keep), job_names=w.job_names,
+        group_bytes=w.group_bytes[keep], group_kind=tuple(w.group_kind[g] for g in keep),
+        group_ranks=w.group_ranks[keep], columns=w.columns)
