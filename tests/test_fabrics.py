@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabric_jax.fabrics import PRESETS, all_reduce_flows, get_fabric, roce
+from fabric_jax.fabrics import PRESETS, get_fabric, roce
 from fabric_jax.fluid import simulate_fluid
 from fabric_jax.incidence import Incidence
+from fabric_jax.workloads import steady_state_all_reduce
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -34,8 +35,8 @@ def test_sharp_halves_all_reduce_traffic():
     # Ring: each of n ranks sends 2 (n-1)/n S; SHARP: S.  Ratio n / (2 (n-1)) -> 1/2;
     # for n = 16 it is 16/30.
     hosts = np.arange(16)
-    ring = all_reduce_flows(hosts, 1e6).size.sum()
-    sharp = all_reduce_flows(hosts, 1e6, sharp=True).size.sum()
+    ring = steady_state_all_reduce(hosts, 1e6).size.sum()
+    sharp = steady_state_all_reduce(hosts, 1e6, sharp=True).size.sum()
     assert sharp / ring == pytest.approx(16 / 30)
 
 

@@ -437,8 +437,6 @@ def _cross_server(w: Workload, server: np.ndarray) -> Workload | None:
 
 
 def _ring_flows(hosts, size, sharp, job, name):
-    # :func:`fabric_jax.fabrics.all_reduce_flows` is this builder; calling it here
-    # directly keeps the imports one way (fabrics -> workloads)
     return steady_state_all_reduce(hosts, size, sharp=sharp, job=job, name=name)
 
 
