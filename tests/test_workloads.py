@@ -173,7 +173,7 @@ def test_double_binary_tree_matches_nccl_illustrations():
 
 def test_tree_depth_of_nccl_binary_tree():
     # ncclGetBtree on 8 ranks: 0 <- 4 <- {2, 6}, 2 <- {1, 3}, 6 <- {5, 7}: depth log2(8)
-    from fabric_jax.workloads.trees import btree_parent, tree_depth
+    from fabric_jax.collectives.trees import btree_parent, tree_depth
     parent = btree_parent(8)
     np.testing.assert_array_equal(parent, [-1, 2, 4, 2, 0, 6, 4, 6])
     np.testing.assert_array_equal(tree_depth(parent), [0, 3, 2, 3, 1, 3, 2, 3])
