@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from ..collectives import LINK_EFFICIENCY, nccl_choice, nccl_latency
+from ..collectives.schedules import TransferDag, ring
 from ..workloads.model import (ParallelPlan, comm_bytes, get_gpu, get_model, step_flops)
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_PP", "DEFAULT_EP", "DEFAULT_MICROBATCHES",
@@ -380,27 +381,24 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
             r, frac = _rings(groups[key], server)
             if r.shape[1] >= 2:
                 rings.append((r, (r.shape[1] - 1) / r.shape[1] * nbytes * frac))
-    # layout: phases 0/1, then every ring family's reduce-scatter, then its all-gather;
-    # all-gather flow (i, j) of a family (from ring i's j-th rank) waits for the
-    # reduce-scatter flow (i, j - 1) into that rank
+    # layout: phases 0/1, then every ring family's reduce-scatter, then its all-gather,
+    # each one merged step of :func:`fabric_jax.collectives.schedules.ring`; a rank's
+    # all-gather flow waits for the reduce-scatter flow into that rank
     src_r, dst_r, size, phase, ag_dep = [], [], [], [], []
     for a, b, s, ph in parts:
         src_r.append(a), dst_r.append(b), size.append(np.broadcast_to(s, a.shape))
         phase.append(np.full(a.size, ph)), ag_dep.append(np.full(a.size, -1))
     off = sum(a.size for a, *_ in parts)
-    rs_off = []
-    for r, s in rings:
-        a, b = r.reshape(-1), np.roll(r, -1, axis=1).reshape(-1)
-        src_r.append(a), dst_r.append(b), size.append(np.full(a.size, s))
-        phase.append(np.full(a.size, 2)), ag_dep.append(np.full(a.size, -1))
-        rs_off.append(off)
-        off += a.size
-    for (r, s), o in zip(rings, rs_off):
-        n_r, k_r = r.shape
-        a, b = r.reshape(-1), np.roll(r, -1, axis=1).reshape(-1)
-        i, j = np.divmod(np.arange(a.size), k_r)
-        src_r.append(a), dst_r.append(b), size.append(np.full(a.size, s))
-        phase.append(np.full(a.size, 3)), ag_dep.append(o + i * k_r + (j - 1) % k_r)
+    dag = TransferDag()
+    rs_done = [ring(dag, r, 1, s)[1] for r, s in rings]
+    for (r, s), done in zip(rings, rs_done):
+        ring(dag, r, 1, s, ready=done)
+    if rings:
+        a, b, s, dep = dag.arrays()
+        ready = dep.max(axis=1)                   # the one dependency, or -1
+        src_r.append(a), dst_r.append(b), size.append(s)
+        phase.append(np.where(ready >= 0, 3, 2)), ag_dep.append(np.where(ready >= 0,
+                                                                         off + ready, -1))
     cat = lambda xs, dt: (np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))  # noqa
     src_r, dst_r = cat(src_r, np.int64), cat(dst_r, np.int64)
     size, phase, ag_dep = cat(size, np.float64), cat(phase, np.int32), cat(ag_dep, np.int64)
