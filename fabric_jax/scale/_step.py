@@ -407,7 +407,6 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     new_id = np.where(net, np.cumsum(net) - 1, -1)
     ag_dep = np.where(ag_dep >= 0, new_id[np.maximum(ag_dep, 0)], -1)[net]
     src_r, dst_r, size, phase = src_r[net], dst_r[net], size[net], phase[net]
-    n_flows = src_r.size
     # a rank's reduce-scatter waits for the all-to-all and pipeline flows into it
     f01 = np.flatnonzero(phase <= 1)
     order = f01[np.argsort(dst_r[f01], kind="stable")]
