@@ -21,7 +21,7 @@ Scenario (issue 14, "Real topologies").  ``--leaves`` x ``--hosts-per-leaf`` hos
 
 Workloads, all flows at ``t = 0``: a uniform all-to-all of ``--a2a-mb`` per rank
 (:func:`fabric_jax.workloads.all_to_all`) and a bandwidth-bound ring all-reduce of
-``--ar-mb`` (:func:`fabric_jax.fabrics.all_reduce_flows`: every rank streams
+``--ar-mb`` (:func:`fabric_jax.workloads.steady_state_all_reduce`: every rank streams
 ``2 (n-1)/n S`` to its successor) over a ring that visits the leaves in turn (rank
 ``i`` on leaf ``i mod L``), so every ring hop crosses the fabric.
 
@@ -94,12 +94,12 @@ if __package__ in (None, ""):  # run as a file: make `experiments` importable
 from experiments import _common as cm
 
 from fabric_jax import metrics as mx  # noqa: E402
-from fabric_jax.fabrics import all_reduce_flows, get_fabric  # noqa: E402
+from fabric_jax.fabrics import get_fabric  # noqa: E402
 from fabric_jax.paths import concat_paths, shortest_paths  # noqa: E402
 from fabric_jax.fabric_sim import simulate_paths  # noqa: E402
 from fabric_jax.topology import disjoint_union, leaf_spine  # noqa: E402
 from fabric_jax.units import MB, gbps  # noqa: E402
-from fabric_jax.workloads import all_to_all, concat  # noqa: E402
+from fabric_jax.workloads import all_to_all, concat, steady_state_all_reduce  # noqa: E402
 
 BUILDS = ("2-tier", "2-tier 2:1", "2-plane", "3-tier")
 WORKLOADS = ("all_to_all", "ring_all_reduce")
@@ -129,7 +129,7 @@ def workload(name: str, n_leaves: int, hpl: int, a2a_bytes: float, ar_bytes: flo
         return all_to_all(np.arange(n), a2a_bytes), a2a_bytes * (n - 1) / n
     # rank i on leaf i % L: host (i % L) * hpl + i // L
     ring = (np.arange(n) % n_leaves) * hpl + np.arange(n) // n_leaves
-    return all_reduce_flows(ring, ar_bytes), 2 * (n - 1) / n * ar_bytes
+    return steady_state_all_reduce(ring, ar_bytes), 2 * (n - 1) / n * ar_bytes
 
 
 def run_all(parts, fabric, *, line_rate: float, dt: float, horizon: float, seed: int,

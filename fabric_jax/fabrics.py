@@ -55,9 +55,9 @@ not expressed).
 
 SHARP (Graham et al., "Scalable Hierarchical Aggregation Protocol", COMHPC 2016):
 switches reduce, so each host sends its ``S`` bytes once and receives the result once,
-versus ``2 (n-1)/n S`` each way in a ring: :func:`all_reduce_flows` emits one flow of
-``S`` per host along the ring order instead of ``2 (n-1)/n S`` (pipelined form;
-:func:`fabric_jax.workloads.collectives.steady_state_all_reduce`).  The
+versus ``2 (n-1)/n S`` each way in a ring:
+:func:`fabric_jax.workloads.steady_state_all_reduce` with ``sharp=True`` emits one flow of
+``S`` per host along the ring order instead of ``2 (n-1)/n S`` (pipelined form).  The
 saving on switch-to-switch links (the aggregation tree sends one copy per switch) is not
 modelled, so the preset is conservative for IB.
 """
@@ -71,10 +71,9 @@ import numpy as np
 from . import cc
 from .routing import get_policy
 from .units import NS, US, gbps
-from .workloads.collectives import steady_state_all_reduce
 
 __all__ = ["Fabric", "infiniband", "roce", "spectrum_x", "uec", "PRESETS", "get_fabric",
-           "all_reduce_flows", "IB_SWITCH_LATENCY", "SPECTRUM_SWITCH_LATENCY",
+           "IB_SWITCH_LATENCY", "SPECTRUM_SWITCH_LATENCY",
            "ETHERNET_SWITCH_LATENCY", "NIC_LATENCY", "TENANT_CLASSES"]
 
 #: A ``class_map`` that isolates the training job: it alone in class 1, every other
@@ -452,7 +451,3 @@ def get_fabric(fabric, **overrides) -> Fabric:
         raise ValueError(f"fabric must be one of {sorted(PRESETS)}; got {fabric!r}")
     return PRESETS[fabric](**overrides)
 
-
-#: Bandwidth-bound all-reduce, one flow per host, ring or SHARP: the steady-state
-#: all-reduce of the presets' studies (:func:`fabric_jax.workloads.steady_state_all_reduce`).
-all_reduce_flows = steady_state_all_reduce

@@ -477,3 +477,40 @@ def with_host_devices(n: int) -> str:
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
              if not f.startswith("--xla_force_host_platform_device_count")]
     return " ".join(flags + [f"--xla_force_host_platform_device_count={n}"])
+
+
+# ------------------------------------------------------------------ flow DAG oracle
+def contention_free(w, rate: float = 1e9):
+    """Start/finish times with every flow alone at ``rate`` (oracle; Python loop)."""
+    order = topo_order(w)
+    start = np.zeros(w.n_flows)
+    finish = np.zeros(w.n_flows)
+    for f in order:
+        ready = w.arrival[f]
+        for d in w.deps[f]:
+            if d >= 0:
+                ready = max(ready, finish[d])
+        start[f] = ready + w.delay[f]
+        finish[f] = start[f] + w.size[f] / rate
+    return start, finish
+
+
+def topo_order(w):
+    """Flow ids in an order where every flow follows its dependencies."""
+    indeg = (w.deps >= 0).sum(axis=1)
+    children = [[] for _ in range(w.n_flows)]
+    for f, row in enumerate(w.deps):
+        for d in row:
+            if d >= 0:
+                children[d].append(f)
+    stack = [f for f in range(w.n_flows) if indeg[f] == 0]
+    order = []
+    while stack:
+        f = stack.pop()
+        order.append(f)
+        for c in children[f]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                stack.append(c)
+    assert len(order) == w.n_flows, "dependency cycle"
+    return order

@@ -162,7 +162,7 @@ def test_the_graph_sees_lazy_imports_and_packages(graph):
     assert "fabric_jax.fairness" in graph["fabric_jax.sim._events"]
     assert "fabric_jax.sim" in graph["fabric_jax.collectives._plan"]     # inside a function
     assert "fabric_jax.study" in graph["fabric_jax.compare"]
-    assert "fabric_jax.workloads" in graph["fabric_jax.fabrics"]          # the package init
+    assert "fabric_jax.workloads" in graph["fabric_jax.economics"]        # the package init
 
 
 def test_cycle_finder_finds_a_planted_cycle():

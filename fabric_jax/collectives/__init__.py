@@ -16,9 +16,16 @@ algorithms are described in :mod:`._algorithms`, the protocol and selection mode
 engine; :func:`select_algorithm` picks the algorithm and protocol NCCL's way;
 :func:`run_collective` and :func:`sweep` do all three.  :func:`nccl_latency`,
 :func:`nccl_time` and :func:`nccl_choice` are NCCL's closed-form model of one call
-(current NCCL, with PAT; :mod:`._latency`), for workloads too large to build as DAGs.  ``S`` (``nbytes``) follows
-nccl-tests: the all-reduce / broadcast buffer, the full output of all-gather, the full
-input of reduce-scatter, each rank's send buffer for all-to-all.
+(current NCCL, with PAT; :mod:`._latency`), for workloads too large to build as DAGs.
+``S`` (``nbytes``) follows nccl-tests: the all-reduce / broadcast buffer, the full
+output of all-gather, the full input of reduce-scatter, each rank's send buffer for
+all-to-all.
+
+Each algorithm's schedule (ring, tree, chain, halving-doubling, all-to-all pairs) is
+defined once, in :mod:`.schedules` (NCCL's trees in :mod:`.trees`); :func:`build_plan`
+lays it over channels, servers and links, and the host-level flow builders of
+:mod:`fabric_jax.workloads` (``ring_all_reduce``, ``tree_all_reduce``, ...) lay it over
+hosts, one flow per transfer.
 
 Units: bytes, seconds, bytes/s.
 """
@@ -31,6 +38,8 @@ import numpy as np
 
 from ..topology import Topology
 from . import _algorithms as A
+from .schedules import (TransferDag, all_to_all_pairs, chain, ring, tree_parents,
+                        tree_reduce_bcast)
 from ._plan import (LINK_CLASSES, CollectivePlan, CollectiveResult, critical_path,
                     link_bytes, link_classes, simulate_plan, simulate_plans)
 from ._latency import (LATENCY_ALGORITHMS, NCCL_BASE_LATENCY_US, NCCL_NET_LATENCY_US,
@@ -40,7 +49,8 @@ from ._tuning import (ALGORITHM_PROTOCOLS, ALGORITHMS, CHUNK_BYTES, CHUNK_LEVELS
                       auto_chunks)
 
 __all__ = ["CollectivePlan", "CollectiveResult", "Protocol", "PROTOCOLS", "ALGORITHMS",
-           "ALGORITHM_PROTOCOLS", "LINK_EFFICIENCY", "DEFAULT_CHUNKS", "CHUNK_LEVELS", "CHUNK_BYTES", "auto_chunks", "SHARP_LEVEL_LATENCY_US", "OPS",
+           "ALGORITHM_PROTOCOLS", "LINK_EFFICIENCY", "DEFAULT_CHUNKS", "CHUNK_LEVELS",
+           "CHUNK_BYTES", "auto_chunks", "SHARP_LEVEL_LATENCY_US", "OPS",
            "DEFAULT_CHANNELS", "build_plan", "simulate_plan", "simulate_plans",
            "select_algorithm", "run_collective", "sweep", "link_bytes", "link_classes",
            "critical_path", "ring_orders", "nccl_latency", "nccl_time", "nccl_choice",
@@ -108,11 +118,7 @@ def _route(topology, src, dst, fabric, seed):
 def _finish(dag, topology, *, op, algorithm, protocol, nbytes, n_ranks, fabric, seed,
             nvls: bool) -> CollectivePlan:
     proto = PROTOCOLS[protocol]
-    src, dst = np.concatenate(dag.src), np.concatenate(dag.dst)
-    size = np.concatenate(dag.size)
-    width = max(d.shape[1] for d in dag.deps)
-    deps = np.concatenate([np.pad(d, ((0, 0), (0, width - d.shape[1])), constant_values=-1)
-                           for d in dag.deps])
+    src, dst, size, deps = dag.arrays()
     host = src >= 0
     if host.any():
         r_links, r_w = _route(topology, src[host], dst[host], fabric, seed)
@@ -210,7 +216,7 @@ def build_plan(topology: Topology, op: str, nbytes: float, *, hosts=None,
     n = hosts.size
     proto = PROTOCOLS[protocol]
     step = proto.nvlink_step_us * 1e-6
-    dag = A._Dag()
+    dag = TransferDag()
     valid = {"all_to_all": ("direct",)}.get(op, ("ring",) if op != "all_reduce" else
                                             ("ring", "tree", "nvls", "nvls_tree",
                                              "hierarchical", "sharp"))
@@ -218,29 +224,18 @@ def build_plan(topology: Topology, op: str, nbytes: float, *, hosts=None,
         raise ValueError(f"algorithm for {op} must be one of {valid}; got {algorithm!r}")
     nvls = False
     if op == "all_to_all":
-        s, d = np.nonzero(~np.eye(n, dtype=bool))
+        s, d = all_to_all_pairs(n)
         dag.add(hosts[s], hosts[d], nbytes / n)
     elif op == "broadcast":
         order = A.ring_orders(topology, hosts, n_channels)
-        A.chain(dag, order, n_chunks, nbytes / (order.shape[0] * n_chunks))
+        chain(dag, order, n_chunks, nbytes / (order.shape[0] * n_chunks))
     elif algorithm == "ring":
         order = A.ring_orders(topology, hosts, n_channels)
         steps = 2 * (n - 1) if op == "all_reduce" else n - 1
-        A.ring(dag, order, steps, nbytes / (n * order.shape[0]))
+        ring(dag, order, steps, nbytes / (n * order.shape[0]))
     elif algorithm == "tree":
-        groups = _groups_or_raise(topology, hosts, algorithm)
-        n_srv, g = groups.shape
-        n_heads = min(int(n_channels), g) if n_srv > 1 else 1
-        inst = []
-        for j in range(n_heads):
-            pos = np.concatenate([grp[(j + np.arange(g)) % g] for grp in groups])
-            for par in A.tree_parents(n_srv, g):
-                inst.append((hosts[pos], par))
-        chunk = nbytes / (len(inst) * n_chunks)
-        prev = [None] * len(inst)
-        for _c in range(n_chunks):
-            for t, (host_of, par) in enumerate(inst):
-                prev[t], _ = A.tree_reduce_bcast(dag, host_of, par, chunk, prev=prev[t])
+        _tree_all_reduce(dag, hosts, _groups_or_raise(topology, hosts, algorithm), nbytes,
+                         n_channels, n_chunks)
     elif algorithm == "nvls":
         groups = _groups_or_raise(topology, hosts, algorithm)
         if groups.shape[0] != 1:
@@ -272,6 +267,23 @@ def build_plan(topology: Topology, op: str, nbytes: float, *, hosts=None,
                    nbytes=nbytes, n_ranks=n, fabric=fab, seed=seed, nvls=nvls)
 
 
+def _tree_all_reduce(dag, hosts, groups, nbytes, n_channels, n_chunks):
+    """NCCL's trees (:func:`.schedules.tree_parents`), one pair per chain head (up to
+    ``n_channels``), each tree carrying an equal share, pipelined in ``n_chunks``."""
+    n_srv, g = groups.shape
+    n_heads = min(int(n_channels), g) if n_srv > 1 else 1
+    inst = []
+    for j in range(n_heads):
+        pos = np.concatenate([grp[(j + np.arange(g)) % g] for grp in groups])
+        for par in tree_parents(n_srv, g):
+            inst.append((hosts[pos], par))
+    chunk = nbytes / (len(inst) * n_chunks)
+    prev = [None] * len(inst)
+    for _c in range(n_chunks):
+        for t, (host_of, par) in enumerate(inst):
+            prev[t], _ = tree_reduce_bcast(dag, host_of, par, chunk, prev=prev[t])
+
+
 def _nvls_all_reduce(dag, topology, group_hosts, nbytes, n_chunks, step):
     g = group_hosts.size
     up, down = A.nvls_links(topology, group_hosts)
@@ -298,7 +310,7 @@ def _hierarchical(dag, topology, grid, nbytes, n_chunks, intra, inter, step,
         if g == 1:
             done = np.full((n_srv, 1), -1)
         elif intra == "ring":
-            prev_rs, done = A.ring(dag, grid, g - 1, shard, prev=prev_rs)
+            prev_rs, done = ring(dag, grid, g - 1, shard, prev=prev_rs)
         else:
             ids = [A.nvls_reduce(dag, topology, grid[m], shard, nv_lat,
                                  prev=None if prev_rs is None else prev_rs[m])
@@ -308,19 +320,19 @@ def _hierarchical(dag, topology, grid, nbytes, n_chunks, intra, inter, step,
         if n_srv > 1:
             rails = grid.T                                # [g, servers]
             if inter == "ring":
-                prev_x, xdone = A.ring(dag, rails, 2 * (n_srv - 1), shard / n_srv,
-                                       ready=done.T, prev=prev_x)
+                prev_x, xdone = ring(dag, rails, 2 * (n_srv - 1), shard / n_srv,
+                                     ready=done.T, prev=prev_x)
                 done = xdone.T
             elif inter == "tree":
-                pars = A.tree_parents(n_srv, 1)
+                pars = tree_parents(n_srv, 1)
                 new_prev, xdone = [], []
                 for r in range(g):
                     d = done[:, r]
                     cols = []
                     for t, par in enumerate(pars):
                         p = None if prev_x is None else prev_x[r * len(pars) + t]
-                        ids, dn = A.tree_reduce_bcast(dag, rails[r], par,
-                                                      shard / len(pars), ready=d, prev=p)
+                        ids, dn = tree_reduce_bcast(dag, rails[r], par,
+                                                    shard / len(pars), ready=d, prev=p)
                         new_prev.append(ids)
                         cols.append(dn)
                     xdone.append(np.concatenate(cols, axis=1))     # both trees' results
@@ -344,7 +356,7 @@ def _hierarchical(dag, topology, grid, nbytes, n_chunks, intra, inter, step,
         if g == 1:
             continue
         if intra == "ring":
-            prev_ag, _ = A.ring(dag, grid, g - 1, shard, ready=done, prev=prev_ag)
+            prev_ag, _ = ring(dag, grid, g - 1, shard, ready=done, prev=prev_ag)
         else:
             ids = [A.nvls_multicast(dag, topology, grid[m], shard, nv_lat, done[m],
                                     prev=None if prev_ag is None else prev_ag[m])

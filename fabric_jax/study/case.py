@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from ..fabrics import all_reduce_flows
 from ..paths import PathsTruncatedWarning, shortest_paths
 from ..topology import leaf_spine, rail_optimized
 from ..units import gbps
-from ..workloads import all_to_all, concat, incast, poisson_background, zipf_expert_load
+from ..workloads import (all_to_all, concat, incast, poisson_background,
+                         steady_state_all_reduce, zipf_expert_load)
 from ..workloads.training import model_training_step, training_step
 from .scenario import Scenario, ScenarioError, validate_scenario
 
@@ -204,8 +204,9 @@ def _constant_job(scn: Scenario, order, train_srv, nics: int, sharp: bool):
                 if w["expert_skew"] > 0 else None
             a2a.append(all_to_all(hosts, w["moe_mb"] * mb / nics, expert_load=load,
                                   job="train", name=f"a2a_r{r}_g{g // ep}"))
-        ar.append(all_reduce_flows(train_srv * nics + r, w["all_reduce_mb"] * mb / nics,
-                                   sharp=sharp, job="train", name=f"allreduce_r{r}"))
+        ar.append(steady_state_all_reduce(train_srv * nics + r,
+                                          w["all_reduce_mb"] * mb / nics, sharp=sharp,
+                                          job="train", name=f"allreduce_r{r}"))
     train_hosts = (train_srv[:, None] * nics + np.arange(nics)[None, :]).ravel()
     # moe_mb = 0: a dense model, no all-to-all phase
     phases = ([concat(*a2a)] if w["moe_mb"] > 0 else []) + [concat(*ar)]

@@ -1,11 +1,14 @@
-"""Collective operations as DAGs of point-to-point flows.
+"""Collective operations as DAGs of point-to-point flows, one :class:`Workload` per call.
 
-Each builder takes ``hosts`` (int [ranks]: rank ``r`` runs on host ``hosts[r]``; choose
-them with :mod:`placement`) and the collective's payload ``size`` ``S`` in bytes, and
-returns a single-group :class:`Workload` whose ``deps`` encode the algorithm's data
-dependencies.  Every step is a *store-and-forward* exchange: a rank forwards a chunk only
-after the flow carrying the data it needs has completely arrived.  This is the step model
-of Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
+The schedules (who sends to whom, in which step, after which earlier flow; ring order;
+tree parents) are NCCL's model's, :mod:`fabric_jax.collectives.schedules`; the builders
+here lay one schedule over ``hosts`` with one flow per transfer.  Each builder takes
+``hosts`` (int [ranks]: rank ``r`` runs on host ``hosts[r]``; choose them with
+:mod:`placement`) and the collective's payload ``size`` ``S`` in bytes, and returns a
+single-group :class:`Workload` whose ``deps`` encode the algorithm's data dependencies.
+Every step is a *store-and-forward* exchange: a rank forwards a chunk only after the
+flow carrying the data it needs has completely arrived.  This is the step model of
+Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
 MPICH", IJHPCA 19(1), 2005 (cost ``alpha + n_bytes * beta`` per step); NCCL additionally
 pipelines each step in small chunks, which the flow-level model ignores except where
 ``n_chunks`` is offered.
@@ -41,9 +44,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from fabric_jax.collectives.schedules import (TransferDag, all_to_all_pairs, compact_deps,
+                                              halving_doubling, ring, tree_broadcast,
+                                              tree_reduce)
+from fabric_jax.collectives.trees import btree_parent, double_binary_tree
 from fabric_jax.workloads._random import as_key
 from fabric_jax.workloads.flows import Workload, check_hosts, check_size, single_group
-from fabric_jax.workloads.trees import btree_parent, double_binary_tree, tree_depth
 
 __all__ = [
     "ring_all_reduce", "ring_reduce_scatter", "ring_all_gather",
@@ -53,16 +59,13 @@ __all__ = [
 
 
 def _ring(hosts, size, n_steps, *, kind, name, job, arrival):
-    """``n_steps`` ring steps: rank i sends S/n to rank i+1; step s+1 waits for step s
-    into rank i.  Flow id ``s * n + i``."""
+    """``n_steps`` steps of :func:`fabric_jax.collectives.schedules.ring` over the
+    ranks in order, ``S/n`` each.  Flow id ``s * n + i``."""
     n = hosts.size
-    step = np.repeat(np.arange(n_steps), n)
-    rank = np.tile(np.arange(n), n_steps)
-    src = hosts[rank]
-    dst = hosts[(rank + 1) % n]
-    # The flow into rank i at step s-1 came from rank i-1: id (s-1)*n + (i-1) mod n.
-    dep = np.where(step > 0, (step - 1) * n + (rank - 1) % n, -1)
-    return single_group(src, dst, size / n, dep[:, None], name=name or f"ring_{kind}",
+    dag = TransferDag()
+    ring(dag, hosts[None], n_steps, size / n)
+    src, dst, _, dep = dag.arrays()
+    return single_group(src, dst, size / n, dep, name=name or f"ring_{kind}",
                         kind=kind, group_bytes=size, n_ranks=n, job=job, arrival=arrival)
 
 
@@ -136,19 +139,12 @@ def halving_doubling_all_reduce(hosts, size, *, job: str = "job0", name: str | N
     if 2**m != n:
         raise ValueError(f"hosts: halving-doubling needs a power-of-two number of ranks, got "
                          f"{n}; use ring_all_reduce or tree_all_reduce")
-    k = np.arange(m)
-    distance = np.concatenate([n >> (k + 1), 1 << k])          # [2m]
-    chunk = np.concatenate([size / 2.0 ** (k + 1), size * 2.0**k / n])
-    steps = 2 * m
-    step = np.repeat(np.arange(steps), n)
-    rank = np.tile(np.arange(n), steps)
-    partner = rank ^ distance[step]
-    prev = np.maximum(step - 1, 0)
-    # Flow into rank i at step t-1 came from its partner at that step: id (t-1) n + p.
-    dep = np.where(step > 0, prev * n + (rank ^ distance[prev]), -1)
-    return single_group(hosts[rank], hosts[partner], chunk[step], dep[:, None],
-                        name=name or "halving_doubling_all_reduce", kind="all_reduce",
-                        group_bytes=size, n_ranks=n, job=job, arrival=arrival)
+    dag = TransferDag()
+    halving_doubling(dag, hosts, size)
+    src, dst, flow_bytes, dep = dag.arrays()
+    return single_group(src, dst, flow_bytes, dep, name=name or "halving_doubling_all_reduce",
+                        kind="all_reduce", group_bytes=size, n_ranks=n, job=job,
+                        arrival=arrival)
 
 
 def steady_state_all_reduce(hosts, size, *, sharp: bool = False, job: str = "job0",
@@ -169,24 +165,13 @@ def steady_state_all_reduce(hosts, size, *, sharp: bool = False, job: str = "job
     size = check_size(size)
     n = hosts.size
     per = size if sharp else 2.0 * (n - 1) / n * size
-    return single_group(hosts, np.roll(hosts, -1), np.full(n, per), None,
+    dag = TransferDag()
+    ring(dag, hosts[None], 1, per)               # one merged step around the ring
+    src, dst, _, _ = dag.arrays()
+    return single_group(src, dst, np.full(n, per), None,
                         name=name or ("sharp_all_reduce" if sharp else "ring_all_reduce"),
                         kind="all_reduce", group_bytes=size, n_ranks=n, job=job,
                         arrival=arrival)
-
-
-def _children(parent: np.ndarray) -> np.ndarray:
-    """int [n, max_children] children of each rank, -1 padded."""
-    n = parent.size
-    kids = np.flatnonzero(parent >= 0)
-    order = kids[np.argsort(parent[kids], kind="stable")]
-    par = parent[order]
-    first = np.searchsorted(par, par, side="left")
-    slot = np.arange(order.size) - first
-    width = int(slot.max()) + 1 if order.size else 0
-    table = np.full((n, max(width, 1)), -1, np.int64)
-    table[par, slot] = order
-    return table
 
 
 def tree_all_reduce(hosts, size, *, n_chunks: int = 1, double: bool = True,
@@ -221,60 +206,21 @@ def tree_all_reduce(hosts, size, *, n_chunks: int = 1, double: bool = True,
         raise ValueError(f"n_chunks: must be >= 1, got {n_chunks}")
     n = hosts.size
     parents = double_binary_tree(n) if double else btree_parent(n)[None]
-    n_trees = parents.shape[0]
-    chunk = size / (n_trees * n_chunks)
-    n_edges = n - 1
-    block = n_chunks * n_edges          # flows per (tree, phase)
-    srcs, dsts, deps = [], [], []
-    for t, parent in enumerate(parents):
-        root = int(np.flatnonzero(parent < 0)[0])
-        depth = tree_depth(parent)
-        kids = _children(parent)
-        nonroot = np.flatnonzero(parent >= 0)
-        # Reduce: deepest edges first; broadcast: shallowest first (topological order).
-        up_order = nonroot[np.argsort(-depth[nonroot], kind="stable")]
-        down_order = nonroot[np.argsort(depth[nonroot], kind="stable")]
-        up_pos = np.full(n, -1, np.int64)
-        up_pos[up_order] = np.arange(n_edges)
-        down_pos = np.full(n, -1, np.int64)
-        down_pos[down_order] = np.arange(n_edges)
-        base_up = (2 * t) * block
-        base_down = (2 * t + 1) * block
-        c = np.repeat(np.arange(n_chunks), n_edges)
-        # --- reduce phase: edge v -> parent[v] for v in up_order
-        v = np.tile(up_order, n_chunks)
-        kid = kids[v]                                          # [F, w]
-        kid_dep = np.where(kid >= 0, base_up + c[:, None] * n_edges + up_pos[kid], -1)
-        prev = np.where(c > 0, base_up + (c - 1) * n_edges + up_pos[v], -1)
-        srcs.append(hosts[v])
-        dsts.append(hosts[parent[v]])
-        deps.append(np.concatenate([kid_dep, prev[:, None]], axis=1))
-        # --- broadcast phase: edge parent[v] -> v for v in down_order
-        v = np.tile(down_order, n_chunks)
-        p = parent[v]
-        at_root = p == root
-        from_gp = np.where(at_root, -1, base_down + c * n_edges + down_pos[p])
-        root_kids = kids[root]
-        root_in = base_up + c[:, None] * n_edges + up_pos[root_kids][None, :]
-        root_in = np.where((root_kids[None, :] >= 0) & at_root[:, None], root_in, -1)
-        prev = np.where(c > 0, base_down + (c - 1) * n_edges + down_pos[v], -1)
-        srcs.append(hosts[p])
-        dsts.append(hosts[v])
-        deps.append(np.concatenate([from_gp[:, None], root_in, prev[:, None]], axis=1))
-    width = max(d.shape[1] for d in deps)
-    deps = np.concatenate([np.pad(d, ((0, 0), (0, width - d.shape[1])), constant_values=-1)
-                           for d in deps])
-    return single_group(np.concatenate(srcs), np.concatenate(dsts), chunk,
-                        _compact(deps), name=name or "tree_all_reduce", kind="all_reduce",
-                        group_bytes=size, n_ranks=n, job=job, arrival=arrival)
-
-
-def _compact(deps: np.ndarray) -> np.ndarray:
-    """Move valid deps to the left of each row and drop all-padding columns."""
-    order = np.argsort(deps < 0, axis=1, kind="stable")
-    deps = np.take_along_axis(deps, order, axis=1)
-    width = int((deps >= 0).sum(axis=1).max()) if deps.size else 0
-    return deps[:, :width]
+    chunk = size / (parents.shape[0] * n_chunks)
+    dag = TransferDag()
+    for parent in parents:       # per tree: every chunk's reduction, then broadcasts
+        ups = []
+        for _c in range(n_chunks):
+            ups.append(tree_reduce(dag, hosts, parent, chunk,
+                                   prev=ups[-1] if ups else None, prev_last=True))
+        down = None
+        for up in ups:
+            down, _ = tree_broadcast(dag, hosts, parent, chunk, up, prev=down,
+                                     prev_last=True)
+    src, dst, _, deps = dag.arrays()
+    return single_group(src, dst, chunk, compact_deps(deps), name=name or "tree_all_reduce",
+                        kind="all_reduce", group_bytes=size, n_ranks=n, job=job,
+                        arrival=arrival)
 
 
 def _expert_matrix(expert_load, n: int) -> np.ndarray:
@@ -320,7 +266,7 @@ def all_to_all(hosts, size, *, expert_load=None, job: str = "job0",
     hosts = check_hosts(hosts)
     size = check_size(size)
     n = hosts.size
-    src_rank, dst_rank = np.nonzero(~np.eye(n, dtype=bool))
+    src_rank, dst_rank = all_to_all_pairs(n)
     if expert_load is None:
         share = np.full(src_rank.size, 1.0 / n)
     else:

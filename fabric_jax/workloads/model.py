@@ -62,8 +62,8 @@ pairs inside one server, and hands the phases to
 :func:`fabric_jax.workloads.training_step` with the compute time and the ``overlap``
 parameter.  Aggregation (an approximation, stated): each collective is issued once per
 step with the step's total bytes (pipelined ring for all-reduce,
-:func:`fabric_jax.fabrics.all_reduce_flows`; one all-to-all for the step's MoE traffic;
-one send per lane and direction per stage boundary), which is exact for the bytes and
+:func:`fabric_jax.workloads.steady_state_all_reduce`; one all-to-all for the step's MoE
+traffic; one send per lane and direction per stage boundary), which is exact for the bytes and
 the link loads and for bandwidth-bound exposure, but not for per-message latency or
 the micro-batch-level interleaving of PP/EP traffic with compute.
 

@@ -44,6 +44,7 @@ import dataclasses
 
 import numpy as np
 
+from fabric_jax.collectives.schedules import TransferDag, ring
 from fabric_jax.workloads.flows import Workload, concat
 from fabric_jax.workloads.model import ParallelPlan, comm_bytes, get_model, step_flops
 
@@ -151,34 +152,40 @@ def _pp_sends(lanes, per, order, job):
 
 
 def _dp_all_reduce(key, rows, nbytes, sharp, job):
-    """One steady-state ring all-reduce per row of ``rows``."""
+    """One steady-state ring all-reduce per row of ``rows``: one step of
+    :func:`fabric_jax.collectives.schedules.ring` carrying the rate share."""
     n_rows, n = rows.shape
     per = nbytes if sharp else 2.0 * (n - 1) / n * nbytes
-    return _flows(rows.reshape(-1), np.roll(rows, -1, axis=1).reshape(-1),
-                  np.full(rows.size, per), np.repeat(np.arange(n_rows), n),
+    dag = TransferDag()
+    ring(dag, rows, 1, per)
+    src, dst, size, _ = dag.arrays()
+    return _flows(src, dst, size, np.repeat(np.arange(n_rows), n),
                   [f"{key}_g{g}" for g in range(n_rows)], "all_reduce", nbytes, n, 5, job)
 
 
 def _dp_rs_ag(families, job):
     """Reduce-scatter rings of every family, then their all-gather rings, as one block
-    (module docstring): ``families`` is ``[(key, rings [R, k], bytes per ring)]``."""
-    rs, ag, deps, off = [], [], [], 0
-    for key, r, s in families:
-        n_r, k_r = r.shape
-        a, b = r.reshape(-1), np.roll(r, -1, axis=1).reshape(-1)
-        grp = np.repeat(np.arange(n_r), k_r)
-        rs.append(_flows(a, b, np.full(a.size, s), grp,
-                         [f"{key}_rs_r{i}" for i in range(n_r)], "reduce_scatter", s, k_r,
-                         2, job))
-        ag.append(_flows(a, b, np.full(a.size, s), grp,
-                         [f"{key}_ag_r{i}" for i in range(n_r)], "all_gather", s, k_r, 3, job))
-        # all-gather flow (i, j) waits for the reduce-scatter flow (i, j - 1) into rank j
-        i, j = np.divmod(np.arange(a.size), k_r)
-        deps.append(off + i * k_r + (j - 1) % k_r)
-        off += a.size
-    block = concat(*rs, *ag)
-    dep = np.concatenate([np.full(off, -1)] + deps)
-    return dataclasses.replace(block, deps=dep[:, None].astype(np.int32))
+    (module docstring): ``families`` is ``[(key, rings [R, k], bytes per ring)]``; each
+    ring one step of :func:`fabric_jax.collectives.schedules.ring`, an all-gather flow
+    ready when the reduce-scatter flow into its sender is done."""
+    dag = TransferDag()
+    done = [ring(dag, r, 1, s)[1] for _, r, s in families]
+    for (_, r, s), into in zip(families, done):
+        ring(dag, r, 1, s, ready=into)
+    src, dst, size, deps = dag.arrays()
+    parts, start = [], 0
+    for phase, kind, tag in ((2, "reduce_scatter", "rs"), (3, "all_gather", "ag")):
+        for key, r, s in families:
+            n_r, k_r = r.shape
+            end = start + r.size
+            parts.append(_flows(src[start:end], dst[start:end], size[start:end],
+                                np.repeat(np.arange(n_r), k_r),
+                                [f"{key}_{tag}_r{i}" for i in range(n_r)], kind, s, k_r,
+                                phase, job))
+            start = end
+    block = concat(*parts)
+    # one dependency at most: -1 for a reduce-scatter flow
+    return dataclasses.replace(block, deps=deps.max(axis=1)[:, None].astype(np.int32))
 
 
 def step_collectives(model, plan: ParallelPlan, *, expert_skew: float | None = None,

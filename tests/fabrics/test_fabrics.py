@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabric_jax.fabrics import PRESETS, all_reduce_flows, get_fabric, roce
+from fabric_jax.fabrics import PRESETS, get_fabric, roce
 from fabric_jax.fluid import simulate_fluid
 from fabric_jax.incidence import Incidence
+from fabric_jax.workloads import steady_state_all_reduce
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -34,8 +35,8 @@ def test_sharp_halves_all_reduce_traffic():
     # Ring: each of n ranks sends 2 (n-1)/n S; SHARP: S.  Ratio n / (2 (n-1)) -> 1/2;
     # for n = 16 it is 16/30.
     hosts = np.arange(16)
-    ring = all_reduce_flows(hosts, 1e6).size.sum()
-    sharp = all_reduce_flows(hosts, 1e6, sharp=True).size.sum()
+    ring = steady_state_all_reduce(hosts, 1e6).size.sum()
+    sharp = steady_state_all_reduce(hosts, 1e6, sharp=True).size.sum()
     assert sharp / ring == pytest.approx(16 / 30)
 
 
@@ -100,7 +101,7 @@ def test_infiniband_uncongested_sharp_all_reduce_runs_at_line_rate():
 def test_preset_400_vs_100_differ_exactly_as_documented(name):
     # docs/cc_parameters.md: each leaf scales as (B / B_ref) ** e; from 100 to 400 Gb/s
     # it is multiplied by 4 ** e (the exponents transcribed in tests/dynamics/test_cc.py).
-    from tests.test_cc import DOCUMENTED_SCALING
+    from tests.dynamics.test_cc import DOCUMENTED_SCALING
     hi = get_fabric(name, nic_gbps=400.0)
     lo = get_fabric(name, nic_gbps=100.0)
     p_hi, p_lo = hi.law_params(), lo.law_params()

@@ -4,8 +4,9 @@ A tree over ranks ``0..n-1`` is an int ``[n]`` array of parents, ``-1`` at the r
 :func:`btree_parent` is NCCL's binary tree (``ncclGetBtree``, src/graph/trees.cc),
 :func:`double_binary_tree` its two complementary trees (``ncclGetDtree``; Sanders,
 Speck & Traeff, Parallel Computing 35(12), 2009), :func:`tree_depth` the depth of every
-rank.  The flow-level tree all-reduce (:func:`fabric_jax.workloads.tree_all_reduce`)
-and NCCL's tree algorithm in :mod:`fabric_jax.collectives` both build on them.
+rank.  The tree schedules of :mod:`fabric_jax.collectives.schedules` build on them:
+NCCL's tree algorithm (:func:`fabric_jax.collectives.build_plan`) and the host-level
+tree all-reduce (:func:`fabric_jax.workloads.tree_all_reduce`).
 """
 
 from __future__ import annotations
