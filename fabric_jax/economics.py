@@ -349,6 +349,101 @@ def _typed(section, key, val, like):
     return val
 
 
+def _parse_model_section(msec) -> ModelConfig:
+    """The ``[model]`` table as a :class:`ModelConfig` (see :func:`parse_model_sections`)."""
+    if not isinstance(msec, dict):
+        raise ValueError("scenario key 'model': must be a table ([model])")
+    body = dict(msec)
+    name = body.pop("name", None)
+    if name is not None and name not in MODELS:
+        raise ValueError(f"scenario key 'model.name': expected one of {sorted(MODELS)}; "
+                         f"got {name!r}")
+    for key, val in body.items():
+        if key not in _MODEL_FIELDS or key == "name":
+            raise ValueError(f"scenario key 'model.{key}': unknown; accepted keys: "
+                             f"{['name'] + [k for k in _MODEL_FIELDS if k != 'name']}")
+    try:
+        if name is not None:
+            base = MODELS[name]
+            body = {k: _typed("model", k, v, getattr(base, k)) for k, v in body.items()}
+            return base.replace(**body)
+        missing = [k for k, f in _MODEL_FIELDS.items() if k != "name" and
+                   f.default is dataclasses.MISSING and k not in body]
+        if missing:
+            raise ValueError(f"scenario key 'model.{missing[0]}': required when "
+                             "'model.name' is not given")
+        return ModelConfig(name="custom", **body)
+    except ValueError as e:
+        msg = str(e)
+        raise (e if msg.startswith("scenario key") else
+               ValueError(f"scenario key 'model.{msg.split(':')[0]}': {msg}")) from None
+
+
+def _parse_parallelism_section(psec, model: ModelConfig | None):
+    """``(plan, gpu)`` of the ``[parallelism]`` table: a :class:`ParallelPlan` (checked
+    against ``model`` when one is given) and the named :class:`GPU` or ``None``."""
+    if not isinstance(psec, dict):
+        raise ValueError("scenario key 'parallelism': must be a table ([parallelism])")
+    body = dict(psec)
+    gpu = body.pop("gpu", None)
+    if gpu is not None:
+        if gpu not in GPUS:
+            raise ValueError(f"scenario key 'parallelism.gpu': expected one of "
+                             f"{sorted(GPUS)}; got {gpu!r}")
+        gpu = GPUS[gpu]
+    base = ParallelPlan()
+    for key, val in body.items():
+        if key not in _PLAN_FIELDS:
+            raise ValueError(f"scenario key 'parallelism.{key}': unknown; accepted keys: "
+                             f"{sorted(list(_PLAN_FIELDS) + ['gpu'])}")
+        body[key] = _typed("parallelism", key, val, getattr(base, key))
+    try:
+        plan = ParallelPlan(**body)
+        if model is not None:
+            plan.check(model)
+    except ValueError as e:
+        raise ValueError(f"scenario key 'parallelism.{str(e).split(':')[0]}': {e}") \
+            from None
+    return plan, gpu
+
+
+def _parse_costs_section(csec):
+    """``(params, prices)`` of the ``[costs]`` table: the :class:`EconomicsParams` and
+    the :class:`FabricPrices` overrides per preset (presets without any left out)."""
+    if not isinstance(csec, dict):
+        raise ValueError("scenario key 'costs': must be a table ([costs])")
+    body = dict(csec)
+    prices = body.pop("prices", {})
+    for key in body:
+        if key not in _ECON_FIELDS:
+            raise ValueError(f"scenario key 'costs.{key}': unknown; accepted keys: "
+                             f"{sorted(_ECON_FIELDS | {'prices'})}")
+    try:
+        params = EconomicsParams(**body)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"scenario key 'costs.{str(e).split(':')[0]}': {e}") from None
+    if not isinstance(prices, dict):
+        raise ValueError("scenario key 'costs.prices': must be a table")
+    flat = {k: v for k, v in prices.items() if not isinstance(v, dict)}
+    per_preset = {}
+    for preset in FABRIC_PRICES:
+        over = dict(flat)
+        over.update(prices.get(preset, {}) if isinstance(prices.get(preset), dict) else {})
+        try:
+            get_prices(preset, over)
+        except ValueError as e:
+            key = str(e).split(":")[0]
+            key = key if key.startswith("prices.") else f"prices.{key}"
+            raise ValueError(f"scenario key 'costs.{key}': {e}") from None
+        if over:
+            per_preset[preset] = over
+    for key, val in prices.items():
+        if isinstance(val, dict) and key not in FABRIC_PRICES:
+            raise ValueError(f"scenario key 'costs.prices.{key}': unknown preset; "
+                             f"accepted: {sorted(FABRIC_PRICES)}")
+    return params, per_preset
+
+
 def parse_model_sections(data: dict) -> dict:
     """Parse the ``[model]``, ``[parallelism]`` and ``[costs]`` tables of a scenario.
 
@@ -372,89 +467,12 @@ def parse_model_sections(data: dict) -> dict:
     """
     out = dict(model=None, plan=None, gpu=GPUS["h100_sxm"], params=EconomicsParams(),
                prices={})
-    msec = data.get("model")
-    if msec is not None:
-        if not isinstance(msec, dict):
-            raise ValueError("scenario key 'model': must be a table ([model])")
-        body = dict(msec)
-        name = body.pop("name", None)
-        if name is not None and name not in MODELS:
-            raise ValueError(f"scenario key 'model.name': expected one of {sorted(MODELS)}; "
-                             f"got {name!r}")
-        for key, val in body.items():
-            if key not in _MODEL_FIELDS or key == "name":
-                raise ValueError(f"scenario key 'model.{key}': unknown; accepted keys: "
-                                 f"{['name'] + [k for k in _MODEL_FIELDS if k != 'name']}")
-        try:
-            if name is not None:
-                base = MODELS[name]
-                body = {k: _typed("model", k, v, getattr(base, k)) for k, v in body.items()}
-                out["model"] = base.replace(**body)
-            else:
-                missing = [k for k, f in _MODEL_FIELDS.items() if k != "name" and
-                           f.default is dataclasses.MISSING and k not in body]
-                if missing:
-                    raise ValueError(f"scenario key 'model.{missing[0]}': required when "
-                                     "'model.name' is not given")
-                out["model"] = ModelConfig(name="custom", **body)
-        except ValueError as e:
-            msg = str(e)
-            raise (e if msg.startswith("scenario key") else
-                   ValueError(f"scenario key 'model.{msg.split(':')[0]}': {msg}")) from None
-    psec = data.get("parallelism")
-    if psec is not None:
-        if not isinstance(psec, dict):
-            raise ValueError("scenario key 'parallelism': must be a table ([parallelism])")
-        body = dict(psec)
-        gpu = body.pop("gpu", None)
+    if data.get("model") is not None:
+        out["model"] = _parse_model_section(data["model"])
+    if data.get("parallelism") is not None:
+        out["plan"], gpu = _parse_parallelism_section(data["parallelism"], out["model"])
         if gpu is not None:
-            if gpu not in GPUS:
-                raise ValueError(f"scenario key 'parallelism.gpu': expected one of "
-                                 f"{sorted(GPUS)}; got {gpu!r}")
-            out["gpu"] = GPUS[gpu]
-        base = ParallelPlan()
-        for key, val in body.items():
-            if key not in _PLAN_FIELDS:
-                raise ValueError(f"scenario key 'parallelism.{key}': unknown; accepted keys: "
-                                 f"{sorted(list(_PLAN_FIELDS) + ['gpu'])}")
-            body[key] = _typed("parallelism", key, val, getattr(base, key))
-        try:
-            out["plan"] = ParallelPlan(**body)
-            if out["model"] is not None:
-                out["plan"].check(out["model"])
-        except ValueError as e:
-            raise ValueError(f"scenario key 'parallelism.{str(e).split(':')[0]}': {e}") \
-                from None
-    csec = data.get("costs")
-    if csec is not None:
-        if not isinstance(csec, dict):
-            raise ValueError("scenario key 'costs': must be a table ([costs])")
-        body = dict(csec)
-        prices = body.pop("prices", {})
-        for key in body:
-            if key not in _ECON_FIELDS:
-                raise ValueError(f"scenario key 'costs.{key}': unknown; accepted keys: "
-                                 f"{sorted(_ECON_FIELDS | {'prices'})}")
-        try:
-            out["params"] = EconomicsParams(**body)
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"scenario key 'costs.{str(e).split(':')[0]}': {e}") from None
-        if not isinstance(prices, dict):
-            raise ValueError("scenario key 'costs.prices': must be a table")
-        flat = {k: v for k, v in prices.items() if not isinstance(v, dict)}
-        for preset in FABRIC_PRICES:
-            over = dict(flat)
-            over.update(prices.get(preset, {}) if isinstance(prices.get(preset), dict) else {})
-            try:
-                get_prices(preset, over)
-            except ValueError as e:
-                key = str(e).split(":")[0]
-                key = key if key.startswith("prices.") else f"prices.{key}"
-                raise ValueError(f"scenario key 'costs.{key}': {e}") from None
-            if over:
-                out["prices"][preset] = over
-        for key, val in prices.items():
-            if isinstance(val, dict) and key not in FABRIC_PRICES:
-                raise ValueError(f"scenario key 'costs.prices.{key}': unknown preset; "
-                                 f"accepted: {sorted(FABRIC_PRICES)}")
+            out["gpu"] = gpu
+    if data.get("costs") is not None:
+        out["params"], out["prices"] = _parse_costs_section(data["costs"])
     return out

@@ -437,6 +437,87 @@ def _unrank(plan: _Plan, dag, item_class: np.ndarray,
     return out
 
 
+def _pair_ranks(plan: _Plan, src_h, dst_h, max_paths, seed):
+    """``(rank, valid, n_keep, keep_c)``: ``[pairs, width]`` ranks of the kept paths and
+    their mask, kept path counts per pair and per class (warns when paths are dropped)."""
+    P = src_h.size
+    # Ranks of the kept paths: all of them when n <= max_paths, else the evenly
+    # spread ranks (offset + floor(j n / max_paths)) mod n.  floor(j n / max_paths)
+    # depends on n only: one small table row per distinct class count.
+    cc = plan.class_count
+    if max_paths is None:
+        max_paths = max(int(cc.max()), 1)
+    max_paths = int(max_paths)
+    keep_c = np.minimum(cc, max_paths)
+    n_all = cc[plan.pair_class]
+    n_keep = keep_c[plan.pair_class]
+    width = int(keep_c.max())
+    j = np.arange(width, dtype=np.int64)
+    u_count, class_row = np.unique(cc, return_inverse=True)
+    spread = np.where(u_count[:, None] > max_paths,
+                      (j[None, :] * u_count[:, None]) // max_paths, j[None, :])
+    spread = np.where(j[None, :] < u_count[:, None], spread, 0)   # padded slots: rank 0
+    valid = j[None, :] < n_keep[:, None]
+    rank = np.take(spread, class_row.reshape(-1)[plan.pair_class], axis=0)
+    capped = n_all > max_paths
+    if capped.any():
+        n_dropped = int(np.sum(n_all - n_keep))
+        warnings.warn(PathsTruncatedWarning(
+            f"max_paths={max_paths} dropped {n_dropped} of {int(np.sum(n_all))} equal-cost "
+            f"paths ({int(capped.sum())} of {P} pairs have up to {int(n_all.max())}); pass "
+            f"max_paths=None to keep them all", n_dropped), stacklevel=3)
+        # Per-pair rotation hashed from (seed, src, dst); uint64 arrays wrap silently.
+        key = (np.full(src_h.size, seed & 0xFFFFFFFFFFFFFFFF, np.uint64)
+               * np.uint64(0x9E3779B97F4A7C15)
+               + src_h.astype(np.uint64) * np.uint64(0xD1B54A32D192ED03)
+               + dst_h.astype(np.uint64) * np.uint64(0x8CB92BA72F3D8DD7))
+        offset = np.where(capped, mix64(key) % n_all.astype(np.uint64), 0)
+        rank += offset.astype(np.int64)[:, None]
+        np.subtract(rank, n_all[:, None], out=rank, where=rank >= n_all[:, None])
+    return rank, valid, n_keep, keep_c
+
+
+def _enumerate(plan: _Plan, rank, valid, keep_c):
+    """``(body, item)``: ``[items, L]`` anchor-to-anchor link ids of the enumerated paths
+    and the ``[pairs, width]`` item of each kept path."""
+    cc = plan.class_count
+    # Enumerate whole classes when that is cheaper than per-pair paths; else per pair.
+    whole = cc <= plan.class_pairs * keep_c
+    table_n = np.where(whole, cc, 0)
+    table_off = np.cumsum(table_n) - table_n
+    n_table = int(table_n.sum())
+    t_class = np.repeat(np.arange(cc.size), table_n)
+    t_rank = np.arange(n_table) - table_off[t_class]
+    if whole.all():
+        item_class, item_rank = t_class, t_rank
+        item = rank
+        item += table_off[plan.pair_class][:, None]
+    else:
+        # Per-pair items, laid out with the pairs grouped by class (locality).
+        order = np.argsort(plan.pair_class, kind="stable")
+        direct = ~whole[plan.pair_class][:, None] & valid
+        d_sorted = direct[order]
+        n_direct = int(np.count_nonzero(d_sorted))
+        item_class = np.concatenate([t_class,
+                                     plan.pair_class[order[np.nonzero(d_sorted)[0]]]])
+        item_rank = np.concatenate([t_rank, rank[order][d_sorted]])
+        ids = np.zeros(direct.shape, np.int64)
+        ids[d_sorted] = n_table + np.arange(n_direct)
+        item = rank + table_off[plan.pair_class][:, None]
+        item[order] = np.where(d_sorted, ids, item[order])
+        item[~valid] = 0
+    dag = plan.dag()
+    if whole.all():
+        body = _unrank(plan, dag, item_class, item_rank)  # [items, L]
+    else:  # two runs, each in class order
+        parts = [_unrank(plan, dag, item_class[:n_table], item_rank[:n_table]),
+                 _unrank(plan, dag, item_class[n_table:], item_rank[n_table:])]
+        body = np.full((item_class.size, max(b.shape[1] for b in parts)), -1, np.int32)
+        body[:n_table, :parts[0].shape[1]] = parts[0]
+        body[n_table:, :parts[1].shape[1]] = parts[1]
+    return body, item
+
+
 def shortest_paths(topology: Topology, src, dst, *, max_paths: int | None = None,
                    seed: int = 0) -> PathSet:
     """Equal-cost min-hop paths of a batch of host pairs.
@@ -491,75 +572,8 @@ def shortest_paths(topology: Topology, src, dst, *, max_paths: int | None = None
         show = ", ".join(f"{names[src_h[p]]}->{names[dst_h[p]]}" for p in dead[:5])
         raise ValueError(f"src/dst: {dead.size} pair(s) unreachable over the links that "
                          f"are up (e.g. {show}); drop them or restore links")
-
-    # Ranks of the kept paths: all of them when n <= max_paths, else the evenly
-    # spread ranks (offset + floor(j n / max_paths)) mod n.  floor(j n / max_paths)
-    # depends on n only: one small table row per distinct class count.
-    cc = plan.class_count
-    if max_paths is None:
-        max_paths = max(int(cc.max()), 1)
-    max_paths = int(max_paths)
-    keep_c = np.minimum(cc, max_paths)
-    n_all = cc[plan.pair_class]
-    n_keep = keep_c[plan.pair_class]
-    width = int(keep_c.max())
-    j = np.arange(width, dtype=np.int64)
-    u_count, class_row = np.unique(cc, return_inverse=True)
-    spread = np.where(u_count[:, None] > max_paths,
-                      (j[None, :] * u_count[:, None]) // max_paths, j[None, :])
-    spread = np.where(j[None, :] < u_count[:, None], spread, 0)   # padded slots: rank 0
-    valid = j[None, :] < n_keep[:, None]
-    rank = np.take(spread, class_row.reshape(-1)[plan.pair_class], axis=0)
-    capped = n_all > max_paths
-    if capped.any():
-        n_dropped = int(np.sum(n_all - n_keep))
-        warnings.warn(PathsTruncatedWarning(
-            f"max_paths={max_paths} dropped {n_dropped} of {int(np.sum(n_all))} equal-cost "
-            f"paths ({int(capped.sum())} of {P} pairs have up to {int(n_all.max())}); pass "
-            f"max_paths=None to keep them all", n_dropped), stacklevel=2)
-        # Per-pair rotation hashed from (seed, src, dst); uint64 arrays wrap silently.
-        key = (np.full(src_h.size, seed & 0xFFFFFFFFFFFFFFFF, np.uint64)
-               * np.uint64(0x9E3779B97F4A7C15)
-               + src_h.astype(np.uint64) * np.uint64(0xD1B54A32D192ED03)
-               + dst_h.astype(np.uint64) * np.uint64(0x8CB92BA72F3D8DD7))
-        offset = np.where(capped, mix64(key) % n_all.astype(np.uint64), 0)
-        rank += offset.astype(np.int64)[:, None]
-        np.subtract(rank, n_all[:, None], out=rank, where=rank >= n_all[:, None])
-
-    # Enumerate whole classes when that is cheaper than per-pair paths; else per pair.
-    whole = cc <= plan.class_pairs * keep_c
-    table_n = np.where(whole, cc, 0)
-    table_off = np.cumsum(table_n) - table_n
-    n_table = int(table_n.sum())
-    t_class = np.repeat(np.arange(cc.size), table_n)
-    t_rank = np.arange(n_table) - table_off[t_class]
-    if whole.all():
-        item_class, item_rank = t_class, t_rank
-        item = rank
-        item += table_off[plan.pair_class][:, None]
-    else:
-        # Per-pair items, laid out with the pairs grouped by class (locality).
-        order = np.argsort(plan.pair_class, kind="stable")
-        direct = ~whole[plan.pair_class][:, None] & valid
-        d_sorted = direct[order]
-        n_direct = int(np.count_nonzero(d_sorted))
-        item_class = np.concatenate([t_class,
-                                     plan.pair_class[order[np.nonzero(d_sorted)[0]]]])
-        item_rank = np.concatenate([t_rank, rank[order][d_sorted]])
-        ids = np.zeros(direct.shape, np.int64)
-        ids[d_sorted] = n_table + np.arange(n_direct)
-        item = rank + table_off[plan.pair_class][:, None]
-        item[order] = np.where(d_sorted, ids, item[order])
-        item[~valid] = 0
-    dag = plan.dag()
-    if whole.all():
-        body = _unrank(plan, dag, item_class, item_rank)  # [items, L]
-    else:  # two runs, each in class order
-        parts = [_unrank(plan, dag, item_class[:n_table], item_rank[:n_table]),
-                 _unrank(plan, dag, item_class[n_table:], item_rank[n_table:])]
-        body = np.full((item_class.size, max(b.shape[1] for b in parts)), -1, np.int32)
-        body[:n_table, :parts[0].shape[1]] = parts[0]
-        body[n_table:, :parts[1].shape[1]] = parts[1]
+    rank, valid, n_keep, keep_c = _pair_ranks(plan, src_h, dst_h, max_paths, seed)
+    body, item = _enumerate(plan, rank, valid, keep_c)
 
     # Assemble [prefix uplink] + anchor-to-anchor path + [suffix downlink].
     pre = plan.prefix[src_h]

@@ -120,6 +120,37 @@ def _init(kind, key, n_pairs, n_paths, hidden, dtype):
             "w2": jnp.zeros((n_pairs * n_paths, hidden), dtype)}
 
 
+def _check_policy_inputs(problem, train_demands, kind, hidden, steps,
+                         batch_size) -> np.ndarray:
+    """The checked ``[samples, pairs]`` float64 training demands of
+    :func:`train_routing_policy`, after checking its other size arguments."""
+    if not isinstance(problem, RoutingProblem):
+        raise ValueError(f"problem must be a RoutingProblem (see routing_problem); got "
+                         f"{type(problem).__name__}")
+    if kind not in POLICY_KINDS:
+        raise ValueError(f"kind must be one of {POLICY_KINDS}; got {kind!r}")
+    d = np.asarray(train_demands, np.float64)
+    if d.ndim != 2 or d.shape[1] != problem.n_pairs or not np.all(np.isfinite(d)) \
+            or np.any(d < 0):
+        raise ValueError(f"train_demands must be finite, >= 0, [samples, pairs] with "
+                         f"pairs = {problem.n_pairs}; got shape {d.shape}")
+    for name, v in (("hidden", hidden), ("steps", steps), ("batch_size", batch_size)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive integer; got {v!r}")
+    return d
+
+
+def _init_bias(problem: RoutingProblem, init, dtype) -> jax.Array:
+    """``[pairs, paths]`` initial shared logits from ``init`` (an array or a
+    :class:`PolicyResult`), zero on padded paths."""
+    bias = np.asarray(init.params["bias"] if isinstance(init, PolicyResult) else init,
+                      np.float64)
+    if bias.shape != problem.path_mask.shape:
+        raise ValueError(f"init must be [pairs, paths] = {problem.path_mask.shape} "
+                         f"logits or a PolicyResult of this problem; got {bias.shape}")
+    return jnp.asarray(np.where(problem.path_mask, bias, 0.0), dtype)
+
+
 def train_routing_policy(problem: RoutingProblem, train_demands, *, kind: str = "mlp",
                          hidden: int = 128, steps: int = 2000, batch_size: int = 32,
                          init=None,
@@ -148,19 +179,7 @@ def train_routing_policy(problem: RoutingProblem, train_demands, *, kind: str = 
     """
     from ._train import check_learning_rate, anneal
 
-    if not isinstance(problem, RoutingProblem):
-        raise ValueError(f"problem must be a RoutingProblem (see routing_problem); got "
-                         f"{type(problem).__name__}")
-    if kind not in POLICY_KINDS:
-        raise ValueError(f"kind must be one of {POLICY_KINDS}; got {kind!r}")
-    d = np.asarray(train_demands, np.float64)
-    if d.ndim != 2 or d.shape[1] != problem.n_pairs or not np.all(np.isfinite(d)) \
-            or np.any(d < 0):
-        raise ValueError(f"train_demands must be finite, >= 0, [samples, pairs] with "
-                         f"pairs = {problem.n_pairs}; got shape {d.shape}")
-    for name, v in (("hidden", hidden), ("steps", steps), ("batch_size", batch_size)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer; got {v!r}")
+    d = _check_policy_inputs(problem, train_demands, kind, hidden, steps, batch_size)
     temp = (anneal(float(temperature[0]), float(temperature[1]), steps)
             if isinstance(temperature, tuple) else temperature)
     if learning_rate is None:
@@ -186,12 +205,7 @@ def train_routing_policy(problem: RoutingProblem, train_demands, *, kind: str = 
     k_init, k_data = jax.random.split(key)
     params = _init(kind, k_init, problem.n_pairs, problem.max_paths, int(hidden), dtype)
     if init is not None:
-        bias = np.asarray(init.params["bias"] if isinstance(init, PolicyResult) else init,
-                          np.float64)
-        if bias.shape != problem.path_mask.shape:
-            raise ValueError(f"init must be [pairs, paths] = {problem.path_mask.shape} "
-                             f"logits or a PolicyResult of this problem; got {bias.shape}")
-        params["bias"] = jnp.asarray(np.where(problem.path_mask, bias, 0.0), dtype)
+        params["bias"] = _init_bias(problem, init, dtype)
 
     def loss_fn(p, batch_d, batch_n, t):
         def one(dm, nm):

@@ -131,6 +131,45 @@ def _validate(A, capacity, arrival, size, deps, delay, latency, demand):
         raise ValueError("deps contain a cycle")
 
 
+def _checked_inputs(A, capacity, arrival, size, deps, delay, latency, demand):
+    """The arguments of :func:`simulate_flows_reference` as float64 arrays (``deps``
+    int64 ``[flows, max_deps]``), defaults filled in, validated."""
+    A = _as_matrix(A)
+    n_flows = A.shape[1] if A.ndim == 2 else 0
+    capacity = np.asarray(capacity, dtype=np.float64)
+    arrival = np.asarray(arrival, dtype=np.float64)
+    size = np.asarray(size, dtype=np.float64)
+    delay = np.zeros(n_flows) if delay is None else np.asarray(delay, dtype=np.float64)
+    latency = np.zeros(n_flows) if latency is None else np.asarray(latency, dtype=np.float64)
+    demand = np.full(n_flows, np.inf) if demand is None else np.asarray(demand, dtype=np.float64)
+    deps = (np.full((n_flows, 0), -1, dtype=np.int64) if deps is None
+            else np.asarray(deps, dtype=np.int64))
+    if deps.ndim == 1:
+        deps = deps[:, None]
+    _validate(A, capacity, arrival, size, deps, delay, latency, demand)
+    return A, capacity, arrival, size, deps, delay, latency, demand
+
+
+def _release_ready(start, finish, arrival, delay, deps):
+    """Set ``start`` (in place) of every flow not yet started whose dependencies have
+    all finished: the latest of its arrival and their finishes, plus its delay."""
+    for f in range(start.size):
+        if np.isnan(start[f]):
+            ds = deps[f][deps[f] >= 0]
+            if np.all(~np.isnan(finish[ds])):
+                released = max([arrival[f]] + [finish[g] for g in ds])
+                start[f] = released + delay[f]
+
+
+def _complete(flows, t, state, remaining, transfer_end, finish, latency):
+    """Mark the transfers of ``flows`` done at time ``t`` (in place): finish at
+    ``t + latency``."""
+    state[flows] = 2
+    remaining[flows] = 0.0
+    transfer_end[flows] = t
+    finish[flows] = t + latency[flows]
+
+
 def simulate_flows_reference(A, capacity, arrival, size, *, deps=None, delay=None,
                              latency=None, demand=None):
     """Exact event-driven flow-level simulation (see the module docstring).
@@ -157,19 +196,9 @@ def simulate_flows_reference(A, capacity, arrival, size, *, deps=None, delay=Non
     Raises:
         ValueError: on inconsistent shapes, NaN, negative values, bad or cyclic deps.
     """
-    A = _as_matrix(A)
-    n_flows = A.shape[1] if A.ndim == 2 else 0
-    capacity = np.asarray(capacity, dtype=np.float64)
-    arrival = np.asarray(arrival, dtype=np.float64)
-    size = np.asarray(size, dtype=np.float64)
-    delay = np.zeros(n_flows) if delay is None else np.asarray(delay, dtype=np.float64)
-    latency = np.zeros(n_flows) if latency is None else np.asarray(latency, dtype=np.float64)
-    demand = np.full(n_flows, np.inf) if demand is None else np.asarray(demand, dtype=np.float64)
-    deps = (np.full((n_flows, 0), -1, dtype=np.int64) if deps is None
-            else np.asarray(deps, dtype=np.int64))
-    if deps.ndim == 1:
-        deps = deps[:, None]
-    _validate(A, capacity, arrival, size, deps, delay, latency, demand)
+    A, capacity, arrival, size, deps, delay, latency, demand = _checked_inputs(
+        A, capacity, arrival, size, deps, delay, latency, demand)
+    n_flows = A.shape[1]
 
     start = np.full(n_flows, np.nan)
     transfer_end = np.full(n_flows, np.nan)
@@ -181,15 +210,7 @@ def simulate_flows_reference(A, capacity, arrival, size, *, deps=None, delay=Non
     t = None
     event_times, rate_history = [], []
 
-    def release_ready():
-        for f in range(n_flows):
-            if np.isnan(start[f]):
-                ds = deps[f][deps[f] >= 0]
-                if np.all(~np.isnan(finish[ds])):
-                    released = max([arrival[f]] + [finish[g] for g in ds])
-                    start[f] = released + delay[f]
-
-    release_ready()
+    _release_ready(start, finish, arrival, delay, deps)
     while (state != 2).any():
         pending = (state == 0) & ~np.isnan(start)
         if t is None:
@@ -206,11 +227,8 @@ def simulate_flows_reference(A, capacity, arrival, size, *, deps=None, delay=Non
             instant = active[(remaining[active] <= 0) | np.isinf(rate[active])]
             if instant.size == 0:
                 break
-            state[instant] = 2
-            remaining[instant] = 0.0
-            transfer_end[instant] = t
-            finish[instant] = t + latency[instant]
-            release_ready()
+            _complete(instant, t, state, remaining, transfer_end, finish, latency)
+            _release_ready(start, finish, arrival, delay, deps)
         event_times.append(t)
         rate_history.append(rate.copy())
         if not (state != 2).any():
@@ -233,11 +251,8 @@ def simulate_flows_reference(A, capacity, arrival, size, *, deps=None, delay=Non
         # A completion that rounds onto t_next (t + time_left == t_next in float64,
         # possible when time_left is below t's ulp) completes now: else dt stays 0.
         done = moving[(time_left <= dt * (1 + _REL_TOL)) | (t + time_left <= t_next)]
-        state[done] = 2
-        remaining[done] = 0.0
-        transfer_end[done] = t_next
-        finish[done] = t_next + latency[done]
-        release_ready()
+        _complete(done, t_next, state, remaining, transfer_end, finish, latency)
+        _release_ready(start, finish, arrival, delay, deps)
         t = t_next
         n_events += 1
     if len(event_times) < n_events:

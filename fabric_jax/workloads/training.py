@@ -284,6 +284,63 @@ def _step_deps(internal, same, prev, n_steps):
     return deps
 
 
+def _check_phases(collectives) -> list[Workload]:
+    """The phases of one step as a list of non-empty, validated ``Workload``s."""
+    if isinstance(collectives, Workload):
+        collectives = [collectives]
+    phases = [w for w in collectives]
+    for c, w in enumerate(phases):
+        if not isinstance(w, Workload):
+            raise ValueError(f"collectives[{c}]: expected a Workload, got {type(w).__name__}")
+        if w.n_flows == 0:
+            raise ValueError(f"collectives[{c}]: has no flows")
+        w.validate()
+    return phases
+
+
+def _phase_ranks(phases: list[Workload], hosts: np.ndarray):
+    """``(src_r, dst_r)``: per phase, the job rank (index into ``hosts``) of each flow's
+    source and destination; a host outside ``hosts`` is an error."""
+    rank_of = np.full(int(hosts.max()) + 1, -1, np.int64)
+    rank_of[hosts] = np.arange(hosts.size)
+
+    def ranks(a, c, what):
+        if np.any(a > hosts.max()) or np.any(rank_of[np.minimum(a, hosts.max())] < 0):
+            raise ValueError(f"collectives[{c}]: {what} uses a host outside `hosts`; build "
+                             "the collective on the job's own hosts")
+        return rank_of[a]
+
+    src_r = [ranks(w.src, c, "src") for c, w in enumerate(phases)]
+    dst_r = [ranks(w.dst, c, "dst") for c, w in enumerate(phases)]
+    return src_r, dst_r
+
+
+def _tile_steps(template: Workload, deps: np.ndarray, delay: np.ndarray,
+                flow_arrival: np.ndarray, job: str):
+    """``(workload, step_group_names)``: ``template`` (the flows of one step) repeated
+    for each of the ``delay.shape[0]`` steps, with the given ``[steps, flows, k]`` deps
+    and ``[steps, flows]`` delays and arrivals, and groups named
+    ``"{job}/step{k}/{collective}"``."""
+    n_steps, per_step = delay.shape
+    n_groups = template.n_groups
+    names = _unique(template.group_names)
+    step_group_names = tuple(tuple(f"{job}/step{k}/{name}" for name in names)
+                             for k in range(n_steps))
+    group = np.where(template.group >= 0,
+                     template.group[None] + (np.arange(n_steps) * n_groups)[:, None], -1)
+    out = Workload(
+        src=np.tile(template.src, n_steps), dst=np.tile(template.dst, n_steps),
+        size=np.tile(template.size, n_steps), arrival=flow_arrival.reshape(-1),
+        deps=deps.reshape(n_steps * per_step, deps.shape[2]), delay=delay.reshape(-1),
+        job=np.zeros(n_steps * per_step, np.int32), group=group.reshape(-1),
+        group_names=sum(step_group_names, ()), job_names=(job,),
+        group_bytes=np.tile(template.group_bytes, n_steps),
+        group_kind=template.group_kind * n_steps,
+        group_ranks=np.tile(template.group_ranks, n_steps),
+    )
+    return out, step_group_names
+
+
 def training_step(hosts, compute_time, collectives: Sequence[Workload], *,
                   overlap: float = 0.0, n_steps: int = 1, serialize: bool = True,
                   tokens_per_step: float = 0.0, job: str = "train",
@@ -313,26 +370,8 @@ def training_step(hosts, compute_time, collectives: Sequence[Workload], *,
     comp, overlap, arrival = _check_step_inputs(compute_time, overlap, arrival, n_steps,
                                                 n_ranks)
     n_steps = comp.shape[0]
-    if isinstance(collectives, Workload):
-        collectives = [collectives]
-    phases = [w for w in collectives]
-    for c, w in enumerate(phases):
-        if not isinstance(w, Workload):
-            raise ValueError(f"collectives[{c}]: expected a Workload, got {type(w).__name__}")
-        if w.n_flows == 0:
-            raise ValueError(f"collectives[{c}]: has no flows")
-        w.validate()
-    rank_of = np.full(int(hosts.max()) + 1, -1, np.int64)
-    rank_of[hosts] = np.arange(n_ranks)
-
-    def ranks(a, c, what):
-        if np.any(a > hosts.max()) or np.any(rank_of[np.minimum(a, hosts.max())] < 0):
-            raise ValueError(f"collectives[{c}]: {what} uses a host outside `hosts`; build "
-                             "the collective on the job's own hosts")
-        return rank_of[a]
-
-    src_r = [ranks(w.src, c, "src") for c, w in enumerate(phases)]
-    dst_r = [ranks(w.dst, c, "dst") for c, w in enumerate(phases)]
+    phases = _check_phases(collectives)
+    src_r, dst_r = _phase_ranks(phases, hosts)
     ends = [_rank_end_flows(w, s, d, n_ranks) for w, s, d in zip(phases, src_r, dst_r)]
     offsets = np.cumsum([0] + [w.n_flows for w in phases])
     per_step = int(offsets[-1])
@@ -365,22 +404,7 @@ def training_step(hosts, compute_time, collectives: Sequence[Workload], *,
     flow_arrival = np.full((n_steps, per_step), arrival)
     # Exact: nothing rank x sends in step 0 precedes (1 - f) of its compute.
     flow_arrival[0] += lead * comp[0, xs]
-    n_groups = template.n_groups
-    names = _unique(template.group_names)
-    step_group_names = tuple(tuple(f"{job}/step{k}/{name}" for name in names)
-                             for k in range(n_steps))
-    group = np.where(template.group >= 0,
-                     template.group[None] + (np.arange(n_steps) * n_groups)[:, None], -1)
-    out = Workload(
-        src=np.tile(template.src, n_steps), dst=np.tile(template.dst, n_steps),
-        size=np.tile(template.size, n_steps), arrival=flow_arrival.reshape(-1),
-        deps=deps.reshape(n_steps * per_step, deps.shape[2]), delay=delay.reshape(-1),
-        job=np.zeros(n_steps * per_step, np.int32), group=group.reshape(-1),
-        group_names=sum(step_group_names, ()), job_names=(job,),
-        group_bytes=np.tile(template.group_bytes, n_steps),
-        group_kind=template.group_kind * n_steps,
-        group_ranks=np.tile(template.group_ranks, n_steps),
-    )
+    out, step_group_names = _tile_steps(template, deps, delay, flow_arrival, job)
     spec = StepSpec(job=job, hosts=hosts, compute_time=comp, overlap=overlap,
                     tokens_per_step=float(tokens_per_step), start=arrival,
                     step_group_names=step_group_names)
