@@ -109,7 +109,7 @@ def main(argv=None) -> dict:
                   theory=sc.balls_into_bins(n_up))
         shift = sc.ring_shift(topo, size)
         links = sc.ecmp_paths(table, shift.src, shift.dst, np.zeros(shift.n_flows, int),
-                              sc._run._sport(a.seed, np.arange(shift.n_flows)))
+                              sc.source_port(a.seed, np.arange(shift.n_flows)))
         pt["ecmp_uplinks_used"] = sc.uplinks_used(topo, shift, links)
         patterns = {"ring_shift": [shift],
                     "bisection": [sc.random_bisection(topo, size, a.seed + s)

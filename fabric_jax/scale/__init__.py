@@ -100,11 +100,14 @@ from ._step import (BACKGROUND, BUCKET_PARAMS, DEFAULT_BACKGROUND_CDF, DEFAULT_E
                     collective_overhead, ep_group_size, job_step_time, scale_plan,
                     step_flows)
 from ._jobs import add_background, job_servers, place_jobs
-from ._run import (CONGESTED_DELAY, DEFAULT_DT_US, DEFAULT_MAX_PATHS, HASHED_ROUTING,
-                   HORIZON_FACTOR, IDEAL, RailRun, build_point, ideal_rails, phase_latency,
-                   point_metrics, route_flows, run_fabric, run_scale, scale_point,
-                   simulate_rails, simulate_rails_on_devices, worst_vs_ideal,
-                   zero_load_latency, job_set_times, overlap_metrics)
+from ._route import DEFAULT_MAX_PATHS, HASHED_ROUTING, route_flows, source_port
+from ._rails import (CONGESTED_DELAY, DEFAULT_DT_US, HORIZON_FACTOR, RailRun, ideal_rails,
+                     run_fabric, simulate_rails, simulate_rails_on_devices,
+                     zero_load_latency)
+from ._metrics import (background_metrics, job_set_times, overlap_metrics, phase_latency,
+                       point_metrics, worst_vs_ideal)
+from ._point import (IDEAL, build_point, point_arguments, rail_reduction, run_scale,
+                     scale_point)
 from ._overlap import (JOB_OVERLAPS, MAX_OVERLAP_JOBS, expected_slice_times,
                        independent_overlap)
 from ._validate import (balls_into_bins, random_bisection, ring_shift, uplinks_used,
@@ -115,7 +118,6 @@ from ._allreduce import (CURVE_KEYS, DEFAULT_SWEEP_CHUNKS, SWEEP_ALGORITHMS, cho
                          completion_stats, nic_ideal_time, rank_completion, scaling_curves,
                          scaling_point)
 from ._scenario import RAIL_SYSTEMS, SCALE_FLAGS, SCALE_RULES, scale_scenarios
-from ._run import point_arguments
 
 __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_paths",
            "link_rails", "rail_symmetric_paths", "rail_view", "scale_topology",
@@ -129,6 +131,7 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "route_flows", "run_scale", "scale_point", "simulate_rails", "build_point",
            "run_fabric", "worst_vs_ideal", "phase_latency", "zero_load_latency",
            "simulate_rails_on_devices", "job_set_times", "overlap_metrics",
+           "source_port", "background_metrics", "rail_reduction",
            "JOB_OVERLAPS", "MAX_OVERLAP_JOBS", "expected_slice_times", "independent_overlap",
            "balls_into_bins", "random_bisection", "ring_shift",
            "uplinks_used", "window_efficiency",

@@ -31,7 +31,8 @@ from ..workloads.cdf import FlowSizeCDF
 from ..workloads.model import MODELS
 from ._fabric import DEFAULT_SWITCH_RADIX
 from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS
-from ._run import DEFAULT_DT_US, DEFAULT_MAX_PATHS, HORIZON_FACTOR
+from ._rails import DEFAULT_DT_US, HORIZON_FACTOR
+from ._route import DEFAULT_MAX_PATHS
 from ._jobs import job_servers
 from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_EP, DEFAULT_LATENCY, DEFAULT_MICROBATCHES,
                     DEFAULT_MODEL, DEFAULT_PP, DEFAULT_SKEW, LATENCY_MODELS, PLACEMENTS)

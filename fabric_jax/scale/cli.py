@@ -24,9 +24,6 @@ DEFAULT_GPUS = ",".join(str(n) for n in SCALE_RULES["topology.gpus"].default)
 
 def add_parser(sub):
     """The ``scale`` subcommand on an argparse ``subparsers`` object."""
-    from ..fabrics import PRESETS
-    from ..workloads.model import MODELS
-    from . import _run, _step
     p = sub.add_parser(
         "scale", help="one training step at 16 to 32,768 GPUs on every preset and the "
                       "ideal fabric",
@@ -37,6 +34,20 @@ def add_parser(sub):
                     "or three tiers beyond), on each preset and the ideal fabric; one "
                     "representative rail when the rails are interchangeable "
                     "(docs/scale.md).")
+    _add_cluster_args(p)
+    _add_workload_args(p)
+    _add_run_args(p)
+    return p
+
+
+def _add_cluster_args(p):
+    """The ``scale`` flags of the cluster and its fabric: GPU counts, system, presets,
+    model, fluid step, rails, paths, switch radix."""
+    from ..fabrics import PRESETS
+    from ..workloads.model import MODELS
+    from . import _step
+    from ._rails import DEFAULT_DT_US
+    from ._route import DEFAULT_MAX_PATHS
     p.add_argument("--gpus", default=None,
                    help=f"comma-separated GPU counts, {MIN_GPUS} to {MAX_GPUS} (default "
                         f"{DEFAULT_GPUS}; with --job-gpus, their sum); counts that are not "
@@ -49,18 +60,24 @@ def add_parser(sub):
                    help=f"comma-separated presets (default {','.join(PRESETS)})")
     p.add_argument("--model", default=_step.DEFAULT_MODEL,
                    help=f"one of {', '.join(sorted(MODELS))} (default {_step.DEFAULT_MODEL})")
-    p.add_argument("--dt-us", type=float, default=_run.DEFAULT_DT_US,
-                   help=f"fluid step, microseconds (default {_run.DEFAULT_DT_US:g})")
+    p.add_argument("--dt-us", type=float, default=DEFAULT_DT_US,
+                   help=f"fluid step, microseconds (default {DEFAULT_DT_US:g})")
     p.add_argument("--rails", default="1",
                    help="rails simulated: a count (the first N rails) or 'all' (default 1: "
                         "exact when the rails are interchangeable, see the 'exact' column)")
-    p.add_argument("--max-paths", type=int, default=_run.DEFAULT_MAX_PATHS,
+    p.add_argument("--max-paths", type=int, default=DEFAULT_MAX_PATHS,
                    help=f"candidate paths per flow under adaptive routing / spraying "
-                        f"(default {_run.DEFAULT_MAX_PATHS})")
+                        f"(default {DEFAULT_MAX_PATHS})")
     p.add_argument("--switch-radix", type=int, default=_default("topology.switch_radix"),
                    help="switch ports at the NIC speed (default 128: 128 x 400G)")
     p.add_argument("--beyond-radix", default=_default("topology.beyond_radix"),
                    help="what grows past the radix: planes (default) or tiers")
+
+
+def _add_workload_args(p):
+    """The ``scale`` flags of the training step: slice, parallelism, skew, overlap,
+    jobs and their placement, background traffic, per-message latency."""
+    from . import _step
     p.add_argument("--slice-us", type=float, default=_default("workload.slice_us"),
                    help="line-rate time of the simulated slice of the step's traffic, "
                         "microseconds (default 250)")
@@ -115,6 +132,10 @@ def add_parser(sub):
                         f"{', '.join(_step.LATENCY_MODELS)} (default "
                         f"{_step.DEFAULT_LATENCY}: ring or PAT as NCCL >= 2.23 picks; "
                         f"ring: rings only; none: the bandwidth view)")
+
+
+def _add_run_args(p):
+    """The ``scale`` flags of the run itself: seed, workers, outputs, progress."""
     p.add_argument("--seed", type=int, default=_default("simulation.seed"),
                    help="seed (hashes, expert popularity)")
     p.add_argument("--workers", type=int, default=RUN_FLAGS["--workers"].default,
@@ -131,7 +152,6 @@ def add_parser(sub):
                    help="write the figures into DIR (scale_step.png, scale_tail.png; "
                         "scale_jobs.png with --jobs or a random placement)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p
 
 
 #: The rules of the command's own flags (its run options; the scenario's keys are
@@ -160,7 +180,7 @@ def run(args, *, command=None, started: float | None = None) -> int:
     (:func:`fabric_jax.results.run_record`).
     """
     from ..study.progress import Progress
-    from . import _run
+    from ._point import scale_point
     t0, c0 = time.perf_counter(), time.process_time()
     started = time.time() if started is None else started
     try:
@@ -186,7 +206,7 @@ def run(args, *, command=None, started: float | None = None) -> int:
                                           complete=False), command=command, started=started)
     try:
         for scn in scenarios:
-            points.append(_run.scale_point(
+            points.append(scale_point(
                 scn, ideal=not args.no_ideal, workers=args.workers, progress=bar.update,
                 on_row=save, done=earlier.get(scn.network.params["gpus"])))
     except ValueError as err:
@@ -265,7 +285,7 @@ def format_table(results: dict) -> str:
     %`` and ``ind vs ideal +%``: the utilisation and the largest slowdown against the
     ideal fabric for jobs whose steps are not synchronised
     (:func:`~fabric_jax.scale.independent_overlap`)."""
-    from ._run import worst_vs_ideal
+    from ._metrics import worst_vs_ideal
     several = any(_placed(pt) for pt in results["points"])
     bg = any(pt.get("background") for pt in results["points"])
     several = several or bg          # "vs ideal +%" is the step's figure with background

@@ -222,7 +222,7 @@ def test_place_jobs_renumbers_servers_ranks_and_dependencies():
     with pytest.raises(ValueError, match="servers"):
         sc.place_jobs(steps, np.zeros((2, 8), int))
     # the jobs' flows still stay on one rail each: the rail reduction's premise
-    assert sc._run._reduction(both, sc.scale_topology(128, switch_radix=8), "adaptive",
+    assert sc.rail_reduction(both, sc.scale_topology(128, switch_radix=8), "adaptive",
                               (0,), None)["exact"]
 
 
@@ -273,7 +273,7 @@ def test_jobs_of_different_sizes_each_keep_their_own_plan():
     assert m["tokens_per_second"] == pytest.approx(
         np.sum(pj["tokens_per_step"] / m["job_step_times"]), rel=1e-12)
     # the rail reduction's premise holds: every job's flows stay on their rail
-    assert sc._run._reduction(both, topo, "adaptive", (0,), None)["exact"]
+    assert sc.rail_reduction(both, topo, "adaptive", (0,), None)["exact"]
     with pytest.raises(ValueError, match="job_gpus"):
         sc.build_point(128, job_gpus=[64, 60, 4])
 
@@ -480,12 +480,12 @@ def test_background_keeps_the_rail_reduction_exact():
     # whose background differs (one arrival moved) is not
     topo = sc.scale_topology(32, switch_radix=8)
     _, b = _bg_step()
-    assert sc._run._reduction(b, topo, "adaptive", (0,), 4)["exact"]
+    assert sc.rail_reduction(b, topo, "adaptive", (0,), 4)["exact"]
     i = np.flatnonzero(~b.is_step & (b.rail == 3))[0]
     arr = b.arrivals.copy()
     arr[i] += 1e-6
     moved = dataclasses.replace(b, flows=dataclasses.replace(b.flows, arrival=arr))
-    assert not sc._run._reduction(moved, topo, "adaptive", (0,), 4)["exact"]
+    assert not sc.rail_reduction(moved, topo, "adaptive", (0,), 4)["exact"]
 
 
 def test_background_is_left_out_of_the_step_figures():
@@ -529,7 +529,7 @@ def test_background_alone_on_an_idle_crossbar_is_slowdown_one():
     from tests.helpers import enable_x64
     with enable_x64(True):             # float64 times: a 1 s window and microsecond flows
         run = sc.ideal_rails(alone, 50e9, rails=None)
-    m = sc._run._background_metrics(run, alone, 50e9)
+    m = sc.background_metrics(run, alone, 50e9)
     assert m["background_p50_slowdown"] == pytest.approx(1.0, rel=1e-9)
     assert m["background_p99_slowdown"] == pytest.approx(1.0, rel=1e-9)
 
@@ -638,7 +638,7 @@ def test_ecmp_uplink_occupancy_is_balls_into_bins(gpus):
     for seed in range(4):
         for p in range(tab.n_planes):
             links = sc.ecmp_paths(tab, flows.src, flows.dst, np.full(flows.n_flows, p),
-                                  sc._run._sport(seed, np.arange(flows.n_flows)))
+                                  sc.source_port(seed, np.arange(flows.n_flows)))
             used.append(sc.uplinks_used(topo, flows, links))
     theory = sc.balls_into_bins(tab.n_spines)
     assert theory == pytest.approx(0.6350, abs=1e-4)
@@ -686,7 +686,7 @@ def test_rail_reduction_inputs_are_the_full_runs(preset):
     view = sc.rail_view(topo, [2])
     mapped = np.where(sub.links >= 0, view.link_of[np.maximum(sub.links, 0)], -1)
     assert np.all(mapped[np.asarray(sub.hop_mask)] >= 0)    # inside the sub-fabric
-    assert sc._run._reduction(st, topo, fab.routing, (0,), None)["exact"] == (
+    assert sc.rail_reduction(st, topo, fab.routing, (0,), None)["exact"] == (
         preset != "roce")
     if preset != "roce":
         r0 = np.asarray(full.links)[full_flows.rail == 0]
@@ -884,7 +884,7 @@ def test_fluid_ecmp_throughput_is_the_uplinks_in_use_and_spray_is_line_rate():
         eff[preset] = sc.window_efficiency(run, nic, 0.1 * t, 0.9 * t)
     tab = sc.clos_paths(topo)
     links = sc.ecmp_paths(tab, flows.src, flows.dst, np.zeros(flows.n_flows, int),
-                          sc._run._sport(0, np.arange(flows.n_flows)))
+                          sc.source_port(0, np.arange(flows.n_flows)))
     assert eff["roce"] == pytest.approx(sc.uplinks_used(topo, flows, links), abs=0.01)
     assert eff["uec"] == pytest.approx(1.0, abs=0.01)
 
