@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_optimize_parsers(sub):
-    """``tune`` and ``locate`` (issue 29), defined in :mod:`fabric_jax.optimize.cli`."""
+    """``tune`` and ``locate``, defined in :mod:`fabric_jax.optimize.cli`."""
     from .optimize.cli import add_locate_parser, add_tune_parser
     add_tune_parser(sub)
     add_locate_parser(sub)

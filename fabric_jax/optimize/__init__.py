@@ -42,14 +42,14 @@ Example::
     print(res.mlu, lp.mlu)          # learned vs optimal MLU
     print(res.report())             # per-link before/after, per-pair splits
 
-Parameter tuning (issue 29; ``docs/tuning.md``): :func:`tune` sets a preset's
+Parameter tuning (``docs/tuning.md``): :func:`tune` sets a preset's
 congestion- and flow-control knobs (each with its physical range and source,
 :mod:`._tunables`) by gradient descent through the smooth fluid model
 (:mod:`._tuning_model`), :func:`random_search` and :func:`nelder_mead` are the
 derivative-free baselines on the same evaluations, :func:`ease_of_tuning` builds the
 ease-of-tuning table (default regret, configuration risk, transfer regret).
 
-Fault localisation (issue 29): :func:`locate` ranks links by their estimated capacity
+Fault localisation: :func:`locate` ranks links by their estimated capacity
 factor from what an operator observes (:mod:`._locate`), against network tomography
 and vote counting (:func:`tomography`, :func:`vote_count`).
 """
