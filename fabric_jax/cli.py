@@ -17,6 +17,7 @@ import shlex
 import sys
 import time
 
+from .results import check_output_dir, check_output_file
 from .scenario import check_args, integer, number, refuse
 
 __all__ = ["main", "build_parser", "COMPARE_FLAGS"]
@@ -128,6 +129,18 @@ def compilation_cache() -> str | None:
     return path
 
 
+def check_outputs(args) -> None:
+    """Check the output paths the subcommands take (``--json PATH``, ``--plots DIR``,
+    locate's ``--write-observed PATH``)
+    before it runs (:func:`fabric_jax.results.check_output_file` / ``check_output_dir``):
+    a study of minutes must not end in a traceback that loses its results."""
+    for attr, flag in (("json", "--json"), ("write_observed", "--write-observed")):
+        if getattr(args, attr, None):
+            check_output_file(getattr(args, attr), flag)
+    if getattr(args, "plots", None):
+        check_output_dir(args.plots, "--plots")
+
+
 def main(argv=None) -> int:
     """Entry point of the ``fabric-jax`` console script."""
     started = time.time()
@@ -138,6 +151,11 @@ def main(argv=None) -> int:
         parser.print_help()
         return 0
     command = shlex.join(["fabric-jax", *argv])    # the results files' "run" record
+    try:  # where the results go: refused before any work rather than lost after it
+        check_outputs(args)
+    except ValueError as err:
+        print(f"fabric-jax {args.command}: error: {err}", file=sys.stderr)
+        return 2
     compilation_cache()
     if args.command in ("tune", "locate"):
         from .optimize import cli as optimize_cli

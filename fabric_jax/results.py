@@ -28,12 +28,14 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["RUN_KEY", "to_json", "run_record", "write_results", "strip_run"]
+__all__ = ["RUN_KEY", "to_json", "run_record", "write_results", "strip_run",
+           "check_output_file", "check_output_dir"]
 
 #: The key of the record that says what produced a results file.
 RUN_KEY = "run"
@@ -113,6 +115,60 @@ def run_record(*, command=None, inputs=None, started: float | None = None) -> di
     if inputs is not None:
         record["inputs"] = inputs
     return record
+
+
+def _writable_ancestor(path: Path, flag: str) -> None:
+    """Refuse ``path`` unless its nearest existing ancestor is a folder a file can be
+    created in (probed by creating and removing one: permissions, read-only mounts and
+    pseudo file systems such as ``/proc`` all answer the same way)."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ValueError(f"{flag}: {folder} is not a folder, so {path} cannot be created; "
+                         f"give a path under a writable folder")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".fabric_jax_probe_")
+    except OSError as exc:
+        raise ValueError(f"{flag}: cannot write into {folder} ({exc.strerror or exc}); give "
+                         f"a path under a writable folder") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_output_file(path, flag: str = "--json") -> Path:
+    """Refuse, before any work, a results file that could not be written at the end.
+
+    ``path`` may not exist yet (nor its parent folders, which :func:`write_results`
+    creates); it must not be a folder, an existing file must be writable, and the
+    nearest existing folder above it must accept a new file.
+
+    Raises:
+      ValueError: naming ``flag``, the path and the fix.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag}: {path} is a folder; give a file path such as "
+                         f"{path / 'results.json'}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{flag}: {path} exists and is not writable; give another path")
+    _writable_ancestor(path, flag)
+    return path
+
+
+def check_output_dir(path, flag: str = "--plots") -> Path:
+    """Refuse, before any work, a figures folder that could not be written at the end:
+    an existing path must be a folder that accepts a new file; a missing one must be
+    creatable (its nearest existing ancestor a writable folder).
+
+    Raises:
+      ValueError: naming ``flag``, the path and the fix.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag}: {path} exists and is not a folder; give a folder path")
+    _writable_ancestor(path / "probe", flag)
+    return path
 
 
 def write_results(path, results: dict, *, command=None, inputs=None,

@@ -156,3 +156,49 @@ def test_cli_json_carries_the_run_record_and_is_read_back(tmp_path, capsys):
     # the observation it wrote, run record included, is an input locate reads
     assert main(["locate", "--scenario", str(scn), "--observed", str(obs)]) == 0
     capsys.readouterr()
+
+
+# ------------------------------------------------------------------ output paths
+
+
+@pytest.mark.parametrize("path, why", [
+    ("/proc/fabric_jax_x.json", "cannot write into /proc"),     # a pseudo file system
+    ("{tmp}", "is a folder"),
+    ("{tmp}/file.txt/r.json", "is not a folder"),                # a file where a folder is
+])
+def test_a_results_path_that_cannot_be_written_is_refused(tmp_path, path, why):
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(ValueError, match=why) as err:
+        R.check_output_file(path.format(tmp=tmp_path), "--json")
+    assert str(err.value).startswith("--json:")
+
+
+def test_a_results_path_in_new_folders_is_accepted_and_nothing_is_left(tmp_path):
+    target = tmp_path / "a" / "b" / "r.json"
+    assert R.check_output_file(target) == target
+    assert list(tmp_path.iterdir()) == []          # no folder made, no probe left
+    assert R.check_output_dir(tmp_path / "plots") == tmp_path / "plots"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_figures_path_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    for path in ("/dev/null", tmp_path / "f"):
+        with pytest.raises(ValueError, match="--plots: .* not a folder"):
+            R.check_output_dir(path, "--plots")
+
+
+@pytest.mark.parametrize("argv", [
+    ["compare", "--json", "/proc/fabric_jax_x.json"],
+    ["compare", "--plots", "/dev/null"],
+    ["scale", "--gpus", "16", "--json", "/proc/fabric_jax_x.json"],
+    ["tune", "--plots", "/dev/null"],
+])
+def test_the_cli_refuses_an_unwritable_output_before_any_work(argv, capsys, monkeypatch):
+    from fabric_jax import cli, compare
+    # nothing may run: a study started would call these
+    monkeypatch.setattr(compare, "load_scenario", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr(cli, "compilation_cache", lambda: pytest.fail("ran"))
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"fabric-jax {argv[0]}: error: {argv[-2]}:" in err
