@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fabric-jax",
         description="Flow-level emulator of AI-cluster fabrics (InfiniBand, RoCE, "
                     "Spectrum-X, Ultra Ethernet) on JAX.")
+    from . import __version__
+    parser.add_argument("--version", action="version", version=f"fabric-jax {__version__}")
     sub = parser.add_subparsers(dest="command")
     cmp_ = sub.add_parser(
         "compare", help="run a scenario on every fabric preset and print one table",

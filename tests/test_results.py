@@ -202,3 +202,11 @@ def test_the_cli_refuses_an_unwritable_output_before_any_work(argv, capsys, monk
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert f"fabric-jax {argv[0]}: error: {argv[-2]}:" in err
+
+
+def test_the_cli_says_its_version(capsys):
+    from fabric_jax import cli
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fabric-jax {fabric_jax.__version__}"

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from ..fabrics import PRESETS
 from ..scenario import (Fabrics, Horizon, Network, Scenario, ScenarioError, Traffic, check,
                         flag_map, integer, number, one_of, refuse)
+from ..scenario import physical
 from ..systems import SYSTEMS
 from ..workloads.cdf import FlowSizeCDF
 from ..workloads.model import MODELS
@@ -82,7 +83,7 @@ SCALE_RULES = {
     "fabrics.max_paths": integer(1, default=DEFAULT_MAX_PATHS),
     "fabrics.rails": integer(1, also=("all",), default=1, unit="rails simulated"),
     # horizon
-    "simulation.dt_us": number(0, lo_open=True, unit=_US, default=DEFAULT_DT_US),
+    "simulation.dt_us": physical.dt_us(default=DEFAULT_DT_US),
     "simulation.seed": integer(0, default=0),
     "simulation.horizon_factor": number(1, default=HORIZON_FACTOR,
                                         unit="x the ideal fabric's time"),

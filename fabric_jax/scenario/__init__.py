@@ -26,6 +26,7 @@ from ._compare import (DERIVED_FROM, DERIVED_FROM_TEXT, FABRIC_KEYS, PRESETS_RUL
                        check_preset_options, default_scenario, derive_defaults,
                        load_scenario, read_scenario_file, scenario_from_dict,
                        validate_scenario, with_classes)
+from . import physical
 from ._model import STUDIES, Fabrics, Horizon, Network, Scenario, Traffic
 from ._rules import (REQUIRED, Rule, ScenarioError, arg_name, boolean, check, check_args,
                      check_section, describe, flag_map, integer, number, one_of, refuse,
@@ -42,4 +43,4 @@ __all__ = ["Scenario", "Network", "Traffic", "Fabrics", "Horizon", "STUDIES",
            "read_scenario_file", "validate_scenario", "check_preset_options",
            "with_classes", "MODEL_SECTIONS", "MODEL_REPLACES", "HORIZON_FACTOR",
            "with_model_name", "model_comm_time", "model_slices", "model_setup",
-           "check_model"]
+           "check_model", "physical"]

@@ -27,7 +27,8 @@ Sections (TOML tables) and keys, with the accepted values:
     more to hold the jobs), ``nics_per_server`` (>= 1; rails, ``rail_optimized`` only),
     ``servers_per_leaf`` (>= 1; default ``min(16, n_servers / 2)``, whole leaves on a
     ``leaf_spine``), ``n_spines`` (>= 0, 0 = one per server of a full leaf),
-    ``link_gbps`` (> 0), ``latency_us`` (>= 0), ``buffer_kb`` (> 0).
+    ``link_gbps`` (1-3,200), ``latency_us`` (0-1,000), ``buffer_kb`` (1-10^6): physical
+    ranges, :mod:`fabric_jax.scenario.physical`.
 ``[workload]``
     ``train_servers`` (>= 2; default the servers the tenant leaves), ``tenant_servers``
     (0 or >= 2; default a quarter of the servers), ``ep_servers`` (>= 2, divides
@@ -38,7 +39,7 @@ Sections (TOML tables) and keys, with the accepted values:
     1)``), ``background_load`` (in [0, 1)), ``background_cdf`` (a built-in CDF name),
     ``background_us`` (> 0).
 ``[simulation]``
-    ``dt_us`` (> 0), ``n_steps`` (>= 1; default a 1 ms horizon, ``1000 / dt_us``),
+    ``dt_us`` (0.001-100), ``n_steps`` (>= 1; default a 1 ms horizon, ``1000 / dt_us``),
     ``max_paths`` (>= 0; 0 = every equal-cost
     path, the default), ``seed`` (>= 0), ``isolation`` (true | false), ``fifo_bands``
     (>= 1: bands per egress FIFO of the fluid model, ``simulate_fluid(fifo_bands=)``;
@@ -83,6 +84,7 @@ from pathlib import Path
 from ..fabrics import PRESETS, get_fabric
 from ..links import DEFAULT_FIFO_BANDS
 from ..workloads import FlowSizeCDF
+from . import physical
 from ._model import Scenario
 from ._rules import ScenarioError, boolean, check, check_section, integer, number, one_of
 from ._training import MODEL_SECTIONS, check_model, model_setup, with_model_name
@@ -105,9 +107,9 @@ SCHEMA = {
                                     "rail_optimized, the largest divisor of n_servers up "
                                     "to that on a leaf_spine"),
         "n_spines": integer(0, default=0),
-        "link_gbps": number(0, lo_open=True, unit="Gb/s", default=400.0),
-        "latency_us": number(0, unit=_US, default=1.0),
-        "buffer_kb": number(0, lo_open=True, unit="KB per port", default=1024.0)},
+        "link_gbps": physical.link_gbps(default=400.0),
+        "latency_us": physical.latency_us(default=1.0),
+        "buffer_kb": physical.buffer_kb(default=1024.0)},
     "workload": {
         "train_servers": integer(2, default=24, derived="n_servers - tenant_servers"),
         "tenant_servers": integer(0, default=8, derived="a quarter of n_servers, at most "
@@ -125,7 +127,7 @@ SCHEMA = {
         "background_cdf": one_of(FlowSizeCDF.builtin_names(), default="web_search"),
         "background_us": number(0, lo_open=True, unit=_US, default=200.0)},
     "simulation": {
-        "dt_us": number(0, lo_open=True, unit=_US, default=1.0),
+        "dt_us": physical.dt_us(default=1.0),
         "n_steps": integer(1, default=1000, derived="a 1 ms horizon: round(1000 / dt_us)"),
         "max_paths": integer(0, default=0),
         "seed": integer(0, default=0),

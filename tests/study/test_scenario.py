@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
 
@@ -259,3 +260,29 @@ def test_every_rule_has_a_default_unless_required():
                 or check(key, rule, d) == d, key
     assert not any(isinstance(r.default, float) and math.isnan(r.default)
                    for r in sc.SCALE_RULES.values())
+
+
+# ------------------------------------------------------------------ physical ranges
+
+
+@pytest.mark.parametrize("section, key, slip", [
+    ("topology", "link_gbps", 400e9),        # b/s for Gb/s
+    ("topology", "latency_us", 1e6),         # ps for us
+    ("topology", "buffer_kb", 1e-3),         # MB for KB
+    ("simulation", "dt_us", 1e-9),           # s for us
+])
+def test_a_unit_slip_is_refused_naming_the_key_unit_and_range(section, key, slip):
+    from fabric_jax import compare
+    from fabric_jax.scenario import physical
+    lo, hi = getattr(physical, key.upper())
+    with pytest.raises(ValueError, match=re.escape(f"'{section}.{key}': must be a number "
+                                                   f"in [{lo:g}, {hi:g}]")):
+        compare.scenario_from_dict({section: {key: slip}})
+    compare.scenario_from_dict({section: {key: hi}})        # the bounds themselves pass
+    compare.scenario_from_dict({section: {key: max(lo, 1e-3)}})
+
+
+def test_scale_refuses_a_dt_slip_before_any_work(capsys):
+    from fabric_jax import cli
+    assert cli.main(["scale", "--gpus", "16", "--dt-us", "1e-9"]) == 2
+    assert "--dt-us must be a number in [0.001, 100] (microseconds)" in capsys.readouterr().err
