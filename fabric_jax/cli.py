@@ -186,7 +186,8 @@ def main(argv=None) -> int:
                                            ideal=not args.no_ideal, workers=args.workers)
     print(compare.format_table(results, notes=compare.model_notes(scn)))
     if args.json:
-        compare.write_json(results, args.json, command=command, started=started)
+        compare.write_json(results, args.json, command=command, started=started,
+                           inputs=scn.as_dict())
         print(f"wrote {args.json}")
     if args.plots:
         from . import plots

@@ -185,6 +185,19 @@ class Scenario:
         for name, value in parts.items():
             object.__setattr__(self, name, value)
 
+    def as_dict(self) -> dict:
+        """The resolved scenario (every default filled in) by compare's section names:
+        what a results file records as its inputs (``"run"`` -> ``"inputs"``)."""
+        out = {"study": self.study, "topology": dict(self.topology),
+               "workload": dict(self.workload), "simulation": dict(self.simulation),
+               "presets": list(self.presets), "overrides": dict(self.overrides or {})}
+        if self.model is not None:   # the model, its plan and GPU as their fields
+            out["model"] = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
+                            for k, v in dict(self.model).items()}
+        if self.economics:
+            out["economics"] = dict(self.economics)
+        return out
+
     # compare's section names for the parts' pieces
     topology = _piece("network", "params", "The network's parameters (``[topology]``).")
     workload = _piece("traffic", "params", "The traffic's parameters (``[workload]``).")

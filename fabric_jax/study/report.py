@@ -184,7 +184,9 @@ def model_notes(scn) -> list[str]:
     return lines
 
 
-def write_json(results: dict, path, *, command=None, started: float | None = None) -> None:
+def write_json(results: dict, path, *, command=None, started: float | None = None,
+               inputs: dict | None = None) -> None:
     """Writes ``{preset: {metric: value}, "ideal": {...}}`` and the ``"run"`` record
-    (:func:`fabric_jax.results.write_results`: atomic, non-finite values as null)."""
-    write_results(path, results, command=command, started=started)
+    (:func:`fabric_jax.results.write_results`: atomic, non-finite values as null), with
+    ``inputs`` (the resolved scenario, :meth:`Scenario.as_dict`) in it when given."""
+    write_results(path, results, command=command, started=started, inputs=inputs)

@@ -48,7 +48,12 @@ def _check_cli_output(text, data, presets, ideals):
     assert all(p in text for p in presets) and "Effective bandwidth" in text
     # one entry per preset and ideal, and the record of the run that wrote them
     data = dict(data)
-    assert data.pop("run")["command"].startswith("fabric-jax compare")
+    run = data.pop("run")
+    assert run["command"].startswith("fabric-jax compare")
+    # the resolved scenario the figures came from, every default filled in
+    assert run["inputs"]["presets"] == list(presets)
+    assert run["inputs"]["simulation"]["n_steps"] >= 1
+    assert set(run["inputs"]) >= {"topology", "workload", "simulation", "presets"}
     assert sorted(data) == sorted(ideals + presets)
     assert "ideal" in text.splitlines()[0]          # the baseline is a table column
     for key in ideals:
