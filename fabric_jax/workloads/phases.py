@@ -44,7 +44,7 @@ import dataclasses
 
 import numpy as np
 
-from fabric_jax.collectives.schedules import TransferDag, ring
+from fabric_jax.collectives.schedules import TransferDag, all_to_all_pairs, ring
 from fabric_jax.workloads.flows import Workload, concat
 from fabric_jax.workloads.model import ParallelPlan, comm_bytes, get_model, step_flops
 
@@ -113,7 +113,7 @@ def _flows(src, dst, size, group, names, kind, group_bytes, ranks, phase, job) -
 def _all_to_all(mdl, plan: ParallelPlan, groups, total, expert_skew, seed, job):
     """The expert-parallel all-to-all of every EP group (module docstring)."""
     n_groups, n = groups.shape
-    i, j = np.nonzero(~np.eye(n, dtype=bool))
+    i, j = all_to_all_pairs(n)
     a, b = groups[:, i].reshape(-1), groups[:, j].reshape(-1)
     row, pos = np.repeat(np.arange(n_groups), i.size), np.tile(j, n_groups)
     if expert_skew is None:
@@ -251,9 +251,7 @@ def drop_empty_groups(w: Workload) -> Workload:
     used[w.group[w.group >= 0]] = True
     new = np.cumsum(used) - 1
     keep = np.flatnonzero(used)
-    return Workload(
-        src=w.src, dst=w.dst, size=w.size, arrival=w.arrival, deps=w.deps, delay=w.delay,
-        job=w.job, group=np.where(w.group >= 0, new[np.maximum(w.group, 0)], -1),
-        group_names=tuple(w.group_names[g] for g in keep), job_names=w.job_names,
-        group_bytes=w.group_bytes[keep], group_kind=tuple(w.group_kind[g] for g in keep),
-        group_ranks=w.group_ranks[keep], columns=w.columns)
+    return dataclasses.replace(
+        w, group=np.where(w.group >= 0, new[np.maximum(w.group, 0)], -1),
+        group_names=tuple(w.group_names[g] for g in keep), group_bytes=w.group_bytes[keep],
+        group_kind=tuple(w.group_kind[g] for g in keep), group_ranks=w.group_ranks[keep])
