@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 
 from ..workloads.flows import Workload, concat
-from ._step import BACKGROUND, DEFAULT_BACKGROUND_CDF, PLACEMENTS, StepFlows
+from ._step import BACKGROUND, CLUSTER_PLACEMENTS, DEFAULT_BACKGROUND_CDF, JOB_PLACEMENTS, StepFlows
 
 __all__ = ["job_servers", "place_jobs", "add_background"]
 
@@ -50,8 +50,12 @@ def job_servers(n_servers: int, n_jobs: int | None = None, placement: str = "pac
         placement.
     """
     n = int(n_servers)
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement: must be one of {PLACEMENTS}; got {placement!r}")
+    if placement in CLUSTER_PLACEMENTS:
+        raise ValueError(f"placement: {placement!r} places one job on a cluster larger than "
+                         f"it (cluster_servers); jobs that fill the cluster take one of "
+                         f"{JOB_PLACEMENTS}")
+    if placement not in JOB_PLACEMENTS:
+        raise ValueError(f"placement: must be one of {JOB_PLACEMENTS}; got {placement!r}")
     if sizes is not None:
         sz = [int(x) for x in sizes]
         if (not sz or any(x < 2 for x in sz) or sum(sz) != n

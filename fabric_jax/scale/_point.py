@@ -6,6 +6,7 @@ Units: bytes, seconds, bytes/s.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,8 @@ import numpy as np
 
 from ..fabrics import get_fabric
 from ..scenario import Scenario
+from ._cluster import (cluster_servers, cross_leaf_share, default_cluster_gpus,
+                       on_cluster)
 from ._fabric import clos_paths, scale_topology
 from ._jobs import add_background, job_servers, place_jobs
 from ._metrics import (job_set_times, job_slice_times, overlap_metrics, point_metrics,
@@ -21,8 +24,8 @@ from ._metrics import (job_set_times, job_slice_times, overlap_metrics, point_me
 from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS
 from ._rails import HORIZON_FACTOR, ideal_rails, run_fabric
 from ._route import DEFAULT_MAX_PATHS, HASHED_ROUTING
-from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_LATENCY, DEFAULT_MODEL, StepFlows,
-                    scale_plan, step_flows)
+from ._step import (CLUSTER_PLACEMENTS, DEFAULT_BACKGROUND_CDF, DEFAULT_LATENCY,
+                    DEFAULT_MODEL, StepFlows, scale_plan, step_flows)
 
 __all__ = ["IDEAL", "rail_reduction", "build_point", "point_arguments", "scale_point",
            "run_scale"]
@@ -77,7 +80,8 @@ def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
                 switch_radix=128, beyond_radix="planes", plan_options=None,
                 step_options=None, jobs: int = 1, placement: str = "packed",
                 background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF,
-                latency: str = DEFAULT_LATENCY, job_gpus=None, job_models=None):
+                latency: str = DEFAULT_LATENCY, job_gpus=None, job_models=None,
+                cluster_gpus=None):
     """``(topology, step, nic_rate)`` of one scale point (host side): the fabric of
     :func:`~fabric_jax.scale.scale_topology`, and the step's flows of ``jobs`` jobs of
     ``n_gpus / jobs`` GPUs (or of ``job_gpus`` GPUs each, summing to ``n_gpus``), each
@@ -85,11 +89,32 @@ def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
     by ``placement``, with background traffic at
     ``background`` of each NIC's line rate (:func:`~fabric_jax.scale.add_background`),
     the collective calls priced by ``latency`` (:data:`~fabric_jax.scale.LATENCY_MODELS`;
-    :func:`scale_point` for the arguments), NIC line rate in bytes/s."""
+    :func:`scale_point` for the arguments), NIC line rate in bytes/s.
+
+    ``cluster_gpus``: one job on a cluster of that many GPUs (default ``n_gpus``, or
+    :func:`~fabric_jax.scale.default_cluster_gpus` for the
+    :data:`~fabric_jax.scale.CLUSTER_PLACEMENTS`): the fabric is the cluster's, the job
+    on the servers :func:`~fabric_jax.scale.cluster_servers` gives it
+    (:func:`~fabric_jax.scale.on_cluster`), the placement's facts in
+    ``step.info["cluster"]``."""
     from ..systems import get_system
     sysm = get_system(system)
-    topo = scale_topology(n_gpus, sysm, switch_radix=switch_radix, beyond_radix=beyond_radix)
     g = sysm.gpus_per_server
+    if cluster_gpus is None and placement in CLUSTER_PLACEMENTS:
+        cluster_gpus = default_cluster_gpus(n_gpus, g)
+    if cluster_gpus is not None and (int(cluster_gpus) != int(n_gpus)
+                                     or placement in CLUSTER_PLACEMENTS):
+        if int(jobs) != 1 or job_gpus is not None:
+            raise ValueError(f"placement: {placement!r} on a cluster of {cluster_gpus} GPUs "
+                             f"places one job; several jobs fill the cluster (jobs=1, no "
+                             f"job_gpus, or cluster_gpus = n_gpus with "
+                             f"packed/spread/random)")
+        return _job_on_cluster(n_gpus, int(cluster_gpus), sysm, model=model, seed=seed,
+                               switch_radix=switch_radix, beyond_radix=beyond_radix,
+                               plan_options=plan_options, step_options=step_options,
+                               placement=placement, background=background,
+                               background_cdf=background_cdf, latency=latency)
+    topo = scale_topology(n_gpus, sysm, switch_radix=switch_radix, beyond_radix=beyond_radix)
     if job_gpus is None:
         sizes = [int(n_gpus) // int(jobs)] * int(jobs)
         srv = job_servers(int(n_gpus) // g, int(jobs), placement, seed=seed)
@@ -123,6 +148,34 @@ def build_point(n_gpus: int, *, system="hgx_h100", model=None, seed: int = 0,
                           seed=int(seed) + 104729)
     return topo, step, nic_rate
 
+
+def _job_on_cluster(n_gpus, cluster_gpus, sysm, *, model, seed, switch_radix, beyond_radix,
+                    plan_options, step_options, placement, background, background_cdf,
+                    latency):
+    """:func:`build_point` for one job on a cluster of ``cluster_gpus`` GPUs."""
+    g = sysm.gpus_per_server
+    if cluster_gpus % g or cluster_gpus < int(n_gpus):
+        raise ValueError(f"cluster_gpus: whole servers of {g} GPUs, at least the job's "
+                         f"{n_gpus}; got {cluster_gpus}")
+    topo = scale_topology(cluster_gpus, sysm, switch_radix=switch_radix,
+                          beyond_radix=beyond_radix)
+    nic_rate = sysm.nic_gbps * 1e9 / 8.0
+    gpu = "b200" if "b200" in sysm.name else "h100_sxm"
+    mdl, plan = scale_plan(model or DEFAULT_MODEL, n_gpus=int(n_gpus), gpus_per_server=g,
+                           **(plan_options or {}))
+    step = step_flows(mdl, plan, gpu, nic_rate=nic_rate, seed=seed,
+                      **{"latency": latency, **(step_options or {})})
+    step = add_background(step, background, nic_rate, size_cdf=background_cdf,
+                          seed=int(seed) + 104729)       # between the job's servers
+    # the churn's own stream (seed + a constant: not the experts' or the background's)
+    srv, facts = cluster_servers(int(n_gpus) // g, cluster_gpus // g, placement,
+                                 servers_per_leaf=int(topo.params["servers_per_leaf"]),
+                                 seed=int(seed) + 7919)
+    step = on_cluster(step, srv)
+    info = dict(step.info, placement=placement, cluster=dict(facts, cluster_gpus=cluster_gpus))
+    return topo, dataclasses.replace(step, info=info), nic_rate
+
+
 def point_arguments(scenario: Scenario) -> dict:
     """The arguments of :func:`scale_point` that a scale scenario
     (:func:`~fabric_jax.scale.scale_scenarios`) gives: every one but the run's own."""
@@ -139,6 +192,7 @@ def point_arguments(scenario: Scenario) -> dict:
         step_options=dict(skew=job["skew"], slice_time=job["slice_us"] * 1e-6),
         **{k: job[k] for k in ("jobs", "placement", "background", "background_cdf",
                                "latency", "job_gpus", "job_models", "job_overlap")},
+        cluster_gpus=net.get("cluster_gpus"),
         rails="all" if rails == "all" else tuple(range(rails)),
         max_paths=scenario.fabric.options["max_paths"], dt=hor["dt_us"] * 1e-6,
         seed=hor["seed"], horizon_factor=hor["horizon_factor"], fifo_bands=hor["fifo_bands"])
@@ -152,7 +206,7 @@ def scale_point(n_gpus, presets=None, *, system="hgx_h100", model=None, dt: floa
                 done=None, jobs: int = 1, placement: str = "packed",
                 background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF,
                 latency: str = DEFAULT_LATENCY, job_gpus=None, job_models=None,
-                job_overlap: str = "always") -> dict:
+                job_overlap: str = "always", cluster_gpus=None) -> dict:
     """Every preset (and the ideal fabric) on ``n_gpus`` GPUs: one training step.
 
     ``n_gpus`` may be a scale :class:`~fabric_jax.scenario.Scenario`
@@ -183,6 +237,19 @@ def scale_point(n_gpus, presets=None, *, system="hgx_h100", model=None, dt: floa
     reduce-scatter and all-gather per gradient bucket) with NCCL's model and adds
     them to the step (:func:`~fabric_jax.scale.collective_overhead`): ``"nccl"``
     (default: ring or PAT as NCCL picks), ``"ring"``, or ``"none"`` (the bandwidth view).
+
+    ``placement`` ``"fragmented"`` or ``"topology_aware"`` (one job) puts the job on a
+    busy cluster of ``cluster_gpus`` GPUs (default ``1.5 x n_gpus``,
+    :func:`~fabric_jax.scale.default_cluster_gpus`): the fabric is the cluster's, the
+    job on the servers a scheduler gives it after other jobs came and went
+    (:func:`~fabric_jax.scale.cluster_servers`); ``cluster_gpus`` above ``n_gpus``
+    does the same for ``"packed"``, ``"spread"`` and ``"random"``.  The other tenants'
+    traffic is not simulated.  The point reports ``cluster_gpus``, ``cluster`` (the
+    placement's facts, ``None`` when the jobs fill the cluster), ``sus_spanned``
+    (scalable units, i.e. leaves per rail, that the step's servers span), ``min_sus``
+    (the fewest that hold them) and ``cross_leaf_share`` (share of
+    the step's bytes between servers under different leaves,
+    :func:`~fabric_jax.scale.cross_leaf_share`).
 
     ``job_overlap`` (several jobs): ``"always"`` (default) reports the runs as they are,
     every job's slices at once (an upper bound on the interference);
@@ -221,7 +288,7 @@ def scale_point(n_gpus, presets=None, *, system="hgx_h100", model=None, dt: floa
         beyond_radix=beyond_radix, plan_options=plan_options, step_options=step_options,
         jobs=jobs, placement=placement, background=background,
         background_cdf=background_cdf, latency=latency, job_gpus=job_gpus,
-        job_models=job_models)
+        job_models=job_models, cluster_gpus=cluster_gpus)
     rails = _point_rails(rails, g, topo)
     out = _point_header(n_gpus, sysm, topo, step, jobs=jobs, placement=placement,
                         latency=latency, job_gpus=job_gpus, job_models=job_models,
@@ -260,9 +327,18 @@ def _point_header(n_gpus, sysm, topo, step: StepFlows, *, jobs, placement, laten
                   job_gpus, job_models, job_overlap, rails) -> dict:
     """A point's result before its runs: its inputs, ``fabrics`` and ``reduction``
     empty."""
+    cl = step.info.get("cluster")
+    spl = int(topo.params.get("servers_per_leaf", topo.n_hosts // sysm.gpus_per_server))
+    mine = step.is_step            # the servers the step's flows run on
+    srv = np.unique(np.concatenate([step.src[mine], step.dst[mine]]) // step.gpus_per_server)
     return dict(gpus=int(n_gpus), system=sysm.name, topology=topo.name,
-                plan=dict(step.info), slices=step.slices, n_flows=step.n_flows,
-                jobs=jobs, placement=placement, background=step.info.get("background"),
+                plan={k: x for k, x in step.info.items() if k != "cluster"},
+                slices=step.slices, n_flows=step.n_flows,
+                jobs=jobs, placement=placement, cluster_gpus=int(topo.n_hosts),
+                sus_spanned=int(np.unique(srv // spl).size),
+                min_sus=-(-int(srv.size) // spl), cluster=cl,
+                cross_leaf_share=cross_leaf_share(step, spl),
+                background=step.info.get("background"),
                 latency=latency,
                 job_gpus=None if job_gpus is None else [int(x) for x in job_gpus],
                 job_models=None if job_models is None else list(job_models),

@@ -7,7 +7,9 @@ each other (:func:`scale_scenarios`).  Each GPU count gives one scenario:
 
 * network (``topology.*``): ``kind = "scale_topology"`` (the rail-optimised Clos a real
   build uses at that size, :func:`~fabric_jax.scale.scale_topology`), ``gpus``,
-  ``system``, ``switch_radix``, ``beyond_radix``;
+  ``system``, ``switch_radix``, ``beyond_radix``, ``cluster_gpus`` (one job on a
+  larger cluster, :func:`~fabric_jax.scale.cluster_servers`; :data:`MAX_GPUS` caps the
+  cluster);
 * traffic (``workload.*``): the model and its plan (``pp``, ``ep``, ``microbatches``,
   ``overlap``), the step's slice (``skew``, ``slice_us``), the jobs (``jobs`` or
   ``job_gpus``, ``job_models``, ``placement``, ``job_overlap``), the background and the
@@ -34,9 +36,11 @@ from ._fabric import DEFAULT_SWITCH_RADIX
 from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS
 from ._rails import DEFAULT_DT_US, HORIZON_FACTOR
 from ._route import DEFAULT_MAX_PATHS
+from ._cluster import default_cluster_gpus, serviceable_servers
 from ._jobs import job_servers
 from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_EP, DEFAULT_LATENCY, DEFAULT_MICROBATCHES,
-                    DEFAULT_MODEL, DEFAULT_PP, DEFAULT_SKEW, LATENCY_MODELS, PLACEMENTS)
+                    DEFAULT_MODEL, DEFAULT_PP, DEFAULT_SKEW, LATENCY_MODELS, PLACEMENTS,
+                    CLUSTER_PLACEMENTS)
 
 __all__ = ["SCALE_RULES", "SCALE_FLAGS", "MIN_GPUS", "MAX_GPUS", "RAIL_SYSTEMS",
            "scale_scenarios"]
@@ -58,6 +62,9 @@ SCALE_RULES = {
     "topology.switch_radix": integer(4, default=DEFAULT_SWITCH_RADIX,
                                      unit="ports at the NIC speed"),
     "topology.beyond_radix": one_of(("planes", "tiers"), default="planes"),
+    "topology.cluster_gpus": integer(MIN_GPUS, MAX_GPUS, unit="GPUs", default=None,
+                                     derived="1.5 x the job's GPUs for the fragmented and "
+                                             "topology_aware placements, else --gpus"),
     # traffic
     "workload.model": one_of(sorted(MODELS), default=DEFAULT_MODEL),
     "workload.pp": integer(1, default=DEFAULT_PP),
@@ -158,10 +165,25 @@ def scale_scenarios(values: Mapping[str, Any], *, flags: Mapping | None = None) 
         raise refuse("fabrics.rails", f"must lie in [1, {g}] (rails of "
                      f"{v['topology.system']}) or be 'all'; got {rails!r}", flags=flags,
                      value=rails)
+    placement, cluster = v["workload.placement"], v["topology.cluster_gpus"]
+    on_cluster = placement in CLUSTER_PLACEMENTS or cluster is not None
+    if on_cluster and n_jobs != 1:
+        key = "workload.placement" if placement in CLUSTER_PLACEMENTS else \
+            "topology.cluster_gpus"
+        raise refuse(key, f"places one job on a cluster larger than it; several jobs "
+                     f"({flags.get('workload.jobs', 'workload.jobs')} / "
+                     f"{flags.get('workload.job_gpus', 'workload.job_gpus')}) fill the "
+                     f"cluster", flags=flags, value=v[key],
+                     fix="use --jobs 1, or packed/spread/random without --cluster-gpus")
+    if cluster is not None and cluster % g:
+        raise refuse("topology.cluster_gpus", f"must be whole servers of {g} GPUs; got "
+                     f"{cluster}", flags=flags, value=cluster)
     out = []
     for asked in v["topology.gpus"]:
         n = max(2, asked // g) * g
-        if not job_gpus:
+        if on_cluster:
+            _check_cluster(n, cluster, g, placement, flags)
+        if not job_gpus and not on_cluster:
             try:
                 job_servers(n // g, v["workload.jobs"], v["workload.placement"])
             except ValueError as err:
@@ -171,11 +193,36 @@ def scale_scenarios(values: Mapping[str, Any], *, flags: Mapping | None = None) 
     return out
 
 
+def _check_cluster(n: int, cluster, g: int, placement: str, flags: dict) -> None:
+    """One job of ``n`` GPUs on a cluster of ``cluster`` GPUs (``None``: the default of
+    ``placement``): large enough for the job (its serviceable servers, for the busy
+    cluster's placements), within :data:`MAX_GPUS`."""
+    busy = placement in CLUSTER_PLACEMENTS
+    cl = default_cluster_gpus(n, g) if cluster is None else cluster
+    gpus = flags.get("topology.gpus", "topology.gpus")
+    if cluster is None and cl > MAX_GPUS:
+        raise refuse("topology.cluster_gpus", f"the default cluster of a {n}-GPU job is "
+                     f"{cl} GPUs (1.5 x the job: Llama 3's 16K of 24K GPUs), above the "
+                     f"{MAX_GPUS} the study builds", flags=flags,
+                     fix=f"give a cluster of at most {MAX_GPUS} GPUs, or {gpus} at most "
+                         f"{MAX_GPUS * 2 // 3 // g * g}")
+    room = serviceable_servers(cl // g) if busy else cl // g
+    if n // g > room:
+        what = (f"{room} serviceable servers (drained and spare servers left out)"
+                if busy else f"{room} servers")
+        raise refuse("topology.cluster_gpus", f"a cluster of {cl} GPUs has {what}; the "
+                     f"{n}-GPU job needs {n // g}", flags=flags, value=cluster,
+                     fix=f"give a larger cluster or a smaller {gpus}")
+
+
 def _scenario(v: dict, n_gpus: int, asked: int) -> Scenario:
     """The scenario of checked values ``v`` at ``n_gpus`` GPUs."""
     part = lambda sec: {k.split(".")[1]: x for k, x in v.items()  # noqa: E731
                         if k.startswith(sec + ".")}
     net = dict(kind="scale_topology", **part("topology"))
+    g = SYSTEMS[v["topology.system"]].gpus_per_server
+    if v["workload.placement"] in CLUSTER_PLACEMENTS and net["cluster_gpus"] is None:
+        net["cluster_gpus"] = default_cluster_gpus(n_gpus, g)
     net.update(gpus=n_gpus, requested_gpus=asked)
     fab = part("fabrics")
     return Scenario(network=Network(net), traffic=Traffic(part("workload")),

@@ -18,6 +18,7 @@ from ..workloads.phases import step_collectives, step_compute
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_PP", "DEFAULT_EP", "DEFAULT_MICROBATCHES",
            "DEFAULT_SKEW", "StepFlows", "scale_plan", "step_flows", "PHASES", "PLACEMENTS",
+           "JOB_PLACEMENTS", "CLUSTER_PLACEMENTS",
            "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "LATENCY_MODELS", "DEFAULT_LATENCY",
            "BUCKET_PARAMS", "collective_overhead", "ep_group_size", "job_step_time"]
 
@@ -45,8 +46,13 @@ BACKGROUND = 4
 #: Default flow-size distribution of the background traffic
 #: (:meth:`fabric_jax.workloads.FlowSizeCDF.builtin`).
 DEFAULT_BACKGROUND_CDF = "web_search"
-#: How several jobs share the cluster's servers (:func:`job_servers`).
-PLACEMENTS = ("packed", "spread", "random")
+#: How jobs that fill the cluster share its servers (:func:`job_servers`).
+JOB_PLACEMENTS = ("packed", "spread", "random")
+#: How a scheduler places one job on a busy cluster larger than it
+#: (:func:`~fabric_jax.scale.cluster_servers`: other tenants, drained and spare servers).
+CLUSTER_PLACEMENTS = ("fragmented", "topology_aware")
+#: Every placement the study accepts.
+PLACEMENTS = JOB_PLACEMENTS + CLUSTER_PLACEMENTS
 #: Per-message latency of the step's collectives (:func:`collective_overhead`):
 #: ``"nccl"`` NCCL's own choice per call (ring or, for one rank per node, PAT: NCCL >=
 #: 2.23), ``"ring"`` rings only (NCCL before 2.23, or ``NCCL_ALGO=ring``), ``"none"``

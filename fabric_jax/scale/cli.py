@@ -72,6 +72,12 @@ def _add_cluster_args(p):
                    help="switch ports at the NIC speed (default 128: 128 x 400G)")
     p.add_argument("--beyond-radix", default=_default("topology.beyond_radix"),
                    help="what grows past the radix: planes (default) or tiers")
+    p.add_argument("--cluster-gpus", default=None,
+                   help="GPUs of the cluster the one job runs in (its fabric; the other "
+                        "servers idle, drained, spare or other tenants', whose traffic is "
+                        "not simulated); default 1.5 x --gpus for --placement fragmented "
+                        "or topology_aware (Llama 3: 16K of a 24K-GPU cluster), else "
+                        "--gpus; at most 32768")
 
 
 def _add_workload_args(p):
@@ -106,8 +112,11 @@ def _add_workload_args(p):
     p.add_argument("--placement", default=_default("workload.placement"),
                    help=f"how the jobs share the servers: {', '.join(_step.PLACEMENTS)} "
                         f"(default packed: whole blocks; spread: round robin, every leaf "
-                        f"holds every job; random: a fragmented cluster, also with one "
-                        f"job)")
+                        f"holds every job; random: a random permutation, also with one "
+                        f"job; fragmented: one job on a busy cluster (--cluster-gpus) "
+                        f"after other jobs came and went, drained and spare servers, "
+                        f"first free servers in hostname order; topology_aware: the same "
+                        f"cluster, the fewest scalable units)")
     p.add_argument("--job-overlap", default=_default("workload.job_overlap"),
                    help="several jobs: always (default) runs every job's slices at once, an "
                         "upper bound on their interference; independent also runs every "
@@ -234,11 +243,11 @@ def run(args, *, command=None, started: float | None = None) -> int:
 _SAME = ("system", "model", "dt_us", "rails", "max_paths", "switch_radix", "beyond_radix",
          "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal",
          "jobs", "placement", "background", "background_cdf", "latency", "job_gpus",
-         "job_models", "job_overlap")
+         "job_models", "job_overlap", "cluster_gpus")
 #: values of inputs an older JSON may lack (it was written before the flag existed)
 _BEFORE = {"jobs": 1, "placement": "packed", "background": 0.0,
            "background_cdf": "web_search", "latency": "none", "job_gpus": None,
-           "job_models": None, "job_overlap": "always"}
+           "job_models": None, "job_overlap": "always", "cluster_gpus": None}
 
 
 def _earlier(args) -> dict:
@@ -333,6 +342,7 @@ def format_table(results: dict) -> str:
                      + (f"; {pt['jobs']} job{'s' if pt['jobs'] > 1 else ''} of "
                         f"{_job_sizes(pt)}, {pt['placement']} placement "
                         f"(plan per job)" if _placed(pt) else "")
+                     + _cluster_note(pt)
                      + ("; ind: jobs whose steps are not synchronised (--job-overlap "
                         "independent)" if pt.get("job_overlap") == "independent" else "")
                      + (f"; background {pt['background']['load']:g} of line rate per NIC "
@@ -344,6 +354,21 @@ def format_table(results: dict) -> str:
             if not red["exact"]:
                 lines.append(f"  {name}: not exact: {red['reason']}")
     return "\n".join(lines)
+
+
+def _cluster_note(pt: dict) -> str:
+    """``"; fragmented placement on a 1536-GPU cluster: ..."``: where one job on a larger
+    cluster landed (:func:`~fabric_jax.scale.cluster_servers`); ``""`` otherwise."""
+    cl = pt.get("cluster")
+    if not cl:
+        return ""
+    busy = ("" if "other_job_servers" not in cl else
+            f", {cl['drained_servers']} drained, {cl['spare_servers']} spare, "
+            f"{cl['other_job_servers']} other jobs'")
+    return (f"; {pt['placement']} placement on a {cl['cluster_gpus']}-GPU cluster "
+            f"({cl['job_servers']} of {cl['cluster_servers']} servers{busy}): "
+            f"{pt['sus_spanned']} scalable units (fewest {pt['min_sus']}), "
+            f"{100 * pt['cross_leaf_share']:.1f} % of the step's bytes cross leaves")
 
 
 def _latency_note(pt: dict) -> str:
