@@ -70,6 +70,15 @@ runs put every job's slices on the fabric at once (``always``, an upper bound);
 the chance that the others are communicating, for jobs whose step phases are
 independent (:func:`independent_overlap`).
 
+**One job on a busy cluster** (``--placement fragmented|topology_aware``,
+``--cluster-gpus``, :func:`cluster_servers`): the fabric is built for a cluster larger
+than the job (default 1.5 x, Llama 3's 16K of 24K GPUs); other jobs came and went
+(seeded churn, :func:`cluster_churn`), some servers are drained or spare, and the job
+gets the first free servers in hostname order (``fragmented``) or the fewest scalable
+units (``topology_aware``).  Whole servers, flows on one rail each: the rail
+reduction holds as above (tested against the full run).  The other tenants' traffic
+is not simulated.
+
 **Background traffic** (``--background``, :func:`add_background`): open-loop Poisson
 flows between servers at a fraction of each NIC's line rate, the same on every rail (an
 assumption that keeps the reduction exact), left out of the step's figures and reported
@@ -96,10 +105,14 @@ from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, clos_paths, ecm
                       sweep_topology)
 from ._step import (BACKGROUND, BUCKET_PARAMS, DEFAULT_BACKGROUND_CDF, DEFAULT_EP,
                     DEFAULT_LATENCY, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP,
-                    DEFAULT_SKEW, LATENCY_MODELS, PHASES, PLACEMENTS, StepFlows,
+                    DEFAULT_SKEW, LATENCY_MODELS, PHASES, PLACEMENTS, JOB_PLACEMENTS,
+                    CLUSTER_PLACEMENTS, StepFlows,
                     collective_overhead, ep_group_size, job_step_time, scale_plan,
                     step_flows)
 from ._jobs import add_background, job_servers, place_jobs
+from ._cluster import (DEFAULT_DRAINED, DEFAULT_JOB_SHARE, DEFAULT_OCCUPANCY, DEFAULT_SPARES,
+                       cluster_churn, cluster_servers, cross_leaf_share,
+                       default_cluster_gpus, fewest_units, on_cluster, serviceable_servers)
 from ._route import DEFAULT_MAX_PATHS, HASHED_ROUTING, route_flows, source_port
 from ._rails import (CONGESTED_DELAY, DEFAULT_DT_US, HORIZON_FACTOR, RailRun, ideal_rails,
                      run_fabric, simulate_rails, simulate_rails_on_devices,
@@ -124,6 +137,10 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "add_background",
            "DEFAULT_EP", "DEFAULT_MICROBATCHES", "DEFAULT_MODEL", "DEFAULT_PP",
            "DEFAULT_SKEW", "PHASES", "PLACEMENTS", "StepFlows", "job_servers",
+           "JOB_PLACEMENTS", "CLUSTER_PLACEMENTS", "DEFAULT_DRAINED", "DEFAULT_JOB_SHARE",
+           "DEFAULT_OCCUPANCY", "DEFAULT_SPARES", "cluster_churn", "cluster_servers",
+           "cross_leaf_share", "default_cluster_gpus", "fewest_units", "on_cluster",
+           "serviceable_servers",
            "place_jobs", "scale_plan", "step_flows", "BUCKET_PARAMS", "DEFAULT_LATENCY",
            "LATENCY_MODELS", "collective_overhead", "job_step_time",
            "CONGESTED_DELAY", "DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "HASHED_ROUTING",

@@ -51,6 +51,9 @@ On that cluster:
   units with the most free servers, whole, and for the rest the unit whose free
   servers fit it best (:func:`fewest_units`); ranks in unit order, then server
   order, so Megatron's consecutive-rank groups stay under one leaf where they can.
+  Like SLURM's ``--switches=count@max-time`` it may wait for fewer units: up to
+  :data:`DEFAULT_TOPOLOGY_WAIT` mean holding times more (an assumption) for the
+  fewest units the serviceable servers allow; the wait is reported (``wait``).
 
 The jobs-fill-the-cluster placements (:data:`~fabric_jax.scale.JOB_PLACEMENTS`) on a
 cluster larger than the job: ``"packed"`` the first servers, ``"spread"`` evenly over
@@ -71,7 +74,7 @@ from ..workloads.placement import place_job
 from ._step import CLUSTER_PLACEMENTS, JOB_PLACEMENTS, PLACEMENTS, StepFlows
 
 __all__ = ["DEFAULT_JOB_SHARE", "DEFAULT_OCCUPANCY", "DEFAULT_DRAINED", "DEFAULT_SPARES",
-           "WARMUP", "default_cluster_gpus", "serviceable_servers", "cluster_churn", "fewest_units",
+           "WARMUP", "DEFAULT_TOPOLOGY_WAIT", "default_cluster_gpus", "serviceable_servers", "cluster_churn", "fewest_units",
            "cluster_servers", "on_cluster", "cross_leaf_share"]
 
 #: The job's share of the cluster's GPUs by default: Llama 3 405B on 16K of a 24K-GPU
@@ -84,6 +87,9 @@ DEFAULT_OCCUPANCY = 0.8
 DEFAULT_DRAINED = 0.02
 #: Fraction of servers kept as hot spares (assumption, module docstring).
 DEFAULT_SPARES = 0.02
+#: How long a topology-aware job waits for fewer units, mean holding times (an
+#: assumption: SLURM's ``--switches=count@max-time`` leaves ``max-time`` to the user).
+DEFAULT_TOPOLOGY_WAIT = 1.0
 #: Mean holding times the churn runs before the job arrives.
 WARMUP = 10.0
 #: Largest other job, servers (64: one scalable unit of 8-GPU servers, 512 GPUs).
@@ -115,17 +121,25 @@ def _size_classes(serviceable: int):
 
 def cluster_churn(n_servers: int, need: int, *, occupancy: float = DEFAULT_OCCUPANCY,
                   drained: float = DEFAULT_DRAINED, spares: float = DEFAULT_SPARES,
-                  warmup: float = WARMUP, seed=0) -> dict:
+                  warmup: float = WARMUP, servers_per_unit: int | None = None,
+                  max_wait: float = 0.0, seed=0) -> dict:
     """The cluster's servers when a job of ``need`` servers starts (module docstring).
 
+    With ``servers_per_unit``, the job asks for the fewest scalable units (SLURM's
+    ``--switches=count@max-time``): once enough servers are free it waits on, up to
+    ``max_wait`` mean holding times more, until the free servers fit in the fewest
+    units the serviceable servers allow (:func:`fewest_units`), and starts at the
+    departure that gives them or when the wait runs out.
+
     Returns:
-      ``{"state", "occupancy", "other_jobs", "turned_away", "wait", "serviceable"}``:
+      ``{"state", "occupancy", "other_jobs", "turned_away", "wait", "serviceable",
+      "held"}``:
       ``state`` int8 ``[n_servers]`` (0 free, 1 drained, 2 spare, 3 held by another
       job), ``occupancy`` the time-averaged share of serviceable servers held by other
       jobs over the second half of the warm-up, ``other_jobs`` jobs started,
       ``turned_away`` arrivals that found too few free servers, ``wait`` mean holding
       times the job waited for its servers, ``serviceable`` servers neither drained nor
-      spare.
+      spare, ``held`` the servers of each other job running when the job starts.
 
     Raises:
       ValueError: a job larger than the serviceable servers, fractions outside [0, 1).
@@ -187,8 +201,16 @@ def cluster_churn(n_servers: int, need: int, *, occupancy: float = DEFAULT_OCCUP
     t_start = warmup
     while int(np.sum(state == 0)) < need:  # the reservation: departures only
         t_start = depart()
+    if servers_per_unit is not None:       # fewer units: wait up to max_wait more
+        spu = int(servers_per_unit)
+        units = lambda ok: np.unique(fewest_units(ok, spu, need) // spu).size  # noqa
+        best = units((state == 0) | (state == 3))
+        give_up = t_start + float(max_wait)
+        while units(state == 0) > best and heap and heap[0][0] <= give_up:
+            t_start = depart()
     return dict(state=state, occupancy=float(occ), other_jobs=started, turned_away=away,
-                wait=float(t_start - warmup), serviceable=serviceable)
+                wait=float(t_start - warmup), serviceable=serviceable,
+                held=[held[j] for j in sorted(held)])
 
 
 def fewest_units(free, servers_per_unit: int, need: int) -> np.ndarray:
@@ -233,7 +255,10 @@ def cluster_servers(n_job_servers: int, n_cluster_servers: int, placement: str, 
     starts), ``occupancy``, ``other_jobs``, ``turned_away``, ``wait``.
 
     ``churn``: :func:`cluster_churn`'s ``occupancy``, ``drained``, ``spares``,
-    ``warmup``.
+    ``warmup`` (and, for ``"topology_aware"``, ``max_wait``, default
+    :data:`DEFAULT_TOPOLOGY_WAIT`).  Both busy-cluster placements see the same churn
+    (same seed); the topology-aware job may start later, on a cluster with more free
+    servers.
 
     Raises:
       ValueError: an unknown placement, a job larger than the cluster (or its
@@ -254,7 +279,9 @@ def cluster_servers(n_job_servers: int, n_cluster_servers: int, placement: str, 
     elif placement == "random":
         srv = rng.permutation(N)[:S]
     else:
-        c = cluster_churn(N, S, seed=rng, **churn)
+        aware = dict(servers_per_unit=spl, max_wait=DEFAULT_TOPOLOGY_WAIT) \
+            if placement == "topology_aware" else {}
+        c = cluster_churn(N, S, seed=rng, **{**aware, **churn})
         free = c["state"] == 0
         if placement == "fragmented":
             srv = place_job(S, N, "packed", exclude=np.flatnonzero(~free)).astype(np.int64)
