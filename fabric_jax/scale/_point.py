@@ -192,7 +192,8 @@ def point_arguments(scenario: Scenario) -> dict:
         step_options=dict(skew=job["skew"], slice_time=job["slice_us"] * 1e-6),
         **{k: job[k] for k in ("jobs", "placement", "background", "background_cdf",
                                "latency", "job_gpus", "job_models", "job_overlap")},
-        cluster_gpus=net.get("cluster_gpus"),
+        # one job on a larger cluster only (the jobs-fill-the-cluster runs unchanged)
+        **({} if net.get("cluster_gpus") is None else dict(cluster_gpus=net["cluster_gpus"])),
         rails="all" if rails == "all" else tuple(range(rails)),
         max_paths=scenario.fabric.options["max_paths"], dt=hor["dt_us"] * 1e-6,
         seed=hor["seed"], horizon_factor=hor["horizon_factor"], fifo_bands=hor["fifo_bands"])
