@@ -71,11 +71,12 @@ import numpy as np
 
 from ..workloads._random import as_rng
 from ..workloads.placement import place_job
-from ._step import CLUSTER_PLACEMENTS, JOB_PLACEMENTS, PLACEMENTS, StepFlows
+from ._step import PLACEMENTS, StepFlows
 
 __all__ = ["DEFAULT_JOB_SHARE", "DEFAULT_OCCUPANCY", "DEFAULT_DRAINED", "DEFAULT_SPARES",
-           "WARMUP", "DEFAULT_TOPOLOGY_WAIT", "default_cluster_gpus", "serviceable_servers", "cluster_churn", "fewest_units",
-           "cluster_servers", "on_cluster", "cross_leaf_share"]
+           "WARMUP", "DEFAULT_TOPOLOGY_WAIT", "default_cluster_gpus", "serviceable_servers",
+           "cluster_churn", "fewest_units", "cluster_servers", "on_cluster",
+           "cross_leaf_share"]
 
 #: The job's share of the cluster's GPUs by default: Llama 3 405B on 16K of a 24K-GPU
 #: cluster (Dubey et al. 2024).
@@ -250,9 +251,9 @@ def cluster_servers(n_job_servers: int, n_cluster_servers: int, placement: str, 
     """``(servers, facts)``: the cluster server of each of the job's servers (its
     ``s``-th server is ``servers[s]``; ranks follow) and what the placement met
     (module docstring): ``{"cluster_servers", "job_servers", "servers_per_leaf",
-    "sus_spanned", "min_sus"}`` and, for :data:`CLUSTER_PLACEMENTS`, the churn's
-    ``drained_servers``, ``spare_servers``, ``other_job_servers`` (held when the job
-    starts), ``occupancy``, ``other_jobs``, ``turned_away``, ``wait``.
+    "sus_spanned", "min_sus"}`` and, for :data:`~fabric_jax.scale.CLUSTER_PLACEMENTS`,
+    the churn's ``drained_servers``, ``spare_servers``, ``other_job_servers`` (held when
+    the job starts), ``occupancy``, ``other_jobs``, ``turned_away``, ``wait``.
 
     ``churn``: :func:`cluster_churn`'s ``occupancy``, ``drained``, ``spares``,
     ``warmup`` (and, for ``"topology_aware"``, ``max_wait``, default
