@@ -179,16 +179,35 @@ def test_scenario_resolves_the_default_cluster():
 
 
 # ------------------------------------------------------------------ the runs
-def test_rail_reduction_equals_full_run_fragmented():
-    # 128 GPUs on a 208-GPU cluster (26 servers: 1 drained, 1 spare, other jobs), units
-    # of 8 servers: rail 0 alone equals rail 0 of the full run, and every rail equals
-    # rail 0 (spraying over per-server-pair candidate sets)
-    topo, st, nic = sc.build_point(128, placement="fragmented", cluster_gpus=208,
-                                   switch_radix=16, step_options=dict(slice_time=20e-6),
-                                   latency="none")
+def _fragmented_point():
+    # 64 GPUs on a 208-GPU cluster (26 servers: 1 drained, 1 spare, other jobs), units
+    # of 8 servers
+    return sc.build_point(64, placement="fragmented", cluster_gpus=208, switch_radix=16,
+                          step_options=dict(slice_time=20e-6), latency="none")
+
+
+def test_build_point_on_a_busy_cluster():
+    topo, st, nic = _fragmented_point()
     cl = st.info["cluster"]
     assert topo.n_hosts == 208 and cl["drained_servers"] == 1 and cl["spare_servers"] == 1
-    assert cl["sus_spanned"] >= 3                           # the job is spread out
+    assert cl["sus_spanned"] >= 2 > cl["min_sus"] == 1      # the job is spread out
+    used = np.unique(np.concatenate([st.src, st.dst]) // 8)
+    assert used.size == 8 and used.max() < 26 and st.n_gpus == 64
+    # the same flows on every rail: the reduction is exact where routing is alike
+    assert sc.rail_reduction(st, topo, get_fabric("spectrum_x").routing, (0,), 4)["exact"]
+    assert not sc.rail_reduction(st, topo, "ecmp", (0,), 4)["exact"]   # hashed: a sample
+    # the job's flows move; the packed job on the same cluster spans one unit
+    _, pk, _ = sc.build_point(64, placement="packed", cluster_gpus=208, switch_radix=16,
+                              step_options=dict(slice_time=20e-6), latency="none")
+    assert pk.info["cluster"]["sus_spanned"] == 1 and sc.cross_leaf_share(pk, 8) == 0.0
+    assert np.array_equal(pk.size, st.size) and np.array_equal(pk.src_rank, st.src_rank)
+
+
+@pytest.mark.slow
+def test_rail_reduction_equals_full_run_fragmented():
+    # rail 0 alone equals rail 0 of the full run on a fragmented job, and every rail
+    # equals rail 0 (spraying over per-server-pair candidate sets)
+    topo, st, nic = _fragmented_point()
     preset = "spectrum_x"
     assert get_fabric(preset).routing not in sc.HASHED_ROUTING
     kw = dict(dt=0.5e-6, n_steps=1600)
@@ -208,6 +227,7 @@ def test_rail_reduction_equals_full_run_fragmented():
     assert red["exact"], red
 
 
+@pytest.mark.slow
 def test_scale_point_reports_the_placement():
     out = sc.scale_point(32, ["spectrum_x"], placement="topology_aware", switch_radix=8,
                          latency="none", ideal=False)
