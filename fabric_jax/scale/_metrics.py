@@ -275,7 +275,10 @@ def job_set_times(step: StepFlows, full_run: RailRun, runner) -> np.ndarray:
 def overlap_metrics(step: StepFlows, table, met: dict, *, runs: int) -> dict:
     """The independent-phases figures (:func:`~fabric_jax.scale.independent_overlap`) of
     a point's run from its ``[2^J, J]`` slice-time ``table`` (:func:`job_set_times`) and
-    its metrics ``met`` (for each job's latency ``L``); NaN when a run did not finish."""
+    its metrics ``met`` (each job's latency ``L``, ``job_latency_times``, and with
+    Megatron's overlap its step time, ``job_step_times``: the overlap enters the
+    estimate as the flat fraction that gives that step, :func:`~fabric_jax.scale.
+    flat_overlap`); NaN when a run did not finish."""
     pj = step.per_job
     C, G = pj["compute_time"], pj["gpus"]
     L = np.asarray(met["job_latency_times"], float)
