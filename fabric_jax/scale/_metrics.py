@@ -109,7 +109,11 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
       collective calls (``latency_time``, :func:`~fabric_jax.scale.collective_overhead`
       with the run's mean zero-load path latency per phase, 0 on the ideal crossbar;
       ``latency_algorithms``: the algorithm of each call, NCCL's choice);
-      ``gpu_utilization`` = ``C / step_time``; tokens/s.  With
+      ``gpu_utilization`` = ``C / step_time``; ``model_flops_utilization``: the
+      step's model FLOPs (:func:`fabric_jax.workloads.model.step_flops`) over the
+      GPUs' peak times the step time (MFU, the figure training reports publish; the
+      1F1B bubble and the kernels' shortfall from peak count against it, as they do
+      not in ``gpu_utilization``); tokens/s.  With
       several jobs (:func:`~fabric_jax.scale.place_jobs`) each job ``j`` has its own
       ``T_j`` (its ranks' last flow) and step time ``step_j`` (``job_step_times``):
       ``step_time`` is the slowest job's, ``gpu_utilization`` the mean over the (equal)
@@ -173,6 +177,10 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     out = dict(step_time=step_time, compute_time=float(np.max(C)),
                gpu_utilization=float(util) if finished else 0.0,
                tokens_per_second=tokens_s,
+               model_flops_utilization=float(
+                   sum(i["step_flops"] / st for i, st in zip(pj["info"], step_job))
+                   / sum(g * i["peak_flops"] for i, g in zip(pj["info"], pj["gpus"])))
+               if finished else 0.0,
                jobs=J, job_step_times=[float(x) for x in step_job],
                job_gpus=[int(x) for x in G], job_latency_times=[float(x) for x in L],
                job_spread=float(np.max(step_job) / np.min(step_job)) if finished

@@ -199,6 +199,9 @@ def test_point_metrics_megatron_against_the_runs_own_phase_times():
     assert m["step_time"] == pytest.approx(C + k * t_a + x + m["latency_time"], rel=1e-12)
     assert m["dp_exposed_time"] == pytest.approx(x, rel=1e-9)
     assert m["gpu_utilization"] == pytest.approx(C / m["step_time"], rel=1e-12)
+    peak = get_gpu("h100_sxm").peak_flops
+    assert m["model_flops_utilization"] == pytest.approx(
+        i["step_flops"] / (32 * peak * m["step_time"]), rel=1e-12)
     assert sum(m["phase_comm_times"].values()) == pytest.approx(k * e_ag, rel=1e-12)
     assert m["overlap"] == "megatron"
     # the flat override keeps the old formula; 0 hides nothing, so it is the slowest
