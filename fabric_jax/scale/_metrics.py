@@ -66,7 +66,8 @@ def phase_slice_times(run: RailRun, step: StepFlows) -> np.ndarray:
     end = np.zeros((step.n_jobs, 3))
     np.maximum.at(end, (job, ph), fin[mine])
     end = np.maximum.accumulate(end, axis=1)
-    return np.diff(end, axis=1, prepend=0.0)
+    with np.errstate(invalid="ignore"):      # an unfinished run: inf - inf is NaN
+        return np.diff(end, axis=1, prepend=0.0)
 
 
 def job_step_times(info: list, compute, slices, slice_times, phase_times, latency):
