@@ -230,3 +230,33 @@ def test_rail_reduction_stays_exact_with_a_fixed_batch_and_megatron_overlap():
     for ph in m_full["phase_comm_times"]:
         assert m_one["phase_comm_times"][ph] == pytest.approx(
             m_full["phase_comm_times"][ph], rel=1e-3, abs=1e-9), ph
+
+
+def test_resume_reads_batch_and_overlap_as_the_scenario_does(tmp_path, capsys):
+    # an earlier run's inputs as the command recorded them (flags left out: None) match
+    # the same values given explicitly; an old file without --global-batch and with the
+    # old flat default (overlap 0.0) does not match the new default
+    import json
+    from argparse import Namespace
+
+    from fabric_jax.scale import cli
+    base = dict(system="hgx_h100", model="mixtral_8x7b", dt_us=0.5, rails="1",
+                max_paths=4, switch_radix=128, beyond_radix="planes", slice_us=250.0,
+                pp=4, ep=8, skew=1.0, seed=0, no_ideal=False, jobs=1, placement="packed",
+                background=0.0, background_cdf="web_search", latency="nccl",
+                job_gpus=None, job_models=None, job_overlap="always")
+    out = tmp_path / "s.json"
+    out.write_text(json.dumps(dict(inputs=dict(base, microbatches=None, overlap=None,
+                                               global_batch=None),
+                                   points=[dict(gpus=16)], complete=False)))
+    args = Namespace(**base, microbatches=8, overlap="megatron", global_batch=None,
+                     resume=True, json=str(out))
+    assert list(cli._earlier(args)) == [16]
+    out.write_text(json.dumps(dict(inputs=dict(base, microbatches=8, overlap=0.0),
+                                   points=[], complete=False)))
+    with pytest.raises(ScenarioError, match="--overlap"):
+        cli._earlier(Namespace(**base, microbatches=None, overlap=None, global_batch=None,
+                               resume=True, json=str(out)))
+    with pytest.raises(ScenarioError, match="--global-batch"):
+        cli._earlier(Namespace(**base, microbatches=None, overlap="0", global_batch="64",
+                               resume=True, json=str(out)))
