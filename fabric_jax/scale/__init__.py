@@ -11,12 +11,16 @@ factories are built at.  Per GPU count it builds:
   on request, three tiers;
 * **one training step** (:func:`scale_plan`, :func:`step_flows`): a model (default
   Mixtral 8x7B) with TP inside the server, PP across, data parallel over the rest and
-  expert parallel in groups of 8, weak-scaled (fixed micro-batches per replica); the
+  expert parallel in groups of 8, weak-scaled (fixed micro-batches per replica) or at a
+  fixed global batch (``--global-batch``: the micro-batches per replica and the 1F1B
+  bubble follow the data-parallel degree); the
   network part is the MoE all-to-all with Zipf-skewed experts and the pipeline sends,
   then the DP reduce-scatter and all-gather, as flows with their dependencies (built
   vectorised: 409,600 flows at 32,768 GPUs in under a second);
 * **each preset's fluid run and the ideal fabric** (:func:`scale_point`), and the
-  step's figures (:func:`point_metrics`): step time, GPU utilisation, p50 / p99 of the
+  step's figures (:func:`point_metrics`): step time (the data-parallel reduce-scatter
+  and all-gather overlapped with compute the way Megatron-Core does it,
+  :func:`megatron_step_time`, or a flat ``--overlap`` fraction), GPU utilisation, p50 / p99 of the
   communication time over ranks, effective bandwidth, share of port-bytes that met a
   congested port, PFC pause time, the fabric's share of $/token.
 
@@ -105,10 +109,11 @@ from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, clos_paths, ecm
                       sweep_topology)
 from ._step import (BACKGROUND, BUCKET_PARAMS, DEFAULT_BACKGROUND_CDF, DEFAULT_EP,
                     DEFAULT_LATENCY, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP,
-                    DEFAULT_SKEW, LATENCY_MODELS, PHASES, PLACEMENTS, JOB_PLACEMENTS,
-                    CLUSTER_PLACEMENTS, StepFlows,
-                    collective_overhead, ep_group_size, job_step_time, scale_plan,
-                    step_flows)
+                    DEFAULT_OVERLAP, DEFAULT_SKEW, LATENCY_MODELS, OVERLAP_MODELS, PHASES,
+                    PLACEMENTS, JOB_PLACEMENTS, CLUSTER_PLACEMENTS, StepFlows,
+                    collective_overhead, ep_group_size, fixed_batch_microbatches,
+                    flat_overlap, job_step_time, megatron_exposed, megatron_step_time,
+                    scale_plan, step_flows)
 from ._jobs import add_background, job_servers, place_jobs
 from ._cluster import (DEFAULT_DRAINED, DEFAULT_JOB_SHARE, DEFAULT_OCCUPANCY, DEFAULT_SPARES,
                        cluster_churn, cluster_servers, cross_leaf_share,
@@ -117,8 +122,8 @@ from ._route import DEFAULT_MAX_PATHS, HASHED_ROUTING, route_flows, source_port
 from ._rails import (CONGESTED_DELAY, DEFAULT_DT_US, HORIZON_FACTOR, RailRun, ideal_rails,
                      run_fabric, simulate_rails, simulate_rails_on_devices,
                      zero_load_latency)
-from ._metrics import (background_metrics, job_set_times, overlap_metrics, phase_latency,
-                       point_metrics, worst_vs_ideal)
+from ._metrics import (background_metrics, job_set_times, job_step_times, overlap_metrics,
+                       phase_latency, phase_slice_times, point_metrics, worst_vs_ideal)
 from ._point import (IDEAL, build_point, point_arguments, rail_reduction, run_scale,
                      scale_point)
 from ._overlap import (JOB_OVERLAPS, MAX_OVERLAP_JOBS, expected_slice_times,
@@ -157,4 +162,6 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "simulate_plans_ideal", "SWEEP_ALGORITHMS", "DEFAULT_SWEEP_CHUNKS",
            "choose_algorithm", "rank_completion", "nic_ideal_time", "completion_stats",
            "CURVE_KEYS", "scaling_curves", "scaling_point",
-           "SCALE_RULES", "SCALE_FLAGS", "RAIL_SYSTEMS", "scale_scenarios", "point_arguments"]
+           "SCALE_RULES", "SCALE_FLAGS", "RAIL_SYSTEMS", "scale_scenarios", "point_arguments",
+           "DEFAULT_OVERLAP", "OVERLAP_MODELS", "fixed_batch_microbatches", "flat_overlap",
+           "megatron_exposed", "megatron_step_time", "phase_slice_times", "job_step_times"]

@@ -13,9 +13,11 @@ from .. import economics as econ
 from .. import metrics as mx
 from ._overlap import independent_overlap
 from ._rails import RailRun
-from ._step import StepFlows, collective_overhead, job_step_time
+from ._step import (StepFlows, collective_overhead, flat_overlap, job_step_time,
+                    megatron_step_time)
 
 __all__ = ["rank_slice_completion", "job_slice_times", "point_metrics", "phase_latency",
+           "phase_slice_times", "job_step_times",
            "background_metrics", "worst_vs_ideal", "job_set_times", "overlap_metrics"]
 
 
@@ -47,6 +49,45 @@ def job_slice_times(comp: np.ndarray, step: StepFlows) -> np.ndarray:
     return t_job
 
 
+def phase_slice_times(run: RailRun, step: StepFlows) -> np.ndarray:
+    """``[jobs, 3]`` each job's slice time split by phase: until its last all-to-all or
+    pipeline flow finished (``t_a``), from then until its last reduce-scatter flow
+    finished (``t_rs``), and from then until its last all-gather flow finished
+    (``t_ag``), each ``>= 0``; their sum is the job's slice time
+    (:func:`job_slice_times`) when its last flow is an all-gather's, as the step's
+    dependencies make it.  An attribution: a rank's reduce-scatter may start while
+    other ranks' all-to-alls still run.  Background flows left out; the simulated rails
+    stand for all (as :func:`rank_slice_completion`)."""
+    fl = run.flows
+    fin = np.where(np.isfinite(run.finish), run.finish, np.inf)
+    mine = fl.is_step
+    job = step.rank_job[fl.dst_rank[mine]]
+    ph = np.minimum(np.maximum(fl.phase[mine] - 1, 0), 2)   # 0, 1 -> 0; 2 -> 1; 3 -> 2
+    end = np.zeros((step.n_jobs, 3))
+    np.maximum.at(end, (job, ph), fin[mine])
+    end = np.maximum.accumulate(end, axis=1)
+    with np.errstate(invalid="ignore"):      # an unfinished run: inf - inf is NaN
+        return np.diff(end, axis=1, prepend=0.0)
+
+
+def job_step_times(info: list, compute, slices, slice_times, phase_times, latency):
+    """``[jobs]`` each job's step time by its overlap model (``info[j]["overlap"]``):
+    ``"megatron"`` :func:`~fabric_jax.scale.megatron_step_time` (``phase_times [jobs,
+    3]``, :func:`phase_slice_times`), a number ``f`` :func:`~fabric_jax.scale.
+    job_step_time`."""
+    C, k, T, L = (np.asarray(x, float) for x in (compute, slices, slice_times, latency))
+    out = np.empty(len(info))
+    for j, i in enumerate(info):         # per job (a handful), not per flow
+        if i["overlap"] == "megatron":
+            w = i["overlap_windows"]
+            out[j] = megatron_step_time(C[j], k[j], np.asarray(phase_times)[j],
+                                        [w["backward"], w["forward"]], i["dp_buckets"],
+                                        L[j])
+        else:
+            out[j] = job_step_time(C[j], float(i["overlap"]), k[j], T[j], L[j])
+    return out
+
+
 def _utilization(compute, gpus, step_times) -> float:
     """GPU utilisation of several jobs: the mean of ``C_j / step_j`` over equal jobs,
     the GPU-weighted mean otherwise."""
@@ -58,13 +99,22 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
                   nic_rate: float, *, n_rails: int, gpu_price_per_hour=None) -> dict:
     """The headline figures of one run, for the whole step and the whole cluster.
 
-    * ``step_time``: ``max(C, (1 - f) C + k T + L)`` with ``C`` the compute time, ``f``
-      the overlap, ``k`` the slices, ``T`` the slice's communication time (the last
-      rank's last incoming flow) and ``L`` the per-message latency of the step's
+    * ``step_time``: with Megatron's overlap (the default,
+      :func:`~fabric_jax.scale.megatron_step_time`) ``C + k t_a + X_rs + X_ag + L``,
+      with a flat overlap ``f`` ``max(C, (1 - f) C + k T + L)``: ``C`` the compute
+      time, ``k`` the slices, ``T`` the slice's communication time (the last rank's
+      last incoming flow), ``t_a`` its part until the all-to-all and pipeline sends
+      ended, ``X_rs``, ``X_ag`` the exposed reduce-scatter and all-gather
+      (``dp_exposed_time``, their sum; ``phase_comm_times``: ``k x`` each phase's part,
+      :func:`phase_slice_times`) and ``L`` the per-message latency of the step's
       collective calls (``latency_time``, :func:`~fabric_jax.scale.collective_overhead`
       with the run's mean zero-load path latency per phase, 0 on the ideal crossbar;
       ``latency_algorithms``: the algorithm of each call, NCCL's choice);
-      ``gpu_utilization`` = ``C / step_time``; tokens/s.  With
+      ``gpu_utilization`` = ``C / step_time``; ``model_flops_utilization``: the
+      step's model FLOPs (:func:`fabric_jax.workloads.model.step_flops`) over the
+      GPUs' peak times the step time (MFU, the figure training reports publish; the
+      1F1B bubble and the kernels' shortfall from peak count against it, as they do
+      not in ``gpu_utilization``); tokens/s.  With
       several jobs (:func:`~fabric_jax.scale.place_jobs`) each job ``j`` has its own
       ``T_j`` (its ranks' last flow) and step time ``step_j`` (``job_step_times``):
       ``step_time`` is the slowest job's, ``gpu_utilization`` the mean over the (equal)
@@ -97,14 +147,19 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     J = step.n_jobs
     pj = step.per_job
     k, C = pj["slices"], pj["compute_time"]               # [jobs]
-    f = np.array([float(i["overlap"]) for i in pj["info"]])
     # the path latency the calls pay per network step (none on the ideal crossbar)
     phase_lat = {} if run.latency is None else phase_latency(fl, run.latency)
     lats = [collective_overhead(i, nic_rate, phase_lat) for i in pj["info"]]
     L = np.array([x["total"] for x in lats])
     t_job = job_slice_times(comp, step)
     t_comm = float(np.max(k * t_job + L))
-    step_job = job_step_time(C, f, k, t_job, L) if finished else np.full(J, np.inf)
+    ph = phase_slice_times(run, step)
+    step_job = job_step_times(pj["info"], C, k, t_job, ph, L) if finished \
+        else np.full(J, np.inf)
+    # exposed data-parallel time: the step less compute, latency and the exposed
+    # all-to-all / pipeline part (a flat overlap hides a share of every phase alike)
+    meg = np.array([i["overlap"] == "megatron" for i in pj["info"]])
+    dp_exp = np.where(meg, step_job - C - k * ph[:, 0] - L, np.nan)
     step_time = float(np.max(step_job))
     tokens_s = float(np.sum(pj["tokens_per_step"] / step_job)) if finished else 0.0
     G = pj["gpus"]
@@ -123,6 +178,10 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     out = dict(step_time=step_time, compute_time=float(np.max(C)),
                gpu_utilization=float(util) if finished else 0.0,
                tokens_per_second=tokens_s,
+               model_flops_utilization=float(
+                   sum(i["step_flops"] / st for i, st in zip(pj["info"], step_job))
+                   / sum(g * i["peak_flops"] for i, g in zip(pj["info"], pj["gpus"])))
+               if finished else 0.0,
                jobs=J, job_step_times=[float(x) for x in step_job],
                job_gpus=[int(x) for x in G], job_latency_times=[float(x) for x in L],
                job_spread=float(np.max(step_job) / np.min(step_job)) if finished
@@ -131,6 +190,12 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
                p50_completion=p50, p99_completion=p99,
                p99_over_p50=float(p99 / p50) if p50 > 0 else float("nan"),
                effective_bandwidth=eff, latency_time=float(np.max(L)),
+               phase_comm_times=dict(zip(("ep_pp", "dp_reduce_scatter", "dp_all_gather"),
+                                         (float(x) for x in np.max(k[:, None] * ph,
+                                                                   axis=0)))),
+               dp_exposed_time=float(np.max(dp_exp)) if finished and meg.all()
+               else float("nan"),
+               overlap=pj["info"][0]["overlap"],
                latency_algorithms={n: c["algorithm"] for n, c in lats[0]["calls"].items()},
                congested_share=float(run.congested_bytes / run.port_bytes)
                if run.port_bytes > 0 else 0.0,
@@ -219,10 +284,12 @@ def job_set_times(step: StepFlows, full_run: RailRun, runner) -> np.ndarray:
 def overlap_metrics(step: StepFlows, table, met: dict, *, runs: int) -> dict:
     """The independent-phases figures (:func:`~fabric_jax.scale.independent_overlap`) of
     a point's run from its ``[2^J, J]`` slice-time ``table`` (:func:`job_set_times`) and
-    its metrics ``met`` (for each job's latency ``L``); NaN when a run did not finish."""
+    its metrics ``met`` (each job's latency ``L``, ``job_latency_times``, and with
+    Megatron's overlap its step time, ``job_step_times``: the overlap enters the
+    estimate as the flat fraction that gives that step, :func:`~fabric_jax.scale.
+    flat_overlap`); NaN when a run did not finish."""
     pj = step.per_job
     C, G = pj["compute_time"], pj["gpus"]
-    f = np.array([float(i["overlap"]) for i in pj["info"]])
     L = np.asarray(met["job_latency_times"], float)
     J = step.n_jobs
     rows = np.arange(1, 2 ** J)                        # every non-empty set
@@ -232,6 +299,12 @@ def overlap_metrics(step: StepFlows, table, met: dict, *, runs: int) -> dict:
         return dict(job_duty=[nan] * J, job_step_times_independent=[nan] * J,
                     step_time_independent=nan, gpu_utilization_independent=nan,
                     tokens_per_second_independent=nan, overlap_runs=int(runs))
+    # Megatron's overlap as the flat fraction that gives the run's own step times (the
+    # hidden time held fixed as the slices slow: an assumption of the estimate)
+    f = np.array([float(i["overlap"]) if i["overlap"] != "megatron" else np.nan
+                  for i in pj["info"]])
+    f = np.where(np.isnan(f), flat_overlap(C, pj["slices"], np.asarray(table, float)[-1],
+                                           L, met["job_step_times"]), f)
     res = independent_overlap(table, pj["slices"], C, f, L)
     st = res["step_times"]
     util = _utilization(C, G, st)

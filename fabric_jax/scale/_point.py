@@ -188,8 +188,9 @@ def point_arguments(scenario: Scenario) -> dict:
         n_gpus=net["gpus"], presets=list(scenario.fabric.presets), system=net["system"],
         switch_radix=net["switch_radix"], beyond_radix=net["beyond_radix"],
         model=job["model"], plan_options={k: job[k] for k in ("pp", "ep", "microbatches",
-                                                              "overlap")},
-        step_options=dict(skew=job["skew"], slice_time=job["slice_us"] * 1e-6),
+                                                              "global_batch")},
+        step_options=dict(skew=job["skew"], slice_time=job["slice_us"] * 1e-6,
+                          overlap=job["overlap"]),
         **{k: job[k] for k in ("jobs", "placement", "background", "background_cdf",
                                "latency", "job_gpus", "job_models", "job_overlap")},
         # one job on a larger cluster only (the jobs-fill-the-cluster runs unchanged)

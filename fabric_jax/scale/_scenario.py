@@ -10,8 +10,9 @@ each other (:func:`scale_scenarios`).  Each GPU count gives one scenario:
   ``system``, ``switch_radix``, ``beyond_radix``, ``cluster_gpus`` (one job on a
   larger cluster, :func:`~fabric_jax.scale.cluster_servers`; :data:`MAX_GPUS` caps the
   cluster);
-* traffic (``workload.*``): the model and its plan (``pp``, ``ep``, ``microbatches``,
-  ``overlap``), the step's slice (``skew``, ``slice_us``), the jobs (``jobs`` or
+* traffic (``workload.*``): the model and its plan (``pp``, ``ep``, ``microbatches``
+  or a fixed ``global_batch``, ``overlap``), the step's slice (``skew``, ``slice_us``),
+  the jobs (``jobs`` or
   ``job_gpus``, ``job_models``, ``placement``, ``job_overlap``), the background and the
   latency model;
 * fabric (``fabrics.*``): ``presets`` and the options ``max_paths``, ``rails``;
@@ -39,8 +40,8 @@ from ._route import DEFAULT_MAX_PATHS
 from ._cluster import default_cluster_gpus, serviceable_servers
 from ._jobs import job_servers
 from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_EP, DEFAULT_LATENCY, DEFAULT_MICROBATCHES,
-                    DEFAULT_MODEL, DEFAULT_PP, DEFAULT_SKEW, LATENCY_MODELS, PLACEMENTS,
-                    CLUSTER_PLACEMENTS)
+                    DEFAULT_MODEL, DEFAULT_OVERLAP, DEFAULT_PP, DEFAULT_SKEW, LATENCY_MODELS,
+                    OVERLAP_MODELS, PLACEMENTS, CLUSTER_PLACEMENTS, scale_plan)
 
 __all__ = ["SCALE_RULES", "SCALE_FLAGS", "MIN_GPUS", "MAX_GPUS", "RAIL_SYSTEMS",
            "scale_scenarios"]
@@ -72,7 +73,12 @@ SCALE_RULES = {
     "workload.microbatches": integer(1, default=DEFAULT_MICROBATCHES,
                                      unit="per replica and step"),
     "workload.skew": number(0, default=DEFAULT_SKEW, unit="Zipf exponent"),
-    "workload.overlap": number(0, 1, default=0.0, unit="fraction of the compute"),
+    "workload.global_batch": integer(1, default=None,
+                                     unit="sequences per step, the same at every GPU count",
+                                     derived="none: weak scaling, workload.microbatches "
+                                             "per replica"),
+    "workload.overlap": number(0, 1, also=OVERLAP_MODELS, default=DEFAULT_OVERLAP,
+                               unit="fraction of the compute"),
     "workload.slice_us": number(0, lo_open=True, unit=_US, default=250.0),
     "workload.jobs": integer(1, default=1),
     "workload.job_gpus": integer(1, many=True, min_items=2, unit="GPUs per job",
@@ -160,6 +166,13 @@ def scale_scenarios(values: Mapping[str, Any], *, flags: Mapping | None = None) 
         raise refuse("workload.job_overlap", f"independent needs 2 to {MAX_OVERLAP_JOBS} jobs "
                      f"(it runs every set of them); got {n_jobs}", flags=flags,
                      fix="set workload.jobs or workload.job_gpus")
+    if v["workload.global_batch"] is not None:
+        if values.get("workload.microbatches") is not None:
+            raise refuse("workload.global_batch", f"fixes the micro-batches per replica "
+                         f"(global batch / data-parallel degree); drop "
+                         f"{flags.get('workload.microbatches', 'workload.microbatches')}",
+                         flags=flags)
+        v["workload.microbatches"] = None
     rails = v["fabrics.rails"]
     if rails != "all" and rails > g:
         raise refuse("fabrics.rails", f"must lie in [1, {g}] (rails of "
@@ -189,6 +202,8 @@ def scale_scenarios(values: Mapping[str, Any], *, flags: Mapping | None = None) 
             except ValueError as err:
                 raise refuse("workload.jobs", f"{v['workload.jobs']} at {n} GPUs: {err}",
                               flags=flags, value=v["workload.jobs"]) from None
+        if v["workload.global_batch"] is not None:
+            _check_global_batch(v, n, g, flags)
         out.append(_scenario(v, n, asked))
     return out
 
@@ -213,6 +228,23 @@ def _check_cluster(n: int, cluster, g: int, placement: str, flags: dict) -> None
         raise refuse("topology.cluster_gpus", f"a cluster of {cl} GPUs has {what}; the "
                      f"{n}-GPU job needs {n // g}", flags=flags, value=cluster,
                      fix=f"give a larger cluster or a smaller {gpus}")
+
+
+def _check_global_batch(v: dict, n_gpus: int, g: int, flags: dict) -> None:
+    """Refuses a fixed global batch that is not a whole number of micro-batches per
+    replica for some job's plan at ``n_gpus`` GPUs (:func:`~fabric_jax.scale.scale_plan`,
+    host side, before any simulation), naming the key (or its flag) and the nearest
+    valid values."""
+    sizes = v["workload.job_gpus"] or [n_gpus // v["workload.jobs"]] * v["workload.jobs"]
+    models = v["workload.job_models"] or [v["workload.model"]] * len(sizes)
+    for size, mdl in sorted(set(zip(sizes, models))):
+        try:
+            scale_plan(mdl, n_gpus=size, gpus_per_server=g, pp=v["workload.pp"],
+                       ep=v["workload.ep"], global_batch=v["workload.global_batch"])
+        except ValueError as err:
+            msg = str(err).split(": ", 1)[-1]
+            raise refuse("workload.global_batch", msg, flags=flags,
+                         value=v["workload.global_batch"]) from None
 
 
 def _scenario(v: dict, n_gpus: int, asked: int) -> Scenario:

@@ -20,7 +20,9 @@ __all__ = ["DEFAULT_MODEL", "DEFAULT_PP", "DEFAULT_EP", "DEFAULT_MICROBATCHES",
            "DEFAULT_SKEW", "StepFlows", "scale_plan", "step_flows", "PHASES", "PLACEMENTS",
            "JOB_PLACEMENTS", "CLUSTER_PLACEMENTS",
            "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "LATENCY_MODELS", "DEFAULT_LATENCY",
-           "BUCKET_PARAMS", "collective_overhead", "ep_group_size", "job_step_time"]
+           "BUCKET_PARAMS", "collective_overhead", "ep_group_size", "job_step_time",
+           "OVERLAP_MODELS", "DEFAULT_OVERLAP", "megatron_exposed", "megatron_step_time",
+           "flat_overlap"]
 
 #: Default model: Mixtral 8x7B (Jiang et al. 2024; :data:`fabric_jax.workloads.model.MODELS`),
 #: a mixture-of-experts model, so the step has the expert-parallel all-to-all.
@@ -64,6 +66,13 @@ DEFAULT_LATENCY = "nccl"
 #: larger buckets to ensure collectives do not become latency-bound"): ``(floor, per
 #: data-parallel rank)``.  Each bucket is one reduce-scatter and one all-gather.
 BUCKET_PARAMS = (40_000_000, 1_000_000)
+#: How the step's communication overlaps its compute (:func:`megatron_step_time`):
+#: ``"megatron"``, Megatron-Core's ``overlap_grad_reduce`` and ``overlap_param_gather``
+#: (the data-parallel reduce-scatter hidden behind the last micro-batch's backward, the
+#: all-gather behind the first micro-batch's forward, bucket by bucket); a number ``f``
+#: in [0, 1] instead is a flat fraction of the compute (:func:`job_step_time`).
+OVERLAP_MODELS = ("megatron",)
+DEFAULT_OVERLAP = "megatron"
 
 
 def ep_group_size(n_servers: int, wanted: int, minimum: int = 2) -> int:
@@ -77,24 +86,40 @@ def ep_group_size(n_servers: int, wanted: int, minimum: int = 2) -> int:
 
 def scale_plan(model=DEFAULT_MODEL, n_gpus: int = 1024, gpus_per_server: int = 8, *,
                tp: int | None = None, pp: int = DEFAULT_PP, ep: int = DEFAULT_EP,
-               micro_batch: int = 1, microbatches: int = DEFAULT_MICROBATCHES,
-               overlap: float = 0.0, **plan_fields):
-    """``(model, plan)`` of one job filling ``n_gpus`` GPUs, weak-scaled.
+               micro_batch: int = 1, microbatches: int | None = None,
+               global_batch: int | None = None, **plan_fields):
+    """``(model, plan)`` of one job filling ``n_gpus`` GPUs, weak- or strong-scaled.
 
     Tensor parallel inside the server (``tp``, default ``min(gpus_per_server, heads)``
     dividing it); pipeline parallel ``pp'``, the largest divisor of the layers with
     ``pp' <= pp`` that leaves at least two data-parallel ranks; data parallel over the
     rest; expert parallel ``ep'``, the largest divisor of both ``dp`` and the experts
-    with ``ep' <= ep`` (1 for a dense model).  The global batch grows with ``dp``
-    (``dp x micro_batch x microbatches`` sequences: each replica's work per step is
-    fixed, the way a cluster is scaled out), so the compute per GPU and step is the
-    same at every size and what changes with size is the network's part.
+    with ``ep' <= ep`` (1 for a dense model).
+
+    * **Weak scaling** (``global_batch=None``, the default): the global batch grows with
+      ``dp`` (``dp x micro_batch x microbatches`` sequences, ``microbatches`` default
+      :data:`DEFAULT_MICROBATCHES`: each replica's work per step is fixed, the way a
+      cluster is scaled out), so the compute per GPU and step is the same at every size
+      and what changes with size is the network's part.
+    * **Fixed global batch** (strong scaling, ``global_batch = B`` sequences per step at
+      every size, the way a published training run is scaled: Narayanan et al., SC 2021,
+      Sec. 5.4; Jiang et al., NSDI 2024, Table 2): each replica runs ``m = B / (dp x
+      micro_batch)`` micro-batches, which must be a whole number >= 1.  The 1F1B bubble
+      ``(pp - 1) / m`` then grows with ``dp``, the compute per GPU shrinks as ``1 / N``,
+      the all-to-all and pipeline bytes per GPU follow ``m``, and the data-parallel
+      gradient bytes per GPU do not (:func:`fabric_jax.workloads.model.comm_bytes`).
+      ``microbatches`` cannot be given with it (it follows from ``B``).
+
+    The step's overlap of communication and compute is not part of the plan: it is
+    :func:`step_flows`' ``overlap``.
 
     Returns:
       ``(ModelConfig, ParallelPlan)``, checked (:meth:`ParallelPlan.check`).
 
     Raises:
-      ValueError: sizes that do not fit, naming the argument.
+      ValueError: sizes that do not fit, naming the argument (``global_batch`` that
+      leaves no whole number of micro-batches per replica: with the nearest valid
+      values).
     """
     mdl = get_model(model)
     n, g = int(n_gpus), int(gpus_per_server)
@@ -113,14 +138,44 @@ def scale_plan(model=DEFAULT_MODEL, n_gpus: int = 1024, gpus_per_server: int = 8
     if mdl.n_experts > 1:
         ep_ = max(d for d in range(1, min(int(ep), dp) + 1)
                   if dp % d == 0 and mdl.n_experts % d == 0)
-    mb, m = int(micro_batch), int(microbatches)
+    if "overlap" in plan_fields:
+        raise ValueError("overlap: the scale step's overlap is step_flows(overlap=...) "
+                         "(OVERLAP_MODELS or a fraction), not a plan field")
+    mb = int(micro_batch)
+    if global_batch is not None and microbatches is not None:
+        raise ValueError("global_batch: give global_batch (fixed batch, micro-batches "
+                         "per replica follow) or microbatches (weak scaling), not both")
+    if global_batch is None:
+        m = DEFAULT_MICROBATCHES if microbatches is None else int(microbatches)
+    else:
+        m = fixed_batch_microbatches(int(global_batch), dp, mb, n_gpus=n)
     if mb < 1 or m < 1:
         raise ValueError(f"micro_batch, microbatches: must be >= 1; got {mb}, {m}")
     mdl = mdl.replace(global_batch=dp * mb * m)
     plan = ParallelPlan(tp=tp, pp=pp, dp=dp, ep=ep_, micro_batch=mb, gpus_per_server=g,
-                        overlap=float(overlap), **plan_fields)
+                        **plan_fields)
     plan.check(mdl)
     return mdl, plan
+
+
+def fixed_batch_microbatches(global_batch: int, dp: int, micro_batch: int = 1, *,
+                             n_gpus=None) -> int:
+    """Micro-batches per data-parallel replica of a fixed global batch, ``m = B / (dp x
+    micro_batch)`` (:func:`scale_plan`).
+
+    Raises:
+      ValueError: naming ``global_batch`` when ``m`` is not a whole number >= 1, with
+      the nearest valid values (multiples of ``dp x micro_batch``).
+    """
+    B, per = int(global_batch), int(dp) * int(micro_batch)
+    if B >= per and B % per == 0:
+        return B // per
+    lo, hi = (B // per) * per, (B // per + 1) * per
+    near = ", ".join(str(x) for x in (lo, hi) if x >= per)
+    at = f" at {n_gpus} GPUs" if n_gpus is not None else ""
+    raise ValueError(f"global_batch: {B} sequences is not a whole number of micro-batches "
+                     f"per replica{at} (dp {dp} x micro-batch {micro_batch} = {per}); "
+                     f"use a multiple of {per}, e.g. {near}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +286,8 @@ class StepFlows:
 
 def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAULT_SKEW,
                seed: int = 0, slice_time: float | None = 250e-6,
-               nic_rate: float = 50e9, latency: str = DEFAULT_LATENCY) -> StepFlows:
+               nic_rate: float = 50e9, latency: str = DEFAULT_LATENCY,
+               overlap=DEFAULT_OVERLAP) -> StepFlows:
     """The network traffic of one training step (one slice of it), vectorised.
 
     Ranks in Megatron order (``rank = (p dp + d) tp + t``, :meth:`ParallelPlan.groups`)
@@ -269,6 +325,14 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     ranks, servers and bytes; :func:`collective_overhead` prices them with NCCL's model
     and :func:`~fabric_jax.scale.point_metrics` adds that time to the step.
 
+    Overlap (``overlap``): ``"megatron"`` (default, :func:`megatron_step_time`) records
+    in ``info["overlap_windows"]`` the compute each data-parallel phase can hide behind
+    -- the backward and the forward of one micro-batch, ``(math_time + tp_time) / m``
+    split 2 : 1 (3 : 1 with full recomputation, whose backward re-runs the forward:
+    :func:`fabric_jax.workloads.model.training_flops`) -- and in
+    ``info["dp_buckets"]`` the gradient buckets (:data:`BUCKET_PARAMS`); a number is a
+    flat fraction of the compute (:func:`job_step_time`).
+
     Args:
       model, plan: from :func:`scale_plan`.
       gpu: :data:`fabric_jax.workloads.model.GPUS` name.
@@ -277,12 +341,15 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
       slice_time: line-rate seconds of one slice (``None``: one slice, the whole step).
       nic_rate: NIC line rate for the slicing, bytes/s.
       latency: :data:`LATENCY_MODELS` (default ``"nccl"``).
+      overlap: :data:`OVERLAP_MODELS` or a fraction in [0, 1] (default
+        :data:`DEFAULT_OVERLAP`).
 
     Returns:
       :class:`StepFlows`.
     """
     if latency not in LATENCY_MODELS:
         raise ValueError(f"latency: must be one of {LATENCY_MODELS}; got {latency!r}")
+    overlap = _check_overlap(overlap)
     mdl, gpu = get_model(model), get_gpu(gpu)
     plan.check(mdl)
     g = plan.gpus_per_server
@@ -314,12 +381,19 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     comp = step_compute(mdl, plan, gpu)
     info = dict(model=mdl.name, gpu=gpu.name, tp=plan.tp, pp=plan.pp, dp=plan.dp,
                 ep=plan.ep, micro_batch=plan.micro_batch, microbatches=comp["microbatches"],
-                global_batch=mdl.global_batch, overlap=plan.overlap, skew=float(skew),
-                step_flops=comp["step_flops"], math_time=comp["math_time"],
+                global_batch=mdl.global_batch, overlap=overlap, skew=float(skew),
+                step_flops=comp["step_flops"], peak_flops=gpu.peak_flops,
+                math_time=comp["math_time"],
                 pipeline_bubble=comp["bubble"], compute_time=comp["compute_time"],
                 comm_bytes_per_gpu=step_bytes, line_rate_comm_time=t_comm, slices=k,
                 latency=latency, collectives=_collective_calls(plan, cb, plan.groups(), server),
                 **{f"bytes_{k_}": v for k_, v in cb.items()})
+    # Megatron's overlap windows: one micro-batch's forward and backward (step_flows)
+    per_mb = (comp["math_time"] + comp["tp_time"]) / comp["microbatches"]
+    fwd = 0.25 if plan.recompute else 1.0 / 3.0
+    info.update(overlap_windows=dict(forward=fwd * per_mb, backward=(1.0 - fwd) * per_mb),
+                dp_buckets=max([c["count"] for c in info["collectives"]
+                                if c["phase"] == 2] or [1]))
     # PXN: a flow leaves the sender's server through the NIC on the receiver's rail
     flows = dataclasses.replace(
         w, src=server[src_r] * g + slot[dst_r], dst=dst_r, size=w.size / k, deps=deps,
@@ -356,6 +430,84 @@ def _collective_calls(plan: ParallelPlan, cb: dict, groups: dict, server) -> lis
                               nodes=nodes(groups[key][0]), nbytes=nbytes / n_b,
                               count=n_b, phase=ph))
     return calls
+
+
+def _check_overlap(overlap):
+    """``overlap`` as :func:`step_flows` keeps it: a name of :data:`OVERLAP_MODELS` or
+    a float in [0, 1]."""
+    if isinstance(overlap, str):
+        if overlap in OVERLAP_MODELS:
+            return overlap
+    elif not isinstance(overlap, bool) and isinstance(overlap, (int, float)) \
+            and math.isfinite(overlap) and 0 <= overlap <= 1:
+        return float(overlap)
+    raise ValueError(f"overlap: must be one of {OVERLAP_MODELS} or a fraction in [0, 1]; "
+                     f"got {overlap!r}")
+
+
+def megatron_exposed(comm, window, buckets):
+    """Exposed seconds of a bucketed data-parallel collective overlapped with compute,
+    the way Megatron-Core's ``DistributedDataParallel`` runs it (NumPy, elementwise).
+
+    ``comm`` seconds of collective in ``n = buckets`` equal buckets run one after
+    another (one NCCL stream), beside ``window`` seconds of compute:
+
+    * ``overlap_grad_reduce``: bucket ``i``'s gradients are ready at ``i W / n`` of the
+      backward (the buckets follow the backward's order) and its reduce-scatter starts
+      then; the step waits for the last one: finished at ``max_i (i W/n + (n - i + 1)
+      c/n)``, so ``max(c / n, c - W (n - 1) / n)`` is exposed past the backward;
+    * ``overlap_param_gather``: bucket ``i``'s all-gather must finish before the forward
+      reaches its layers, ``(i - 1) W / n`` in; the all-gathers start together with the
+      forward: the same form (the first bucket's all-gather is always exposed).
+
+    So: one bucket's time when the collective is short against the compute, ``c - W (n
+    - 1)/n`` when it is long.  Assumption (named): the window's compute is spread evenly
+    over the buckets.  Source: Megatron-Core ``DistributedDataParallelConfig``
+    (``overlap_grad_reduce``, ``overlap_param_gather``, ``bucket_size``) and its
+    ``distributed`` package docs; 0 where ``comm`` is 0."""
+    c = np.asarray(comm, float)
+    W = np.asarray(window, float)
+    n = np.maximum(np.asarray(buckets, float), 1.0)
+    return np.where(c > 0, np.maximum(c / n, c - W * (n - 1.0) / n), 0.0)
+
+
+def megatron_step_time(compute, slices, phase_times, windows, buckets, latency):
+    """A job's step time with Megatron's communication overlap (``overlap="megatron"``),
+    ``C + k t_a + X(k t_rs, W_b) + X(k t_ag, W_f) + L`` (NumPy, elementwise over jobs):
+
+    * ``C`` the compute (with the 1F1B bubble), ``k`` slices, ``L`` the per-message
+      latency (:func:`collective_overhead`), all exposed;
+    * ``t_a``, ``t_rs``, ``t_ag``: the slice's time to the end of the all-to-all and
+      pipeline sends, then on to the end of the reduce-scatter, then of the all-gather
+      (``phase_times [..., 3]``, :func:`~fabric_jax.scale.phase_slice_times`); the
+      all-to-all and pipeline sends stay exposed (each micro-batch's compute waits for
+      its tokens and activations: an assumption, no overlap of them is modelled);
+    * ``X`` :func:`megatron_exposed` with ``W_b`` / ``W_f`` (``windows [..., 2]``,
+      backward then forward) the backward of the *last* micro-batch and the forward of
+      the *first*: Megatron-Core syncs gradients only in the last micro-batch's
+      backward (``no_sync`` for the others; ``enable_grad_sync`` for the last
+      micro-batch in ``pipeline_parallel/schedules.py``) and gathers the parameters in
+      the first micro-batch's forward pre-hooks; ``buckets`` per collective.
+
+    Departure: the pipeline's other stages, which end their backward earlier (1F1B
+    cooldown), are not given more time; the first stage's window is the step's."""
+    pt = np.asarray(phase_times, float)
+    w = np.asarray(windows, float)
+    k = np.asarray(slices, float)
+    return (np.asarray(compute, float) + k * pt[..., 0]
+            + megatron_exposed(k * pt[..., 1], w[..., 0], buckets)
+            + megatron_exposed(k * pt[..., 2], w[..., 1], buckets)
+            + np.asarray(latency, float))
+
+
+def flat_overlap(compute, slices, slice_time, latency, step_time):
+    """The flat overlap fraction ``f`` that gives ``step_time`` in :func:`job_step_time`,
+    ``(C + k T + L - step) / C`` clipped to [0, 1] (NumPy): how
+    :func:`~fabric_jax.scale.independent_overlap` takes a Megatron step."""
+    C = np.asarray(compute, float)
+    f = (C + np.asarray(slices, float) * np.asarray(slice_time, float)
+         + np.asarray(latency, float) - np.asarray(step_time, float)) / C
+    return np.clip(f, 0.0, 1.0)
 
 
 def job_step_time(compute, overlap, slices, slice_time, latency):

@@ -91,14 +91,24 @@ def _add_workload_args(p):
                    help=f"pipeline stages wanted (default {_step.DEFAULT_PP})")
     p.add_argument("--ep", type=int, default=_step.DEFAULT_EP,
                    help=f"expert-parallel group wanted (default {_step.DEFAULT_EP})")
-    p.add_argument("--microbatches", type=int, default=_step.DEFAULT_MICROBATCHES,
-                   help=f"micro-batches per replica and step (default "
-                        f"{_step.DEFAULT_MICROBATCHES})")
+    p.add_argument("--microbatches", type=int, default=None,
+                   help=f"micro-batches per replica and step, the same at every GPU count "
+                        f"(weak scaling; default {_step.DEFAULT_MICROBATCHES}); not with "
+                        f"--global-batch")
+    p.add_argument("--global-batch", default=None, metavar="SEQUENCES",
+                   help="fixed global batch (strong scaling): sequences per step at every "
+                        "GPU count; each replica runs global batch / (dp x micro-batch) "
+                        "micro-batches, which must be whole (default: weak scaling, "
+                        "--microbatches per replica)")
     p.add_argument("--skew", type=float, default=_step.DEFAULT_SKEW,
                    help=f"Zipf exponent of the expert load (default {_step.DEFAULT_SKEW:g})")
-    p.add_argument("--overlap", type=float, default=_default("workload.overlap"),
-                   help="fraction of compute the communication may overlap, [0, 1] "
-                        "(default 0)")
+    p.add_argument("--overlap", default=None,
+                   help=f"how communication overlaps compute: megatron (default: "
+                        f"Megatron-Core's overlap_grad_reduce and overlap_param_gather, "
+                        f"the DP reduce-scatter behind the last micro-batch's backward and "
+                        f"the all-gather behind the first one's forward, bucket by bucket; "
+                        f"all-to-all and pipeline sends exposed) or a flat fraction of the "
+                        f"compute in [0, 1] (0: nothing overlaps)")
     p.add_argument("--jobs", type=int, default=_default("workload.jobs"),
                    help="jobs sharing the cluster, each on GPUs / jobs GPUs with its own "
                         "plan and hot experts (default 1: one job fills the cluster)")
@@ -243,11 +253,12 @@ def run(args, *, command=None, started: float | None = None) -> int:
 _SAME = ("system", "model", "dt_us", "rails", "max_paths", "switch_radix", "beyond_radix",
          "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal",
          "jobs", "placement", "background", "background_cdf", "latency", "job_gpus",
-         "job_models", "job_overlap", "cluster_gpus")
+         "job_models", "job_overlap", "cluster_gpus", "global_batch")
 #: values of inputs an older JSON may lack (it was written before the flag existed)
 _BEFORE = {"jobs": 1, "placement": "packed", "background": 0.0,
            "background_cdf": "web_search", "latency": "none", "job_gpus": None,
-           "job_models": None, "job_overlap": "always", "cluster_gpus": None}
+           "job_models": None, "job_overlap": "always", "cluster_gpus": None,
+           "global_batch": None}
 
 
 def _earlier(args) -> dict:
@@ -265,13 +276,29 @@ def _earlier(args) -> dict:
     except (OSError, ValueError, KeyError, TypeError):
         raise refuse("--resume", f"{args.json} is not a JSON file this command "
                      f"wrote") from None
-    diff = [k for k in _SAME
-            if old_in.get(k, _BEFORE.get(k)) != to_json(getattr(args, k, None))]
+    now = _resolved({k: to_json(getattr(args, k, None)) for k in _SAME})
+    then = _resolved({k: old_in.get(k, _BEFORE.get(k)) for k in _SAME})
+    diff = [k for k in _SAME if then[k] != now[k]]
     if diff:
         raise refuse("--resume", f"{args.json} was written with other inputs "
                      f"({', '.join('--' + k.replace('_', '-') for k in diff)})",
                      fix="drop --resume or give the same values")
     return {int(p["gpus"]): p for p in pts}
+
+
+def _resolved(inputs: dict) -> dict:
+    """``inputs`` (``_SAME``'s flags as given) with the step's batch and overlap as the
+    scenario reads them (a flag left out: its default), for ``--resume``."""
+    out = dict(inputs)
+    if out["global_batch"] is not None:
+        out["global_batch"] = int(out["global_batch"])
+    elif out["microbatches"] is None:
+        out["microbatches"] = _default("workload.microbatches")
+    if out["overlap"] is None:
+        out["overlap"] = _default("workload.overlap")
+    elif out["overlap"] not in SCALE_RULES["workload.overlap"].also:
+        out["overlap"] = float(out["overlap"])
+    return out
 
 
 def format_table(results: dict) -> str:
@@ -336,6 +363,10 @@ def format_table(results: dict) -> str:
         lines.append(f"{pt['gpus']} GPUs: {pt['topology']}; {whose}"
                      f"plan tp={pt['plan']['tp']} "
                      f"pp={pt['plan']['pp']} dp={pt['plan']['dp']} ep={pt['plan']['ep']}, "
+                     f"global batch {pt['plan']['global_batch']} ("
+                     f"{pt['plan']['microbatches']} micro-batches per replica, bubble "
+                     f"{pt['plan']['pipeline_bubble']:.2f}), overlap "
+                     f"{pt['plan'].get('overlap', 0.0)}, "
                      f"{pt['slices']} slices, rails simulated "
                      f"{'all' if pt['rails'] is None else pt['rails']}"
                      + _latency_note(pt)

@@ -917,8 +917,10 @@ def test_independent_job_overlap_lies_between_alone_and_always():
     # two jobs at random share leaf uplinks: each job's estimated step lies between its
     # step alone and its step with the other job always there (the runs' bound), the
     # duties are fractions, and the ideal crossbar (nothing shared) gives the bound
+    # (no overlap, so the step is the hand formula C + k t)
     out = sc.scale_point(128, ["roce"], jobs=2, placement="random", latency="none",
-                         job_overlap="independent", seed=1)
+                         job_overlap="independent", seed=1,
+                         step_options=dict(overlap=0.0))
     m, ideal = out["fabrics"]["roce"], out["ideal"]
     assert out["job_overlap"] == "independent" and m["overlap_runs"] == 3
     t = np.asarray(m["job_set_slice_times"], float)
@@ -966,7 +968,9 @@ def test_overlap_metrics_of_an_unfinished_run_are_nan():
     # not a number built on an infinite time
     _, step, _ = sc.build_point(128, jobs=2, placement="random")
     table = np.array([[np.nan, np.nan], [1e-3, np.nan], [np.nan, np.inf], [2e-3, 2e-3]])
-    met = dict(job_latency_times=[0.0, 0.0])
+    # (the run's own step times: Megatron's overlap enters as the flat fraction of them)
+    met = dict(job_latency_times=[0.0, 0.0],
+               job_step_times=list(1.5 * step.per_job["compute_time"]))
     out = sc.overlap_metrics(step, table, met, runs=3)
     assert np.isnan(out["step_time_independent"]) and all(np.isnan(out["job_duty"]))
     ok = sc.overlap_metrics(step, np.where(np.isinf(table), 1.5e-3, table), met, runs=3)
