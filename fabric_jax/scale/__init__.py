@@ -104,8 +104,9 @@ from ._route import DEFAULT_MAX_PATHS, HASHED_ROUTING, route_flows, source_port
 from ._rails import (CONGESTED_DELAY, DEFAULT_DT_US, HORIZON_FACTOR, RailRun, ideal_rails,
                      run_fabric, simulate_rails, simulate_rails_on_devices,
                      zero_load_latency)
-from ._metrics import (background_metrics, job_set_times, overlap_metrics, phase_latency,
-                       point_metrics, worst_vs_ideal)
+from ._metrics import (TIME_SHARE_KEYS, background_metrics, host_leaf, job_set_times,
+                       overlap_metrics, phase_latency, point_metrics, spine_share,
+                       time_shares, worst_vs_ideal)
 from ._point import (IDEAL, build_point, point_arguments, rail_reduction, run_scale,
                      scale_point)
 from ._overlap import (JOB_OVERLAPS, MAX_OVERLAP_JOBS, expected_slice_times,
@@ -132,6 +133,7 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "run_fabric", "worst_vs_ideal", "phase_latency", "zero_load_latency",
            "simulate_rails_on_devices", "job_set_times", "overlap_metrics",
            "source_port", "background_metrics", "rail_reduction",
+           "TIME_SHARE_KEYS", "host_leaf", "spine_share", "time_shares",
            "JOB_OVERLAPS", "MAX_OVERLAP_JOBS", "expected_slice_times", "independent_overlap",
            "balls_into_bins", "random_bisection", "ring_shift",
            "uplinks_used", "window_efficiency",

@@ -383,7 +383,7 @@ def collective_overhead(info: dict, nic_rate: float, path_latency=0.0) -> dict:
 
     Returns:
       ``{"total": seconds per step, "calls": {name: {"algorithm", "per_call",
-      "count"}}}``.
+      "count", "phase"}}}``.
     """
     mode = info.get("latency", "none")
     calls = info.get("collectives") or []
@@ -405,6 +405,7 @@ def collective_overhead(info: dict, nic_rate: float, path_latency=0.0) -> dict:
             alg, t = nccl_choice(c["op"], nb, p, c["nodes"], bus_bandwidth=bus,
                                  path_latency=lat, algorithms=algs)
             per = t - nb * (p - 1) / p / bus     # beyond the ring's bytes at bus rate
-        out["calls"][c["name"]] = dict(algorithm=alg, per_call=per, count=int(c["count"]))
+        out["calls"][c["name"]] = dict(algorithm=alg, per_call=per, count=int(c["count"]),
+                                       phase=int(c["phase"]))
         out["total"] += per * int(c["count"])
     return out
