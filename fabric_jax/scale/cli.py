@@ -132,6 +132,12 @@ def _add_workload_args(p):
                         f"{', '.join(_step.LATENCY_MODELS)} (default "
                         f"{_step.DEFAULT_LATENCY}: ring or PAT as NCCL >= 2.23 picks; "
                         f"ring: rings only; none: the bandwidth view)")
+    p.add_argument("--dp-algorithm", default=_step.DEFAULT_DP_ALGORITHM,
+                   help=f"algorithm of the data-parallel reduce-scatter / all-gather "
+                        f"flows: {', '.join(_step.DP_ALGORITHMS)} (default "
+                        f"{_step.DEFAULT_DP_ALGORITHM}: the one NCCL picks per call, ring "
+                        f"or PAT, the choice that prices the latency; ring: rings whatever "
+                        f"NCCL runs; pat: PAT wherever one rank per server allows)")
 
 
 def _add_run_args(p):
@@ -234,11 +240,11 @@ def run(args, *, command=None, started: float | None = None) -> int:
 _SAME = ("system", "model", "dt_us", "rails", "max_paths", "switch_radix", "beyond_radix",
          "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal",
          "jobs", "placement", "background", "background_cdf", "latency", "job_gpus",
-         "job_models", "job_overlap")
+         "job_models", "job_overlap", "dp_algorithm")
 #: values of inputs an older JSON may lack (it was written before the flag existed)
 _BEFORE = {"jobs": 1, "placement": "packed", "background": 0.0,
            "background_cdf": "web_search", "latency": "none", "job_gpus": None,
-           "job_models": None, "job_overlap": "always"}
+           "job_models": None, "job_overlap": "always", "dp_algorithm": "ring"}
 
 
 def _earlier(args) -> dict:
