@@ -263,7 +263,11 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
       into it have finished, its all-gather when the reduce-scatter into it has.
       NCCL's choice is made once per family, on its per-bucket call
       (``info["collectives"]``), at the bus bandwidth ``nic_rate x
-      LINK_EFFICIENCY["net"]`` and zero path latency (NCCL's own constants), and
+      LINK_EFFICIENCY["net"]`` with NCCL's own constants and no added network latency:
+      NCCL's tuner adds the net plugin's reported latency, which its InfiniBand / RoCE
+      plugin leaves at 0 (NVIDIA/nccl ``src/transport/net_ib.cc``, ``props->latency =
+      0; // Not set``), so the fabric's switch latency lengthens the chosen algorithm
+      (:func:`collective_overhead`) but does not change the choice; and
       recorded as each call's ``algorithm`` (not with ``"ring"``, whose calls
       :func:`collective_overhead` prices by ``latency`` alone).
 
