@@ -197,9 +197,10 @@ def _dp_rs_ag(families, job):
             n_r, k_r = r.shape
             end = start + r.size * counts[c]
             c += 1
+            sent = (k_r - 1) / k_r * s if alg == "pat" else s     # bytes a rank sends
             parts.append(_flows(src[start:end], dst[start:end], size[start:end],
                                 np.tile(np.repeat(np.arange(n_r), k_r), counts[c - 1]),
-                                [f"{key}_{tag}_r{i}" for i in range(n_r)], kind, s, k_r,
+                                [f"{key}_{tag}_r{i}" for i in range(n_r)], kind, sent, k_r,
                                 phase, job))
             start = end
     block = concat(*parts)
