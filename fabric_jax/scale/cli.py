@@ -353,14 +353,21 @@ def format_table(results: dict) -> str:
 
 
 def _latency_note(pt: dict) -> str:
-    """``"; latency nccl (dp: pat, edp: ring)"``: the latency model of a point and the
-    algorithm of its data-parallel calls (the first preset's row: NCCL's choice depends
-    on the path latency, and the ideal crossbar has none)."""
+    """``"; latency nccl (dp: pat, edp: ring); DP flows nccl; spine 5.24 % of bytes"``:
+    the latency model of a point, the algorithm of its data-parallel calls (the first
+    preset's row: with ``--dp-algorithm ring`` NCCL's choice in the pricing depends on
+    the path latency, and the ideal crossbar has none), the DP flows' algorithm
+    (``--dp-algorithm``) and the share of the step's bytes that crossed a spine (the
+    first row's ``spine_share``: the same flows on every row)."""
     mode = pt.get("latency", "none")
     rows = list(pt["fabrics"].values()) + ([pt["ideal"]] if "ideal" in pt else [])
     algs = rows[0].get("latency_algorithms", {}) if rows else {}
     dp = [f"{k.split('_')[0]}: {a}" for k, a in algs.items() if k.endswith("_all_gather")]
-    return f"; latency {mode}" + (f" ({', '.join(dp)})" if dp and mode != "none" else "")
+    spine = rows[0].get("spine_share") if rows else None
+    flows = pt.get("plan", {}).get("dp_algorithm")
+    return (f"; latency {mode}" + (f" ({', '.join(dp)})" if dp and mode != "none" else "")
+            + (f"; DP flows {flows}" if flows else "")
+            + (f"; spine {spine * 100:.2f} % of bytes" if spine is not None else ""))
 
 
 def _job_sizes(pt: dict) -> str:

@@ -247,3 +247,12 @@ def test_scale_scenario_carries_dp_algorithm_to_the_step():
     assert args["step_options"]["dp_algorithm"] == "pat"
     assert sc.scale_scenarios({"topology.gpus": [64]})[0].traffic.params[
         "dp_algorithm"] == "nccl"
+
+
+def test_cli_note_names_the_dp_flows_and_the_spine_share():
+    from fabric_jax.scale.cli import _latency_note
+    pt = dict(latency="nccl", plan=dict(dp_algorithm="nccl"),
+              fabrics={"roce": dict(latency_algorithms={"dp_all_gather": "pat"},
+                                    spine_share=0.0524)})
+    assert _latency_note(pt) == ("; latency nccl (dp: pat); DP flows nccl; "
+                                 "spine 5.24 % of bytes")
