@@ -13,12 +13,16 @@ factories are built at.  Per GPU count it builds:
   Mixtral 8x7B) with TP inside the server, PP across, data parallel over the rest and
   expert parallel in groups of 8, weak-scaled (fixed micro-batches per replica); the
   network part is the MoE all-to-all with Zipf-skewed experts and the pipeline sends,
-  then the DP reduce-scatter and all-gather, as flows with their dependencies (built
-  vectorised: 409,600 flows at 32,768 GPUs in under a second);
+  then the DP reduce-scatter and all-gather by the algorithm NCCL picks for their
+  calls (rings, or PAT's log-distance steps: ``--dp-algorithm``), as flows with their
+  dependencies (built vectorised: 999,424 flows at 32,768 GPUs, 409,600 as rings, in
+  under a second);
 * **each preset's fluid run and the ideal fabric** (:func:`scale_point`), and the
   step's figures (:func:`point_metrics`): step time, GPU utilisation, p50 / p99 of the
   communication time over ranks, effective bandwidth, share of port-bytes that met a
-  congested port, PFC pause time, the fabric's share of $/token.
+  congested port, PFC pause time, the fabric's share of $/token, the share of the
+  step's bytes that crossed a spine (:func:`spine_share`) and of its communication time
+  in the all-to-all and pipeline phase and in the DP collectives (:func:`time_shares`).
 
 A point's inputs are one :class:`~fabric_jax.scenario.Scenario` (network, traffic,
 fabric, horizon): :func:`scale_scenarios` checks the command's flags (or a mapping of
