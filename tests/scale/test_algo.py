@@ -256,3 +256,15 @@ def test_cli_note_names_the_dp_flows_and_the_spine_share():
                                     spine_share=0.0524)})
     assert _latency_note(pt) == ("; latency nccl (dp: pat); DP flows nccl; "
                                  "spine 5.24 % of bytes")
+
+
+def test_time_shares_of_an_unfinished_run_are_nan():
+    import dataclasses
+    topo, st, nic = sc.build_point(16, latency="none")
+    run = sc.ideal_rails(st, nic)
+    finish = run.finish.copy()
+    finish[0] = np.inf
+    sh = sc.time_shares(dataclasses.replace(run, finish=finish), st, st.slices, {})
+    assert all(np.isnan(v) for v in sh.values()) and set(sh) == set(sc.TIME_SHARE_KEYS)
+    ok = sc.time_shares(run, st, st.slices, {})
+    assert ok["all_to_all_pipeline"] + ok["dp"] == pytest.approx(1.0, rel=1e-12)
