@@ -56,7 +56,9 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     rows = []
     for n in gpus:
-        topo, st, nic = sc.build_point(n, latency="ring")
+        # the flows as rings (their calls carry no algorithm): each mode prices them
+        topo, st, nic = sc.build_point(n, latency="ring",
+                                       step_options={"dp_algorithm": "ring"})
         rail0 = st.subset(st.rail == 0)
         paths = {"ideal": {}}
         for name in PRESETS:

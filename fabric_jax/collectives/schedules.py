@@ -24,6 +24,15 @@ Halving-doubling (Rabenseifner; Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005
 Sec. 4.4; MPICH's algorithm, which NCCL does not use): recursive-halving
 reduce-scatter, then recursive-doubling all-gather over ``2^m`` ranks.
 
+PAT (S. Jeaugey, "PAT: a new algorithm for all-gather and reduce-scatter operations at
+scale", arXiv:2506.20252, 2025; NCCL >= 2.23, one rank per node): the Bruck all-gather
+with its dimensions reversed, so the long distances come first with the least data
+(each rank's chunk follows a binomial tree over offsets, the high bit of the offset
+first); reduce-scatter is its mirror.  Modelled as that dimension-reversed Bruck
+pattern (:func:`pat`); NCCL's bounded intermediate buffer, which splits PAT's
+aggregation into rounds, is not modelled (an assumption: each tree edge still carries
+each chunk once, so the bytes per peer are the ones here).
+
 All-to-all (NCCL's grouped send/recv): every ordered pair of distinct ranks at once.
 
 Units: bytes.
@@ -37,6 +46,7 @@ from .trees import double_binary_tree, tree_depth
 
 __all__ = ["TransferDag", "dep_columns", "ring", "chain", "tree_reduce", "tree_broadcast",
            "tree_reduce_bcast", "tree_parents", "halving_doubling", "all_to_all_pairs",
+           "pat_steps", "pat",
            "compact_deps"]
 
 
@@ -293,6 +303,55 @@ def halving_doubling(dag: TransferDag, order: np.ndarray, nbytes: float) -> np.n
         into = ids[s - 1][rank ^ distance[s - 1]] if s > 0 else -1
         ids[s] = dag.add(order, order[rank ^ distance[s]], chunk[s], into)
     return ids
+
+
+def pat_steps(n: int, op: str):
+    """``(distance [L], chunks [L])`` of PAT over ``n`` ranks in step order (module
+    docstring): ``L = ceil(log2 n)`` steps, step at distance ``2^j`` carrying the chunks
+    (``1/n`` of the buffer each) of every offset ``o in [1, n-1]`` whose path uses that
+    edge: the odd values of ``o >> j``, ``((n - 1 >> j) + 1) // 2`` of them (``2^(L-1-j)``
+    for ``n = 2^L``; the chunks sum to ``n - 1``).  ``op="all_gather"``: the farthest
+    first; ``"reduce_scatter"``: the nearest first (the mirror)."""
+    n = int(n)
+    if n < 2:
+        raise ValueError(f"n: PAT needs at least 2 ranks; got {n}")
+    if op not in ("all_gather", "reduce_scatter"):
+        raise ValueError(f"op: 'all_gather' or 'reduce_scatter'; got {op!r}")
+    j = np.arange((n - 1).bit_length())
+    dist, chunks = 1 << j, (((n - 1) >> j) + 1) // 2
+    if op == "all_gather":
+        dist, chunks = dist[::-1], chunks[::-1]
+    return dist, chunks
+
+
+def pat(dag: TransferDag, order: np.ndarray, nbytes: float, op: str, ready=None):
+    """PAT all-gather or reduce-scatter (module docstring) of a buffer of ``nbytes``
+    (the all-gather's output, the reduce-scatter's input, as NCCL counts it) on each
+    row of ``order [rows, n]`` (hosts): step ``s`` (:func:`pat_steps`) sends
+    ``chunks[s] nbytes / n`` from position ``i`` to ``i + distance[s]`` (all-gather) or
+    ``i - distance[s]`` (reduce-scatter), mod ``n``, after the previous step's transfer
+    into ``i`` (it forwards, or reduces, what it received).
+
+    Args:
+      ready: ``[rows, n]`` transfer after which each position may start its first step
+        (-1 none), or ``[rows, n, k]`` several.
+
+    Returns:
+      ``(ids [L, rows, n], done [rows, n])``: ``done`` is the last transfer into each
+      position.
+    """
+    rows, n = order.shape
+    dist, chunks = pat_steps(n, op)
+    sign = 1 if op == "all_gather" else -1
+    pos = np.arange(n)
+    ready_cols = dep_columns(ready, 2)
+    ids = np.zeros((dist.size, rows, n), np.int64)
+    for s in range(dist.size):  # a Python loop over log2(n) steps, vectorised over ranks
+        into = ids[s - 1][:, (pos - sign * dist[s - 1]) % n] if s > 0 else -1
+        ids[s] = dag.add(order, order[:, (pos + sign * dist[s]) % n],
+                         chunks[s] * float(nbytes) / n, into,
+                         *(ready_cols if s == 0 else []))
+    return ids, ids[-1][:, (pos - sign * dist[-1]) % n]
 
 
 def all_to_all_pairs(n: int):

@@ -15,14 +15,18 @@ factories are built at.  Per GPU count it builds:
   fixed global batch (``--global-batch``: the micro-batches per replica and the 1F1B
   bubble follow the data-parallel degree); the
   network part is the MoE all-to-all with Zipf-skewed experts and the pipeline sends,
-  then the DP reduce-scatter and all-gather, as flows with their dependencies (built
-  vectorised: 409,600 flows at 32,768 GPUs in under a second);
+  then the DP reduce-scatter and all-gather by the algorithm NCCL picks for their
+  calls (rings, or PAT's log-distance steps: ``--dp-algorithm``), as flows with their
+  dependencies (built vectorised: 999,424 flows at 32,768 GPUs, 409,600 as rings, in
+  under a second);
 * **each preset's fluid run and the ideal fabric** (:func:`scale_point`), and the
   step's figures (:func:`point_metrics`): step time (the data-parallel reduce-scatter
   and all-gather overlapped with compute the way Megatron-Core does it,
   :func:`megatron_step_time`, or a flat ``--overlap`` fraction), GPU utilisation, p50 / p99 of the
   communication time over ranks, effective bandwidth, share of port-bytes that met a
-  congested port, PFC pause time, the fabric's share of $/token.
+  congested port, PFC pause time, the fabric's share of $/token, the share of the
+  step's bytes that crossed a spine (:func:`spine_share`) and of its communication time
+  in the all-to-all and pipeline phase and in the DP collectives (:func:`time_shares`).
 
 A point's inputs are one :class:`~fabric_jax.scenario.Scenario` (network, traffic,
 fabric, horizon): :func:`scale_scenarios` checks the command's flags (or a mapping of
@@ -122,8 +126,9 @@ from ._route import DEFAULT_MAX_PATHS, HASHED_ROUTING, route_flows, source_port
 from ._rails import (CONGESTED_DELAY, DEFAULT_DT_US, HORIZON_FACTOR, RailRun, ideal_rails,
                      run_fabric, simulate_rails, simulate_rails_on_devices,
                      zero_load_latency)
-from ._metrics import (background_metrics, job_set_times, job_step_times, overlap_metrics,
-                       phase_latency, phase_slice_times, point_metrics, worst_vs_ideal)
+from ._metrics import (TIME_SHARE_KEYS, background_metrics, host_leaf, job_set_times,
+                       job_step_times, overlap_metrics, phase_latency, phase_slice_times,
+                       point_metrics, spine_share, time_shares, worst_vs_ideal)
 from ._point import (IDEAL, build_point, point_arguments, rail_reduction, run_scale,
                      scale_point)
 from ._overlap import (JOB_OVERLAPS, MAX_OVERLAP_JOBS, expected_slice_times,
@@ -154,6 +159,7 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "run_fabric", "worst_vs_ideal", "phase_latency", "zero_load_latency",
            "simulate_rails_on_devices", "job_set_times", "overlap_metrics",
            "source_port", "background_metrics", "rail_reduction",
+           "TIME_SHARE_KEYS", "host_leaf", "spine_share", "time_shares",
            "JOB_OVERLAPS", "MAX_OVERLAP_JOBS", "expected_slice_times", "independent_overlap",
            "balls_into_bins", "random_bisection", "ring_shift",
            "uplinks_used", "window_efficiency",

@@ -17,7 +17,7 @@ from ._step import (StepFlows, collective_overhead, flat_overlap, job_step_time,
                     megatron_step_time)
 
 __all__ = ["rank_slice_completion", "job_slice_times", "point_metrics", "phase_latency",
-           "phase_slice_times", "job_step_times",
+           "phase_slice_times", "job_step_times", "host_leaf", "spine_share", "time_shares",
            "background_metrics", "worst_vs_ideal", "job_set_times", "overlap_metrics"]
 
 
@@ -135,6 +135,11 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
       :data:`~fabric_jax.scale.CONGESTED_DELAY`).
     * ``pfc_pause_time``: port-seconds paused (PFC) or credit-starved per step over the
       whole fabric (the simulated rails' figure times ``n_rails / rails simulated``).
+    * ``spine_share``: share of the step's network bytes whose path crossed a spine
+      (:func:`spine_share`; the ideal row: the same flows on the real fabric's paths).
+    * ``time_shares``: shares of the communication time ``k T + L`` in the all-to-all
+      and pipeline phase, each alone, and in the data-parallel collectives
+      (:func:`time_shares`; several jobs: the slowest job's ``k`` and ``L``).
     * ``fabric_cost_share``: the fabric's part of $/token
       (:func:`fabric_jax.economics.token_costs`, preset prices; NaN for the ideal
       fabric, which has none).
@@ -204,6 +209,9 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
                simulated_flows=int(fl.n_flows), n_steps=int(run.n_steps),
                wall_s=float(run.wall_s), fabric_cost_share=float("nan"),
                cost_per_million_tokens=float("nan"))
+    j_slow = int(np.argmax(k * t_job + L))
+    out.update(spine_share=spine_share(run, topology),
+               time_shares=time_shares(run, step, k[j_slow], lats[j_slow]))
     if not np.all(mine):
         out.update(background_metrics(run, step, nic_rate))
     if preset in econ.FABRIC_PRICES and finished:
@@ -215,6 +223,89 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
         out.update(fabric_cost_share=float(rep["fabric_cost_share"]),
                    cost_per_million_tokens=float(rep["cost_per_million_tokens"]))
     return out
+
+
+def host_leaf(topology) -> np.ndarray:
+    """``[hosts]`` the switch each host (NIC, in ``topology.hosts`` order) is cabled to
+    (its first uplink's; on several planes the plane-0 leaf: a server's NICs share their
+    leaves' grouping in every plane)."""
+    src, dst = np.asarray(topology.link_src), np.asarray(topology.link_dst)
+    hosts = np.asarray(topology.hosts)
+    row = np.full(topology.n_nodes, -1, np.int64)
+    row[hosts] = np.arange(hosts.size)
+    up = np.flatnonzero(row[src] >= 0)
+    leaf = np.full(hosts.size, np.iinfo(np.int64).max)
+    np.minimum.at(leaf, row[src[up]], dst[up].astype(np.int64))
+    return leaf
+
+
+def spine_share(run: RailRun, topology) -> float:
+    """Share of the step's network bytes that crossed a spine in ``run``: the bytes of
+    the step flows whose path leaves their leaf (a leaf-to-spine link; on a rail-optimised
+    Clos every path between two leaves does, and only those) over every step flow's
+    bytes.  Flows split into per-plane stripes count each byte once (a stripe carries its
+    share).  Counted from the run's paths (:attr:`RailRun.hops`: more than two links,
+    NIC -> leaf -> NIC, means a spine); on the ideal crossbar (no paths) from the hosts'
+    leaves on ``topology`` (:func:`host_leaf`: the same flows on the real fabric's
+    paths), which is the same count.  On a rail-reduced run the simulated rails' flows
+    (every rail carries the same flows between the same servers: the share is the
+    cluster's).  0 when the step has no network bytes."""
+    fl = run.flows
+    mine = fl.is_step
+    if run.hops is not None:
+        up = np.asarray(run.hops) > 2
+    else:
+        leaf = host_leaf(topology)
+        up = leaf[fl.src] != leaf[fl.dst]
+    total = float(np.sum(fl.size[mine]))
+    return float(np.sum(fl.size[mine & up]) / total) if total > 0 else 0.0
+
+
+#: :func:`time_shares` keys: the concurrent all-to-all and pipeline phase, each of them
+#: alone, and the data-parallel collectives.
+TIME_SHARE_KEYS = ("all_to_all_pipeline", "all_to_all", "pipeline", "dp")
+
+
+def time_shares(run: RailRun, step: StepFlows, slices, latency: dict) -> dict:
+    """Shares of a step's communication time, ``k T + L`` (``k`` slices of ``T``
+    seconds, ``L`` the calls' per-message latency, :func:`~fabric_jax.scale.
+    collective_overhead` ``latency``), in its phases.
+
+    Within a slice the all-to-all and the pipeline sends run together and each rank's
+    data-parallel reduce-scatter starts once they have delivered into it
+    (:func:`~fabric_jax.scale.step_flows`), so the slice splits at ``T_ap``, the moment
+    the last all-to-all or pipeline byte is delivered: ``all_to_all_pipeline`` =
+    ``(k T_ap + L_ap) / (k T + L)``, ``dp`` = ``(k (T - T_ap) + L_dp) / (k T + L)`` --
+    the data-parallel time not hidden behind the all-to-all, the two summing to 1
+    (``L_ap``, ``L_dp``: the latency of the calls of those phases).  ``all_to_all`` and
+    ``pipeline`` alone: ``(k T_x + L_x) / (k T + L)`` with ``T_x`` the last delivery of
+    that phase; they overlap, so they sum to ``all_to_all_pipeline`` or more.  With
+    several jobs, every job's flows and ``slices`` / ``latency`` of the job given.  NaN
+    when the step did not finish or has no communication."""
+    fl = run.flows
+    ph = np.asarray(fl.phase)
+    fin = np.asarray(run.finish, float)
+    mine = fl.is_step
+    nan = {key: float("nan") for key in TIME_SHARE_KEYS}
+    if not np.all(np.isfinite(fin[mine])):
+        return nan
+
+    def last(sel):
+        return float(np.max(fin[sel], initial=0.0))
+    T = last(mine)
+    t_a, t_p = last(mine & (ph == 0)), last(mine & (ph == 1))
+    t_ap = max(t_a, t_p)
+    lat = {p_: 0.0 for p_ in range(6)}
+    for c in latency.get("calls", {}).values():
+        lat[int(c.get("phase", 0))] += c["per_call"] * c["count"]
+    k = float(slices)
+    total = k * T + sum(lat.values())
+    if total <= 0:
+        return nan
+    l_dp = lat[2] + lat[3] + lat[5]
+    return dict(all_to_all_pipeline=(k * t_ap + lat[0] + lat[1]) / total,
+                all_to_all=(k * t_a + lat[0]) / total, pipeline=(k * t_p + lat[1]) / total,
+                dp=(k * (T - t_ap) + l_dp) / total)
 
 
 def phase_latency(flows: StepFlows, latency) -> dict:

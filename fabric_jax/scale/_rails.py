@@ -61,6 +61,9 @@ class RailRun:
         waited for); ``wall_s - run_s`` is the host side.
       attempts: fluid runs made for this result (:func:`run_fabric` doubles the horizon
         once when flows are left unfinished); ``run_s`` sums them.
+      hops: ``[flows]`` links on each flow's first path (``None``: the ideal crossbar);
+        a path of more than two links (NIC -> leaf -> NIC) went above its leaf, through
+        a spine (:func:`~fabric_jax.scale.spine_share`).
     """
 
     flows: StepFlows
@@ -80,6 +83,7 @@ class RailRun:
     problem: object = None
     run_s: float = 0.0
     attempts: int = 1
+    hops: np.ndarray | None = None
 
 
 def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
@@ -155,7 +159,8 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                    rails=None if rails is None else tuple(view.rails), n_links=topo.n_links,
                    t=np.asarray(tr.t, float),
                    goodput=np.asarray(tr.throughput, float).sum(axis=1),
-                   latency=zero_load_latency(ps, topo, fab), problem=problem, run_s=run_s)
+                   latency=zero_load_latency(ps, topo, fab), problem=problem, run_s=run_s,
+                   hops=hops.sum(axis=1).astype(np.int32))
 
 
 def zero_load_latency(ps, topology, fabric) -> np.ndarray:

@@ -39,6 +39,7 @@ from ._rails import DEFAULT_DT_US, HORIZON_FACTOR
 from ._route import DEFAULT_MAX_PATHS
 from ._cluster import default_cluster_gpus, serviceable_servers
 from ._jobs import job_servers
+from ._step import DEFAULT_DP_ALGORITHM, DP_ALGORITHMS
 from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_EP, DEFAULT_LATENCY, DEFAULT_MICROBATCHES,
                     DEFAULT_MODEL, DEFAULT_OVERLAP, DEFAULT_PP, DEFAULT_SKEW, LATENCY_MODELS,
                     OVERLAP_MODELS, PLACEMENTS, CLUSTER_PLACEMENTS, scale_plan)
@@ -91,6 +92,7 @@ SCALE_RULES = {
     "workload.background_cdf": one_of(FlowSizeCDF.builtin_names(),
                                       default=DEFAULT_BACKGROUND_CDF),
     "workload.latency": one_of(LATENCY_MODELS, default=DEFAULT_LATENCY),
+    "workload.dp_algorithm": one_of(DP_ALGORITHMS, default=DEFAULT_DP_ALGORITHM),
     # fabric
     "fabrics.presets": one_of(PRESETS, many=True, default=tuple(PRESETS)),
     "fabrics.max_paths": integer(1, default=DEFAULT_MAX_PATHS),

@@ -22,7 +22,7 @@ __all__ = ["DEFAULT_MODEL", "DEFAULT_PP", "DEFAULT_EP", "DEFAULT_MICROBATCHES",
            "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "LATENCY_MODELS", "DEFAULT_LATENCY",
            "BUCKET_PARAMS", "collective_overhead", "ep_group_size", "job_step_time",
            "OVERLAP_MODELS", "DEFAULT_OVERLAP", "megatron_exposed", "megatron_step_time",
-           "flat_overlap"]
+           "flat_overlap", "DP_ALGORITHMS", "DEFAULT_DP_ALGORITHM"]
 
 #: Default model: Mixtral 8x7B (Jiang et al. 2024; :data:`fabric_jax.workloads.model.MODELS`),
 #: a mixture-of-experts model, so the step has the expert-parallel all-to-all.
@@ -61,6 +61,16 @@ PLACEMENTS = JOB_PLACEMENTS + CLUSTER_PLACEMENTS
 #: the bandwidth view (no per-message latency).
 LATENCY_MODELS = ("nccl", "ring", "none")
 DEFAULT_LATENCY = "nccl"
+#: The algorithm of the data-parallel reduce-scatter / all-gather flows
+#: (:func:`step_flows`): ``"nccl"`` the one NCCL's cost model picks for each family's
+#: calls (:func:`fabric_jax.collectives.nccl_choice`: ring, or PAT with one rank per
+#: node), the same choice that prices their latency (:func:`collective_overhead`);
+#: ``"ring"`` rings whatever NCCL runs, the calls priced by ``latency`` alone (the
+#: bandwidth view of rings with NCCL's latency on top; with ``latency="ring"``, NCCL
+#: restricted to rings, ``NCCL_ALGO=Ring``); ``"pat"`` PAT wherever NCCL can run it (one
+#: rank per node), rings elsewhere.
+DP_ALGORITHMS = ("nccl", "ring", "pat")
+DEFAULT_DP_ALGORITHM = "nccl"
 #: Megatron-Core's default gradient bucket, ``max(40,000,000, 1,000,000 x dp)``
 #: parameters (``DistributedDataParallelConfig.bucket_size``: "larger DP sizes need
 #: larger buckets to ensure collectives do not become latency-bound"): ``(floor, per
@@ -287,7 +297,8 @@ class StepFlows:
 def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAULT_SKEW,
                seed: int = 0, slice_time: float | None = 250e-6,
                nic_rate: float = 50e9, latency: str = DEFAULT_LATENCY,
-               overlap=DEFAULT_OVERLAP) -> StepFlows:
+               overlap=DEFAULT_OVERLAP,
+               dp_algorithm: str = DEFAULT_DP_ALGORITHM) -> StepFlows:
     """The network traffic of one training step (one slice of it), vectorised.
 
     Ranks in Megatron order (``rank = (p dp + d) tp + t``, :meth:`ParallelPlan.groups`)
@@ -302,10 +313,24 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     * **pipeline sends** between consecutive stages of each lane, concurrent with the
       all-to-all;
     * **data-parallel reduce-scatter then all-gather** (the distributed optimizer /
-      FSDP, ``dp="reduce_scatter_all_gather"``) over each DP and expert-DP group as
-      rail-aligned steady-state rings (:func:`fabric_jax.workloads.phases.rail_rings`).
-      A rank's reduce-scatter starts when the all-to-all and pipeline flows into it
-      have finished, its all-gather when the reduce-scatter flow into it has.
+      FSDP, ``dp="reduce_scatter_all_gather"``) over each DP and expert-DP group, by the
+      algorithm NCCL runs for the group's calls (``dp_algorithm``,
+      :data:`DP_ALGORITHMS`): rail-aligned steady-state rings
+      (:func:`fabric_jax.workloads.phases.rail_rings`) in rank order (NCCL builds the
+      inter-node ring in the order of the ranks the launcher gives), or PAT's
+      ``ceil(log2 n)`` steps to peers at distances ``n/2, ..., 1`` of the group
+      (:func:`fabric_jax.collectives.schedules.pat`), whose long-distance steps leave
+      the leaf.  A rank's reduce-scatter starts when the all-to-all and pipeline flows
+      into it have finished, its all-gather when the reduce-scatter into it has.
+      NCCL's choice is made once per family, on its per-bucket call
+      (``info["collectives"]``), at the bus bandwidth ``nic_rate x
+      LINK_EFFICIENCY["net"]`` with NCCL's own constants and no added network latency:
+      NCCL's tuner adds the net plugin's reported latency, which its InfiniBand / RoCE
+      plugin leaves at 0 (NVIDIA/nccl ``src/transport/net_ib.cc``, ``props->latency =
+      0; // Not set``), so the fabric's switch latency lengthens the chosen algorithm
+      (:func:`collective_overhead`) but does not change the choice; and
+      recorded as each call's ``algorithm`` (not with ``"ring"``, whose calls
+      :func:`collective_overhead` prices by ``latency`` alone).
 
     Flows between two GPUs of one server are NVLink and left out.  A flow between
     servers leaves through the sender server's NIC on the *receiver's* rail (NCCL's
@@ -340,9 +365,11 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
       seed: seed of the expert popularity.
       slice_time: line-rate seconds of one slice (``None``: one slice, the whole step).
       nic_rate: NIC line rate for the slicing, bytes/s.
-      latency: :data:`LATENCY_MODELS` (default ``"nccl"``).
+      latency: :data:`LATENCY_MODELS` (default ``"nccl"``); ``"ring"`` (NCCL restricted
+        to rings) also makes ``dp_algorithm="nccl"`` choose rings.
       overlap: :data:`OVERLAP_MODELS` or a fraction in [0, 1] (default
         :data:`DEFAULT_OVERLAP`).
+      dp_algorithm: :data:`DP_ALGORITHMS` (default ``"nccl"``).
 
     Returns:
       :class:`StepFlows`.
@@ -350,6 +377,12 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     if latency not in LATENCY_MODELS:
         raise ValueError(f"latency: must be one of {LATENCY_MODELS}; got {latency!r}")
     overlap = _check_overlap(overlap)
+    if dp_algorithm not in DP_ALGORITHMS:
+        raise ValueError(f"dp_algorithm: must be one of {DP_ALGORITHMS}; got "
+                         f"{dp_algorithm!r}")
+    if dp_algorithm == "pat" and latency == "ring":
+        raise ValueError("dp_algorithm: 'pat' with latency='ring' would price rings for "
+                         "PAT's flows; use dp_algorithm='ring' or latency='nccl'")
     mdl, gpu = get_model(model), get_gpu(gpu)
     plan.check(mdl)
     g = plan.gpus_per_server
@@ -357,19 +390,27 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     server = np.arange(n) // g
     slot = np.arange(n) % g
     cb = comm_bytes(mdl, plan)
+    calls = _collective_calls(plan, cb, plan.groups(), server)
+    algs = _dp_algorithms(calls, dp_algorithm, latency, float(nic_rate))
+    for c in calls:
+        if dp_algorithm != "ring" and c["name"].split("_")[0] in algs:
+            c["algorithm"] = algs[c["name"].split("_")[0]]
     w = step_collectives(mdl, plan, expert_skew=skew, seed=seed,
-                         dp="reduce_scatter_all_gather", pp_order="direction")
+                         dp="reduce_scatter_all_gather", pp_order="direction",
+                         dp_algorithms=algs)
     # flows inside a server ride NVLink: left out (a dependency on one is dropped)
     w = w.subset((server[w.src] != server[w.dst]) & (w.size > 0), drop_deps=True)
     src_r, dst_r, phase = w.src, w.dst, w.columns["phase"]
     ag_dep = w.deps[:, 0] if w.max_deps else np.full(w.n_flows, -1, np.int32)
-    # a rank's reduce-scatter waits for the all-to-all and pipeline flows into it
+    # a rank's reduce-scatter (its first step) waits for the all-to-all and pipeline
+    # flows into it
     f01 = np.flatnonzero(phase <= 1)
     order = f01[np.argsort(dst_r[f01], kind="stable")]
     cnt = np.bincount(dst_r[order], minlength=n)
     into = np.full((n, max(int(cnt.max(initial=0)), 1)), -1, np.int64)
     into[dst_r[order], np.arange(order.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)] = order
-    deps = np.concatenate([np.where((phase == 2)[:, None], into[src_r], -1),
+    first = (phase == 2) & (ag_dep < 0)
+    deps = np.concatenate([np.where(first[:, None], into[src_r], -1),
                            ag_dep[:, None].astype(np.int64)], axis=1)
     deps = -np.sort(-deps, axis=1)
     width = int((deps >= 0).sum(axis=1).max(initial=0))
@@ -386,7 +427,7 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
                 math_time=comp["math_time"],
                 pipeline_bubble=comp["bubble"], compute_time=comp["compute_time"],
                 comm_bytes_per_gpu=step_bytes, line_rate_comm_time=t_comm, slices=k,
-                latency=latency, collectives=_collective_calls(plan, cb, plan.groups(), server),
+                latency=latency, dp_algorithm=dp_algorithm, collectives=calls,
                 **{f"bytes_{k_}": v for k_, v in cb.items()})
     # Megatron's overlap windows: one micro-batch's forward and backward (step_flows)
     per_mb = (comp["math_time"] + comp["tp_time"]) / comp["microbatches"]
@@ -402,6 +443,26 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     return StepFlows(flows, n_gpus=n, gpus_per_server=g, slices=k,
                      compute_time=comp["compute_time"],
                      tokens_per_step=float(mdl.tokens_per_step), info=info)
+
+
+def _dp_algorithms(calls, dp_algorithm: str, latency: str, nic_rate: float) -> dict:
+    """``{"dp" | "edp": "ring" | "pat"}``: the algorithm of each data-parallel family's
+    flows (:func:`step_flows`, :data:`DP_ALGORITHMS`), from its reduce-scatter call."""
+    out = {}
+    bus = nic_rate * LINK_EFFICIENCY["net"]
+    for c in calls:
+        if c["op"] != "reduce_scatter":
+            continue
+        key, p, nodes = c["name"].split("_")[0], int(c["ranks"]), int(c["nodes"])
+        if dp_algorithm == "ring" or nodes != p:
+            out[key] = "ring"
+        elif dp_algorithm == "pat":
+            out[key] = "pat"
+        else:
+            algs = ("ring",) if latency == "ring" else ("ring", "pat")
+            out[key] = nccl_choice("reduce_scatter", float(c["nbytes"]), p, nodes,
+                                   bus_bandwidth=bus, algorithms=algs)[0]
+    return out
 
 
 def _collective_calls(plan: ParallelPlan, cb: dict, groups: dict, server) -> list:
@@ -524,14 +585,20 @@ def job_step_time(compute, overlap, slices, slice_time, latency):
 def collective_overhead(info: dict, nic_rate: float, path_latency=0.0) -> dict:
     """Time per step that the step's collective calls cost beyond the bytes the fluid
     run carries: NCCL's per-call latency (:func:`fabric_jax.collectives.nccl_latency`),
-    and for a call NCCL runs as PAT its bandwidth shortfall against the ring the flows
-    model (:func:`fabric_jax.collectives.nccl_time`), summed over the calls of
-    ``info["collectives"]`` (:func:`step_flows`) as they run one after another.
+    summed over the calls of ``info["collectives"]`` (:func:`step_flows`) as they run
+    one after another.
 
-    The algorithm of each reduce-scatter / all-gather is NCCL's choice between ring and
-    PAT (``info["latency"] == "nccl"``) or the ring (``"ring"``) at the bus bandwidth
-    ``nic_rate x LINK_EFFICIENCY["net"]``; all-to-alls and pipeline sends pay one
-    network step each (``p2p``).  ``"none"``, or no calls listed: 0.
+    The algorithm of each reduce-scatter / all-gather (``info["latency"] == "nccl"``)
+    is the one its flows run (the call's ``algorithm``, NCCL's choice made by
+    :func:`step_flows`): the flows carry its bytes, so the call pays its latency only.
+    Departure: NCCL's model runs PAT at ``0.75`` of the bus bandwidth (its tuner's
+    efficiency factor, used for the choice); the flows carry PAT's bytes at the rate the
+    fabric gives, and that factor is not charged on top.  A call without an
+    ``algorithm`` (rings in the flows): NCCL's choice between ring and PAT here, with
+    the chosen algorithm's shortfall against the ring's bytes at bus rate
+    (:func:`fabric_jax.collectives.nccl_time`).  ``"ring"``: the ring's latency.  The
+    bus bandwidth is ``nic_rate x LINK_EFFICIENCY["net"]``; all-to-alls and pipeline
+    sends pay one network step each (``p2p``).  ``"none"``, or no calls listed: 0.
 
     Args:
       info: a :class:`StepFlows`' ``info``.
@@ -541,7 +608,7 @@ def collective_overhead(info: dict, nic_rate: float, path_latency=0.0) -> dict:
 
     Returns:
       ``{"total": seconds per step, "calls": {name: {"algorithm", "per_call",
-      "count"}}}``.
+      "count", "phase"}}}``.
     """
     mode = info.get("latency", "none")
     calls = info.get("collectives") or []
@@ -558,11 +625,16 @@ def collective_overhead(info: dict, nic_rate: float, path_latency=0.0) -> dict:
         if c["op"] in ("all_to_all", "p2p"):
             alg = "p2p"
             per = nccl_latency(c["op"], alg, p, c["nodes"], path_latency=lat)
+        elif mode == "nccl" and "algorithm" in c:
+            # the flows run this algorithm and carry its bytes: its latency only
+            alg = c["algorithm"]
+            per = nccl_latency(c["op"], alg, p, c["nodes"], path_latency=lat)
         else:
             algs = ("ring",) if mode == "ring" else ("ring", "pat")
             alg, t = nccl_choice(c["op"], nb, p, c["nodes"], bus_bandwidth=bus,
                                  path_latency=lat, algorithms=algs)
             per = t - nb * (p - 1) / p / bus     # beyond the ring's bytes at bus rate
-        out["calls"][c["name"]] = dict(algorithm=alg, per_call=per, count=int(c["count"]))
+        out["calls"][c["name"]] = dict(algorithm=alg, per_call=per, count=int(c["count"]),
+                                       phase=int(c["phase"]))
         out["total"] += per * int(c["count"])
     return out

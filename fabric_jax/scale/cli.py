@@ -151,6 +151,12 @@ def _add_workload_args(p):
                         f"{', '.join(_step.LATENCY_MODELS)} (default "
                         f"{_step.DEFAULT_LATENCY}: ring or PAT as NCCL >= 2.23 picks; "
                         f"ring: rings only; none: the bandwidth view)")
+    p.add_argument("--dp-algorithm", default=_step.DEFAULT_DP_ALGORITHM,
+                   help=f"algorithm of the data-parallel reduce-scatter / all-gather "
+                        f"flows: {', '.join(_step.DP_ALGORITHMS)} (default "
+                        f"{_step.DEFAULT_DP_ALGORITHM}: the one NCCL picks per call, ring "
+                        f"or PAT, the choice that prices the latency; ring: rings whatever "
+                        f"NCCL runs; pat: PAT wherever one rank per server allows)")
 
 
 def _add_run_args(p):
@@ -253,12 +259,12 @@ def run(args, *, command=None, started: float | None = None) -> int:
 _SAME = ("system", "model", "dt_us", "rails", "max_paths", "switch_radix", "beyond_radix",
          "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal",
          "jobs", "placement", "background", "background_cdf", "latency", "job_gpus",
-         "job_models", "job_overlap", "cluster_gpus", "global_batch")
+         "job_models", "job_overlap", "cluster_gpus", "global_batch", "dp_algorithm")
 #: values of inputs an older JSON may lack (it was written before the flag existed)
 _BEFORE = {"jobs": 1, "placement": "packed", "background": 0.0,
            "background_cdf": "web_search", "latency": "none", "job_gpus": None,
            "job_models": None, "job_overlap": "always", "cluster_gpus": None,
-           "global_batch": None}
+           "global_batch": None, "dp_algorithm": "ring"}
 
 
 def _earlier(args) -> dict:
@@ -403,14 +409,21 @@ def _cluster_note(pt: dict) -> str:
 
 
 def _latency_note(pt: dict) -> str:
-    """``"; latency nccl (dp: pat, edp: ring)"``: the latency model of a point and the
-    algorithm of its data-parallel calls (the first preset's row: NCCL's choice depends
-    on the path latency, and the ideal crossbar has none)."""
+    """``"; latency nccl (dp: pat, edp: ring); DP flows nccl; spine 5.24 % of bytes"``:
+    the latency model of a point, the algorithm of its data-parallel calls (the first
+    preset's row: with ``--dp-algorithm ring`` NCCL's choice in the pricing depends on
+    the path latency, and the ideal crossbar has none), the DP flows' algorithm
+    (``--dp-algorithm``) and the share of the step's bytes that crossed a spine (the
+    first row's ``spine_share``: the same flows on every row)."""
     mode = pt.get("latency", "none")
     rows = list(pt["fabrics"].values()) + ([pt["ideal"]] if "ideal" in pt else [])
     algs = rows[0].get("latency_algorithms", {}) if rows else {}
     dp = [f"{k.split('_')[0]}: {a}" for k, a in algs.items() if k.endswith("_all_gather")]
-    return f"; latency {mode}" + (f" ({', '.join(dp)})" if dp and mode != "none" else "")
+    spine = rows[0].get("spine_share") if rows else None
+    flows = pt.get("plan", {}).get("dp_algorithm")
+    return (f"; latency {mode}" + (f" ({', '.join(dp)})" if dp and mode != "none" else "")
+            + (f"; DP flows {flows}" if flows else "")
+            + (f"; spine {spine * 100:.2f} % of bytes" if spine is not None else ""))
 
 
 def _job_sizes(pt: dict) -> str:

@@ -33,7 +33,11 @@ Collectives:
     reduce-scatter then all-gather, each a steady-state ring carrying ``(n-1)/n`` of the
     payload, hierarchical when a group has several members per server (one ring per
     rail, :func:`rail_rings`); all-gather flow ``(i, j)`` waits for the reduce-scatter
-    flow into its sender.
+    flow into its sender.  Or, per family (``dp_algorithms``), PAT where NCCL runs it
+    (one member per server): ``ceil(log2 n)`` steps of
+    :func:`fabric_jax.collectives.schedules.pat` each way, the same ``(n-1)/n`` of the
+    payload per rank spread over peers at distances ``1, 2, 4, ...``; a rank's
+    all-gather starts after the last reduce-scatter step into it.
 
 Units: bytes, seconds.
 """
@@ -44,7 +48,7 @@ import dataclasses
 
 import numpy as np
 
-from fabric_jax.collectives.schedules import TransferDag, all_to_all_pairs, ring
+from fabric_jax.collectives.schedules import TransferDag, all_to_all_pairs, pat, ring
 from fabric_jax.workloads.flows import Workload, concat
 from fabric_jax.workloads.model import ParallelPlan, comm_bytes, get_model, step_flops
 
@@ -164,23 +168,39 @@ def _dp_all_reduce(key, rows, nbytes, sharp, job):
 
 
 def _dp_rs_ag(families, job):
-    """Reduce-scatter rings of every family, then their all-gather rings, as one block
-    (module docstring): ``families`` is ``[(key, rings [R, k], bytes per ring)]``; each
-    ring one step of :func:`fabric_jax.collectives.schedules.ring`, an all-gather flow
-    ready when the reduce-scatter flow into its sender is done."""
+    """Reduce-scatter of every family, then their all-gathers, as one block (module
+    docstring): ``families`` is ``[(key, rings [R, k], bytes, algorithm)]``.  A ring
+    family: one step of :func:`fabric_jax.collectives.schedules.ring` carrying
+    ``bytes`` per ring flow, an all-gather flow ready when the reduce-scatter flow into
+    its sender is done.  A ``"pat"`` family: :func:`fabric_jax.collectives.schedules.
+    pat` of a buffer of ``bytes`` per row, each way, a rank's all-gather ready when the
+    last reduce-scatter step into it is done."""
     dag = TransferDag()
-    done = [ring(dag, r, 1, s)[1] for _, r, s in families]
-    for (_, r, s), into in zip(families, done):
-        ring(dag, r, 1, s, ready=into)
+    done, counts = [], []
+    for _, r, s, alg in families:
+        if alg == "pat":
+            ids, last = pat(dag, r, s, "reduce_scatter")
+        else:
+            ids, last = ring(dag, r, 1, s)
+        done.append(last)
+        counts.append(ids.shape[0])
+    for (_, r, s, alg), into in zip(families, done):
+        if alg == "pat":
+            ids, _ = pat(dag, r, s, "all_gather", ready=into)
+        else:
+            ids, _ = ring(dag, r, 1, s, ready=into)
+        counts.append(ids.shape[0])
     src, dst, size, deps = dag.arrays()
-    parts, start = [], 0
+    parts, start, c = [], 0, 0
     for phase, kind, tag in ((2, "reduce_scatter", "rs"), (3, "all_gather", "ag")):
-        for key, r, s in families:
+        for key, r, s, alg in families:
             n_r, k_r = r.shape
-            end = start + r.size
+            end = start + r.size * counts[c]
+            c += 1
+            sent = (k_r - 1) / k_r * s if alg == "pat" else s     # bytes a rank sends
             parts.append(_flows(src[start:end], dst[start:end], size[start:end],
-                                np.repeat(np.arange(n_r), k_r),
-                                [f"{key}_{tag}_r{i}" for i in range(n_r)], kind, s, k_r,
+                                np.tile(np.repeat(np.arange(n_r), k_r), counts[c - 1]),
+                                [f"{key}_{tag}_r{i}" for i in range(n_r)], kind, sent, k_r,
                                 phase, job))
             start = end
     block = concat(*parts)
@@ -190,7 +210,8 @@ def _dp_rs_ag(families, job):
 
 def step_collectives(model, plan: ParallelPlan, *, expert_skew: float | None = None,
                      seed: int = 0, dp: str = "all_reduce", sharp: bool = False,
-                     pp_order: str = "lane", job: str = "train") -> Workload:
+                     pp_order: str = "lane", job: str = "train",
+                     dp_algorithms=None) -> Workload:
     """The collective flows of one training step at rank level (module docstring).
 
     Args:
@@ -202,6 +223,8 @@ def step_collectives(model, plan: ParallelPlan, *, expert_skew: float | None = N
       sharp: in-network reduction for ``dp="all_reduce"`` (InfiniBand SHARP).
       pp_order: ``"lane"`` or ``"direction"`` (:func:`_pp_sends`; the flows are the same).
       job: the job name of every flow.
+      dp_algorithms: with ``"reduce_scatter_all_gather"``, ``{"dp" | "edp": "ring" |
+        "pat"}`` per family (default ring); PAT needs one member per server.
 
     Returns:
       a ``Workload`` over ranks ``0 .. n_gpus - 1`` in the order all-to-all, pipeline
@@ -212,6 +235,10 @@ def step_collectives(model, plan: ParallelPlan, *, expert_skew: float | None = N
     """
     if dp not in DP_COLLECTIVES:
         raise ValueError(f"dp: must be one of {DP_COLLECTIVES}; got {dp!r}")
+    algs = dict(dp_algorithms or {})
+    if set(algs) - {"dp", "edp"} or set(algs.values()) - {"ring", "pat"}:
+        raise ValueError(f"dp_algorithms: keys 'dp' / 'edp', values 'ring' / 'pat'; got "
+                         f"{algs!r}")
     if pp_order not in ("lane", "direction"):
         raise ValueError(f"pp_order: must be 'lane' or 'direction'; got {pp_order!r}")
     mdl = get_model(model)
@@ -236,8 +263,16 @@ def step_collectives(model, plan: ParallelPlan, *, expert_skew: float | None = N
                 parts.append(_dp_all_reduce(key, groups[key], nbytes, sharp, job))
             continue
         r, frac = rail_rings(groups[key], server)
-        if r.shape[1] >= 2:
-            families.append((key, r, (r.shape[1] - 1) / r.shape[1] * nbytes * frac))
+        if r.shape[1] < 2:
+            continue
+        if algs.get(key, "ring") == "pat":
+            srv = np.sort(server[r], axis=1)
+            if frac != 1.0 or np.any(srv[:, 1:] == srv[:, :-1]):
+                raise ValueError(f"dp_algorithms: PAT runs with one rank per server; the "
+                                 f"{key} groups have several (use 'ring')")
+            families.append((key, r, nbytes, "pat"))
+        else:
+            families.append((key, r, (r.shape[1] - 1) / r.shape[1] * nbytes * frac, "ring"))
     if families:
         parts.append(_dp_rs_ag(families, job))
     if not parts:
