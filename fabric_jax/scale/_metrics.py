@@ -13,9 +13,74 @@ from .. import economics as econ
 from .. import metrics as mx
 from ._overlap import independent_overlap
 from ._rails import RailRun
-from ._step import StepFlows, collective_overhead, job_step_time
+from ._step import BACKGROUND, PHASES, StepFlows, collective_overhead, job_step_time
 
-__all__ = ["rank_slice_completion", "job_slice_times", "point_metrics", "phase_latency",
+
+def completion_metrics(run: RailRun, nic_rate: float) -> dict:
+    """How close each collective of the step came to line rate, by its slowest flow and
+    by its mean flow.
+
+    A *connection* is a flow of the step (its plane stripes and QPs together,
+    :attr:`RailRun.split`): it takes from its first row's start to its last row's
+    finish.  Its *ideal time* is the phase's bytes of its busier NIC (sent by its sender
+    or received by its receiver, every connection of that phase counted) at the line
+    rate ``nic_rate``: when it would finish if that NIC ran at line rate throughout.
+    Per phase (:data:`~fabric_jax.scale.PHASES`):
+
+    * ``completion_efficiency``: the ideal time of the phase's most loaded NIC over the
+      longest connection's time (1: the collective's slowest flow kept pace with line
+      rate; for a permutation of equal flows hashed onto ``K`` uplinks, ``1 / max
+      load``, :func:`~fabric_jax.scale.expected_max_load`);
+    * ``mean_flow_share``: the mean over connections of ideal time over time (for that
+      permutation the mean of ``1 / load``: the share of the uplinks in use,
+      :func:`~fabric_jax.scale.balls_into_bins`, the figure effective-bisection studies
+      report).
+
+    Overall: ``sum`` of the phases' ideal times over ``sum`` of their slowest
+    connections' times (the phases back to back), and the mean share over every
+    connection.  Background flows are left out; a phase with an unfinished connection
+    gets 0.
+
+    Returns:
+      ``{"completion_efficiency", "completion_efficiency_phases": {phase name: x},
+      "mean_flow_share", "mean_flow_share_phases": {phase name: x}}``.
+    """
+    fl = run.flows
+    n = max(int(run.split), 1)
+    rows = fl.n_flows // n
+    start = np.asarray(run.start, float)[:rows * n].reshape(rows, n).min(axis=1)
+    finish = np.asarray(run.finish, float)[:rows * n].reshape(rows, n)
+    finish = np.where(np.isfinite(finish), finish, np.inf).max(axis=1)
+    size = np.asarray(fl.size, float)[:rows * n].reshape(rows, n).sum(axis=1)
+    src, dst = fl.src[::n][:rows], fl.dst[::n][:rows]
+    phase = fl.phase[::n][:rows]
+    dur = finish - start
+    eff, share, ideal_sum, slow_sum, shares = {}, {}, 0.0, 0.0, []
+    for ph in np.unique(phase[phase != BACKGROUND]):
+        m = phase == ph
+        m_n = max(int(max(src.max(initial=0), dst.max(initial=0))) + 1, 1)
+        sent = np.bincount(src[m], weights=size[m], minlength=m_n)
+        recv = np.bincount(dst[m], weights=size[m], minlength=m_n)
+        ideal_c = np.maximum(sent[src[m]], recv[dst[m]]) / float(nic_rate)
+        t_ideal = float(np.max(ideal_c))
+        t_slow = float(np.max(dur[m]))
+        name = PHASES[int(ph)]
+        ok = np.isfinite(t_slow) and t_slow > 0
+        eff[name] = t_ideal / t_slow if ok else 0.0
+        s_c = np.where(dur[m] > 0, ideal_c / np.where(dur[m] > 0, dur[m], 1.0), 1.0)
+        s_c = np.where(np.isfinite(dur[m]), s_c, 0.0)
+        share[name] = float(np.mean(s_c))
+        shares.append(s_c)
+        ideal_sum += t_ideal
+        slow_sum += t_slow
+    all_s = np.concatenate(shares) if shares else np.zeros(0)
+    return dict(completion_efficiency=float(ideal_sum / slow_sum)
+                if slow_sum > 0 and np.isfinite(slow_sum) else 0.0,
+                completion_efficiency_phases=eff,
+                mean_flow_share=float(np.mean(all_s)) if all_s.size else 0.0,
+                mean_flow_share_phases=share)
+
+__all__ = ["completion_metrics", "rank_slice_completion", "job_slice_times", "point_metrics", "phase_latency",
            "background_metrics", "worst_vs_ideal", "job_set_times", "overlap_metrics"]
 
 
@@ -85,6 +150,8 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
       :data:`~fabric_jax.scale.CONGESTED_DELAY`).
     * ``pfc_pause_time``: port-seconds paused (PFC) or credit-starved per step over the
       whole fabric (the simulated rails' figure times ``n_rails / rails simulated``).
+    * ``completion_efficiency`` and ``mean_flow_share`` (overall and per phase):
+      :func:`completion_metrics`.
     * ``fabric_cost_share``: the fabric's part of $/token
       (:func:`fabric_jax.economics.token_costs`, preset prices; NaN for the ideal
       fabric, which has none).
@@ -139,6 +206,7 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
                simulated_flows=int(fl.n_flows), n_steps=int(run.n_steps),
                wall_s=float(run.wall_s), fabric_cost_share=float("nan"),
                cost_per_million_tokens=float("nan"))
+    out.update(completion_metrics(run, nic_rate))
     if not np.all(mine):
         out.update(background_metrics(run, step, nic_rate))
     if preset in econ.FABRIC_PRICES and finished:
