@@ -139,28 +139,36 @@ def test_expected_max_load_closed_form_against_the_hash():
 @pytest.mark.slow
 def test_completion_efficiency_is_one_over_the_max_load():
     # the ring shift above under routing alone (no CC, no flow control): a flow on an
-    # uplink with L flows runs at C / L, so the collective's completion efficiency is
-    # 1 / max load and its mean share the mean of 1 / load (hand counts from the
-    # paths); spreading K QPs over the K uplinks reaches line rate; one port per
-    # connection adds nothing.  Tolerance 3 %: the path latency and dt.
+    # uplink with L flows runs at C / L, so it takes L s / C plus its path's zero-load
+    # latency; the collective's completion efficiency is (s / C) over the longest of
+    # those and its mean share the mean of (s / C) over each (hand counts of the loads
+    # from the paths; 1 / max load and the mean of 1 / load but for the latency).
+    # Spreading K QPs over the K uplinks reaches line rate; one port per connection adds
+    # nothing.  Tolerance 2 %: dt against the flows' 40 to 160 us.
     topo = sc.scale_topology(128, switch_radix=16)
     K = sc.clos_paths(topo).n_spines
-    size = 4e6
+    size, dt = 2e6, 0.5e-6
     flows = sc.ring_shift(topo, size)
     fab = get_fabric("roce", cc="none", flow_control="none")
     _, ps = sc.route_flows(flows, topo, fab)
     up = np.asarray(ps.links)[:, 0, 1]
     load = np.bincount(up)[up]
-    got = {}
+    got, lat = {}, None
     for qps, mode in ((1, "qp"), (K, "qp_spread"), (4, "connection")):
-        run = sc.simulate_rails(flows, topo, fab, rails=(0,), dt=0.25e-6,
-                                n_steps=int(5 * size / NIC / 0.25e-6), qps=qps,
+        run = sc.simulate_rails(flows, topo, fab, rails=(0,), dt=dt,
+                                n_steps=int(5 * size / NIC / dt), qps=qps,
                                 hash_fields=mode)
         assert np.all(np.isfinite(run.finish))
         got[mode] = sc.completion_metrics(run, NIC)
-    assert got["qp"]["completion_efficiency"] == pytest.approx(1 / load.max(), rel=0.03)
-    assert got["qp"]["mean_flow_share"] == pytest.approx(np.mean(1 / load), rel=0.03)
-    assert got["qp_spread"]["completion_efficiency"] == pytest.approx(1.0, rel=0.03)
+        lat = run.latency if mode == "qp" else lat
+    t_ideal = size / NIC
+    took = load * t_ideal + lat
+    assert got["qp"]["completion_efficiency"] == pytest.approx(t_ideal / took.max(),
+                                                               rel=0.02)
+    assert got["qp"]["mean_flow_share"] == pytest.approx(np.mean(t_ideal / took), rel=0.02)
+    assert t_ideal / took.max() == pytest.approx(1 / load.max(), rel=0.05)
+    assert got["qp_spread"]["completion_efficiency"] == pytest.approx(
+        t_ideal / (t_ideal + lat.max()), rel=0.02)
     assert got["connection"]["completion_efficiency"] == pytest.approx(
         got["qp"]["completion_efficiency"], rel=0.01)
 
@@ -204,7 +212,8 @@ def test_polarisation_loses_throughput_the_dual_plane_build_recovers():
     # routing alone: the pod's 32 spine uplinks carry it at line rate; polarised, each
     # spine reaches 8 of its 16, so the cross-pod throughput is at most 1 / gcd(2, 16) =
     # 0.5 of line rate; the dual-plane two-tier build of the same servers hashes once
-    # and carries it near line rate (the QPs' balls-into-bins imbalance is the gap)
+    # and carries it near line rate (the QPs' balls-into-bins imbalance is the gap;
+    # independent hashing on three tiers: 0.85)
     size = 2e6
     fab = get_fabric("roce", cc="none", flow_control="none")
     t = size / NIC
@@ -217,9 +226,11 @@ def test_polarisation_loses_throughput_the_dual_plane_build_recovers():
         flows = _cross_pod(topo, size)
         run = sc.simulate_rails(flows, topo, fab, rails=None, dt=0.25e-6,
                                 n_steps=int(4 * t / 0.25e-6), qps=16, polarized=pol)
-        eff[name] = sc.window_efficiency(run, NIC, 0.1 * t, 0.4 * t)
+        eff[name] = sc.window_efficiency(run, NIC, 0.2 * t, 0.4 * t)
+    # (window: after the paths' latency, before the first QP finishes; the 8 reachable
+    # uplinks of each spine carry 22 to 46 QPs, all saturated: the bound is met)
     bound = 1 / np.gcd(2, 16)
-    assert 0.8 * bound <= eff["polarized"] <= bound + 0.01
+    assert eff["polarized"] == pytest.approx(bound, abs=0.02)
     assert eff["independent"] >= 0.8 and eff["dual_plane"] >= 0.8
 
 
