@@ -16,7 +16,7 @@ from ._rails import RailRun
 from ._step import BACKGROUND, PHASES, StepFlows, collective_overhead, job_step_time
 
 
-def completion_metrics(run: RailRun, nic_rate: float) -> dict:
+def completion_metrics(run: RailRun, nic_rate: float, reference: RailRun | None = None) -> dict:
     """How close each collective of the step came to line rate, by its slowest flow and
     by its mean flow.
 
@@ -31,10 +31,15 @@ def completion_metrics(run: RailRun, nic_rate: float) -> dict:
       longest connection's time (1: the collective's slowest flow kept pace with line
       rate; for a permutation of equal flows hashed onto ``K`` uplinks, ``1 / max
       load``, :func:`~fabric_jax.scale.expected_max_load`);
-    * ``mean_flow_share``: the mean over connections of ideal time over time (for that
-      permutation the mean of ``1 / load``: the share of the uplinks in use,
-      :func:`~fabric_jax.scale.balls_into_bins`, the figure effective-bisection studies
-      report).
+    * ``mean_flow_share``: the mean over connections of their time on the reference
+      over their time in ``run``; the reference is ``reference`` (the ideal fabric's run
+      of the same flows, :func:`~fabric_jax.scale.ideal_rails`: each connection's time
+      on a non-blocking crossbar with the same dependencies, so a connection that shares
+      its NIC with others is not counted slow for it) or, without one, the connection's
+      ideal time above (exact for a permutation: one connection per NIC).  For a
+      permutation of equal flows hashed onto ``K`` uplinks it is the mean of ``1 /
+      load``: the share of the uplinks in use, :func:`~fabric_jax.scale.balls_into_bins`,
+      the figure effective-bisection studies report.
 
     Overall: ``sum`` of the phases' ideal times over ``sum`` of their slowest
     connections' times (the phases back to back), and the mean share over every
@@ -46,19 +51,20 @@ def completion_metrics(run: RailRun, nic_rate: float) -> dict:
       "mean_flow_share", "mean_flow_share_phases": {phase name: x}}``.
     """
     fl = run.flows
+    dur, size = _connection_times(run)
     n = max(int(run.split), 1)
-    rows = fl.n_flows // n
-    start = np.asarray(run.start, float)[:rows * n].reshape(rows, n).min(axis=1)
-    finish = np.asarray(run.finish, float)[:rows * n].reshape(rows, n)
-    finish = np.where(np.isfinite(finish), finish, np.inf).max(axis=1)
-    size = np.asarray(fl.size, float)[:rows * n].reshape(rows, n).sum(axis=1)
+    rows = dur.size
     src, dst = fl.src[::n][:rows], fl.dst[::n][:rows]
     phase = fl.phase[::n][:rows]
-    dur = finish - start
+    ref = None
+    if reference is not None:
+        ref, _ = _connection_times(reference)
+        if ref.size != rows:
+            raise ValueError(f"reference: {ref.size} connections; the run has {rows}")
+    m_n = max(int(max(src.max(initial=0), dst.max(initial=0))) + 1, 1)
     eff, share, ideal_sum, slow_sum, shares = {}, {}, 0.0, 0.0, []
     for ph in np.unique(phase[phase != BACKGROUND]):
         m = phase == ph
-        m_n = max(int(max(src.max(initial=0), dst.max(initial=0))) + 1, 1)
         sent = np.bincount(src[m], weights=size[m], minlength=m_n)
         recv = np.bincount(dst[m], weights=size[m], minlength=m_n)
         ideal_c = np.maximum(sent[src[m]], recv[dst[m]]) / float(nic_rate)
@@ -67,7 +73,8 @@ def completion_metrics(run: RailRun, nic_rate: float) -> dict:
         name = PHASES[int(ph)]
         ok = np.isfinite(t_slow) and t_slow > 0
         eff[name] = t_ideal / t_slow if ok else 0.0
-        s_c = np.where(dur[m] > 0, ideal_c / np.where(dur[m] > 0, dur[m], 1.0), 1.0)
+        base = ideal_c if ref is None else ref[m]
+        s_c = np.where(dur[m] > 0, base / np.where(dur[m] > 0, dur[m], 1.0), 1.0)
         s_c = np.where(np.isfinite(dur[m]), s_c, 0.0)
         share[name] = float(np.mean(s_c))
         shares.append(s_c)
@@ -82,6 +89,19 @@ def completion_metrics(run: RailRun, nic_rate: float) -> dict:
 
 __all__ = ["completion_metrics", "rank_slice_completion", "job_slice_times", "point_metrics", "phase_latency",
            "background_metrics", "worst_vs_ideal", "job_set_times", "overlap_metrics"]
+
+
+def _connection_times(run: RailRun) -> tuple:
+    """``([connections] s from the first row's start to the last row's finish (inf:
+    unfinished), [connections] bytes)`` of ``run``'s flows (:attr:`RailRun.split` rows
+    each)."""
+    n = max(int(getattr(run, "split", 1)), 1)
+    rows = run.flows.n_flows // n
+    start = np.asarray(run.start, float)[:rows * n].reshape(rows, n).min(axis=1)
+    finish = np.asarray(run.finish, float)[:rows * n].reshape(rows, n)
+    finish = np.where(np.isfinite(finish), finish, np.inf).max(axis=1)
+    size = np.asarray(run.flows.size, float)[:rows * n].reshape(rows, n).sum(axis=1)
+    return finish - start, size
 
 
 def rank_slice_completion(run: RailRun, step: StepFlows) -> np.ndarray:
@@ -120,7 +140,8 @@ def _utilization(compute, gpus, step_times) -> float:
 
 
 def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
-                  nic_rate: float, *, n_rails: int, gpu_price_per_hour=None) -> dict:
+                  nic_rate: float, *, n_rails: int, gpu_price_per_hour=None,
+                  reference: RailRun | None = None) -> dict:
     """The headline figures of one run, for the whole step and the whole cluster.
 
     * ``step_time``: ``max(C, (1 - f) C + k T + L)`` with ``C`` the compute time, ``f``
@@ -151,7 +172,8 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     * ``pfc_pause_time``: port-seconds paused (PFC) or credit-starved per step over the
       whole fabric (the simulated rails' figure times ``n_rails / rails simulated``).
     * ``completion_efficiency`` and ``mean_flow_share`` (overall and per phase):
-      :func:`completion_metrics`.
+      :func:`completion_metrics` (``reference``: the ideal fabric's run of the same
+      flows, the mean share's reference).
     * ``fabric_cost_share``: the fabric's part of $/token
       (:func:`fabric_jax.economics.token_costs`, preset prices; NaN for the ideal
       fabric, which has none).
@@ -206,7 +228,7 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
                simulated_flows=int(fl.n_flows), n_steps=int(run.n_steps),
                wall_s=float(run.wall_s), fabric_cost_share=float("nan"),
                cost_per_million_tokens=float("nan"))
-    out.update(completion_metrics(run, nic_rate))
+    out.update(completion_metrics(run, nic_rate, reference))
     if not np.all(mine):
         out.update(background_metrics(run, step, nic_rate))
     if preset in econ.FABRIC_PRICES and finished:

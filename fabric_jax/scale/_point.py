@@ -313,7 +313,8 @@ def _run_point(out: dict, presets, step: StepFlows, topo, nic_rate: float, run_k
         base = ideal_rails(step, nic_rate, rails=rails)
         t_ideal = float(np.max(base.finish))
         if ideal:
-            out[IDEAL] = point_metrics(base, step, topo, None, nic_rate, n_rails=g)
+            out[IDEAL] = point_metrics(base, step, topo, None, nic_rate, n_rails=g,
+                                       reference=base)
             if independent:
                 # the ideal crossbar: jobs share no link, every set gives the same times
                 full = job_slice_times(rank_slice_completion(base, step), step)
@@ -327,7 +328,8 @@ def _run_point(out: dict, presets, step: StepFlows, topo, nic_rate: float, run_k
     def one(name):
         fab = get_fabric(name)
         run = run_fabric(step, topo, fab, t_ideal, **run_kw)
-        met = point_metrics(run, step, topo, name, nic_rate, n_rails=g)
+        met = point_metrics(run, step, topo, name, nic_rate, n_rails=g,
+                            reference=base if base.rails == run.rails else None)
         if independent:
             table = job_set_times(step, run, lambda keep: run_fabric(
                 step, topo, fab, t_ideal, **run_kw, keep=keep))
