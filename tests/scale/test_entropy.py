@@ -295,3 +295,16 @@ def test_cli_bad_qps_exits_2_naming_the_flag(argv, flag, capsys):
     assert main(["scale", "--gpus", "16", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag in err[0]
+
+
+def test_scenario_carries_qps_hash_and_polarisation_to_the_point():
+    scn, = sc.scale_scenarios({"topology.gpus": [64], "fabrics.qps": "4",
+                               "fabrics.hash": "qp_spread",
+                               "fabrics.hash_polarization": True}, flags=sc.SCALE_FLAGS)
+    args = sc.point_arguments(scn)
+    assert (args["qps"], args["hash_fields"], args["hash_polarization"]) == (
+        4, "qp_spread", True)
+    default, = sc.scale_scenarios({"topology.gpus": [64]})
+    args = sc.point_arguments(default)
+    assert (args["qps"], args["hash_fields"], args["hash_polarization"]) == (
+        sc.DEFAULT_QPS, sc.DEFAULT_HASH, False) == (1, "qp", False)
