@@ -120,12 +120,16 @@ def max_load_distribution(balls: int, bins: int) -> np.ndarray:
     return out
 
 
-def expected_max_load(balls: int, bins: int) -> float:
+def expected_max_load(balls: int, bins: int, groups: int = 1) -> float:
     """Expected load of the fullest of ``bins`` bins after ``balls`` uniform throws,
-    ``sum_k P(max > k)`` (:func:`max_load_distribution`).  With equal flows hashed onto
-    equal links, the slowest flow's share of line rate is ``1 / max load``: the
-    completion efficiency of a permutation (:func:`~fabric_jax.scale.completion_metrics`)."""
-    return float(np.sum(1.0 - max_load_distribution(balls, bins)))
+    ``sum_k P(max > k)`` (:func:`max_load_distribution`), or of the fullest over
+    ``groups`` independent such throws (``P(max <= k)^groups``: every sending leaf of a
+    collective hashes its own flows).  With equal flows hashed onto equal links, the
+    slowest flow's share of line rate is ``1 / max load``: the completion efficiency of
+    a permutation (:func:`~fabric_jax.scale.completion_metrics`); with ``N`` QPs of
+    ``1 / N`` of each flow, ``N / max load`` of ``N x`` the balls."""
+    cdf = max_load_distribution(balls, bins) ** int(groups)
+    return float(np.sum(1.0 - cdf))
 
 
 def expected_distinct(balls: int, bins: int) -> float:

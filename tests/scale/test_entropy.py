@@ -132,6 +132,10 @@ def test_expected_max_load_closed_form_against_the_hash():
     assert cdf[0] == 0.0 and cdf[-1] == pytest.approx(1.0)
     assert cdf[1] == pytest.approx(np.prod(1 - np.arange(K) / K))    # all distinct
     assert sc.expected_max_load(5, 1) == 5.0
+    # the fullest of two leaves' uplinks: P(max <= k)^2 (hand: 2 balls, 2 bins per
+    # leaf, max 2 with probability 1/2 each, so 1 - 1/4 of the pairs have a 2)
+    assert sc.expected_max_load(2, 2) == pytest.approx(1.5)
+    assert sc.expected_max_load(2, 2, groups=2) == pytest.approx(1 + 0.75)
     with pytest.raises(ValueError, match="balls, bins"):
         sc.max_load_distribution(4, 0)
 
