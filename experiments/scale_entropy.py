@@ -13,7 +13,8 @@ spread over successive uplinks (``qp_spread``) or on the connection's 5-tuple
 the mean flow share (:func:`fabric_jax.scale.window_efficiency`, the effective-bisection
 figure) and the completion efficiency (:func:`fabric_jax.scale.completion_metrics`: the
 line-rate time over the slowest connection's time), with the balls-into-bins closed
-forms for the ring shift: ``1 - (1 - 1/K)^(N K)`` for the mean (the uplinks in use), ``1 / E[max load]``
+forms for the ring shift: ``1 - (1 - 1/K)^(N K)`` for the mean (the uplinks in use),
+``1 / E[max load]``
 (:func:`fabric_jax.scale.expected_max_load`; ``N`` QPs of ``1/N`` each: ``N / E[max
 load of N K balls]``) for the slowest flow.
 

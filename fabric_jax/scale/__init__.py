@@ -118,8 +118,8 @@ from ._route import (DEFAULT_HASH, DEFAULT_MAX_PATHS, DEFAULT_QPS, HASH_FIELDS,
 from ._rails import (CONGESTED_DELAY, DEFAULT_DT_US, HORIZON_FACTOR, RailRun, ideal_rails,
                      run_fabric, simulate_rails, simulate_rails_on_devices,
                      zero_load_latency)
-from ._metrics import (background_metrics, completion_metrics, job_set_times, overlap_metrics, phase_latency,
-                       point_metrics, worst_vs_ideal)
+from ._metrics import (background_metrics, completion_metrics, job_set_times, overlap_metrics,
+                       phase_latency, point_metrics, worst_vs_ideal)
 from ._point import (IDEAL, build_point, point_arguments, rail_reduction, run_scale,
                      scale_point)
 from ._overlap import (JOB_OVERLAPS, MAX_OVERLAP_JOBS, expected_slice_times,

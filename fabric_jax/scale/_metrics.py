@@ -15,6 +15,10 @@ from ._overlap import independent_overlap
 from ._rails import RailRun
 from ._step import BACKGROUND, PHASES, StepFlows, collective_overhead, job_step_time
 
+__all__ = ["rank_slice_completion", "job_slice_times", "point_metrics", "phase_latency",
+           "background_metrics", "worst_vs_ideal", "job_set_times", "overlap_metrics",
+           "completion_metrics"]
+
 
 def completion_metrics(run: RailRun, nic_rate: float, reference: RailRun | None = None) -> dict:
     """How close each collective of the step came to line rate, by its slowest flow and
@@ -86,9 +90,6 @@ def completion_metrics(run: RailRun, nic_rate: float, reference: RailRun | None 
                 completion_efficiency_phases=eff,
                 mean_flow_share=float(np.mean(all_s)) if all_s.size else 0.0,
                 mean_flow_share_phases=share)
-
-__all__ = ["completion_metrics", "rank_slice_completion", "job_slice_times", "point_metrics", "phase_latency",
-           "background_metrics", "worst_vs_ideal", "job_set_times", "overlap_metrics"]
 
 
 def _connection_times(run: RailRun) -> tuple:
