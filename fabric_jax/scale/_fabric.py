@@ -551,7 +551,7 @@ def tiered_ecmp_paths(table: TierTable, src, dst, sport, *, offset=0,
     hashing (default) seeds each tier's hash apart (``h2`` another function of the same
     fields).  ``polarized``: every tier uses the same function and seed, ``h2 = h1``
     (hash polarisation: Cisco, "Hash polarization" in its CEF load-sharing notes;
-    Alibaba HPN, Qian et al., SIGCOMM 2024, section 2, which reports it in production
+    Alibaba HPN, Qian et al., SIGCOMM 2024, which reports it in production
     RoCE fabrics), so the flows that reach spine ``i`` all have ``h1 = i (mod S1)`` and
     their ``h2 mod S2`` takes only ``S2 / gcd(S1, S2)`` values: each spine can use only
     that many of its uplinks (:func:`~fabric_jax.scale.polarized_uplinks`).

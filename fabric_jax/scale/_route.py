@@ -39,7 +39,7 @@ DEFAULT_QPS = 1
 #:   source port from the QP (per-QP entropy; an application may set it,
 #:   ``mlx5dv_modify_qp_udp_sport``, rdma-core); Meta's RoCE fabric hashes per QP and
 #:   scales QPs for entropy (Gangidi et al., "RDMA over Ethernet for Distributed AI
-#:   Training at Meta Scale", SIGCOMM 2024, section 5).  ``n`` QPs on ``K`` equal-cost
+#:   Training at Meta Scale", SIGCOMM 2024).  ``n`` QPs on ``K`` equal-cost
 #:   uplinks take ``K (1 - (1 - 1/K)^n)`` distinct ones on average (balls into bins).
 #: * ``"connection"``: one 5-tuple per connection (a NIC or driver with one source port
 #:   per connection, or switches hashing IP addresses only): more QPs add no entropy.
