@@ -97,6 +97,19 @@ per Megatron gradient bucket) priced by NCCL's own cost model, ring or PAT as NC
 picks, and added to the step: what the flows' bandwidth view leaves out, and what
 grows with the data-parallel degree.
 
+**Flow entropy** (``--qps``, ``--hash``, ``--hash-polarization``,
+:func:`route_flows`): under hashed routing each connection runs as ``N`` QPs of its
+bytes / ``N``, each hashed on its own UDP source port (``qp``), on the connection's
+(``connection``: no added entropy) or spread over successive uplinks (``qp_spread``);
+on a three-tier build the hash is taken tier by tier over every uplink
+(:func:`tiered_ecmp_paths`), independently seeded or, opt-in, the same at every tier
+(polarisation: a spine reaches ``S2 / gcd(S1, S2)`` of its uplinks,
+:func:`polarized_uplinks`); the multi-plane build hashes once and has none.  Every row
+reports the **completion efficiency** of each collective -- the line-rate time of its
+most loaded NIC over its slowest connection's time -- beside the mean flow share
+(:func:`completion_metrics`), with the balls-into-bins closed forms
+(:func:`expected_max_load`, :func:`balls_into_bins`) for a permutation.
+
 **The all-reduce sweep** (:mod:`._allreduce`, ``experiments/allreduce_sweep.py`` and
 ``fabric-jax compare --scaling-curve``): one all-reduce per GPU count as NCCL runs it
 (:func:`choose_algorithm`, :func:`fabric_jax.collectives.build_plan`) on
@@ -108,9 +121,9 @@ over ranks and effective bandwidth of each (:func:`scaling_curves`,
 
 Units: bytes, seconds, bytes/s.
 """
-from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, clos_paths, ecmp_paths,
-                      link_rails, rail_symmetric_paths, rail_view, scale_topology,
-                      sweep_topology)
+from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, TierTable, clos_paths,
+                      ecmp_paths, link_rails, rail_symmetric_paths, rail_view, scale_topology,
+                      sweep_topology, tier_paths, tiered_ecmp_paths)
 from ._step import (BACKGROUND, BUCKET_PARAMS, DEFAULT_BACKGROUND_CDF, DEFAULT_EP,
                     DEFAULT_LATENCY, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP,
                     DEFAULT_OVERLAP, DEFAULT_SKEW, LATENCY_MODELS, OVERLAP_MODELS, PHASES,
@@ -122,19 +135,22 @@ from ._jobs import add_background, job_servers, place_jobs
 from ._cluster import (DEFAULT_DRAINED, DEFAULT_JOB_SHARE, DEFAULT_OCCUPANCY, DEFAULT_SPARES,
                        cluster_churn, cluster_servers, cross_leaf_share,
                        default_cluster_gpus, fewest_units, on_cluster, serviceable_servers)
-from ._route import DEFAULT_MAX_PATHS, HASHED_ROUTING, route_flows, source_port
+from ._route import (DEFAULT_HASH, DEFAULT_MAX_PATHS, DEFAULT_QPS, HASH_FIELDS,
+                     HASHED_ROUTING, qp_split, route_flows, source_port)
 from ._rails import (CONGESTED_DELAY, DEFAULT_DT_US, HORIZON_FACTOR, RailRun, ideal_rails,
                      run_fabric, simulate_rails, simulate_rails_on_devices,
                      zero_load_latency)
-from ._metrics import (TIME_SHARE_KEYS, background_metrics, host_leaf, job_set_times,
-                       job_step_times, overlap_metrics, phase_latency, phase_slice_times,
-                       point_metrics, spine_share, time_shares, worst_vs_ideal)
+from ._metrics import (TIME_SHARE_KEYS, background_metrics, completion_metrics, host_leaf,
+                       job_set_times, job_step_times, overlap_metrics, phase_latency,
+                       phase_slice_times, point_metrics, spine_share, time_shares,
+                       worst_vs_ideal)
 from ._point import (IDEAL, build_point, point_arguments, rail_reduction, run_scale,
                      scale_point)
 from ._overlap import (JOB_OVERLAPS, MAX_OVERLAP_JOBS, expected_slice_times,
                        independent_overlap)
-from ._validate import (balls_into_bins, random_bisection, ring_shift, uplinks_used,
-                        window_efficiency)
+from ._validate import (balls_into_bins, expected_distinct, expected_max_load,
+                        max_load_distribution, polarized_uplinks, random_bisection,
+                        ring_shift, uplinks_used, window_efficiency)
 from ._plans import (DEFAULT_SWEEP_PATHS, PlanFlows, plan_flows, simulate_plan_fluid,
                      simulate_plan_ideal, simulate_plans_fluid, simulate_plans_ideal)
 from ._allreduce import (CURVE_KEYS, DEFAULT_SWEEP_CHUNKS, SWEEP_ALGORITHMS, choose_algorithm,
@@ -170,4 +186,7 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "CURVE_KEYS", "scaling_curves", "scaling_point",
            "SCALE_RULES", "SCALE_FLAGS", "RAIL_SYSTEMS", "scale_scenarios", "point_arguments",
            "DEFAULT_OVERLAP", "OVERLAP_MODELS", "fixed_batch_microbatches", "flat_overlap",
-           "megatron_exposed", "megatron_step_time", "phase_slice_times", "job_step_times"]
+           "megatron_exposed", "megatron_step_time", "phase_slice_times", "job_step_times",
+           "TierTable", "tier_paths", "tiered_ecmp_paths", "DEFAULT_QPS", "DEFAULT_HASH",
+           "HASH_FIELDS", "qp_split", "completion_metrics", "max_load_distribution",
+           "expected_max_load", "expected_distinct", "polarized_uplinks"]

@@ -18,7 +18,8 @@ from ..topology import Topology
 
 __all__ = ["DEFAULT_SWITCH_RADIX", "sweep_topology", "scale_topology", "RailView",
            "rail_view", "PathTable",
-           "clos_paths", "rail_symmetric_paths", "ecmp_paths"]
+           "clos_paths", "rail_symmetric_paths", "ecmp_paths", "TierTable", "tier_paths",
+           "tiered_ecmp_paths"]
 
 #: Ports per switch at the NIC speed: 128 x 400G, a 51.2 Tb/s ASIC (Quantum-X800 in
 #: 400G mode, Spectrum-4).  Half go down, half up: a non-blocking rail leaf serves
@@ -402,7 +403,7 @@ def rail_symmetric_paths(table: PathTable, src, dst, key_src, key_dst, max_paths
 
 
 def ecmp_paths(table: PathTable, src, dst, plane, sport,
-               tier_seed: int = 23) -> np.ndarray:
+               tier_seed: int = 23, offset=0) -> np.ndarray:
     """``[flows, 4]`` the path a per-flow ECMP hash picks for each flow in ``plane``.
 
     The rail leaf hashes the flow's 5-tuple (``src``, ``dst`` NIC addresses and the
@@ -413,9 +414,174 @@ def ecmp_paths(table: PathTable, src, dst, plane, sport,
     1/n)^n`` (``experiments/ecmp_collisions.py``).  The same hash family as
     :func:`fabric_jax.routing.ecmp_choice`; resolved on the host over every spine, so
     each flow keeps one path (no faults here, so resilient hashing never moves it).
+
+    ``offset`` (``[flows]`` int, default 0) moves each flow's uplink that many places on
+    from the one its hash picks (``(h + offset) mod spines``): the QPs of one connection
+    sent on successive uplinks (:data:`~fabric_jax.scale.HASH_FIELDS`, ``"qp_spread"``).
     """
     h = _pair_hash(np.asarray(src, np.uint64) * np.uint64(65537) + np.asarray(sport, np.uint64),
                    dst, tier_seed)
-    spine = (h % np.uint64(table.n_spines)).astype(np.int64)
+    spine = ((h % np.uint64(table.n_spines)).astype(np.int64)
+             + np.asarray(offset, np.int64)) % table.n_spines
     return _path_links(table, np.asarray(src, np.int64), np.asarray(dst, np.int64),
                        np.asarray(plane, np.int64), spine)
+
+
+# ------------------------------------------------------------------ three tiers
+@dataclasses.dataclass(frozen=True)
+class TierTable:
+    """Equal-cost paths of a three-tier Clos (leaves, pod spines, super-spines; one
+    plane), for hashing tier by tier on the host (:func:`tiered_ecmp_paths`).
+
+    A path from NIC ``a`` to NIC ``b`` is ``a -> leaf -> b`` on one leaf; ``a -> leaf(a)
+    -> spine i -> leaf(b) -> b`` within a pod (``i`` among the pod's spines, every
+    leaf cabled to each); across pods ``a -> leaf(a) -> spine i -> super-spine j ->
+    spine of pod(b) -> leaf(b) -> b`` (``j`` among spine ``i``'s uplinks; the way down
+    from a super-spine is unique).
+
+    Attributes:
+      host_up, host_down, host_leaf: ``[hosts]`` NIC -> leaf link, leaf -> NIC link, leaf.
+      leaf_up: ``[nodes, S1]`` each leaf's uplinks to its pod's spines, in link order.
+      spine_up: ``[nodes, S2]`` each spine's uplinks to super-spines, in link order.
+      pod: ``[nodes]`` pod of each leaf and spine (-1 otherwise).
+      down_key, down_link: sorted ``node x n_nodes + (leaf or pod)`` keys and their
+        links: a spine's link down to a leaf, a super-spine's down to a pod's spine.
+      link_dst: ``[links]`` node each link enters.
+      n_nodes: nodes of the fabric.
+    """
+
+    host_up: np.ndarray
+    host_down: np.ndarray
+    host_leaf: np.ndarray
+    leaf_up: np.ndarray
+    spine_up: np.ndarray
+    pod: np.ndarray
+    down_key: np.ndarray
+    down_link: np.ndarray
+    link_dst: np.ndarray
+    n_nodes: int
+
+    @property
+    def n_leaf_up(self) -> int:
+        return int(self.leaf_up.shape[1])
+
+    @property
+    def n_spine_up(self) -> int:
+        return int(self.spine_up.shape[1])
+
+
+def tier_paths(topology: Topology) -> TierTable | None:
+    """The :class:`TierTable` of a three-tier Clos of one plane (``tiers == 3``,
+    :func:`sweep_topology` with ``beyond_radix="tiers"``); ``None`` when the fabric is
+    not of that form."""
+    p = topology.params
+    if int(p.get("tiers", 2)) != 3 or int(p.get("planes", 1)) != 1:
+        return None
+    src, dst = np.asarray(topology.link_src), np.asarray(topology.link_dst)
+    tier = np.asarray(topology.node_tier)
+    n = int(topology.n_nodes)
+    hosts = np.asarray(topology.hosts)
+    host_row = np.full(n, -1, np.int64)
+    host_row[hosts] = np.arange(hosts.size)
+    up = np.flatnonzero(host_row[src] >= 0)
+    down = np.flatnonzero(host_row[dst] >= 0)
+    if up.size != hosts.size or down.size != hosts.size:
+        return None
+    host_up = np.empty(hosts.size, np.int64)
+    host_up[host_row[src[up]]] = up
+    host_down = np.empty(hosts.size, np.int64)
+    host_down[host_row[dst[down]]] = down
+    host_leaf = dst[host_up]
+
+    def uplinks(t_from):
+        ls = np.flatnonzero((tier[src] == t_from) & (tier[dst] == t_from + 1))
+        ls = ls[np.lexsort((ls, src[ls]))]
+        cnt = np.bincount(src[ls], minlength=n)
+        k = int(cnt.max(initial=0))
+        if k == 0 or np.any(cnt[np.unique(src[ls])] != k):
+            return None
+        table = np.full((n, k), -1, np.int64)
+        table[np.unique(src[ls])] = ls.reshape(-1, k)
+        return table
+
+    leaf_up, spine_up = uplinks(1), uplinks(2)
+    if leaf_up is None or spine_up is None:
+        return None
+    # pod of a spine: the smallest spine id of the spines cabled to its leaves; of a
+    # leaf: its spines' pod
+    pod = np.full(n, -1, np.int64)
+    leaves = np.unique(host_leaf)
+    first = dst[leaf_up[leaves, 0]]
+    spines = np.unique(dst[leaf_up[leaves]])
+    pod_of = np.full(n, n, np.int64)
+    np.minimum.at(pod_of, dst[leaf_up[leaves]].ravel(),
+                  np.repeat(dst[leaf_up[leaves]].min(axis=1), leaf_up.shape[1]))
+    pod[spines] = pod_of[spines]
+    pod[leaves] = pod[first]
+    sd = np.flatnonzero((tier[src] == 2) & (tier[dst] == 1))        # spine -> leaf
+    xd = np.flatnonzero((tier[src] == 3) & (tier[dst] == 2))        # super -> spine
+    key = np.concatenate([src[sd] * n + dst[sd], src[xd] * n + pod[dst[xd]]])
+    links = np.concatenate([sd, xd])
+    order = np.argsort(key, kind="stable")
+    key, links = key[order], links[order]
+    if np.any(key[1:] == key[:-1]):
+        return None                                       # parallel cables
+    return TierTable(host_up=host_up, host_down=host_down, host_leaf=host_leaf,
+                     leaf_up=leaf_up, spine_up=spine_up, pod=pod, down_key=key,
+                     down_link=links, link_dst=dst.astype(np.int64), n_nodes=n)
+
+
+def _down(table: TierTable, node, target) -> np.ndarray:
+    """Link from ``node`` down to ``target`` (a leaf, or for a super-spine a pod)."""
+    k = np.asarray(node, np.int64) * table.n_nodes + np.asarray(target, np.int64)
+    pos = np.minimum(np.searchsorted(table.down_key, k), table.down_key.size - 1)
+    if np.any(table.down_key[pos] != k):
+        raise ValueError("topology: a path leaves the three-tier table (not a full Clos)")
+    return table.down_link[pos]
+
+
+def tiered_ecmp_paths(table: TierTable, src, dst, sport, *, offset=0,
+                      polarized: bool = False, tier_seed: int = 23) -> np.ndarray:
+    """``[flows, 6]`` the path ECMP hashing picks tier by tier on a three-tier Clos
+    (-1 padded).
+
+    The leaf hashes the flow's 5-tuple (``src``, ``dst`` addresses, UDP source port
+    ``sport``) to one of its ``S1`` spines, ``(h1 + offset) mod S1``; across pods the
+    spine hashes it again to one of its ``S2`` super-spines, ``h2 mod S2``.  Independent
+    hashing (default) seeds each tier's hash apart (``h2`` another function of the same
+    fields).  ``polarized``: every tier uses the same function and seed, ``h2 = h1``
+    (hash polarisation: Cisco, "Hash polarization" in its CEF load-sharing notes;
+    Alibaba HPN, Qian et al., SIGCOMM 2024, which reports it in production
+    RoCE fabrics), so the flows that reach spine ``i`` all have ``h1 = i (mod S1)`` and
+    their ``h2 mod S2`` takes only ``S2 / gcd(S1, S2)`` values: each spine can use only
+    that many of its uplinks (:func:`~fabric_jax.scale.polarized_uplinks`).
+    """
+    src = np.asarray(src, np.int64)
+    dst = np.asarray(dst, np.int64)
+    fields = src.astype(np.uint64) * np.uint64(65537) + np.asarray(sport, np.uint64)
+    h1 = _pair_hash(fields, dst, tier_seed)
+    h2 = h1 if polarized else _pair_hash(fields, dst, tier_seed + 7919)
+    off = np.asarray(offset, np.int64)
+    la, lb = table.host_leaf[src], table.host_leaf[dst]
+    same_leaf = la == lb
+    same_pod = table.pod[la] == table.pod[lb]
+    s1 = (((h1 % np.uint64(table.n_leaf_up)).astype(np.int64) + off) % table.n_leaf_up)
+    l1 = table.leaf_up[la, s1]
+    spine_a = np.asarray(table.link_dst[l1])
+    s2 = (h2 % np.uint64(table.n_spine_up)).astype(np.int64)
+    if polarized:
+        s2 = (s2 + off) % table.n_spine_up
+    l2 = table.spine_up[spine_a, s2]
+    sup = table.link_dst[l2]
+    l3 = _down(table, sup, table.pod[lb])
+    spine_b = table.link_dst[l3]
+    cross = ~same_pod
+    l4 = _down(table, np.where(cross, spine_b, spine_a), lb)
+    pad = np.full(src.shape, -1, np.int64)
+    up, dn = table.host_up[src], table.host_down[dst]
+    out = np.stack([up, np.where(same_leaf, dn, l1),
+                    np.where(same_leaf, pad, np.where(cross, l2, l4)),
+                    np.where(same_leaf, pad, np.where(cross, l3, dn)),
+                    np.where(cross & ~same_leaf, l4, pad),
+                    np.where(cross & ~same_leaf, dn, pad)], axis=-1)
+    return out.astype(np.int32)

@@ -13,12 +13,98 @@ from .. import economics as econ
 from .. import metrics as mx
 from ._overlap import independent_overlap
 from ._rails import RailRun
-from ._step import (StepFlows, collective_overhead, flat_overlap, job_step_time,
-                    megatron_step_time)
+from ._step import (BACKGROUND, PHASES, StepFlows, collective_overhead, flat_overlap,
+                    job_step_time, megatron_step_time)
 
 __all__ = ["rank_slice_completion", "job_slice_times", "point_metrics", "phase_latency",
            "phase_slice_times", "job_step_times", "host_leaf", "spine_share", "time_shares",
-           "background_metrics", "worst_vs_ideal", "job_set_times", "overlap_metrics"]
+           "background_metrics", "worst_vs_ideal", "job_set_times", "overlap_metrics",
+           "completion_metrics"]
+
+
+def completion_metrics(run: RailRun, nic_rate: float, reference: RailRun | None = None) -> dict:
+    """How close each collective of the step came to line rate, by its slowest flow and
+    by its mean flow.
+
+    A *connection* is a flow of the step (its plane stripes and QPs together,
+    :attr:`RailRun.split`): it takes from its first row's start to its last row's
+    finish.  Its *ideal time* is the phase's bytes of its busier NIC (sent by its sender
+    or received by its receiver, every connection of that phase counted) at the line
+    rate ``nic_rate``: when it would finish if that NIC ran at line rate throughout.
+    Per phase (:data:`~fabric_jax.scale.PHASES`):
+
+    * ``completion_efficiency``: the ideal time of the phase's most loaded NIC over the
+      longest connection's time (1: the collective's slowest flow kept pace with line
+      rate; for a permutation of equal flows hashed onto ``K`` uplinks, ``1 / max
+      load``, :func:`~fabric_jax.scale.expected_max_load`);
+    * ``mean_flow_share``: the mean over connections of their time on the reference
+      over their time in ``run``; the reference is ``reference`` (the ideal fabric's run
+      of the same flows, :func:`~fabric_jax.scale.ideal_rails`: each connection's time
+      on a non-blocking crossbar with the same dependencies, so a connection that shares
+      its NIC with others is not counted slow for it) or, without one, the connection's
+      ideal time above (exact for a permutation: one connection per NIC).  For a
+      permutation of equal flows hashed onto ``K`` uplinks it is the mean of ``1 /
+      load``: the share of the uplinks in use, :func:`~fabric_jax.scale.balls_into_bins`,
+      the figure effective-bisection studies report.
+
+    Overall: ``sum`` of the phases' ideal times over ``sum`` of their slowest
+    connections' times (the phases back to back), and the mean share over every
+    connection.  Background flows are left out; a phase with an unfinished connection
+    gets 0.
+
+    Returns:
+      ``{"completion_efficiency", "completion_efficiency_phases": {phase name: x},
+      "mean_flow_share", "mean_flow_share_phases": {phase name: x}}``.
+    """
+    fl = run.flows
+    dur, size = _connection_times(run)
+    n = max(int(run.split), 1)
+    rows = dur.size
+    src, dst = fl.src[::n][:rows], fl.dst[::n][:rows]
+    phase = fl.phase[::n][:rows]
+    ref = None
+    if reference is not None:
+        ref, _ = _connection_times(reference)
+        if ref.size != rows:
+            raise ValueError(f"reference: {ref.size} connections; the run has {rows}")
+    m_n = max(int(max(src.max(initial=0), dst.max(initial=0))) + 1, 1)
+    eff, share, ideal_sum, slow_sum, shares = {}, {}, 0.0, 0.0, []
+    for ph in np.unique(phase[phase != BACKGROUND]):
+        m = phase == ph
+        sent = np.bincount(src[m], weights=size[m], minlength=m_n)
+        recv = np.bincount(dst[m], weights=size[m], minlength=m_n)
+        ideal_c = np.maximum(sent[src[m]], recv[dst[m]]) / float(nic_rate)
+        t_ideal = float(np.max(ideal_c))
+        t_slow = float(np.max(dur[m]))
+        name = PHASES[int(ph)]
+        ok = np.isfinite(t_slow) and t_slow > 0
+        eff[name] = t_ideal / t_slow if ok else 0.0
+        base = ideal_c if ref is None else ref[m]
+        s_c = np.where(dur[m] > 0, base / np.where(dur[m] > 0, dur[m], 1.0), 1.0)
+        s_c = np.where(np.isfinite(dur[m]), s_c, 0.0)
+        share[name] = float(np.mean(s_c))
+        shares.append(s_c)
+        ideal_sum += t_ideal
+        slow_sum += t_slow
+    all_s = np.concatenate(shares) if shares else np.zeros(0)
+    return dict(completion_efficiency=float(ideal_sum / slow_sum)
+                if slow_sum > 0 and np.isfinite(slow_sum) else 0.0,
+                completion_efficiency_phases=eff,
+                mean_flow_share=float(np.mean(all_s)) if all_s.size else 0.0,
+                mean_flow_share_phases=share)
+
+
+def _connection_times(run: RailRun) -> tuple:
+    """``([connections] s from the first row's start to the last row's finish (inf:
+    unfinished), [connections] bytes)`` of ``run``'s flows (:attr:`RailRun.split` rows
+    each)."""
+    n = max(int(getattr(run, "split", 1)), 1)
+    rows = run.flows.n_flows // n
+    start = np.asarray(run.start, float)[:rows * n].reshape(rows, n).min(axis=1)
+    finish = np.asarray(run.finish, float)[:rows * n].reshape(rows, n)
+    finish = np.where(np.isfinite(finish), finish, np.inf).max(axis=1)
+    size = np.asarray(run.flows.size, float)[:rows * n].reshape(rows, n).sum(axis=1)
+    return finish - start, size
 
 
 def rank_slice_completion(run: RailRun, step: StepFlows) -> np.ndarray:
@@ -96,7 +182,8 @@ def _utilization(compute, gpus, step_times) -> float:
 
 
 def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
-                  nic_rate: float, *, n_rails: int, gpu_price_per_hour=None) -> dict:
+                  nic_rate: float, *, n_rails: int, gpu_price_per_hour=None,
+                  reference: RailRun | None = None) -> dict:
     """The headline figures of one run, for the whole step and the whole cluster.
 
     * ``step_time``: with Megatron's overlap (the default,
@@ -140,6 +227,9 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     * ``time_shares``: shares of the communication time ``k T + L`` in the all-to-all
       and pipeline phase, each alone, and in the data-parallel collectives
       (:func:`time_shares`; several jobs: the slowest job's ``k`` and ``L``).
+    * ``completion_efficiency`` and ``mean_flow_share`` (overall and per phase):
+      :func:`completion_metrics` (``reference``: the ideal fabric's run of the same
+      flows, the mean share's reference).
     * ``fabric_cost_share``: the fabric's part of $/token
       (:func:`fabric_jax.economics.token_costs`, preset prices; NaN for the ideal
       fabric, which has none).
@@ -212,6 +302,7 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     j_slow = int(np.argmax(k * t_job + L))
     out.update(spine_share=spine_share(run, topology),
                time_shares=time_shares(run, step, k[j_slow], lats[j_slow]))
+    out.update(completion_metrics(run, nic_rate, reference))
     if not np.all(mine):
         out.update(background_metrics(run, step, nic_rate))
     if preset in econ.FABRIC_PRICES and finished:

@@ -23,7 +23,7 @@ from ._metrics import (job_set_times, job_slice_times, overlap_metrics, point_me
                        rank_slice_completion)
 from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS
 from ._rails import HORIZON_FACTOR, ideal_rails, run_fabric
-from ._route import DEFAULT_MAX_PATHS, HASHED_ROUTING
+from ._route import DEFAULT_HASH, DEFAULT_MAX_PATHS, DEFAULT_QPS, HASHED_ROUTING
 from ._step import (CLUSTER_PLACEMENTS, DEFAULT_BACKGROUND_CDF, DEFAULT_LATENCY,
                     DEFAULT_MODEL, StepFlows, scale_plan, step_flows)
 
@@ -196,7 +196,10 @@ def point_arguments(scenario: Scenario) -> dict:
         # one job on a larger cluster only (the jobs-fill-the-cluster runs unchanged)
         **({} if net.get("cluster_gpus") is None else dict(cluster_gpus=net["cluster_gpus"])),
         rails="all" if rails == "all" else tuple(range(rails)),
-        max_paths=scenario.fabric.options["max_paths"], dt=hor["dt_us"] * 1e-6,
+        max_paths=scenario.fabric.options["max_paths"],
+        qps=scenario.fabric.options["qps"], hash_fields=scenario.fabric.options["hash"],
+        hash_polarization=scenario.fabric.options["hash_polarization"],
+        dt=hor["dt_us"] * 1e-6,
         seed=hor["seed"], horizon_factor=hor["horizon_factor"], fifo_bands=hor["fifo_bands"])
 
 
@@ -208,7 +211,8 @@ def scale_point(n_gpus, presets=None, *, system="hgx_h100", model=None, dt: floa
                 done=None, jobs: int = 1, placement: str = "packed",
                 background: float = 0.0, background_cdf=DEFAULT_BACKGROUND_CDF,
                 latency: str = DEFAULT_LATENCY, job_gpus=None, job_models=None,
-                job_overlap: str = "always", cluster_gpus=None) -> dict:
+                job_overlap: str = "always", cluster_gpus=None, qps: int = DEFAULT_QPS,
+                hash_fields: str = DEFAULT_HASH, hash_polarization: bool = False) -> dict:
     """Every preset (and the ideal fabric) on ``n_gpus`` GPUs: one training step.
 
     ``n_gpus`` may be a scale :class:`~fabric_jax.scenario.Scenario`
@@ -263,6 +267,11 @@ def scale_point(n_gpus, presets=None, *, system="hgx_h100", model=None, dt: floa
     ``gpu_utilization_independent``, ``tokens_per_second_independent``, and the slice
     times of every set of jobs, ``job_set_slice_times`` (``[2^J][J]``, row = bit mask).
 
+    ``qps`` (QPs per connection), ``hash_fields`` (what the ECMP hash sees of them,
+    :data:`~fabric_jax.scale.HASH_FIELDS`) and ``hash_polarization`` (the same hash at
+    every tier of a three-tier build) route hashed presets' flows
+    (:func:`~fabric_jax.scale.route_flows`); the ideal fabric runs the connections.
+
     ``on_row(out)``, when given, is called with the point's partial result after the ideal
     fabric and after each preset (under a lock when ``workers > 1``), so a caller can save
     what has finished; ``done`` (a partial result of the same point, from an earlier run)
@@ -296,7 +305,9 @@ def scale_point(n_gpus, presets=None, *, system="hgx_h100", model=None, dt: floa
                         latency=latency, job_gpus=job_gpus, job_models=job_models,
                         job_overlap=job_overlap, rails=rails)
     run_kw = dict(rails=rails, dt=dt, max_paths=max_paths, seed=seed, fifo_bands=fifo_bands,
-                  horizon_factor=horizon_factor)
+                  horizon_factor=horizon_factor, qps=int(qps), hash_fields=hash_fields,
+                  polarized=bool(hash_polarization))
+    out.update(qps=int(qps), hash=hash_fields, hash_polarization=bool(hash_polarization))
     return _run_point(out, presets, step, topo, nic_rate, run_kw, label=f"{n_gpus} GPUs",
                       g=g, jobs=jobs, independent=independent, ideal=ideal,
                       workers=workers, progress=progress, on_row=on_row, done=done, t0=t0)
@@ -380,7 +391,8 @@ def _run_point(out: dict, presets, step: StepFlows, topo, nic_rate: float, run_k
         base = ideal_rails(step, nic_rate, rails=rails)
         t_ideal = float(np.max(base.finish))
         if ideal:
-            out[IDEAL] = point_metrics(base, step, topo, None, nic_rate, n_rails=g)
+            out[IDEAL] = point_metrics(base, step, topo, None, nic_rate, n_rails=g,
+                                       reference=base)
             if independent:
                 # the ideal crossbar: jobs share no link, every set gives the same times
                 full = job_slice_times(rank_slice_completion(base, step), step)
@@ -394,7 +406,8 @@ def _run_point(out: dict, presets, step: StepFlows, topo, nic_rate: float, run_k
     def one(name):
         fab = get_fabric(name)
         run = run_fabric(step, topo, fab, t_ideal, **run_kw)
-        met = point_metrics(run, step, topo, name, nic_rate, n_rails=g)
+        met = point_metrics(run, step, topo, name, nic_rate, n_rails=g,
+                            reference=base if base.rails == run.rails else None)
         if independent:
             table = job_set_times(step, run, lambda keep: run_fabric(
                 step, topo, fab, t_ideal, **run_kw, keep=keep))

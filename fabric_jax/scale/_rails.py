@@ -15,7 +15,7 @@ import numpy as np
 from ..fabrics import get_fabric
 from ..fluid.options import save_schedule
 from ._fabric import rail_view
-from ._route import DEFAULT_MAX_PATHS, route_flows
+from ._route import DEFAULT_HASH, DEFAULT_MAX_PATHS, DEFAULT_QPS, route_flows
 from ._step import StepFlows
 
 __all__ = ["DEFAULT_DT_US", "CONGESTED_DELAY", "HORIZON_FACTOR", "RailRun", "simulate_rails",
@@ -64,6 +64,8 @@ class RailRun:
       hops: ``[flows]`` links on each flow's first path (``None``: the ideal crossbar);
         a path of more than two links (NIC -> leaf -> NIC) went above its leaf, through
         a spine (:func:`~fabric_jax.scale.spine_share`).
+      split: rows of :attr:`flows` per flow of the step (plane stripes times QPs under
+        hashed routing, :func:`~fabric_jax.scale.qp_split`; consecutive rows).
     """
 
     flows: StepFlows
@@ -84,11 +86,13 @@ class RailRun:
     run_s: float = 0.0
     attempts: int = 1
     hops: np.ndarray | None = None
+    split: int = 1
 
 
 def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                    n_steps: int, max_paths=DEFAULT_MAX_PATHS, seed: int = 0,
-                   fifo_bands: int | None = None, keep=None) -> RailRun:
+                   fifo_bands: int | None = None, keep=None, qps: int = DEFAULT_QPS,
+                   hash_fields: str = DEFAULT_HASH, polarized: bool = False) -> RailRun:
     """``fabric``'s fluid run of the flows of ``rails`` on their sub-fabric.
 
     The flows of the rails (``step.rail``) run alone on the rails' own links
@@ -99,7 +103,9 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
     :func:`~fabric_jax.scale.route_flows` on the full fabric (so hashes and candidate
     sets are those of the full run), links renumbered in order.  ``keep`` (``[flows]``
     bool): run only these flows (a closed set: a kept flow's dependencies kept), each
-    routed as in the run of every flow (its hash keeps its flow number).
+    routed as in the run of every flow (its hash keeps its flow number).  ``qps``,
+    ``hash_fields``, ``polarized``: :func:`~fabric_jax.scale.route_flows` (hashed
+    routing runs each connection as its QPs; :attr:`RailRun.flows` lists them).
     """
     import jax
 
@@ -124,7 +130,8 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                           "(three tiers); their traffic is left out of this run",
                           stacklevel=2)
     flows, ps = route_flows(sub_step, topology, fab, max_paths=max_paths, seed=seed,
-                            flow_ids=ids)
+                            flow_ids=ids, qps=qps, hash_fields=hash_fields,
+                            polarized=polarized)
     links = np.asarray(ps.links)
     if link_of is not None:
         links = np.where(links >= 0, link_of[np.maximum(links, 0)], -1).astype(np.int32)
@@ -160,7 +167,8 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                    t=np.asarray(tr.t, float),
                    goodput=np.asarray(tr.throughput, float).sum(axis=1),
                    latency=zero_load_latency(ps, topo, fab), problem=problem, run_s=run_s,
-                   hops=hops.sum(axis=1).astype(np.int32))
+                   hops=hops.sum(axis=1).astype(np.int32),
+                   split=flows.n_flows // max(sub_step.n_flows, 1))
 
 
 def zero_load_latency(ps, topology, fabric) -> np.ndarray:
@@ -233,8 +241,10 @@ def ideal_rails(step: StepFlows, nic_rate: float, *, rails=(0,)) -> RailRun:
 
 def run_fabric(step: StepFlows, topology, fabric, t_ideal: float, *, rails=(0,),
                dt: float, max_paths=DEFAULT_MAX_PATHS, seed: int = 0, fifo_bands=None,
-               horizon_factor=HORIZON_FACTOR, keep=None) -> RailRun:
-    """``fabric``'s run of ``step`` (:func:`simulate_rails`, ``keep`` as there) over
+               horizon_factor=HORIZON_FACTOR, keep=None, qps: int = DEFAULT_QPS,
+               hash_fields: str = DEFAULT_HASH, polarized: bool = False) -> RailRun:
+    """``fabric``'s run of ``step`` (:func:`simulate_rails`, ``keep``, ``qps``,
+    ``hash_fields``, ``polarized`` as there) over
     ``horizon_factor`` times the ideal fabric's slice time ``t_ideal`` (40 steps more),
     the horizon doubled once when flows are left unfinished."""
     n_steps = int(np.ceil(horizon_factor * t_ideal / dt)) + 40
@@ -242,7 +252,8 @@ def run_fabric(step: StepFlows, topology, fabric, t_ideal: float, *, rails=(0,),
     for attempt in range(1, 3):
         run = simulate_rails(step, topology, fabric, rails=rails, dt=dt, n_steps=n_steps,
                              max_paths=max_paths, seed=seed, fifo_bands=fifo_bands,
-                             keep=keep)
+                             keep=keep, qps=qps, hash_fields=hash_fields,
+                             polarized=polarized)
         run_s += run.run_s
         if np.all(np.isfinite(run.finish)):
             break

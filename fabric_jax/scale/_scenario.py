@@ -15,7 +15,8 @@ each other (:func:`scale_scenarios`).  Each GPU count gives one scenario:
   the jobs (``jobs`` or
   ``job_gpus``, ``job_models``, ``placement``, ``job_overlap``), the background and the
   latency model;
-* fabric (``fabrics.*``): ``presets`` and the options ``max_paths``, ``rails``;
+* fabric (``fabrics.*``): ``presets`` and the options ``max_paths``, ``rails``, ``qps``,
+  ``hash``, ``hash_polarization``;
 * horizon (``simulation.*``): ``dt_us``, ``seed``, ``horizon_factor``, ``fifo_bands``
   (the horizon itself follows from the ideal fabric's time).
 
@@ -27,8 +28,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..fabrics import PRESETS
-from ..scenario import (Fabrics, Horizon, Network, Scenario, ScenarioError, Traffic, check,
-                        flag_map, integer, number, one_of, refuse)
+from ..scenario import (Fabrics, Horizon, Network, Scenario, ScenarioError, Traffic, boolean,
+                        check, flag_map, integer, number, one_of, refuse)
 from ..scenario import physical
 from ..systems import SYSTEMS
 from ..workloads.cdf import FlowSizeCDF
@@ -36,7 +37,7 @@ from ..workloads.model import MODELS
 from ._fabric import DEFAULT_SWITCH_RADIX
 from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS
 from ._rails import DEFAULT_DT_US, HORIZON_FACTOR
-from ._route import DEFAULT_MAX_PATHS
+from ._route import DEFAULT_HASH, DEFAULT_MAX_PATHS, DEFAULT_QPS, HASH_FIELDS
 from ._cluster import default_cluster_gpus, serviceable_servers
 from ._jobs import job_servers
 from ._step import DEFAULT_DP_ALGORITHM, DP_ALGORITHMS
@@ -97,6 +98,9 @@ SCALE_RULES = {
     "fabrics.presets": one_of(PRESETS, many=True, default=tuple(PRESETS)),
     "fabrics.max_paths": integer(1, default=DEFAULT_MAX_PATHS),
     "fabrics.rails": integer(1, also=("all",), default=1, unit="rails simulated"),
+    "fabrics.qps": integer(1, default=DEFAULT_QPS, unit="QPs per connection"),
+    "fabrics.hash": one_of(HASH_FIELDS, default=DEFAULT_HASH),
+    "fabrics.hash_polarization": boolean(default=False),
     # horizon
     "simulation.dt_us": physical.dt_us(default=DEFAULT_DT_US),
     "simulation.seed": integer(0, default=0),

@@ -5,13 +5,16 @@ Units: bytes, seconds, bytes/s.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..workloads.flows import Workload
 from ._step import StepFlows
 
 __all__ = ["ring_shift", "random_bisection", "window_efficiency", "balls_into_bins",
-           "uplinks_used"]
+           "uplinks_used", "max_load_distribution", "expected_max_load",
+           "expected_distinct", "polarized_uplinks"]
 
 
 def _flows(src, dst, size, n_hosts, g) -> StepFlows:
@@ -88,3 +91,60 @@ def uplinks_used(topology, flows: StepFlows, links: np.ndarray) -> float:
         minlength=topology.n_nodes)
     leaves = np.unique(src_leaf)
     return float(np.unique(up).size / n_up[leaves].sum())
+
+
+def max_load_distribution(balls: int, bins: int) -> np.ndarray:
+    """``[balls + 1]`` ``P(max load <= k)`` for ``balls`` thrown uniformly and
+    independently into ``bins`` (exact: ``f_b(m) = sum_j Binom(m, 1/b)(j) f_{b-1}(m - j)``
+    over ``j <= k``, bin by bin; Raab & Steger, "Balls into bins -- a simple and tight
+    analysis", RANDOM 1998, give its asymptotics, ``ln n / ln ln n`` for ``n`` balls in
+    ``n`` bins)."""
+    from scipy.stats import binom
+    n, K = int(balls), int(bins)
+    if n < 0 or K < 1:
+        raise ValueError(f"balls, bins: need balls >= 0 and bins >= 1; got {balls}, {bins}")
+    m = np.arange(n + 1)
+    out = np.zeros(n + 1)
+    for k in range(n + 1):
+        f = (m <= k).astype(float)                          # one bin: all m in it
+        for b in range(2, K + 1):
+            j = np.arange(min(k, n) + 1)
+            pm = binom.pmf(j[None, :], m[:, None], 1.0 / b)  # [m, j]
+            prev = np.where(m[:, None] - j[None, :] >= 0,
+                            f[np.maximum(m[:, None] - j[None, :], 0)], 0.0)
+            f = np.sum(pm * prev, axis=1)
+        out[k] = f[n]
+        if out[k] >= 1.0 - 1e-15:
+            out[k:] = 1.0
+            break
+    return out
+
+
+def expected_max_load(balls: int, bins: int, groups: int = 1) -> float:
+    """Expected load of the fullest of ``bins`` bins after ``balls`` uniform throws,
+    ``sum_k P(max > k)`` (:func:`max_load_distribution`), or of the fullest over
+    ``groups`` independent such throws (``P(max <= k)^groups``: every sending leaf of a
+    collective hashes its own flows).  With equal flows hashed onto equal links, the
+    slowest flow's share of line rate is ``1 / max load``: the completion efficiency of
+    a permutation (:func:`~fabric_jax.scale.completion_metrics`); with ``N`` QPs of
+    ``1 / N`` of each flow, ``N / max load`` of ``N x`` the balls."""
+    cdf = max_load_distribution(balls, bins) ** int(groups)
+    return float(np.sum(1.0 - cdf))
+
+
+def expected_distinct(balls: int, bins: int) -> float:
+    """Expected number of distinct bins hit by ``balls`` uniform throws, ``K (1 - (1 -
+    1/K)^n)``: the distinct paths of a connection's ``n`` QPs hashed independently onto
+    ``K`` equal-cost uplinks (``--hash qp``)."""
+    n, K = int(balls), int(bins)
+    return K * (1.0 - (1.0 - 1.0 / K) ** n)
+
+
+def polarized_uplinks(leaf_uplinks: int, spine_uplinks: int) -> int:
+    """Uplinks a spine can use under polarised hashing
+    (:func:`~fabric_jax.scale.tiered_ecmp_paths`): the flows a leaf sends to spine ``i``
+    of ``S1`` all have ``h = i (mod S1)``, so ``h mod S2`` is fixed modulo ``gcd(S1,
+    S2)`` and takes ``S2 / gcd(S1, S2)`` values; the spines' upward capacity usable is
+    ``1 / gcd(S1, S2)`` of the built one (with ``S1 = S2``: one uplink per spine)."""
+    s1, s2 = int(leaf_uplinks), int(spine_uplinks)
+    return s2 // math.gcd(s1, s2)

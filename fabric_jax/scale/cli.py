@@ -68,6 +68,20 @@ def _add_cluster_args(p):
     p.add_argument("--max-paths", type=int, default=DEFAULT_MAX_PATHS,
                    help=f"candidate paths per flow under adaptive routing / spraying "
                         f"(default {DEFAULT_MAX_PATHS})")
+    from ._route import HASH_FIELDS
+    p.add_argument("--qps", type=int, default=_default("fabrics.qps"),
+                   help="QPs per connection under hashed (ECMP) routing, each its own flow "
+                        "of the connection's bytes / N (default 1, NCCL's "
+                        "NCCL_IB_QPS_PER_CONNECTION)")
+    p.add_argument("--hash", default=_default("fabrics.hash"),
+                   help=f"what the ECMP hash sees of a connection's QPs: "
+                        f"{', '.join(HASH_FIELDS)} (default {_default('fabrics.hash')}: each "
+                        f"QP its own UDP source port; connection: one port per connection; "
+                        f"qp_spread: QP q on the q-th uplink after the connection's)")
+    p.add_argument("--hash-polarization", action="store_true",
+                   help="the same ECMP hash at every tier of a three-tier build "
+                        "(--beyond-radix tiers): each spine reaches only S2/gcd(S1, S2) of "
+                        "its uplinks; two-tier and multi-plane builds hash once")
     p.add_argument("--switch-radix", type=int, default=_default("topology.switch_radix"),
                    help="switch ports at the NIC speed (default 128: 128 x 400G)")
     p.add_argument("--beyond-radix", default=_default("topology.beyond_radix"),
@@ -259,12 +273,14 @@ def run(args, *, command=None, started: float | None = None) -> int:
 _SAME = ("system", "model", "dt_us", "rails", "max_paths", "switch_radix", "beyond_radix",
          "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal",
          "jobs", "placement", "background", "background_cdf", "latency", "job_gpus",
-         "job_models", "job_overlap", "cluster_gpus", "global_batch", "dp_algorithm")
+         "job_models", "job_overlap", "cluster_gpus", "global_batch", "dp_algorithm", "qps",
+         "hash", "hash_polarization")
 #: values of inputs an older JSON may lack (it was written before the flag existed)
 _BEFORE = {"jobs": 1, "placement": "packed", "background": 0.0,
            "background_cdf": "web_search", "latency": "none", "job_gpus": None,
            "job_models": None, "job_overlap": "always", "cluster_gpus": None,
-           "global_batch": None, "dp_algorithm": "ring"}
+           "global_batch": None, "dp_algorithm": "ring", "qps": 1, "hash": "qp",
+           "hash_polarization": False}
 
 
 def _earlier(args) -> dict:
