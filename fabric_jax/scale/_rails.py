@@ -14,7 +14,7 @@ import numpy as np
 
 from ..fabrics import get_fabric
 from ..fluid.options import save_schedule
-from ._fabric import rail_view
+from ._fabric import rail_buffer_weight, rail_view
 from ._route import DEFAULT_MAX_PATHS, route_flows
 from ._step import StepFlows
 
@@ -131,6 +131,8 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                                  dst=host_of[np.asarray(ps.dst)].astype(np.int32))
     n_steps, every = save_schedule(n_steps, round_up=True)
     opts = {} if fifo_bands is None else {"fifo_bands": int(fifo_bands)}
+    opts.update(fab.buffer_options(topo, weight=None if rails is None else
+                                   rail_buffer_weight(topology, view)))
     problem = prepare_paths(topo, ps, fab, flows.size, dt=float(dt), n_steps=n_steps,
                             arrival=flows.arrivals, deps=flows.deps, seed=seed,
                             save_every=every, fluid_options=opts)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..fabrics import PRESETS
+from ..fabrics import PRESETS, VARIANTS
 from ..scenario import (Fabrics, Horizon, Network, Scenario, ScenarioError, Traffic, check,
                         flag_map, integer, number, one_of, refuse)
 from ..scenario import physical
@@ -79,7 +79,7 @@ SCALE_RULES = {
                                       default=DEFAULT_BACKGROUND_CDF),
     "workload.latency": one_of(LATENCY_MODELS, default=DEFAULT_LATENCY),
     # fabric
-    "fabrics.presets": one_of(PRESETS, many=True, default=tuple(PRESETS)),
+    "fabrics.presets": one_of((*PRESETS, *VARIANTS), many=True, default=tuple(PRESETS)),
     "fabrics.max_paths": integer(1, default=DEFAULT_MAX_PATHS),
     "fabrics.rails": integer(1, also=("all",), default=1, unit="rails simulated"),
     # horizon
