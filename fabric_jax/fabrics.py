@@ -47,11 +47,23 @@ Spectrum-X: 802.1p priorities under ETS with per-priority PFC; UEC: ETS classes)
 or traffic types (the job names of the compare study: ``"train"``, ``"tenant"``,
 ``"background"``) to classes; it is empty by default, so every flow is in one class and
 the presets run today's single-class model.  :data:`TENANT_CLASSES` puts the training
-job in its own class.  ``shared_buffer_alpha`` (default ``None``: static per-port pools)
-turns the switches' memory into one shared pool per switch with dynamic thresholds
-(:class:`fabric_jax.flowcontrol.SharedBuffer`).  Assumption: every class of a fabric
-uses the fabric's flow-control mode (a lossless RDMA priority beside a lossy TCP one is
-not expressed).
+job in its own class.  Assumption: every class of a fabric uses the fabric's
+flow-control mode (a lossless RDMA priority beside a lossy TCP one is not expressed).
+
+Switch memory as built (:data:`SWITCH_ASICS`): the Ethernet presets' switches have one
+shared packet memory per switch of their ASIC's size with dynamic thresholds
+(:class:`fabric_jax.flowcontrol.SharedBuffer`, ``alpha`` :data:`SHARED_BUFFER_ALPHA`):
+``roce`` and ``uec`` a Broadcom Tomahawk 5 (165 MB), ``spectrum_x`` an NVIDIA
+Spectrum-4 (160 MB); ``infiniband`` keeps the topology's per-port buffers (Quantum-2
+publishes no buffer size).  Fields ``switch_buffer_mb`` and ``shared_buffer_alpha``
+(``None``: static per-port pools, the topology's ``buffer``); the simulations that apply
+them are the compare study (:meth:`Fabric.class_options`) and the scale study
+(:meth:`Fabric.buffer_options`); a caller of :func:`fabric_jax.fabric_sim.simulate_paths`
+passes ``fluid_options=fabric.buffer_options(topology)``.  ``roce``'s DCQCN marks at
+``K_min``/``K_max`` = 150/1500 KB (:data:`RoCE_ECN_KB`), below PFC XOFF at the
+operating point (:func:`xoff_at_operating_point`, :func:`check_ecn_below_xoff`);
+:func:`roce_pfc_only` (a named variant, :data:`VARIANTS`) is the RoCE whose ECN
+thresholds sit above XOFF, so PFC does the work.
 
 SHARP (Graham et al., "Scalable Hierarchical Aggregation Protocol", COMHPC 2016):
 switches reduce, so each host sends its ``S`` bytes once and receives the result once,
@@ -578,14 +590,27 @@ def roce(**overrides) -> Fabric:
     (priority 0, default traffic) and ``TC3`` (priority 3, the lossless RoCE priority of
     NVIDIA's RoCE configuration guides, with CNPs on priority 6, not modelled), under
     ETS (IEEE 802.1Qaz) with 50 % / 50 % (assumption), PFC per priority (IEEE
-    802.1Qbb).  Switch buffer: ``shared_buffer_alpha`` (e.g. 1, SONiC's default
-    ``dynamic_th = 0``) for the shared-buffer MMU of commodity switches.
+    802.1Qbb).
+
+    Switch memory: a Broadcom Tomahawk 5 per switch (:data:`SWITCH_ASICS`, 165 MB,
+    51.2 Tb/s = 128 x 400G; assumption: a commodity RoCE fabric of 400G ports is built
+    of today's merchant 51.2T ASIC), one shared pool with dynamic thresholds ``alpha``
+    = 1 (SONiC's ``default_dynamic_th`` 0); PFC XOFF is ``alpha`` times the free memory
+    with a static headroom per pool (:func:`fabric_jax.flowcontrol.dynamic_params`).
+    ECN: DCQCN's RED ramp from ``K_min`` 150 KB to ``K_max`` 1500 KB (NVIDIA's lossless
+    RoCE switch configuration, :data:`RoCE_ECN_KB`), fixed in bytes at every port
+    speed, below XOFF at the operating point (2.54 MB with half the ASIC's 128 ports'
+    pools at their limit, :func:`xoff_at_operating_point`), so DCQCN marks before PFC
+    pauses (Zhu et al. 2015 sec. 3).  ``cc_options`` given to this builder keep these
+    thresholds unless they name ``k_min`` / ``k_max``.  :func:`roce_pfc_only` is the
+    variant with static 1 MB pools and the ``"hpcc_ns3"`` thresholds (1.6/6.4 MB at
+    400 Gb/s, above XOFF).
 
     Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s): DCQCN's
-    ``"hpcc_ns3"`` set (HPCC authors' ns-3 "Mellanox" DCQCN: K_min/K_max, R_AI and
-    R_HAI in proportion to the rate, timers 4/1/300 us; assumptions: the ECN thresholds
-    follow the NIC rate, not each port's, and NVIDIA's unpublished increase-stage
-    firmware values equal these).  Latency: ``switch_latency`` 600 ns (a commodity
+    ``"hpcc_ns3"`` set (HPCC authors' ns-3 "Mellanox" DCQCN: R_AI and R_HAI in
+    proportion to the rate, timers 4/1/300 us, P_max 0.2; assumption: NVIDIA's
+    unpublished increase-stage firmware values equal these), with the ECN thresholds
+    above.  Latency: ``switch_latency`` 600 ns (a commodity
     shared-buffer Ethernet switch: Arista 7050X data sheet, 550-650 ns cut-through;
     an older generation, our assumption for today's), ``nic_latency`` 0.3 us (as
     :func:`infiniband`: same ConnectX silicon, assumption).
@@ -642,7 +667,9 @@ def spectrum_x(**overrides) -> Fabric:
     per-tenant queues): as :func:`roce`, ``TC0`` and the lossless RoCE priority
     ``TC3`` under ETS 50 % / 50 % (assumption) with per-priority PFC; Spectrum switches
     have a shared buffer with a per-queue alpha (``shared_buffer_alpha``; NVIDIA
-    Spectrum shared-buffer documentation, SONiC ``dynamic_th``).
+    Spectrum shared-buffer documentation, SONiC ``dynamic_th``).  Switch memory: an
+    NVIDIA Spectrum-4 per switch (:data:`SWITCH_ASICS`, 160 MB, fully shared), ``alpha``
+    1 (SONiC's default).
 
     Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s): HPCC's
     ``R_AI = C (1 - eta)/N`` (paper rule, ``N`` = 100 our assumption), ``eta`` 0.95.
@@ -672,6 +699,10 @@ def uec(**overrides) -> Fabric:
     packet's NACK resends that packet only).  Leaves out:
     link-level retry, credit-based link flow control option, the speculative first
     burst.
+
+    Switch memory: a Broadcom Tomahawk 5 per switch (165 MB, shared, ``alpha`` 1; the
+    commodity switch of :func:`roce`, assumption): a trimmed packet is one whose egress
+    queue exceeds its dynamic threshold (:func:`fabric_jax.flowcontrol.dynamic_limit`).
 
     Traffic classes (used when ``class_map`` is set): UEC 1.0 carries its traffic
     classes on Ethernet priorities (DSCP / 802.1p) with the switch's ETS scheduler;

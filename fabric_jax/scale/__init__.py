@@ -92,8 +92,8 @@ over ranks and effective bandwidth of each (:func:`scaling_curves`,
 Units: bytes, seconds, bytes/s.
 """
 from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, clos_paths, ecmp_paths,
-                      link_rails, rail_buffer_weight, rail_symmetric_paths, rail_view, scale_topology,
-                      sweep_topology)
+                      link_rails, rail_buffer_weight, rail_symmetric_paths, rail_view,
+                      scale_topology, sweep_topology)
 from ._step import (BACKGROUND, BUCKET_PARAMS, DEFAULT_BACKGROUND_CDF, DEFAULT_EP,
                     DEFAULT_LATENCY, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP,
                     DEFAULT_SKEW, LATENCY_MODELS, PHASES, PLACEMENTS, StepFlows,
@@ -120,8 +120,8 @@ from ._allreduce import (CURVE_KEYS, DEFAULT_SWEEP_CHUNKS, SWEEP_ALGORITHMS, cho
 from ._scenario import RAIL_SYSTEMS, SCALE_FLAGS, SCALE_RULES, scale_scenarios
 
 __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_paths",
-           "link_rails", "rail_buffer_weight", "rail_symmetric_paths", "rail_view", "scale_topology",
-           "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "add_background",
+           "link_rails", "rail_buffer_weight", "rail_symmetric_paths", "rail_view",
+           "scale_topology", "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "add_background",
            "DEFAULT_EP", "DEFAULT_MICROBATCHES", "DEFAULT_MODEL", "DEFAULT_PP",
            "DEFAULT_SKEW", "PHASES", "PLACEMENTS", "StepFlows", "job_servers",
            "place_jobs", "scale_plan", "step_flows", "BUCKET_PARAMS", "DEFAULT_LATENCY",

@@ -61,6 +61,9 @@ class RailRun:
         waited for); ``wall_s - run_s`` is the host side.
       attempts: fluid runs made for this result (:func:`run_fabric` doubles the horizon
         once when flows are left unfinished); ``run_s`` sums them.
+      marked_share: share of the delivered bytes that left their path ECN-marked (each
+        flow's path marking probability times its throughput, sampled as
+        ``congested_bytes``); 0 under a law that does not mark.
     """
 
     flows: StepFlows
@@ -80,6 +83,7 @@ class RailRun:
     problem: object = None
     run_s: float = 0.0
     attempts: int = 1
+    marked_share: float = 0.0
 
 
 def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
@@ -146,6 +150,9 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
     switch = ~np.asarray(topo.node_is_host, bool)[np.asarray(topo.link_src)]
     hot = (q > CONGESTED_DELAY * cap[None, :]) & switch[None, :]
     congested = float(np.sum(np.where(hot, usable, 0.0)) * every * float(dt))
+    thr = np.asarray(tr.throughput, float)
+    got = float(np.sum(thr))
+    marked_share = float(np.sum(thr * np.asarray(tr.mark, float)) / got) if got > 0 else 0.0
     hops = (np.asarray(ps.hop_mask) & (np.asarray(ps.links) >= 0))[:, 0, :]
     switch_hops = np.maximum(hops.sum(axis=1) - 1, 0)      # every hop but the NIC's
     port_bytes = float(np.sum(flows.size * switch_hops))
@@ -157,13 +164,17 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                    rails=None if rails is None else tuple(view.rails), n_links=topo.n_links,
                    t=np.asarray(tr.t, float),
                    goodput=np.asarray(tr.throughput, float).sum(axis=1),
-                   latency=zero_load_latency(ps, topo, fab), problem=problem, run_s=run_s)
+                   latency=zero_load_latency(ps, topo, fab), problem=problem, run_s=run_s,
+                   marked_share=marked_share)
 
 
 def zero_load_latency(ps, topology, fabric) -> np.ndarray:
     """``[flows]`` zero-load one-way latency of each flow's first path, s: its links'
     latencies under ``fabric``'s switch and NIC latencies
     (:meth:`fabric_jax.Fabric.link_latency`), queues empty."""
+    thr = np.asarray(tr.throughput, float)
+    got = float(np.sum(thr))
+    marked_share = float(np.sum(thr * np.asarray(tr.mark, float)) / got) if got > 0 else 0.0
     hops = (np.asarray(ps.hop_mask) & (np.asarray(ps.links) >= 0))[:, 0, :]
     lat_l = np.asarray(get_fabric(fabric).link_latency(topology), float)
     return np.sum(np.where(hops, lat_l[np.maximum(np.asarray(ps.links)[:, 0, :], 0)], 0.0),
