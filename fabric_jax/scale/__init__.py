@@ -49,6 +49,14 @@ Every rail then carries the same flows between the same servers; whether the rai
 * three tiers: the rails share the spine-to-super-spine links, so no rail runs alone;
   the whole fabric is simulated.
 
+Shared switch memory (the Ethernet presets' ASIC buffers,
+:meth:`fabric_jax.Fabric.buffer_options`) couples the rails at the spines, which every
+rail's leaves reach: a spine's dynamic thresholds ``alpha (B - Q)`` see every rail's
+bytes.  The rail view counts a switch's occupancy ``rail_buffer_weight`` times (rails
+reaching it over rails simulated; :class:`fabric_jax.flowcontrol.SharedBuffer`
+``weight``), which is the full run's occupancy when the rails' runs are identical (the
+``exact`` case); under per-flow ECMP it is one more approximation of the sample.
+
 Pods are not reduced: one job fills the cluster, and its pipeline sends and DP rings
 cross every pod (or scalable unit), so no pod runs alone.
 
