@@ -172,9 +172,6 @@ def zero_load_latency(ps, topology, fabric) -> np.ndarray:
     """``[flows]`` zero-load one-way latency of each flow's first path, s: its links'
     latencies under ``fabric``'s switch and NIC latencies
     (:meth:`fabric_jax.Fabric.link_latency`), queues empty."""
-    thr = np.asarray(tr.throughput, float)
-    got = float(np.sum(thr))
-    marked_share = float(np.sum(thr * np.asarray(tr.mark, float)) / got) if got > 0 else 0.0
     hops = (np.asarray(ps.hop_mask) & (np.asarray(ps.links) >= 0))[:, 0, :]
     lat_l = np.asarray(get_fabric(fabric).link_latency(topology), float)
     return np.sum(np.where(hops, lat_l[np.maximum(np.asarray(ps.links)[:, 0, :], 0)], 0.0),
