@@ -83,9 +83,9 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     * ``congested_share``: bytes served by congested switch ports over the bytes that
       crossed switch ports (each hop counted;
       :data:`~fabric_jax.scale.CONGESTED_DELAY`).
-    * ``ecn_marked_share``: share of the delivered bytes that were ECN-marked
-      (:attr:`~fabric_jax.scale.RailRun.marked_share`; DCQCN's marks, 0 for a law that
-      does not mark).
+    * ``ecn_marked_share``: share of the delivered bytes that were marked
+      (:attr:`~fabric_jax.scale.RailRun.marked_share`: DCQCN's ECN, IB CC's FECN; 0 for
+      a law that does not mark).
     * ``pfc_pause_time``: port-seconds paused (PFC) or credit-starved per step over the
       whole fabric (the simulated rails' figure times ``n_rails / rails simulated``).
     * ``fabric_cost_share``: the fabric's part of $/token

@@ -61,9 +61,10 @@ class RailRun:
         waited for); ``wall_s - run_s`` is the host side.
       attempts: fluid runs made for this result (:func:`run_fabric` doubles the horizon
         once when flows are left unfinished); ``run_s`` sums them.
-      marked_share: share of the delivered bytes that left their path ECN-marked (each
-        flow's path marking probability times its throughput, sampled as
-        ``congested_bytes``); 0 under a law that does not mark.
+      marked_share: share of the delivered bytes that left their path marked by the
+        law's switch marking (DCQCN's ECN, IB CC's FECN; each flow's path marking
+        probability times its throughput, sampled as ``congested_bytes``); 0 under a
+        law that does not mark.
     """
 
     flows: StepFlows
