@@ -44,3 +44,10 @@ def test_weighted_switch_is_g_identical_copies():
     # and the unweighted view would see the wrong (larger) free memory
     assert float(fcm.free_buffer(jnp.asarray(level), jnp.zeros(n, jnp.int32), size)[0]) > \
         float(free_one[0]) + 5e5
+
+
+def test_scale_fabrics_flag_accepts_the_named_variants_not_by_default():
+    scn = sc.scale_scenarios({"topology.gpus": "64", "fabrics.presets": "roce,roce_pfc_only"},
+                             flags=sc.SCALE_FLAGS)[0]
+    assert tuple(scn.fabric.presets) == ("roce", "roce_pfc_only")
+    assert "roce_pfc_only" not in sc.SCALE_RULES["fabrics.presets"].default
