@@ -602,7 +602,8 @@ def roce(**overrides) -> Fabric:
     speed, below XOFF at the operating point (2.54 MB with half the ASIC's 128 ports'
     pools at their limit, :func:`xoff_at_operating_point`), so DCQCN marks before PFC
     pauses (Zhu et al. 2015 sec. 3).  ``cc_options`` given to this builder keep these
-    thresholds unless they name ``k_min`` / ``k_max``.  :func:`roce_pfc_only` is the
+    thresholds unless they name ``k_min`` / ``k_max`` (with another ``cc`` the thresholds
+    are not set).  :func:`roce_pfc_only` is the
     variant with static 1 MB pools and the ``"hpcc_ns3"`` thresholds (1.6/6.4 MB at
     400 Gb/s, above XOFF).
 
@@ -615,16 +616,17 @@ def roce(**overrides) -> Fabric:
     an older generation, our assumption for today's), ``nic_latency`` 0.3 us (as
     :func:`infiniband`: same ConnectX silicon, assumption).
     """
+    ecn = _roce_ecn() if overrides.get("cc", "dcqcn") == "dcqcn" else {}  # DCQCN's RED
     base = Fabric("roce", routing="ecmp", cc="dcqcn", flow_control="pfc",
                   description="PFC + ECN/DCQCN + ECMP",
                   switch_latency=ETHERNET_SWITCH_LATENCY, nic_latency=NIC_LATENCY,
                   reorder=False, loss_recovery="go_back_n", class_weights=(50.0, 50.0),
-                  class_names=("TC0", "TC3"), cc_options=_roce_ecn(),
+                  class_names=("TC0", "TC3"), cc_options=ecn,
                   shared_buffer_alpha=SHARED_BUFFER_ALPHA,
                   switch_buffer_mb=SWITCH_ASICS["tomahawk5"].buffer_mb,
                   switch_asic="tomahawk5")
     if "cc_options" in overrides:   # the ECN thresholds stay unless given
-        overrides = dict(overrides, cc_options={**_roce_ecn(), **overrides["cc_options"]})
+        overrides = dict(overrides, cc_options={**ecn, **overrides["cc_options"]})
     return base.replace(**overrides)
 
 

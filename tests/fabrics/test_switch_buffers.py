@@ -138,3 +138,8 @@ def test_compare_scenario_accepts_the_buffers_it_can_build():
     scn = scenario_from_dict({"fabrics": {"presets": ["roce", "roce_pfc_only"], "roce": {
         "switch_buffer_mb": 64.0, "cc_options": {"k_min": 150e3, "k_max": 400e3}}}})
     assert scn.presets == ("roce", "roce_pfc_only")
+
+
+def test_roce_with_another_law_carries_no_ecn_thresholds():
+    assert get_fabric("roce", cc="none").cc_options == {}
+    get_fabric("roce", cc="hpcc").law_params()           # builds
