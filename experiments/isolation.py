@@ -69,6 +69,7 @@ from experiments import _common as cm
 from fabric_jax.plots import save_figure  # noqa: E402
 from fabric_jax import compare  # noqa: E402
 from fabric_jax.fabrics import PRESETS, TENANT_CLASSES, get_fabric  # noqa: E402
+from fabric_jax.fabrics import VARIANTS as FABRIC_VARIANTS  # noqa: E402
 from fabric_jax.study.progress import Progress  # noqa: E402
 from fabric_jax.fluid.options import save_schedule  # noqa: E402
 
@@ -158,7 +159,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--incast-mb", type=float, default=4.0, help="bytes per incast sender, MB")
     ap.add_argument("--fan-in", type=int, default=None,
                     help="incast senders per rail (default: all other tenant servers)")
-    ap.add_argument("--fabrics", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    ap.add_argument("--fabrics", nargs="+", default=list(PRESETS),
+                    choices=list(PRESETS) + list(FABRIC_VARIANTS),
+                    help="presets (default all), or named variants such as roce_pfc_only")
     ap.add_argument("--dt-us", type=float, default=0.5,
                     help="fluid step, us (default 0.5: at --quick every slowdown moves by "
                          "<= 3 %% to dt = 0.125 us; at 2 us InfiniBand's one-class case was "

@@ -47,11 +47,23 @@ Spectrum-X: 802.1p priorities under ETS with per-priority PFC; UEC: ETS classes)
 or traffic types (the job names of the compare study: ``"train"``, ``"tenant"``,
 ``"background"``) to classes; it is empty by default, so every flow is in one class and
 the presets run today's single-class model.  :data:`TENANT_CLASSES` puts the training
-job in its own class.  ``shared_buffer_alpha`` (default ``None``: static per-port pools)
-turns the switches' memory into one shared pool per switch with dynamic thresholds
-(:class:`fabric_jax.flowcontrol.SharedBuffer`).  Assumption: every class of a fabric
-uses the fabric's flow-control mode (a lossless RDMA priority beside a lossy TCP one is
-not expressed).
+job in its own class.  Assumption: every class of a fabric uses the fabric's
+flow-control mode (a lossless RDMA priority beside a lossy TCP one is not expressed).
+
+Switch memory as built (:data:`SWITCH_ASICS`): the Ethernet presets' switches have one
+shared packet memory per switch of their ASIC's size with dynamic thresholds
+(:class:`fabric_jax.flowcontrol.SharedBuffer`, ``alpha`` :data:`SHARED_BUFFER_ALPHA`):
+``roce`` and ``uec`` a Broadcom Tomahawk 5 (165 MB), ``spectrum_x`` an NVIDIA
+Spectrum-4 (160 MB); ``infiniband`` keeps the topology's per-port buffers (Quantum-2
+publishes no buffer size).  Fields ``switch_buffer_mb`` and ``shared_buffer_alpha``
+(``None``: static per-port pools, the topology's ``buffer``); the simulations that apply
+them are the compare study (:meth:`Fabric.class_options`) and the scale study
+(:meth:`Fabric.buffer_options`); a caller of :func:`fabric_jax.fabric_sim.simulate_paths`
+passes ``fluid_options=fabric.buffer_options(topology)``.  ``roce``'s DCQCN marks at
+``K_min``/``K_max`` = 150/1500 KB (:data:`RoCE_ECN_KB`), below PFC XOFF at the
+operating point (:func:`xoff_at_operating_point`, :func:`check_ecn_below_xoff`);
+:func:`roce_pfc_only` (a named variant, :data:`VARIANTS`) is the RoCE whose ECN
+thresholds sit above XOFF, so PFC does the work.
 
 SHARP (Graham et al., "Scalable Hierarchical Aggregation Protocol", COMHPC 2016):
 switches reduce, so each host sends its ``S`` bytes once and receives the result once,
@@ -74,7 +86,10 @@ from .units import NS, US, gbps
 
 __all__ = ["Fabric", "infiniband", "roce", "spectrum_x", "uec", "PRESETS", "get_fabric",
            "IB_SWITCH_LATENCY", "SPECTRUM_SWITCH_LATENCY",
-           "ETHERNET_SWITCH_LATENCY", "NIC_LATENCY", "TENANT_CLASSES"]
+           "ETHERNET_SWITCH_LATENCY", "NIC_LATENCY", "TENANT_CLASSES", "SwitchASIC",
+           "SWITCH_ASICS", "SHARED_BUFFER_ALPHA", "RoCE_ECN_KB", "VARIANTS", "roce_pfc_only",
+           "xoff_at_operating_point", "check_ecn_below_xoff", "bdp_bytes", "BDP_HOPS",
+           "check_switch_buffer"]
 
 #: A ``class_map`` that isolates the training job: it alone in class 1, every other
 #: tenant and the background traffic in class 0.
@@ -85,6 +100,181 @@ IB_SWITCH_LATENCY = 130 * NS        # NVIDIA Quantum (HDR, QM8700) data sheet, c
 SPECTRUM_SWITCH_LATENCY = 300 * NS  # Mellanox Spectrum (SN2000) product brief, cut-through
 ETHERNET_SWITCH_LATENCY = 600 * NS  # Arista 7050X data sheet: 550-650 ns cut-through
 NIC_LATENCY = 0.3 * US              # ConnectX "sub-600 ns" end to end, split over two NICs
+
+
+@dataclasses.dataclass(frozen=True)
+class SwitchASIC:
+    """A switch ASIC's packet memory as built.
+
+    Attributes:
+      name: the ASIC.
+      tbps: switching capacity, Tb/s.
+      ports_400g: ports at 400 Gb/s (the topology builders' link speed).
+      buffer_mb: packet memory, MB (1 MB = 10^6 B), shared by all ports with dynamic
+        thresholds; ``None`` where no figure is published.
+      source: where the figure comes from.
+    """
+
+    name: str
+    tbps: float
+    ports_400g: int
+    buffer_mb: float | None
+    source: str
+
+    @property
+    def buffer(self) -> float | None:
+        """Packet memory, bytes."""
+        return None if self.buffer_mb is None else self.buffer_mb * 1e6
+
+
+#: Current AI switch ASICs and their shared packet memory.  Vendors rarely publish a
+#: buffer size; each figure names its document, and how sure it is.
+SWITCH_ASICS = {
+    "tomahawk5": SwitchASIC(
+        "Broadcom Tomahawk 5 (BCM78900)", 51.2, 128, 165.0,
+        "Arista 7060X6 data sheet (TH5 system): 165 MB packet buffer; Broadcom's "
+        "announcement (Aug 2022) says 'shared-buffer architecture' without a size"),
+    "tomahawk4": SwitchASIC(
+        "Broadcom Tomahawk 4 (BCM56990)", 25.6, 64, 113.0,
+        "Arista 7060X5 / 7388X5 data sheets (TH4 systems): 113-114 MB shared buffer; not "
+        "in Broadcom's own documents (assumption: the system figure is the ASIC's)"),
+    "spectrum4": SwitchASIC(
+        "NVIDIA Spectrum-4 (SN5600)", 51.2, 128, 160.0,
+        "NVIDIA Spectrum SN5000 series data sheet: SN5600 160 MB buffer ('fully shared, "
+        "monolithic packet buffer dynamically available to all ports', NVIDIA "
+        "Spectrum-4 announcement, GTC 2022); a third-party summary quotes 128 MB"),
+    "spectrum3": SwitchASIC(
+        "NVIDIA Spectrum-3 (SN4000)", 12.8, 32, 64.0,
+        "NVIDIA Spectrum SN4000 series data sheet: 64 MB fully shared buffer"),
+    "quantum2": SwitchASIC(
+        "NVIDIA Quantum-2 (QM9700, InfiniBand NDR)", 51.2, 64, None,
+        "no buffer size published; credit-based per-VL buffers (IBA vol. 1 sec. 7.9): "
+        "the infiniband preset keeps the topology's per-port buffers (assumption)"),
+}
+
+#: Dynamic-threshold factor of the Ethernet presets' shared buffers: 1, SONiC's
+#: dynamic buffer model ``default_dynamic_th = 0`` (``alpha = 2^dynamic_th``; SONiC
+#: ``doc/qos/dynamically-calculating-buffer-settings.md``), Choudhury-Hahne's first value.
+SHARED_BUFFER_ALPHA = 1.0
+
+#: DCQCN's RED thresholds in the ``roce`` preset, KB (1 KB = 1000 B): ``(K_min, K_max)``
+#: = (150, 1500), NVIDIA's lossless RoCE switch configuration ("Lossless RoCE
+#: Configuration for MLNX-OS Switches in DSCP-Based QoS Mode", NVIDIA/Mellanox
+#: community DOC-2884 / DOC-3017: ``traffic-class 3 congestion-control ecn
+#: minimum-absolute 150 maximum-absolute 1500``), absolute thresholds for every port
+#: speed; ``P_max`` stays the ``"hpcc_ns3"`` set's 0.2 (NVIDIA does not publish its
+#: marking probability; assumption).
+RoCE_ECN_KB = (150.0, 1500.0)
+
+
+def xoff_at_operating_point(buffer, alpha, ports: int) -> float:
+    """PFC XOFF of a shared-buffer switch at its operating point, bytes.
+
+    With dynamic thresholds XOFF is ``alpha (B - Q)`` and falls as the switch fills.
+    The operating point: ``ports`` lossless pools each at its threshold (Choudhury and
+    Hahne 1998, eq. 2): ``T = alpha B / (1 + ports alpha)``.  For a Clos switch the
+    presets take ``ports`` = half the ASIC's ports (:func:`check_ecn_below_xoff`):
+    one direction of the switch congested at once (a leaf's down ports under an incast
+    on every host, or its up ports under an incast on every spine), assumption.  With
+    every port's pool at its limit (``ports`` = all) the bound is about ``B / ports``.
+    """
+    b, a = float(buffer), float(alpha)
+    return a * b / (1.0 + int(ports) * a)
+
+
+def bdp_bytes(link_rate, rtt) -> float:
+    """One bandwidth-delay product, bytes: ``link_rate`` (bytes/s) x ``rtt`` (s)."""
+    return float(link_rate) * float(rtt)
+
+
+#: Links each way of the round trip a buffer must cover (:func:`check_switch_buffer`):
+#: a two-tier Clos path NIC-leaf-spine-leaf-NIC (assumption: the longest path of the
+#: builds the studies use below three tiers).
+BDP_HOPS = 4
+
+
+def check_switch_buffer(topology, size, *, name="switch_buffer_mb") -> None:
+    """Refuses switch memories smaller than one bandwidth-delay product (host).
+
+    The BDP of a switch: its fastest port's rate times the round trip of
+    :data:`BDP_HOPS` links each way at the topology's largest link latency.  A switch
+    that cannot hold one BDP cannot absorb one RTT of a single port's line-rate burst
+    (and PFC's headroom alone is about one RTT of the port).
+
+    Raises:
+      ValueError: naming ``name``, the smallest memory and the BDP it must reach.
+    """
+    is_host = np.asarray(topology.node_is_host, bool)
+    src = np.asarray(topology.link_src)
+    cap = np.asarray(topology.capacity, float)
+    sw = np.flatnonzero(~is_host)
+    if sw.size == 0:
+        return
+    node_to_sw = np.full(is_host.size, -1)
+    node_to_sw[sw] = np.arange(sw.size)
+    own = node_to_sw[src]
+    fastest = np.zeros(sw.size)
+    np.maximum.at(fastest, own[own >= 0], cap[own >= 0])
+    rtt = 2 * BDP_HOPS * float(np.max(np.asarray(topology.latency, float), initial=0.0))
+    need = fastest * rtt
+    size = np.broadcast_to(np.asarray(size, float), (sw.size,))
+    bad = size < need
+    if np.any(bad):
+        i = int(np.argmax(need - size))
+        raise ValueError(f"{name}: a switch memory of {size[i] / 1e6:.4g} MB is smaller than "
+                         f"one bandwidth-delay product of its port ({need[i] / 1e6:.4g} MB = "
+                         f"{fastest[i] * 8 / 1e9:g} Gb/s x {rtt * 1e6:g} us round trip); "
+                         f"give at least {need[i] / 1e6:.4g} MB")
+
+
+def check_ecn_below_xoff(fabric, *, port_buffer=None, capacity=None, reaction_s=None,
+                         line_rate=None, ports=None, name="cc_options['k_max']") -> None:
+    """Refuses DCQCN marking thresholds at or above the PFC XOFF of the port (host).
+
+    ECN must mark before PFC pauses (Zhu et al., DCQCN, SIGCOMM 2015 sec. 3: the ECN
+    threshold is set below the PFC threshold so that DCQCN reacts before PAUSE frames
+    spread congestion): ``K_max`` (the top of the RED ramp) below XOFF.  XOFF: with a
+    shared buffer (``fabric.shared_buffer_alpha``) the operating point of
+    :func:`xoff_at_operating_point` with half the switch's ports (``ports``, default the
+    ASIC's ports at the NIC rate ``fabric.nic_gbps``); with static pools
+    ``port_buffer - headroom`` (:func:`fabric_jax.flowcontrol.pfc_thresholds` at
+    ``capacity`` bytes/s and ``reaction_s``).  Nothing to check for another law or
+    flow control.
+
+    Raises:
+      ValueError: naming ``name`` with K_max, the XOFF and the fix.
+    """
+    if fabric.flow_control != "pfc" or fabric.cc != "dcqcn":
+        return
+    _, k_max = fabric.ecn_thresholds(line_rate)
+    if fabric.shared_buffer_alpha is not None:
+        asic = SWITCH_ASICS.get(fabric.switch_asic)
+        if ports is None:
+            if asic is None:
+                raise ValueError("check_ecn_below_xoff: ports (the switch's port count) is "
+                                 "needed without a switch_asic")
+            ports = int(round(asic.tbps * 1e3 / fabric.nic_gbps))
+        if fabric.switch_buffer_mb is not None:
+            size = fabric.switch_buffer_mb * 1e6
+        elif port_buffer is not None:
+            size = float(np.max(port_buffer)) * ports
+        else:
+            raise ValueError("check_ecn_below_xoff: port_buffer is needed without "
+                             "switch_buffer_mb")
+        xoff = xoff_at_operating_point(size, fabric.shared_buffer_alpha, max(ports // 2, 1))
+        where = (f"the shared-buffer XOFF at the operating point ({size / 1e6:g} MB, alpha "
+                 f"{fabric.shared_buffer_alpha:g}, {max(ports // 2, 1)} congested pools)")
+    else:
+        if port_buffer is None or capacity is None or reaction_s is None:
+            return
+        from .flowcontrol import pfc_headroom
+        xoff = float(np.min(np.asarray(port_buffer, float) - pfc_headroom(
+            capacity, reaction_s=reaction_s)))
+        where = "the static pool's XOFF (buffer - PFC headroom)"
+    if k_max >= xoff:
+        raise ValueError(f"{name}: DCQCN K_max {k_max / 1e3:g} KB is not below {where} "
+                         f"{xoff / 1e3:.4g} KB, so PFC pauses before ECN marks; lower K_max "
+                         f"below {xoff / 1e3:.4g} KB or give a larger buffer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +309,12 @@ class Fabric:
       shared_buffer_alpha: dynamic-threshold factor of a shared switch buffer
         (:func:`fabric_jax.flowcontrol.shared_buffer`), or ``None`` (default): static
         per-port pools.
+      switch_buffer_mb: packet memory of every switch, MB (1 MB = 10^6 B), shared by its
+        ports with dynamic thresholds ``shared_buffer_alpha`` (an ASIC of
+        :data:`SWITCH_ASICS`); ``None`` (default): each switch's memory is the sum of
+        its ports' ``topology.buffer``.
+      switch_asic: the :data:`SWITCH_ASICS` key the switch memory comes from (a label:
+        ``switch_buffer_mb`` is what runs), ``""``: none.
     """
 
     name: str
@@ -139,6 +335,8 @@ class Fabric:
     class_levels: tuple = ()
     class_names: tuple = ()
     shared_buffer_alpha: float | None = None
+    switch_buffer_mb: float | None = None
+    switch_asic: str = ""
 
     def __post_init__(self):
         get_policy(self.routing)
@@ -168,6 +366,19 @@ class Fabric:
                                   and not isinstance(a, bool) and np.isfinite(a) and a > 0):
             raise ValueError(f"shared_buffer_alpha must be None or a finite number > 0; "
                              f"got {a!r}")
+        m = self.switch_buffer_mb
+        if m is not None:
+            if not (isinstance(m, (int, float, np.floating, np.integer)) and not isinstance(
+                    m, bool) and np.isfinite(m) and m > 0):
+                raise ValueError(f"switch_buffer_mb must be None or a finite number > 0 (MB "
+                                 f"per switch); got {m!r}")
+            if a is None:
+                raise ValueError("switch_buffer_mb needs shared_buffer_alpha (the switch's "
+                                 "memory is shared with dynamic thresholds); set "
+                                 "shared_buffer_alpha, e.g. 1, or switch_buffer_mb=None")
+        if self.switch_asic and self.switch_asic not in SWITCH_ASICS:
+            raise ValueError(f"switch_asic must be '' or one of {sorted(SWITCH_ASICS)}; got "
+                             f"{self.switch_asic!r}")
 
     def traffic_classes(self):
         """The port classes as a :class:`fabric_jax.qos.TrafficClasses`."""
@@ -193,12 +404,41 @@ class Fabric:
             lut = {j: int(self.class_map.get(names.get(int(j), ""), 0)) for j in np.unique(ids)}
             out.update(traffic_class=np.array([lut[int(j)] for j in ids], np.int32),
                        classes=self.traffic_classes())
-        if self.shared_buffer_alpha is not None:
-            if topology is None:
-                raise ValueError("shared_buffer_alpha needs the topology (switch memory map)")
-            from .flowcontrol import shared_buffer
-            out["shared_buffer"] = shared_buffer(topology, alpha=self.shared_buffer_alpha)
+        out.update(self.buffer_options(topology))
         return out
+
+    def buffer_options(self, topology, weight=None) -> dict:
+        """Keyword arguments of :func:`fabric_jax.fluid.simulate_fluid` for the switches'
+        memory: ``{}`` with static per-port pools, else ``{"shared_buffer":
+        SharedBuffer}`` of ``switch_buffer_mb`` per switch (default: the sum of its
+        ports' ``topology.buffer``) with ``shared_buffer_alpha``.
+
+        Args:
+          topology: the :class:`fabric_jax.Topology`.
+          weight: ``[switches]`` occupancy weights
+            (:class:`fabric_jax.flowcontrol.SharedBuffer`; the rail reduction's).
+
+        Raises:
+          ValueError: no topology, or a switch memory smaller than one bandwidth-delay
+            product of its fastest port (:func:`check_switch_buffer`).
+        """
+        if self.shared_buffer_alpha is None:
+            return {}
+        if topology is None:
+            raise ValueError("shared_buffer_alpha needs the topology (switch memory map)")
+        from .flowcontrol import shared_buffer
+        size = None if self.switch_buffer_mb is None else self.switch_buffer_mb * 1e6
+        sb = shared_buffer(topology, alpha=self.shared_buffer_alpha, size=size, weight=weight)
+        check_switch_buffer(topology, np.asarray(sb.size), name="switch_buffer_mb"
+                            if self.switch_buffer_mb is not None else "topology.buffer")
+        return {"shared_buffer": sb}
+
+    def ecn_thresholds(self, line_rate=None):
+        """``(K_min, K_max)`` of DCQCN's RED ramp, bytes (``None`` for another law)."""
+        if self.cc != "dcqcn":
+            return None
+        p = self.law_params(line_rate)
+        return float(np.max(np.asarray(p.k_min))), float(np.max(np.asarray(p.k_max)))
 
     def receiver_options(self) -> dict:
         """``reorder`` and ``loss_recovery`` as keyword arguments of
@@ -350,24 +590,62 @@ def roce(**overrides) -> Fabric:
     (priority 0, default traffic) and ``TC3`` (priority 3, the lossless RoCE priority of
     NVIDIA's RoCE configuration guides, with CNPs on priority 6, not modelled), under
     ETS (IEEE 802.1Qaz) with 50 % / 50 % (assumption), PFC per priority (IEEE
-    802.1Qbb).  Switch buffer: ``shared_buffer_alpha`` (e.g. 1, SONiC's default
-    ``dynamic_th = 0``) for the shared-buffer MMU of commodity switches.
+    802.1Qbb).
+
+    Switch memory: a Broadcom Tomahawk 5 per switch (:data:`SWITCH_ASICS`, 165 MB,
+    51.2 Tb/s = 128 x 400G; assumption: a commodity RoCE fabric of 400G ports is built
+    of today's merchant 51.2T ASIC), one shared pool with dynamic thresholds ``alpha``
+    = 1 (SONiC's ``default_dynamic_th`` 0); PFC XOFF is ``alpha`` times the free memory
+    with a static headroom per pool (:func:`fabric_jax.flowcontrol.dynamic_params`).
+    ECN: DCQCN's RED ramp from ``K_min`` 150 KB to ``K_max`` 1500 KB (NVIDIA's lossless
+    RoCE switch configuration, :data:`RoCE_ECN_KB`), fixed in bytes at every port
+    speed, below XOFF at the operating point (2.54 MB with half the ASIC's 128 ports'
+    pools at their limit, :func:`xoff_at_operating_point`), so DCQCN marks before PFC
+    pauses (Zhu et al. 2015 sec. 3).  ``cc_options`` given to this builder keep these
+    thresholds unless they name ``k_min`` / ``k_max`` (with another ``cc`` the thresholds
+    are not set).  :func:`roce_pfc_only` is the
+    variant with static 1 MB pools and the ``"hpcc_ns3"`` thresholds (1.6/6.4 MB at
+    400 Gb/s, above XOFF).
 
     Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s): DCQCN's
-    ``"hpcc_ns3"`` set (HPCC authors' ns-3 "Mellanox" DCQCN: K_min/K_max, R_AI and
-    R_HAI in proportion to the rate, timers 4/1/300 us; assumptions: the ECN thresholds
-    follow the NIC rate, not each port's, and NVIDIA's unpublished increase-stage
-    firmware values equal these).  Latency: ``switch_latency`` 600 ns (a commodity
+    ``"hpcc_ns3"`` set (HPCC authors' ns-3 "Mellanox" DCQCN: R_AI and R_HAI in
+    proportion to the rate, timers 4/1/300 us, P_max 0.2; assumption: NVIDIA's
+    unpublished increase-stage firmware values equal these), with the ECN thresholds
+    above.  Latency: ``switch_latency`` 600 ns (a commodity
     shared-buffer Ethernet switch: Arista 7050X data sheet, 550-650 ns cut-through;
     an older generation, our assumption for today's), ``nic_latency`` 0.3 us (as
     :func:`infiniband`: same ConnectX silicon, assumption).
     """
+    ecn = _roce_ecn() if overrides.get("cc", "dcqcn") == "dcqcn" else {}  # DCQCN's RED
     base = Fabric("roce", routing="ecmp", cc="dcqcn", flow_control="pfc",
                   description="PFC + ECN/DCQCN + ECMP",
                   switch_latency=ETHERNET_SWITCH_LATENCY, nic_latency=NIC_LATENCY,
                   reorder=False, loss_recovery="go_back_n", class_weights=(50.0, 50.0),
-                  class_names=("TC0", "TC3"))
+                  class_names=("TC0", "TC3"), cc_options=ecn,
+                  shared_buffer_alpha=SHARED_BUFFER_ALPHA,
+                  switch_buffer_mb=SWITCH_ASICS["tomahawk5"].buffer_mb,
+                  switch_asic="tomahawk5")
+    if "cc_options" in overrides:   # the ECN thresholds stay unless given
+        overrides = dict(overrides, cc_options={**ecn, **overrides["cc_options"]})
     return base.replace(**overrides)
+
+
+def _roce_ecn() -> dict:
+    return dict(k_min=RoCE_ECN_KB[0] * 1e3, k_max=RoCE_ECN_KB[1] * 1e3)
+
+
+def roce_pfc_only(**overrides) -> Fabric:
+    """RoCEv2 with PFC doing the work: :func:`roce` with the ECN thresholds of the
+    ``"hpcc_ns3"`` set (K_min/K_max 100/400 KB per 25 Gb/s: 1.6/6.4 MB at 400 Gb/s,
+    above the port's XOFF) and static per-port pools (the topology's ``buffer``, 1 MB
+    by default: XOFF about 950 KB), so DCQCN hardly ever marks and PFC pauses instead.
+    Some production fabrics run RoCE this way (ECN off or thresholds above PFC; e.g.
+    the PFC-only RoCE of Guo et al., "RDMA over Commodity Ethernet at Scale", SIGCOMM
+    2016, sec. 2, before DCQCN was deployed).  Not in :data:`PRESETS`; reachable by
+    name through :func:`get_fabric` (:data:`VARIANTS`)."""
+    base = roce(shared_buffer_alpha=None, switch_buffer_mb=None, switch_asic="",
+                description="PFC (ECN above XOFF) + DCQCN + ECMP")
+    return dataclasses.replace(base, name="roce_pfc_only", cc_options={}).replace(**overrides)
 
 
 def spectrum_x(**overrides) -> Fabric:
@@ -391,7 +669,9 @@ def spectrum_x(**overrides) -> Fabric:
     per-tenant queues): as :func:`roce`, ``TC0`` and the lossless RoCE priority
     ``TC3`` under ETS 50 % / 50 % (assumption) with per-priority PFC; Spectrum switches
     have a shared buffer with a per-queue alpha (``shared_buffer_alpha``; NVIDIA
-    Spectrum shared-buffer documentation, SONiC ``dynamic_th``).
+    Spectrum shared-buffer documentation, SONiC ``dynamic_th``).  Switch memory: an
+    NVIDIA Spectrum-4 per switch (:data:`SWITCH_ASICS`, 160 MB, fully shared), ``alpha``
+    1 (SONiC's default).
 
     Parameters from the NIC line rate ``nic_gbps`` (default 400 Gb/s): HPCC's
     ``R_AI = C (1 - eta)/N`` (paper rule, ``N`` = 100 our assumption), ``eta`` 0.95.
@@ -403,7 +683,9 @@ def spectrum_x(**overrides) -> Fabric:
                   description="PFC + telemetry CC (HPCC-like) + per-packet AR with telemetry",
                   switch_latency=SPECTRUM_SWITCH_LATENCY, nic_latency=NIC_LATENCY,
                   reorder=True, loss_recovery="selective", class_weights=(50.0, 50.0),
-                  class_names=("TC0", "TC3"))
+                  class_names=("TC0", "TC3"), shared_buffer_alpha=SHARED_BUFFER_ALPHA,
+                  switch_buffer_mb=SWITCH_ASICS["spectrum4"].buffer_mb,
+                  switch_asic="spectrum4")
     return base.replace(**overrides)
 
 
@@ -420,6 +702,10 @@ def uec(**overrides) -> Fabric:
     link-level retry, credit-based link flow control option, the speculative first
     burst.
 
+    Switch memory: a Broadcom Tomahawk 5 per switch (165 MB, shared, ``alpha`` 1; the
+    commodity switch of :func:`roce`, assumption): a trimmed packet is one whose egress
+    queue exceeds its dynamic threshold (:func:`fabric_jax.flowcontrol.dynamic_limit`).
+
     Traffic classes (used when ``class_map`` is set): UEC 1.0 carries its traffic
     classes on Ethernet priorities (DSCP / 802.1p) with the switch's ETS scheduler;
     two classes ``TC0`` / ``TC1`` at 50 % / 50 % (assumption); trimming per class
@@ -435,19 +721,24 @@ def uec(**overrides) -> Fabric:
                   description="spraying + NSCC + lossy with trimming",
                   switch_latency=ETHERNET_SWITCH_LATENCY, nic_latency=NIC_LATENCY,
                   reorder=True, loss_recovery="selective", class_weights=(50.0, 50.0),
-                  class_names=("TC0", "TC1"))
+                  class_names=("TC0", "TC1"), shared_buffer_alpha=SHARED_BUFFER_ALPHA,
+                  switch_buffer_mb=SWITCH_ASICS["tomahawk5"].buffer_mb,
+                  switch_asic="tomahawk5")
     return base.replace(**overrides)
 
 
 #: Preset builders by name.
 PRESETS = {"infiniband": infiniband, "roce": roce, "spectrum_x": spectrum_x, "uec": uec}
+#: Named variants, reachable by :func:`get_fabric` (and ``--fabrics``), not run by default.
+VARIANTS = {"roce_pfc_only": roce_pfc_only}
 
 
 def get_fabric(fabric, **overrides) -> Fabric:
-    """A :class:`Fabric` from a preset name (with overrides) or a Fabric."""
+    """A :class:`Fabric` from a preset or variant name (with overrides) or a Fabric."""
     if isinstance(fabric, Fabric):
         return fabric.replace(**overrides) if overrides else fabric
-    if fabric not in PRESETS:
-        raise ValueError(f"fabric must be one of {sorted(PRESETS)}; got {fabric!r}")
-    return PRESETS[fabric](**overrides)
+    builders = {**PRESETS, **VARIANTS}
+    if fabric not in builders:
+        raise ValueError(f"fabric must be one of {sorted(builders)}; got {fabric!r}")
+    return builders[fabric](**overrides)
 

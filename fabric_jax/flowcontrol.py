@@ -275,6 +275,11 @@ class SharedBuffer:
         link (its destination node: the PFC / credit ingress pool), ``n_switches`` at a
         host.
       n_switches: number of switches (static).
+      weight: ``[switches]`` copies of its occupancy each switch counts (default 1): a
+        switch of a reduced fabric that stands for ``g`` interchangeable copies of its
+        traffic (the rail reduction of :mod:`fabric_jax.scale`: a spine shared by ``g``
+        rails, one rail simulated) holds ``Q_s = g`` times what the simulated flows hold,
+        so ``T = alpha (B_s - g q_s)``, the threshold of the full run.
     """
 
     size: Any
@@ -282,6 +287,7 @@ class SharedBuffer:
     egress_switch: Any
     ingress_switch: Any
     n_switches: int = dataclasses.field(metadata=dict(static=True))
+    weight: Any = None
 
 
 jax.tree_util.register_dataclass(SharedBuffer)
@@ -298,7 +304,7 @@ def _check_alpha(alpha):
 
 
 def shared_buffer(topology=None, *, alpha=1.0, size=None, egress_switch=None,
-                  ingress_switch=None) -> SharedBuffer:
+                  ingress_switch=None, weight=None) -> SharedBuffer:
     """Builds a :class:`SharedBuffer` (host).
 
     Either from a :class:`fabric_jax.Topology` (switches are its non-host nodes; each
@@ -314,6 +320,8 @@ def shared_buffer(topology=None, *, alpha=1.0, size=None, egress_switch=None,
       size: ``[switches]`` or scalar memory per switch, bytes.
       egress_switch, ingress_switch: ``[links]`` int maps (without a topology; a map
         left out means no such queues are shared).
+      weight: ``[switches]`` or scalar occupancy weight (:class:`SharedBuffer`), >= 1;
+        default 1.
 
     Raises:
       ValueError: naming the argument: alpha not > 0, size not > 0 or of the wrong
@@ -359,22 +367,31 @@ def shared_buffer(topology=None, *, alpha=1.0, size=None, egress_switch=None,
             raise ValueError(f"size must be finite bytes > 0, scalar or [switches] = [{n_sw}]; "
                              f"got shape {list(np.shape(size))}")
         size = s
+    w = np.ones(n_sw) if weight is None else np.broadcast_to(
+        np.asarray(weight, float), (n_sw,)) if np.ndim(weight) == 0 else np.asarray(weight, float)
+    if w.shape != (n_sw,) or not np.all(np.isfinite(w)) or np.any(w < 1):
+        raise ValueError(f"weight must be finite copies >= 1, scalar or [switches] = [{n_sw}]; "
+                         f"got {weight!r}")
     fdt = jnp.result_type(float)
     return SharedBuffer(size=jnp.asarray(size, fdt), alpha=jnp.asarray(alpha, fdt),
                         egress_switch=jnp.asarray(eg, jnp.int32),
-                        ingress_switch=jnp.asarray(ig, jnp.int32), n_switches=int(n_sw))
+                        ingress_switch=jnp.asarray(ig, jnp.int32), n_switches=int(n_sw),
+                        weight=jnp.asarray(w, fdt))
 
 
-def free_buffer(occupancy, unit_switch, size):
-    """``[switches]`` free memory ``max(B_s - Q_s, 0)``: ``occupancy`` ``[units]`` summed
-    over the units each switch holds (``unit_switch``; ``n_switches`` = none)."""
+def free_buffer(occupancy, unit_switch, size, weight=None):
+    """``[switches]`` free memory ``max(B_s - w_s Q_s, 0)``: ``occupancy`` ``[units]``
+    summed over the units each switch holds (``unit_switch``; ``n_switches`` = none),
+    times the switch's occupancy weight ``w_s`` (:class:`SharedBuffer`; default 1)."""
     n = size.shape[0]
     q = jax.ops.segment_sum(occupancy, unit_switch, num_segments=n + 1)[:n]
+    if weight is not None:
+        q = q * weight
     return jnp.maximum(size - q, 0.0)
 
 
 def dynamic_limit(level, floor, unit_switch, unit_alpha, size,
-                  iterations: int = DYNAMIC_THRESHOLD_ITERATIONS):
+                  iterations: int = DYNAMIC_THRESHOLD_ITERATIONS, weight=None):
     """``[units]`` queue limits ``T_i = alpha_i F_s`` of one step's drop decision.
 
     The free memory ``F_s`` solves ``F = B - sum_i clip(q_i, floor_i, alpha_i F)``: every
@@ -390,6 +407,8 @@ def dynamic_limit(level, floor, unit_switch, unit_alpha, size,
         switch queue: limit ``inf``).
       unit_alpha: ``[units]`` alpha of each queue.
       size: ``[switches]`` memory, bytes.
+      weight: ``[switches]`` occupancy weight (:class:`SharedBuffer`; default 1): the
+        sum is ``w_s`` times the switch's queues.
     """
     n = size.shape[0]
     on = unit_switch < n
@@ -398,7 +417,8 @@ def dynamic_limit(level, floor, unit_switch, unit_alpha, size,
     def occupancy(free):
         f_ext = jnp.concatenate([free, jnp.zeros((1,), free.dtype)])[sw]
         q = jnp.maximum(jnp.minimum(level, unit_alpha * f_ext), floor)
-        return jax.ops.segment_sum(jnp.where(on, q, 0.0), sw, num_segments=n + 1)[:n]
+        tot = jax.ops.segment_sum(jnp.where(on, q, 0.0), sw, num_segments=n + 1)[:n]
+        return tot if weight is None else tot * weight
 
     def body(_, lo_hi):
         lo, hi = lo_hi

@@ -115,6 +115,7 @@ class Net:
     sb_egress: Any = _shared(None)      # [units] switch of the egress queue
     sb_ingress: Any = _shared(None)     # [units] switch of the ingress pool
     sb_headroom: Any = _shared(None)    # [units] PFC headroom, bytes
+    sb_weight: Any = _shared(None)      # [switches] occupancy weight (rail reduction)
 
     @classmethod
     def flow_axes(cls) -> dict:
@@ -476,5 +477,6 @@ def _class_net(net, tc_cfg, tc_arr, sb, fc, capacity, dt, fdt):
         headroom = fcm.pfc_headroom(np.asarray(capacity), reaction_s=fc.pause_delay * dt)
         extra.update(sb_size=jnp.asarray(sb.size, fdt), sb_alpha=jnp.tile(alpha, n_links),
                      sb_egress=rep(sb.egress_switch), sb_ingress=rep(sb.ingress_switch),
-                     sb_headroom=jnp.repeat(jnp.asarray(headroom, fdt), n_classes))
+                     sb_headroom=jnp.repeat(jnp.asarray(headroom, fdt), n_classes),
+                     sb_weight=None if sb.weight is None else jnp.asarray(sb.weight, fdt))
     return dataclasses.replace(net, **extra)

@@ -57,6 +57,14 @@ Every rail then carries the same flows between the same servers; whether the rai
 * three tiers: the rails share the spine-to-super-spine links, so no rail runs alone;
   the whole fabric is simulated.
 
+Shared switch memory (the Ethernet presets' ASIC buffers,
+:meth:`fabric_jax.Fabric.buffer_options`) couples the rails at the spines, which every
+rail's leaves reach: a spine's dynamic thresholds ``alpha (B - Q)`` see every rail's
+bytes.  The rail view counts a switch's occupancy ``rail_buffer_weight`` times (rails
+reaching it over rails simulated; :class:`fabric_jax.flowcontrol.SharedBuffer`
+``weight``), which is the full run's occupancy when the rails' runs are identical (the
+``exact`` case); under per-flow ECMP it is one more approximation of the sample.
+
 Pods are not reduced: one job fills the cluster, and its pipeline sends and DP rings
 cross every pod (or scalable unit), so no pod runs alone.
 
@@ -122,8 +130,9 @@ over ranks and effective bandwidth of each (:func:`scaling_curves`,
 Units: bytes, seconds, bytes/s.
 """
 from ._fabric import (DEFAULT_SWITCH_RADIX, PathTable, RailView, TierTable, clos_paths,
-                      ecmp_paths, link_rails, rail_symmetric_paths, rail_view, scale_topology,
-                      sweep_topology, tier_paths, tiered_ecmp_paths)
+                      ecmp_paths, link_rails, rail_buffer_weight, rail_symmetric_paths,
+                      rail_view, scale_topology, sweep_topology, tier_paths,
+                      tiered_ecmp_paths)
 from ._step import (BACKGROUND, BUCKET_PARAMS, DEFAULT_BACKGROUND_CDF, DEFAULT_EP,
                     DEFAULT_LATENCY, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP,
                     DEFAULT_OVERLAP, DEFAULT_SKEW, LATENCY_MODELS, OVERLAP_MODELS, PHASES,
@@ -159,8 +168,8 @@ from ._allreduce import (CURVE_KEYS, DEFAULT_SWEEP_CHUNKS, SWEEP_ALGORITHMS, cho
 from ._scenario import RAIL_SYSTEMS, SCALE_FLAGS, SCALE_RULES, scale_scenarios
 
 __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_paths",
-           "link_rails", "rail_symmetric_paths", "rail_view", "scale_topology",
-           "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "add_background",
+           "link_rails", "rail_buffer_weight", "rail_symmetric_paths", "rail_view",
+           "scale_topology", "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "add_background",
            "DEFAULT_EP", "DEFAULT_MICROBATCHES", "DEFAULT_MODEL", "DEFAULT_PP",
            "DEFAULT_SKEW", "PHASES", "PLACEMENTS", "StepFlows", "job_servers",
            "JOB_PLACEMENTS", "CLUSTER_PLACEMENTS", "DEFAULT_DRAINED", "DEFAULT_JOB_SHARE",

@@ -255,6 +255,31 @@ def rail_view(topology: Topology, rails) -> RailView:
                     host_of=host_of, rails=rails, shared=lr[links] < 0, link_rail=lr)
 
 
+def rail_buffer_weight(topology: Topology, view: RailView) -> np.ndarray:
+    """``[sub switches]`` occupancy weight of each switch of a rail view's shared buffer
+    (:class:`fabric_jax.flowcontrol.SharedBuffer`): the rails whose links reach it in
+    the full fabric over those of the view.  A spine that every rail crosses holds, in
+    the full run, every rail's bytes; with the rails interchangeable (the premise of
+    the rail reduction) that is this weight times the view's, so its dynamic thresholds
+    ``alpha (B - Q)`` are those of the full run.  Rail leaves weigh 1."""
+    nics = int(topology.params["nics_per_server"])
+    src, dst = np.asarray(topology.link_src), np.asarray(topology.link_dst)
+    lr = view.link_rail
+    is_host = np.asarray(topology.node_is_host, bool)
+    ends = np.concatenate([src, dst])
+    rail2 = np.concatenate([lr, lr])
+    ok = rail2 >= 0
+    seen = np.zeros((topology.n_nodes, nics), bool)
+    seen[ends[ok], rail2[ok]] = True
+    full = seen.sum(axis=1)
+    mine = seen[:, list(view.rails)].sum(axis=1)
+    index = {n: i for i, n in enumerate(topology.node_names)}
+    sub = view.topology
+    sub_nodes = np.array([index[n] for n in sub.node_names], np.int64)
+    sw = sub_nodes[~np.asarray(sub.node_is_host, bool)]
+    return np.maximum(full[sw], 1) / np.maximum(mine[sw], 1)
+
+
 # ------------------------------------------------------------------ paths
 @dataclasses.dataclass(frozen=True)
 class PathTable:

@@ -220,6 +220,9 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
     * ``congested_share``: bytes served by congested switch ports over the bytes that
       crossed switch ports (each hop counted;
       :data:`~fabric_jax.scale.CONGESTED_DELAY`).
+    * ``ecn_marked_share``: share of the delivered bytes that were marked
+      (:attr:`~fabric_jax.scale.RailRun.marked_share`: DCQCN's ECN, IB CC's FECN; 0 for
+      a law that does not mark).
     * ``pfc_pause_time``: port-seconds paused (PFC) or credit-starved per step over the
       whole fabric (the simulated rails' figure times ``n_rails / rails simulated``).
     * ``spine_share``: share of the step's network bytes whose path crossed a spine
@@ -295,6 +298,7 @@ def point_metrics(run: RailRun, step: StepFlows, topology, preset: str | None,
                congested_share=float(run.congested_bytes / run.port_bytes)
                if run.port_bytes > 0 else 0.0,
                pfc_pause_time=float(run.paused_time * k_step * scale_rails),
+               ecn_marked_share=float(getattr(run, "marked_share", 0.0)),
                unfinished_flows=int(np.sum(~np.isfinite(run.finish[mine]))),
                simulated_flows=int(fl.n_flows), n_steps=int(run.n_steps),
                wall_s=float(run.wall_s), fabric_cost_share=float("nan"),

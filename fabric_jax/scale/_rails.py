@@ -14,7 +14,7 @@ import numpy as np
 
 from ..fabrics import get_fabric
 from ..fluid.options import save_schedule
-from ._fabric import rail_view
+from ._fabric import rail_buffer_weight, rail_view
 from ._route import DEFAULT_HASH, DEFAULT_MAX_PATHS, DEFAULT_QPS, route_flows
 from ._step import StepFlows
 
@@ -66,6 +66,10 @@ class RailRun:
         a spine (:func:`~fabric_jax.scale.spine_share`).
       split: rows of :attr:`flows` per flow of the step (plane stripes times QPs under
         hashed routing, :func:`~fabric_jax.scale.qp_split`; consecutive rows).
+      marked_share: share of the delivered bytes that left their path marked by the
+        law's switch marking (DCQCN's ECN, IB CC's FECN; each flow's path marking
+        probability times its throughput, sampled as ``congested_bytes``); 0 under a
+        law that does not mark.
     """
 
     flows: StepFlows
@@ -87,6 +91,7 @@ class RailRun:
     attempts: int = 1
     hops: np.ndarray | None = None
     split: int = 1
+    marked_share: float = 0.0
 
 
 def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
@@ -142,6 +147,8 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                                  dst=host_of[np.asarray(ps.dst)].astype(np.int32))
     n_steps, every = save_schedule(n_steps, round_up=True)
     opts = {} if fifo_bands is None else {"fifo_bands": int(fifo_bands)}
+    opts.update(fab.buffer_options(topo, weight=None if rails is None else
+                                   rail_buffer_weight(topology, view)))
     problem = prepare_paths(topo, ps, fab, flows.size, dt=float(dt), n_steps=n_steps,
                             arrival=flows.arrivals, deps=flows.deps, seed=seed,
                             save_every=every, fluid_options=opts)
@@ -155,6 +162,9 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
     switch = ~np.asarray(topo.node_is_host, bool)[np.asarray(topo.link_src)]
     hot = (q > CONGESTED_DELAY * cap[None, :]) & switch[None, :]
     congested = float(np.sum(np.where(hot, usable, 0.0)) * every * float(dt))
+    thr = np.asarray(tr.throughput, float)
+    got = float(np.sum(thr))
+    marked_share = float(np.sum(thr * np.asarray(tr.mark, float)) / got) if got > 0 else 0.0
     hops = (np.asarray(ps.hop_mask) & (np.asarray(ps.links) >= 0))[:, 0, :]
     switch_hops = np.maximum(hops.sum(axis=1) - 1, 0)      # every hop but the NIC's
     port_bytes = float(np.sum(flows.size * switch_hops))
@@ -168,7 +178,8 @@ def simulate_rails(step: StepFlows, topology, fabric, *, rails=(0,), dt: float,
                    goodput=np.asarray(tr.throughput, float).sum(axis=1),
                    latency=zero_load_latency(ps, topo, fab), problem=problem, run_s=run_s,
                    hops=hops.sum(axis=1).astype(np.int32),
-                   split=flows.n_flows // max(sub_step.n_flows, 1))
+                   split=flows.n_flows // max(sub_step.n_flows, 1),
+                   marked_share=marked_share)
 
 
 def zero_load_latency(ps, topology, fabric) -> np.ndarray:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..fabrics import PRESETS
+from ..fabrics import PRESETS, VARIANTS
 from ..scenario import (Fabrics, Horizon, Network, Scenario, ScenarioError, Traffic, boolean,
                         check, flag_map, integer, number, one_of, refuse)
 from ..scenario import physical
@@ -95,7 +95,7 @@ SCALE_RULES = {
     "workload.latency": one_of(LATENCY_MODELS, default=DEFAULT_LATENCY),
     "workload.dp_algorithm": one_of(DP_ALGORITHMS, default=DEFAULT_DP_ALGORITHM),
     # fabric
-    "fabrics.presets": one_of(PRESETS, many=True, default=tuple(PRESETS)),
+    "fabrics.presets": one_of((*PRESETS, *VARIANTS), many=True, default=tuple(PRESETS)),
     "fabrics.max_paths": integer(1, default=DEFAULT_MAX_PATHS),
     "fabrics.rails": integer(1, also=("all",), default=1, unit="rails simulated"),
     "fabrics.qps": integer(1, default=DEFAULT_QPS, unit="QPs per connection"),

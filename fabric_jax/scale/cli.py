@@ -43,7 +43,7 @@ def add_parser(sub):
 def _add_cluster_args(p):
     """The ``scale`` flags of the cluster and its fabric: GPU counts, system, presets,
     model, fluid step, rails, paths, switch radix."""
-    from ..fabrics import PRESETS
+    from ..fabrics import PRESETS, VARIANTS
     from ..workloads.model import MODELS
     from . import _step
     from ._rails import DEFAULT_DT_US
@@ -57,7 +57,8 @@ def _add_cluster_args(p):
                    help=f"server design: one of {', '.join(RAIL_SYSTEMS)} (default "
                         f"{_default('topology.system')})")
     p.add_argument("--fabrics", default=",".join(PRESETS),
-                   help=f"comma-separated presets (default {','.join(PRESETS)})")
+                   help=f"comma-separated presets (default {','.join(PRESETS)}; also the "
+                        f"named variants {','.join(VARIANTS)})")
     p.add_argument("--model", default=_step.DEFAULT_MODEL,
                    help=f"one of {', '.join(sorted(MODELS))} (default {_step.DEFAULT_MODEL})")
     p.add_argument("--dt-us", type=float, default=DEFAULT_DT_US,

@@ -81,7 +81,7 @@ import dataclasses
 import tomllib
 from pathlib import Path
 
-from ..fabrics import PRESETS, get_fabric
+from ..fabrics import PRESETS, VARIANTS, get_fabric
 from ..links import DEFAULT_FIFO_BANDS
 from ..workloads import FlowSizeCDF
 from . import physical
@@ -138,11 +138,11 @@ SCHEMA = {
         "tokens_per_gpu_per_step": number(0, lo_open=True, default=8.0)},
 }
 #: ``fabrics.presets``: the presets that run, in the order of the table's columns.
-PRESETS_RULE = one_of(PRESETS, many=True, default=tuple(PRESETS))
+PRESETS_RULE = one_of((*PRESETS, *VARIANTS), many=True, default=tuple(PRESETS))
 #: Keys of a ``[fabrics.<preset>]`` table.
 FABRIC_KEYS = ("routing", "cc", "flow_control", "sharp", "routing_options", "cc_options",
                "reorder", "loss_recovery", "class_map", "class_weights", "class_levels",
-               "shared_buffer_alpha")
+               "shared_buffer_alpha", "switch_buffer_mb")
 
 
 # Defaults that others follow (:func:`derive_defaults`).
@@ -220,8 +220,9 @@ def check_preset_options(name: str, options: dict):
     Raises:
       ScenarioError: naming ``fabrics.<name>.<key>``.
     """
-    if name not in PRESETS:
-        raise ScenarioError(f"fabrics.{name}", f"unknown preset; accepted: {sorted(PRESETS)}")
+    if name not in PRESETS and name not in VARIANTS:
+        raise ScenarioError(f"fabrics.{name}", f"unknown preset; accepted: "
+                            f"{sorted((*PRESETS, *VARIANTS))}")
     bad = sorted(set(options) - set(FABRIC_KEYS))
     if bad:
         raise ScenarioError(f"fabrics.{name}.{bad[0]}", f"unknown; accepted keys: "
@@ -237,7 +238,8 @@ def check_preset_options(name: str, options: dict):
         fab = get_fabric(name, **options)
     except (ValueError, TypeError) as err:
         key = next((k for k in ("routing", "cc", "flow_control", "loss_recovery", "class_map",
-                                "class_weights", "class_levels", "shared_buffer_alpha")
+                                "class_weights", "class_levels", "shared_buffer_alpha",
+                                "switch_buffer_mb")
                     if k in options
                     and k in str(err)), None)
         raise ScenarioError(f"fabrics.{name}" + (f".{key}" if key else ""), str(err)) \
@@ -248,6 +250,55 @@ def check_preset_options(name: str, options: dict):
             build()
         except (ValueError, TypeError) as err:
             raise ScenarioError(f"fabrics.{name}.{key}", str(err)) from None
+
+
+def check_buffers(scn: Scenario, written: set) -> None:
+    """The switch memories and ECN thresholds the user wrote, against each other (host,
+    before any run).
+
+    * a port buffer (``topology.buffer_kb``) or a switch memory
+      (``fabrics.<name>.switch_buffer_mb``) smaller than one bandwidth-delay product:
+      the port's rate times the round trip of
+      :data:`fabric_jax.fabrics.BDP_HOPS` links each way at ``latency_us``;
+    * DCQCN's ``K_max`` (``fabrics.<name>.cc_options``) at or above the PFC XOFF of the
+      port as built (:func:`fabric_jax.fabrics.check_ecn_below_xoff`), when the user
+      wrote both the thresholds and a buffer (``topology.buffer_kb`` or the preset's
+      ``switch_buffer_mb`` / ``shared_buffer_alpha``); a shared buffer without an ASIC
+      counts a leaf's ports as ``2 servers_per_leaf`` (assumption).
+
+    Raises:
+      ScenarioError: naming the key and the fix.
+    """
+    from ..fabrics import BDP_HOPS, check_ecn_below_xoff
+    t, sim = scn.topology, scn.simulation
+    rate = t["link_gbps"] * 1e9 / 8
+    bdp = rate * 2 * BDP_HOPS * t["latency_us"] * 1e-6
+    if "topology.buffer_kb" in written and t["buffer_kb"] * 1e3 < bdp:
+        raise ScenarioError("topology.buffer_kb", f"{t['buffer_kb']:g} KB per port is smaller "
+                            f"than one bandwidth-delay product ({bdp / 1e3:g} KB = "
+                            f"{t['link_gbps']:g} Gb/s x {2 * BDP_HOPS * t['latency_us']:g} us "
+                            f"round trip); give at least {bdp / 1e3:g} KB",
+                            value=t["buffer_kb"])
+    for name in scn.presets:
+        ov = scn.overrides.get(name, {})
+        sb = ov.get("switch_buffer_mb")
+        if sb is not None and sb * 1e6 < bdp:
+            raise ScenarioError(f"fabrics.{name}.switch_buffer_mb", f"{sb:g} MB is smaller than "
+                                f"one bandwidth-delay product ({bdp / 1e6:g} MB); give at "
+                                f"least {bdp / 1e6:g} MB", value=sb)
+        cco = ov.get("cc_options", {})
+        wrote_buffer = ("topology.buffer_kb" in written or "switch_buffer_mb" in ov
+                        or "shared_buffer_alpha" in ov)
+        if not ({"k_min", "k_max"} & set(cco)) or not wrote_buffer:
+            continue
+        fab = get_fabric(name, **ov)
+        ports = None if fab.switch_asic else 2 * int(t["servers_per_leaf"])
+        try:
+            check_ecn_below_xoff(fab, port_buffer=t["buffer_kb"] * 1e3, capacity=rate,
+                                 reaction_s=sim["dt_us"] * 1e-6, line_rate=rate, ports=ports,
+                                 name="k_max")
+        except ValueError as err:
+            raise ScenarioError(f"fabrics.{name}.cc_options", str(err)) from None
 
 
 #: Defaults that follow other keys (:func:`derive_defaults`): key -> the keys it is
@@ -379,7 +430,7 @@ def scenario_from_dict(data: dict) -> Scenario:
             for key, val in body.items():
                 if key == "presets":
                     presets = check("fabrics.presets", PRESETS_RULE, val)
-                elif key in PRESETS and isinstance(val, dict):
+                elif (key in PRESETS or key in VARIANTS) and isinstance(val, dict):
                     overrides[key] = dict(val)
                 else:
                     raise ScenarioError(f"fabrics.{key}", f"unknown; accepted: 'presets' or "
@@ -394,8 +445,10 @@ def scenario_from_dict(data: dict) -> Scenario:
     derive_defaults(sections, written, with_model="model" in data)
     try:
         model, costs = model_setup(data, sections, written)
-        return validate_scenario(Scenario(presets=tuple(presets), overrides=overrides,
-                                          model=model, costs=costs, **sections))
+        scn = validate_scenario(Scenario(presets=tuple(presets), overrides=overrides,
+                                         model=model, costs=costs, **sections))
+        check_buffers(scn, written)
+        return scn
     except ScenarioError as err:
         raise _as_written(err, written) from None
 

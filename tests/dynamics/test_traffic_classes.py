@@ -390,8 +390,12 @@ def test_presets_are_single_class_by_default_and_map_tenants_to_classes(name):
     jobs = {0: "train", 1: "tenant", 2: "background"}
     job_of = np.array([0, 1, 2, 0, 1])
     fab = get_fabric(name)
-    assert fab.class_map == {} and fab.shared_buffer_alpha is None
-    assert fab.class_options(job_of, jobs) == {}        # today's single-class model
+    topo = leaf_spine(2, 2, 2)
+    assert fab.class_map == {}
+    opts = fab.class_options(job_of, jobs, topo)        # today's single-class model
+    assert "traffic_class" not in opts and "classes" not in opts
+    # the Ethernet presets' switches share their ASIC's memory (issue 48), IB's do not
+    assert ("shared_buffer" in opts) == (name != "infiniband")
     tc = fab.traffic_classes()
     assert tc.n_classes == 2 and len(tc.names) == 2
     opts = get_fabric(name, class_map=TENANT_CLASSES, shared_buffer_alpha=1.0).class_options(

@@ -105,7 +105,8 @@ def test_preset_400_vs_100_differ_exactly_as_documented(name):
     hi = get_fabric(name, nic_gbps=400.0)
     lo = get_fabric(name, nic_gbps=100.0)
     p_hi, p_lo = hi.law_params(), lo.law_params()
-    rules = DOCUMENTED_SCALING[hi.cc]
+    # a field the preset sets in cc_options is absolute (roce's ECN thresholds in bytes)
+    rules = {f: e for f, e in DOCUMENTED_SCALING[hi.cc].items() if f not in hi.cc_options}
     for field, e in rules.items():
         np.testing.assert_allclose(np.asarray(getattr(p_hi, field), float),
                                    np.asarray(getattr(p_lo, field), float) * 4.0 ** e,
@@ -120,10 +121,14 @@ def test_preset_400_vs_100_differ_exactly_as_documented(name):
 
 def test_roce_at_400g_no_longer_runs_the_40g_paper_values():
     # Issue 11: RoCE at 400 Gb/s ran K_min/K_max 5/200 KB and R_AI 40 Mb/s.  Now the
-    # [HPCC-NS3] rule: 100/400 KB and 5 Mb/s per 25 Gb/s, i.e. 1.6/6.4 MB and 80 Mb/s.
-    p = roce().law_params()
+    # [HPCC-NS3] rule: 100/400 KB and 5 Mb/s per 25 Gb/s, i.e. 1.6/6.4 MB and 80 Mb/s
+    # (roce_pfc_only); roce marks at NVIDIA's 150/1500 KB (issue 48)
+    p = get_fabric("roce_pfc_only").law_params()
     assert (float(p.k_min), float(p.k_max), float(p.r_ai)) == pytest.approx(
         (1.6e6, 6.4e6, 80e6 / 8))
+    p = roce().law_params()
+    assert (float(p.k_min), float(p.k_max), float(p.r_ai)) == pytest.approx(
+        (150e3, 1.5e6, 80e6 / 8))
     # cc_options still override the scaled value
     assert float(roce(cc_options={"k_min": 1e5}).law_params().k_min) == pytest.approx(1e5)
     with pytest.raises(ValueError, match="cc_options"):

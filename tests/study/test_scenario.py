@@ -280,7 +280,9 @@ def test_a_unit_slip_is_refused_naming_the_key_unit_and_range(section, key, slip
                                                    f"in [{lo:g}, {hi:g}]")):
         compare.scenario_from_dict({section: {key: slip}})
     compare.scenario_from_dict({section: {key: hi}})        # the bounds themselves pass
-    compare.scenario_from_dict({section: {key: max(lo, 1e-3)}})
+    # (a port buffer must also hold one bandwidth-delay product: none at zero latency)
+    extra = {"latency_us": 0.0} if key == "buffer_kb" else {}
+    compare.scenario_from_dict({section: {key: max(lo, 1e-3), **extra}})
 
 
 def test_scale_refuses_a_dt_slip_before_any_work(capsys):

@@ -272,7 +272,7 @@ def buffers(static, net, bh, switch, x_new, arrived_left, fcp, offered):
             level, arr_l = jnp.moveaxis(bh.link_sum(both), -1, 0)
             if static.shared:
                 room = fcm.dynamic_limit(level, jnp.maximum(level - arr_l, 0.0), net.sb_egress,
-                                         net.sb_alpha, net.sb_size)
+                                         net.sb_alpha, net.sb_size, weight=net.sb_weight)
                 room = jnp.where(switch > 0, room, jnp.inf)
             else:
                 room = jnp.where(switch > 0, fcp.buffer, jnp.inf)
@@ -294,7 +294,7 @@ def shared_params(static, net, fcp, pool):
     ``pfc``/``credit`` the dynamic ones from the ingress pools ``pool`` ``[units]``."""
     if not static.shared or static.fc.mode not in ("pfc", "credit"):
         return fcp
-    free = fcm.free_buffer(pool, net.sb_ingress, net.sb_size)
+    free = fcm.free_buffer(pool, net.sb_ingress, net.sb_size, net.sb_weight)
     return fcm.dynamic_params(static.fc, free, net.sb_ingress, net.sb_alpha, net.sb_headroom)
 
 
