@@ -9,7 +9,8 @@ each other (:func:`scale_scenarios`).  Each GPU count gives one scenario:
   build uses at that size, :func:`~fabric_jax.scale.scale_topology`), ``gpus``,
   ``system``, ``switch_radix``, ``beyond_radix``;
 * traffic (``workload.*``): the model and its plan (``pp``, ``ep``, ``microbatches``,
-  ``overlap``), the step's slice (``skew``, ``slice_us``), the jobs (``jobs`` or
+  ``overlap``), the step's slice (``skew``, ``expert_load``, ``capacity_factor``,
+  ``slice_us``), the jobs (``jobs`` or
   ``job_gpus``, ``job_models``, ``placement``, ``job_overlap``), the background and the
   latency model;
 * fabric (``fabrics.*``): ``presets`` and the options ``max_paths``, ``rails``;
@@ -30,13 +31,15 @@ from ..scenario import physical
 from ..systems import SYSTEMS
 from ..workloads.cdf import FlowSizeCDF
 from ..workloads.model import MODELS
+from ..workloads.phases import EXPERT_LOADS
 from ._fabric import DEFAULT_SWITCH_RADIX
 from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS
 from ._rails import DEFAULT_DT_US, HORIZON_FACTOR
 from ._route import DEFAULT_MAX_PATHS
 from ._jobs import job_servers
-from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_EP, DEFAULT_LATENCY, DEFAULT_MICROBATCHES,
-                    DEFAULT_MODEL, DEFAULT_PP, DEFAULT_SKEW, LATENCY_MODELS, PLACEMENTS)
+from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_CAPACITY_FACTOR, DEFAULT_EP,
+                    DEFAULT_LATENCY, DEFAULT_MICROBATCHES, DEFAULT_MODEL, DEFAULT_PP,
+                    DEFAULT_SKEW, LATENCY_MODELS, PLACEMENTS, scale_plan)
 
 __all__ = ["SCALE_RULES", "SCALE_FLAGS", "MIN_GPUS", "MAX_GPUS", "RAIL_SYSTEMS",
            "scale_scenarios"]
@@ -65,6 +68,9 @@ SCALE_RULES = {
     "workload.microbatches": integer(1, default=DEFAULT_MICROBATCHES,
                                      unit="per replica and step"),
     "workload.skew": number(0, default=DEFAULT_SKEW, unit="Zipf exponent"),
+    "workload.expert_load": one_of(EXPERT_LOADS, default="zipf"),
+    "workload.capacity_factor": number(1, default=DEFAULT_CAPACITY_FACTOR,
+                                       unit="x the mean expert load"),
     "workload.overlap": number(0, 1, default=0.0, unit="fraction of the compute"),
     "workload.slice_us": number(0, lo_open=True, unit=_US, default=250.0),
     "workload.jobs": integer(1, default=1),
@@ -158,6 +164,8 @@ def scale_scenarios(values: Mapping[str, Any], *, flags: Mapping | None = None) 
         raise refuse("fabrics.rails", f"must lie in [1, {g}] (rails of "
                      f"{v['topology.system']}) or be 'all'; got {rails!r}", flags=flags,
                      value=rails)
+    names = list(models) if models is not None else [v["workload.model"]]
+    _check_ep_experts(v["workload.ep"], names, flags)
     out = []
     for asked in v["topology.gpus"]:
         n = max(2, asked // g) * g
@@ -167,8 +175,51 @@ def scale_scenarios(values: Mapping[str, Any], *, flags: Mapping | None = None) 
             except ValueError as err:
                 raise refuse("workload.jobs", f"{v['workload.jobs']} at {n} GPUs: {err}",
                               flags=flags, value=v["workload.jobs"]) from None
+        sizes = job_gpus or [n // v["workload.jobs"]] * v["workload.jobs"]
+        for size, name in zip(sizes, names * len(sizes) if models is None else names):
+            _check_ep_fits(v, name, size, g, flags)
         out.append(_scenario(v, n, asked))
     return out
+
+
+def _check_ep_experts(ep: int, names, flags) -> None:
+    """The expert-parallel degree against each mixture-of-experts model's experts: at
+    most the experts and dividing them (a dense model ignores it)."""
+    for name in names:
+        E = MODELS[name].n_experts
+        if E > 1 and (ep > E or E % ep):
+            ok = [d for d in range(1, E + 1) if E % d == 0]
+            raise refuse("workload.ep", f"{name} has {E} experts: the expert-parallel "
+                         f"degree must divide them; got {ep}", flags=flags, value=ep,
+                         fix=f"use one of {ok}")
+
+
+def _check_ep_fits(v: dict, name: str, n_gpus: int, g: int, flags) -> None:
+    """An expert-parallel degree asked for (any but the default, which shrinks to fit)
+    must be the plan's at ``n_gpus`` (:func:`~fabric_jax.scale.scale_plan`: dividing
+    the data-parallel ranks), and for a node-limited model (DeepEP's per-server
+    dispatch) fill whole servers or sit inside one."""
+    mdl = MODELS[name]
+    ep = v["workload.ep"]
+    if mdl.n_experts == 1:
+        return
+    try:
+        m, plan = scale_plan(name, n_gpus, g, pp=v["workload.pp"], ep=ep,
+                             microbatches=v["workload.microbatches"])
+    except ValueError:
+        return                      # not the ep's fault: scale_point names the argument
+    per = ep * plan.tp
+    bad_servers = bool(mdl.node_limit) and per % g and g % per
+    if (plan.ep != ep and ep != DEFAULT_EP) or bad_servers:
+        ok = [d for d in range(1, min(plan.dp, mdl.n_experts) + 1)
+              if plan.dp % d == 0 and mdl.n_experts % d == 0
+              and not (mdl.node_limit and (d * plan.tp) % g and g % (d * plan.tp))]
+        why = ("its groups of ep x tp = {per} GPUs must fill whole servers of {g}"
+               .format(per=per, g=g) if bad_servers and plan.ep == ep else
+               f"it must divide the data-parallel ranks (dp = {plan.dp}, tp = {plan.tp}, "
+               f"pp = {plan.pp})")
+        raise refuse("workload.ep", f"{ep} does not fit {name} at {n_gpus} GPUs: {why}",
+                     flags=flags, value=ep, fix=f"use one of {ok}")
 
 
 def _scenario(v: dict, n_gpus: int, asked: int) -> Scenario:

@@ -12,12 +12,12 @@ import numpy as np
 
 from ..collectives import LINK_EFFICIENCY, nccl_choice, nccl_latency
 from ..workloads.flows import Workload
-from ..workloads.model import ParallelPlan, comm_bytes, get_gpu, get_model
+from ..workloads.model import PUBLISHED_PLANS, ParallelPlan, comm_bytes, get_gpu, get_model
 from ..workloads.phases import PHASES as STEP_PHASES
 from ..workloads.phases import step_collectives, step_compute
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_PP", "DEFAULT_EP", "DEFAULT_MICROBATCHES",
-           "DEFAULT_SKEW", "StepFlows", "scale_plan", "step_flows", "PHASES", "PLACEMENTS",
+           "DEFAULT_SKEW", "DEFAULT_CAPACITY_FACTOR", "StepFlows", "scale_plan", "step_flows", "PHASES", "PLACEMENTS",
            "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "LATENCY_MODELS", "DEFAULT_LATENCY",
            "BUCKET_PARAMS", "collective_overhead", "ep_group_size", "job_step_time"]
 
@@ -35,6 +35,10 @@ DEFAULT_MICROBATCHES = 8
 #: Zipf exponent of the expert load (``s ~ 1`` is the skew commonly reported for
 #: token-to-expert routing: :func:`fabric_jax.workloads.zipf_expert_load`).
 DEFAULT_SKEW = 1.0
+#: Capacity factor of ``expert_load="capacity"``
+#: (:func:`fabric_jax.workloads.phases.expert_loads`): Switch Transformer's 1.25 (Fedus
+#: et al., JMLR 2022, Sec. 2.2 and Table 1, which trains at 1.0 and 1.25).
+DEFAULT_CAPACITY_FACTOR = 1.25
 
 #: Phase ids of :attr:`StepFlows.phase` (:data:`BACKGROUND`: flows of other traffic
 #: sharing the fabric, :func:`add_background`).
@@ -75,9 +79,12 @@ def scale_plan(model=DEFAULT_MODEL, n_gpus: int = 1024, gpus_per_server: int = 8
                overlap: float = 0.0, **plan_fields):
     """``(model, plan)`` of one job filling ``n_gpus`` GPUs, weak-scaled.
 
-    Tensor parallel inside the server (``tp``, default ``min(gpus_per_server, heads)``
-    dividing it); pipeline parallel ``pp'``, the largest divisor of the layers with
-    ``pp' <= pp`` that leaves at least two data-parallel ranks; data parallel over the
+    Tensor parallel inside the server (``tp``, default the model's published plan's,
+    :data:`~fabric_jax.workloads.model.PUBLISHED_PLANS`, else ``min(gpus_per_server,
+    heads)`` dividing it); pipeline parallel ``pp'``, the largest divisor of the layers with
+    ``pp' <= pp`` that leaves at least two data-parallel ranks (for layers with no such
+    divisor above 1, DeepSeek-V3's 61, the largest ``pp' <= pp`` dividing the lanes,
+    the layers split unevenly: ``ParallelPlan.uneven_pp``); data parallel over the
     rest; expert parallel ``ep'``, the largest divisor of both ``dp`` and the experts
     with ``ep' <= ep`` (1 for a dense model).  The global batch grows with ``dp``
     (``dp x micro_batch x microbatches`` sequences: each replica's work per step is
@@ -95,13 +102,20 @@ def scale_plan(model=DEFAULT_MODEL, n_gpus: int = 1024, gpus_per_server: int = 8
     if n < 1 or n % g:
         raise ValueError(f"n_gpus: {n_gpus!r} is not a multiple of {g} GPUs per server")
     if tp is None:
-        tp = max(d for d in range(1, g + 1) if g % d == 0 and mdl.n_heads % d == 0)
+        pub = PUBLISHED_PLANS.get(mdl.name)
+        tp = pub.tp if pub is not None and pub.tp is not None and g % pub.tp == 0 else \
+            max(d for d in range(1, g + 1) if g % d == 0 and mdl.n_heads % d == 0)
     tp = int(tp)
     if n % tp:
         raise ValueError(f"tp: {tp} does not divide n_gpus={n}")
     lanes = n // tp
-    pp = max([d for d in range(1, min(int(pp), lanes) + 1)
-              if mdl.n_layers % d == 0 and lanes % d == 0 and lanes // d >= 2] or [1])
+    fits = [d for d in range(1, min(int(pp), lanes, mdl.n_layers) + 1)
+            if lanes % d == 0 and lanes // d >= 2]
+    even = [d for d in fits if mdl.n_layers % d == 0]
+    uneven = max(even or [1]) == 1 and max(fits or [1]) > 1
+    pp = max(fits) if uneven else max(even or [1])
+    if uneven:
+        plan_fields = {**plan_fields, "uneven_pp": True}
     dp = lanes // pp
     ep_ = 1
     if mdl.n_experts > 1:
@@ -225,7 +239,9 @@ class StepFlows:
 
 def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAULT_SKEW,
                seed: int = 0, slice_time: float | None = 250e-6,
-               nic_rate: float = 50e9, latency: str = DEFAULT_LATENCY) -> StepFlows:
+               nic_rate: float = 50e9, latency: str = DEFAULT_LATENCY,
+               expert_load: str = "zipf",
+               capacity_factor: float = DEFAULT_CAPACITY_FACTOR) -> StepFlows:
     """The network traffic of one training step (one slice of it), vectorised.
 
     Ranks in Megatron order (``rank = (p dp + d) tp + t``, :meth:`ParallelPlan.groups`)
@@ -236,7 +252,13 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     cluster's step:
 
     * **expert-parallel all-to-all** with a Zipf(``skew``) expert popularity per
-      pipeline stage (``expert_skew=skew``);
+      pipeline stage (``expert_skew=skew``), bounded at ``capacity_factor`` x the mean
+      with ``expert_load="capacity"``; for a model with node-limited routing
+      (DeepSeek-V3) one copy per (token, destination server), to the GPU of the same
+      in-node index (DeepEP; :func:`fabric_jax.workloads.step_collectives`), and the
+      step's all-to-all bytes per GPU are those network bytes (``info``:
+      ``ep_network_bytes_per_gpu``, ``ep_nodes``, ``ep_nodes_per_token``,
+      ``ep_max_load``);
     * **pipeline sends** between consecutive stages of each lane, concurrent with the
       all-to-all;
     * **data-parallel reduce-scatter then all-gather** (the distributed optimizer /
@@ -271,6 +293,9 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
       slice_time: line-rate seconds of one slice (``None``: one slice, the whole step).
       nic_rate: NIC line rate for the slicing, bytes/s.
       latency: :data:`LATENCY_MODELS` (default ``"nccl"``).
+      expert_load: ``"zipf"`` or ``"capacity"``
+        (:func:`fabric_jax.workloads.phases.expert_loads`).
+      capacity_factor: the capacity bound, times the mean expert load.
 
     Returns:
       :class:`StepFlows`.
@@ -284,8 +309,14 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     server = np.arange(n) // g
     slot = np.arange(n) % g
     cb = comm_bytes(mdl, plan)
+    routing = {}
     w = step_collectives(mdl, plan, expert_skew=skew, seed=seed,
-                         dp="reduce_scatter_all_gather", pp_order="direction")
+                         dp="reduce_scatter_all_gather", pp_order="direction",
+                         expert_load=expert_load, capacity_factor=capacity_factor,
+                         routing=routing)
+    ep_bytes = cb["ep_bytes_sent"]
+    if mdl.node_limit and cb["ep_alltoall_count"]:
+        ep_bytes = float(w.size[w.columns["phase"] == 0].sum()) / n
     # flows inside a server ride NVLink: left out (a dependency on one is dropped)
     w = w.subset((server[w.src] != server[w.dst]) & (w.size > 0), drop_deps=True)
     src_r, dst_r, phase = w.src, w.dst, w.columns["phase"]
@@ -302,7 +333,7 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     width = int((deps >= 0).sum(axis=1).max(initial=0))
     deps = deps[:, :width].astype(np.int32)
 
-    step_bytes = cb["dp_bytes_sent"] + cb["ep_bytes_sent"] + cb["pp_bytes_sent"]
+    step_bytes = cb["dp_bytes_sent"] + ep_bytes + cb["pp_bytes_sent"]
     t_comm = step_bytes / float(nic_rate)
     k = 1 if slice_time is None else max(1, math.ceil(t_comm / float(slice_time) - 1e-9))
     comp = step_compute(mdl, plan, gpu)
@@ -314,6 +345,13 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
                 comm_bytes_per_gpu=step_bytes, line_rate_comm_time=t_comm, slices=k,
                 latency=latency, collectives=_collective_calls(plan, cb, plan.groups(), server),
                 **{f"bytes_{k_}": v for k_, v in cb.items()})
+    if expert_load != "zipf":
+        info.update(expert_load=expert_load, capacity_factor=float(capacity_factor))
+    if routing:
+        info.update(ep_network_bytes_per_gpu=ep_bytes, ep_nodes=int(routing["nodes"]),
+                    ep_nodes_per_token=float(routing["nodes_per_token"].mean()),
+                    node_limit=int(mdl.node_limit),
+                    ep_max_load=float(routing["load"].max() * mdl.n_experts))
     # PXN: a flow leaves the sender's server through the NIC on the receiver's rail
     flows = dataclasses.replace(
         w, src=server[src_r] * g + slot[dst_r], dst=dst_r, size=w.size / k, deps=deps,
