@@ -177,7 +177,8 @@ def expert_loads(n_experts: int, stages: int, skew: float, seed: int, *,
 
 
 def node_limited_routing(load, n_nodes: int, top_k: int, node_limit: int, *,
-                         tokens: int = ROUTING_TOKENS, seed: int = 0) -> dict:
+                         tokens: int = ROUTING_TOKENS, seed: int = 0,
+                         keep_tokens: bool = False) -> dict:
     """Which servers a token's ``top_k`` experts sit on, under node-limited routing.
 
     DeepSeek-V3 (arXiv 2412.19437, Sec. 2.1.2, "Node-Limited Routing"): each token goes
@@ -199,7 +200,9 @@ def node_limited_routing(load, n_nodes: int, top_k: int, node_limit: int, *,
       ``{"node_share": [rows, n_nodes]`` fraction of tokens whose experts include one
       on each node, ``"nodes_per_token": [rows]`` mean distinct nodes per token (the
       row sums of ``node_share``), ``"expert_share": [rows, E]`` fraction of
-      token-expert assignments each expert got``}``.
+      token-expert assignments each expert got``}``; with ``keep_tokens`` also
+      ``"token_nodes": [rows, tokens, n_nodes]`` (bool: the servers of each token) and
+      ``"token_experts": [rows, tokens, top_k]`` (its experts).
     """
     load = np.atleast_2d(np.asarray(load, np.float64))
     rows, E = load.shape
@@ -207,8 +210,12 @@ def node_limited_routing(load, n_nodes: int, top_k: int, node_limit: int, *,
     if N < 1 or E % N:
         raise ValueError(f"n_nodes: must divide the {E} experts; got {n_nodes}")
     M = int(node_limit) if node_limit and int(node_limit) < N else N
+    if M * (E // N) < K:
+        raise ValueError(f"node_limit: {M} servers of {E // N} experts hold fewer than "
+                         f"top_k = {K} experts; use a smaller expert-parallel degree")
     rng = np.random.default_rng(seed)
     share, eshare = np.zeros((rows, N)), np.zeros((rows, E))
+    kept_nodes, kept_experts = [], []
     for r in range(rows):                                    # pipeline stages
         u = (np.log(np.maximum(load[r], 1e-300))[None, :]
              + rng.gumbel(size=(tokens, E))).astype(np.float32)
@@ -224,8 +231,15 @@ def node_limited_routing(load, n_nodes: int, top_k: int, node_limit: int, *,
         chosen = np.zeros((tokens, E), bool)
         np.put_along_axis(chosen, pick, True, axis=1)
         eshare[r] = chosen.mean(axis=0) / K
-        share[r] = chosen.reshape(tokens, N, E // N).any(axis=2).mean(axis=0)
-    return dict(node_share=share, nodes_per_token=share.sum(axis=1), expert_share=eshare)
+        nodes = chosen.reshape(tokens, N, E // N).any(axis=2)
+        share[r] = nodes.mean(axis=0)
+        if keep_tokens:
+            kept_nodes.append(nodes)
+            kept_experts.append(np.sort(pick, axis=1))
+    out = dict(node_share=share, nodes_per_token=share.sum(axis=1), expert_share=eshare)
+    if keep_tokens:
+        out.update(token_nodes=np.stack(kept_nodes), token_experts=np.stack(kept_experts))
+    return out
 
 
 def _member_nodes(groups, gpus_per_server):
