@@ -12,9 +12,13 @@ factories are built at.  Per GPU count it builds:
 * **one training step** (:func:`scale_plan`, :func:`step_flows`): a model (default
   Mixtral 8x7B) with TP inside the server, PP across, data parallel over the rest and
   expert parallel in groups of 8, weak-scaled (fixed micro-batches per replica); the
-  network part is the MoE all-to-all with Zipf-skewed experts and the pipeline sends,
+  network part is the MoE all-to-all with Zipf-skewed experts (``expert_load=
+  "capacity"``: bounded at a capacity factor) and the pipeline sends,
   then the DP reduce-scatter and all-gather, as flows with their dependencies (built
-  vectorised: 409,600 flows at 32,768 GPUs in under a second);
+  vectorised: 409,600 flows at 32,768 GPUs in under a second); DeepSeek-V3
+  (``--model deepseek_v3``: its published plan's TP 1, ``--pp 16 --ep 64``) has wide
+  expert parallelism across servers with node-limited routing, one copy of a token
+  per destination server (DeepEP);
 * **each preset's fluid run and the ideal fabric** (:func:`scale_point`), and the
   step's figures (:func:`point_metrics`): step time, GPU utilisation, p50 / p99 of the
   communication time over ranks, effective bandwidth, share of port-bytes that met a
