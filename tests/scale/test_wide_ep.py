@@ -130,10 +130,16 @@ def _ds_step(gpus=128, pp=2, ep=64, **kw):
     return m, plan, sc.step_flows(m, plan, slice_time=None, **kw)
 
 
-def test_deepseek_all_to_all_is_rail_local_per_server_and_carries_the_closed_form():
-    m, plan, st = _ds_step(expert_load="capacity")
+@pytest.mark.parametrize("gpus,tp,servers", [(128, None, 8), (256, 2, 16)])
+def test_deepseek_all_to_all_is_rail_local_per_server_and_carries_the_closed_form(
+        gpus, tp, servers):
+    # TP 1 (the report's plan) and TP 2 (Megatron Bridge's: 4 members of a group per
+    # server, on the same TP lane)
+    m, plan = sc.scale_plan("deepseek_v3", gpus, tp=tp, pp=2, ep=64)
+    st = sc.step_flows(m, plan, slice_time=None, expert_load="capacity")
     g = plan.gpus_per_server
-    assert (plan.tp, plan.pp, plan.dp, plan.ep, plan.uneven_pp) == (1, 2, 64, 64, True)
+    assert (plan.pp, plan.dp, plan.ep, plan.uneven_pp) == (2, 64, 64, True)
+    N = servers
     ep = st.phase == 0
     assert ep.any()
     src_srv, dst_srv = st.src_rank[ep] // g, st.dst_rank[ep] // g
@@ -142,20 +148,29 @@ def test_deepseek_all_to_all_is_rail_local_per_server_and_carries_the_closed_for
     assert np.all(src_srv != dst_srv)
     assert np.all(st.src % g == st.dst % g)                # every flow on one rail
     assert np.all(st.rail == st.dst % g)
-    # the group of 64 spans 8 servers: each source server reaches the 7 others
-    assert st.info["ep_nodes"] == 8
+    # the group of 64 spans 64 tp / 8 servers: each source server reaches the others
+    assert st.info["ep_nodes"] == N == plan.ep * plan.tp // g
     pairs = np.unique(np.stack([src_srv, dst_srv]), axis=1)
-    assert np.all(np.bincount(pairs[0]) == 7)
+    assert np.all(np.bincount(pairs[0]) == N - 1)
     # per GPU: total / top_k x E[servers per token] x (N - 1) / N (module docstring)
     cb = comm_bytes(m, plan)
     total = cb["ep_alltoall_bytes"] * cb["ep_alltoall_count"]
-    want = total / 8 * st.info["ep_nodes_per_token"] * 7 / 8
+    want = total / 8 * st.info["ep_nodes_per_token"] * (N - 1) / N
     assert st.size[ep].sum() / plan.n_gpus == pytest.approx(want, rel=1e-9)
     assert st.info["ep_network_bytes_per_gpu"] == pytest.approx(want, rel=1e-9)
     # fewer bytes than the plain all-to-all's top_k copies to every other rank
     assert want < cb["ep_bytes_sent"]
     assert st.info["ep_nodes_per_token"] <= 4.0
     assert st.info["ep_max_load"] == pytest.approx(1.25)
+
+
+def test_ep_group_that_splits_a_server_is_refused():
+    # 6 GPUs per server, EP groups of 4 ranks: the second group straddles two servers
+    from fabric_jax.workloads.phases import step_collectives
+    m = DS.replace(global_batch=12 * 8)
+    plan = ParallelPlan(tp=1, pp=1, dp=12, ep=4, gpus_per_server=6)
+    with pytest.raises(ValueError, match="ep"):
+        step_collectives(m, plan, expert_skew=1.0)
 
 
 def test_deepseek_flow_bytes_by_hand_from_the_routing_shares():
