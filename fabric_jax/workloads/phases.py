@@ -83,12 +83,16 @@ ROUTING_TOKENS = 4096
 def step_compute(model, plan: ParallelPlan, gpu) -> dict:
     """Compute of one step on every GPU: ``step_flops`` (FLOPs of the step),
     ``math_time`` (s, the FLOPs over ``n_gpus`` GPUs at ``achievable_fraction`` of
-    ``gpu.peak_flops``), ``bubble`` (the 1F1B pipeline bubble ``(pp - 1)/m``, Narayanan
+    ``gpu.peak_flops``; with an uneven pipeline, ``ParallelPlan.uneven_pp``, times the
+    busiest stage's layers over the mean, ``ceil(L/pp) pp / L``: the pipeline runs at its
+    slowest stage's pace), ``bubble`` (the 1F1B pipeline bubble ``(pp - 1)/m``, Narayanan
     et al. 2021), ``tp_time`` (s, the tensor-parallel bytes over NVLink) and
     ``compute_time = math_time (1 + bubble) + tp_time``."""
     m = plan.n_microbatches(model)
     flops = step_flops(model, recompute=plan.recompute)
     math_time = flops / plan.n_gpus / (gpu.peak_flops * plan.achievable_fraction)
+    if model.n_layers % plan.pp:
+        math_time *= -(-model.n_layers // plan.pp) * plan.pp / model.n_layers
     bubble = (plan.pp - 1) / m
     tp_time = comm_bytes(model, plan)["tp_bytes_sent"] / gpu.nvlink_bandwidth
     return dict(step_flops=flops, math_time=math_time, bubble=bubble, tp_time=tp_time,

@@ -47,6 +47,13 @@ def test_uneven_pipeline_and_busiest_stage_counts():
     assert c["ep_alltoall_count"] == 4 * 4 * 8
     assert c["ep_alltoall_bytes"] == 4096 * 7168 * 2 * 8
     assert c["pp_send_bytes"] == 4096 * 7168 * 2
+    # compute: the busiest stage's 4 layers of the mean 61/16 set the pace
+    from fabric_jax.workloads.model import get_gpu, step_flops
+    from fabric_jax.workloads.phases import step_compute
+    comp = step_compute(m, plan, get_gpu("h100_sxm"))
+    even = step_flops(m) / 1024 / (989e12 * 0.5)
+    assert comp["math_time"] == pytest.approx(even * 64 / 61, rel=1e-12)
+    assert comp["bubble"] == 15 / 8
 
 
 def test_published_plan_is_what_scale_plan_builds_at_its_size():
