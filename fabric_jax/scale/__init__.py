@@ -103,6 +103,7 @@ from ._step import (BACKGROUND, BUCKET_PARAMS, DEFAULT_BACKGROUND_CDF, DEFAULT_E
                     DEFAULT_SKEW, LATENCY_MODELS, PHASES, PLACEMENTS, StepFlows,
                     collective_overhead, ep_group_size, job_step_time, scale_plan,
                     step_flows)
+from ._step import DEFAULT_CAPACITY_FACTOR
 from ._jobs import add_background, job_servers, place_jobs
 from ._route import DEFAULT_MAX_PATHS, HASHED_ROUTING, route_flows, source_port
 from ._rails import (CONGESTED_DELAY, DEFAULT_DT_US, HORIZON_FACTOR, RailRun, ideal_rails,
@@ -127,7 +128,8 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "link_rails", "rail_symmetric_paths", "rail_view", "scale_topology",
            "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "add_background",
            "DEFAULT_EP", "DEFAULT_MICROBATCHES", "DEFAULT_MODEL", "DEFAULT_PP",
-           "DEFAULT_SKEW", "PHASES", "PLACEMENTS", "StepFlows", "job_servers",
+           "DEFAULT_SKEW", "DEFAULT_CAPACITY_FACTOR", "PHASES", "PLACEMENTS", "StepFlows",
+           "job_servers",
            "place_jobs", "scale_plan", "step_flows", "BUCKET_PARAMS", "DEFAULT_LATENCY",
            "LATENCY_MODELS", "collective_overhead", "job_step_time",
            "CONGESTED_DELAY", "DEFAULT_DT_US", "DEFAULT_MAX_PATHS", "HASHED_ROUTING",

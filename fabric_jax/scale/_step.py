@@ -17,7 +17,8 @@ from ..workloads.phases import PHASES as STEP_PHASES
 from ..workloads.phases import step_collectives, step_compute
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_PP", "DEFAULT_EP", "DEFAULT_MICROBATCHES",
-           "DEFAULT_SKEW", "DEFAULT_CAPACITY_FACTOR", "StepFlows", "scale_plan", "step_flows", "PHASES", "PLACEMENTS",
+           "DEFAULT_SKEW", "DEFAULT_CAPACITY_FACTOR", "StepFlows", "scale_plan", "step_flows",
+           "PHASES", "PLACEMENTS",
            "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "LATENCY_MODELS", "DEFAULT_LATENCY",
            "BUCKET_PARAMS", "collective_overhead", "ep_group_size", "job_step_time"]
 
