@@ -14,11 +14,15 @@ factories are built at.  Per GPU count it builds:
   expert parallel in groups of 8, weak-scaled (fixed micro-batches per replica) or at a
   fixed global batch (``--global-batch``: the micro-batches per replica and the 1F1B
   bubble follow the data-parallel degree); the
-  network part is the MoE all-to-all with Zipf-skewed experts and the pipeline sends,
+  network part is the MoE all-to-all with Zipf-skewed experts (``expert_load=
+  "capacity"``: bounded at a capacity factor) and the pipeline sends,
   then the DP reduce-scatter and all-gather by the algorithm NCCL picks for their
   calls (rings, or PAT's log-distance steps: ``--dp-algorithm``), as flows with their
   dependencies (built vectorised: 999,424 flows at 32,768 GPUs, 409,600 as rings, in
-  under a second);
+  under a second); DeepSeek-V3
+  (``--model deepseek_v3``: its published plan's TP 1, ``--pp 16 --ep 64``) has wide
+  expert parallelism across servers with node-limited routing, one copy of a token
+  per destination server (DeepEP);
 * **each preset's fluid run and the ideal fabric** (:func:`scale_point`), and the
   step's figures (:func:`point_metrics`): step time (the data-parallel reduce-scatter
   and all-gather overlapped with compute the way Megatron-Core does it,
@@ -140,6 +144,7 @@ from ._step import (BACKGROUND, BUCKET_PARAMS, DEFAULT_BACKGROUND_CDF, DEFAULT_E
                     collective_overhead, ep_group_size, fixed_batch_microbatches,
                     flat_overlap, job_step_time, megatron_exposed, megatron_step_time,
                     scale_plan, step_flows)
+from ._step import DEFAULT_CAPACITY_FACTOR
 from ._jobs import add_background, job_servers, place_jobs
 from ._cluster import (DEFAULT_DRAINED, DEFAULT_JOB_SHARE, DEFAULT_OCCUPANCY, DEFAULT_SPARES,
                        cluster_churn, cluster_servers, cross_leaf_share,
@@ -171,7 +176,7 @@ __all__ = ["DEFAULT_SWITCH_RADIX", "PathTable", "RailView", "clos_paths", "ecmp_
            "link_rails", "rail_buffer_weight", "rail_symmetric_paths", "rail_view",
            "scale_topology", "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "add_background",
            "DEFAULT_EP", "DEFAULT_MICROBATCHES", "DEFAULT_MODEL", "DEFAULT_PP",
-           "DEFAULT_SKEW", "PHASES", "PLACEMENTS", "StepFlows", "job_servers",
+           "DEFAULT_SKEW", "DEFAULT_CAPACITY_FACTOR", "PHASES", "PLACEMENTS", "StepFlows", "job_servers",
            "JOB_PLACEMENTS", "CLUSTER_PLACEMENTS", "DEFAULT_DRAINED", "DEFAULT_JOB_SHARE",
            "DEFAULT_OCCUPANCY", "DEFAULT_SPARES", "cluster_churn", "cluster_servers",
            "cross_leaf_share", "default_cluster_gpus", "fewest_units", "on_cluster",

@@ -190,7 +190,9 @@ def point_arguments(scenario: Scenario) -> dict:
         model=job["model"], plan_options={k: job[k] for k in ("pp", "ep", "microbatches",
                                                               "global_batch")},
         step_options=dict(skew=job["skew"], slice_time=job["slice_us"] * 1e-6,
-                          overlap=job["overlap"], dp_algorithm=job["dp_algorithm"]),
+                          overlap=job["overlap"], dp_algorithm=job["dp_algorithm"],
+                          expert_load=job["expert_load"],
+                          capacity_factor=job["capacity_factor"]),
         **{k: job[k] for k in ("jobs", "placement", "background", "background_cdf",
                                "latency", "job_gpus", "job_models", "job_overlap")},
         # one job on a larger cluster only (the jobs-fill-the-cluster runs unchanged)

@@ -11,8 +11,8 @@ each other (:func:`scale_scenarios`).  Each GPU count gives one scenario:
   larger cluster, :func:`~fabric_jax.scale.cluster_servers`; :data:`MAX_GPUS` caps the
   cluster);
 * traffic (``workload.*``): the model and its plan (``pp``, ``ep``, ``microbatches``
-  or a fixed ``global_batch``, ``overlap``), the step's slice (``skew``, ``slice_us``),
-  the jobs (``jobs`` or
+  or a fixed ``global_batch``, ``overlap``), the step's slice (``skew``,
+  ``expert_load``, ``capacity_factor``, ``slice_us``), the jobs (``jobs`` or
   ``job_gpus``, ``job_models``, ``placement``, ``job_overlap``), the background and the
   latency model;
 * fabric (``fabrics.*``): ``presets`` and the options ``max_paths``, ``rails``, ``qps``,
@@ -34,6 +34,7 @@ from ..scenario import physical
 from ..systems import SYSTEMS
 from ..workloads.cdf import FlowSizeCDF
 from ..workloads.model import MODELS
+from ..workloads.phases import EXPERT_LOADS
 from ._fabric import DEFAULT_SWITCH_RADIX
 from ._overlap import JOB_OVERLAPS, MAX_OVERLAP_JOBS
 from ._rails import DEFAULT_DT_US, HORIZON_FACTOR
@@ -41,9 +42,10 @@ from ._route import DEFAULT_HASH, DEFAULT_MAX_PATHS, DEFAULT_QPS, HASH_FIELDS
 from ._cluster import default_cluster_gpus, serviceable_servers
 from ._jobs import job_servers
 from ._step import DEFAULT_DP_ALGORITHM, DP_ALGORITHMS
-from ._step import (DEFAULT_BACKGROUND_CDF, DEFAULT_EP, DEFAULT_LATENCY, DEFAULT_MICROBATCHES,
-                    DEFAULT_MODEL, DEFAULT_OVERLAP, DEFAULT_PP, DEFAULT_SKEW, LATENCY_MODELS,
-                    OVERLAP_MODELS, PLACEMENTS, CLUSTER_PLACEMENTS, scale_plan)
+from ._step import (CLUSTER_PLACEMENTS, DEFAULT_BACKGROUND_CDF, DEFAULT_CAPACITY_FACTOR,
+                    DEFAULT_EP, DEFAULT_LATENCY, DEFAULT_MICROBATCHES, DEFAULT_MODEL,
+                    DEFAULT_OVERLAP, DEFAULT_PP, DEFAULT_SKEW, LATENCY_MODELS,
+                    OVERLAP_MODELS, PLACEMENTS, scale_plan)
 
 __all__ = ["SCALE_RULES", "SCALE_FLAGS", "MIN_GPUS", "MAX_GPUS", "RAIL_SYSTEMS",
            "scale_scenarios"]
@@ -81,6 +83,9 @@ SCALE_RULES = {
                                              "per replica"),
     "workload.overlap": number(0, 1, also=OVERLAP_MODELS, default=DEFAULT_OVERLAP,
                                unit="fraction of the compute"),
+    "workload.expert_load": one_of(EXPERT_LOADS, default="zipf"),
+    "workload.capacity_factor": number(1, default=DEFAULT_CAPACITY_FACTOR,
+                                       unit="x the mean expert load"),
     "workload.slice_us": number(0, lo_open=True, unit=_US, default=250.0),
     "workload.jobs": integer(1, default=1),
     "workload.job_gpus": integer(1, many=True, min_items=2, unit="GPUs per job",
@@ -197,6 +202,8 @@ def scale_scenarios(values: Mapping[str, Any], *, flags: Mapping | None = None) 
     if cluster is not None and cluster % g:
         raise refuse("topology.cluster_gpus", f"must be whole servers of {g} GPUs; got "
                      f"{cluster}", flags=flags, value=cluster)
+    names = list(models) if models is not None else [v["workload.model"]]
+    _check_ep_experts(v["workload.ep"], names, flags)
     out = []
     for asked in v["topology.gpus"]:
         n = max(2, asked // g) * g
@@ -210,6 +217,9 @@ def scale_scenarios(values: Mapping[str, Any], *, flags: Mapping | None = None) 
                               flags=flags, value=v["workload.jobs"]) from None
         if v["workload.global_batch"] is not None:
             _check_global_batch(v, n, g, flags)
+        sizes = job_gpus or [n // v["workload.jobs"]] * v["workload.jobs"]
+        for size, name in zip(sizes, names * len(sizes) if models is None else names):
+            _check_ep_fits(v, name, size, g, flags)
         out.append(_scenario(v, n, asked))
     return out
 
@@ -251,6 +261,46 @@ def _check_global_batch(v: dict, n_gpus: int, g: int, flags: dict) -> None:
             msg = str(err).split(": ", 1)[-1]
             raise refuse("workload.global_batch", msg, flags=flags,
                          value=v["workload.global_batch"]) from None
+
+
+def _check_ep_experts(ep: int, names, flags) -> None:
+    """The expert-parallel degree against each mixture-of-experts model's experts: at
+    most the experts and dividing them (a dense model ignores it)."""
+    for name in names:
+        E = MODELS[name].n_experts
+        if E > 1 and (ep > E or E % ep):
+            ok = [d for d in range(1, E + 1) if E % d == 0]
+            raise refuse("workload.ep", f"{name} has {E} experts: the expert-parallel "
+                         f"degree must divide them; got {ep}", flags=flags, value=ep,
+                         fix=f"use one of {ok}")
+
+
+def _check_ep_fits(v: dict, name: str, n_gpus: int, g: int, flags) -> None:
+    """An expert-parallel degree asked for (any but the default, which shrinks to fit)
+    must be the plan's at ``n_gpus`` (:func:`~fabric_jax.scale.scale_plan`: dividing
+    the data-parallel ranks), and for a node-limited model (DeepEP's per-server
+    dispatch) fill whole servers or sit inside one."""
+    mdl = MODELS[name]
+    ep = v["workload.ep"]
+    if mdl.n_experts == 1:
+        return
+    try:
+        m, plan = scale_plan(name, n_gpus, g, pp=v["workload.pp"], ep=ep,
+                             microbatches=v["workload.microbatches"])
+    except ValueError:
+        return                      # not the ep's fault: scale_point names the argument
+    per = ep * plan.tp
+    bad_servers = bool(mdl.node_limit) and per % g and g % per
+    if (plan.ep != ep and ep != DEFAULT_EP) or bad_servers:
+        ok = [d for d in range(1, min(plan.dp, mdl.n_experts) + 1)
+              if plan.dp % d == 0 and mdl.n_experts % d == 0
+              and not (mdl.node_limit and (d * plan.tp) % g and g % (d * plan.tp))]
+        why = ("its groups of ep x tp = {per} GPUs must fill whole servers of {g}"
+               .format(per=per, g=g) if bad_servers and plan.ep == ep else
+               f"it must divide the data-parallel ranks (dp = {plan.dp}, tp = {plan.tp}, "
+               f"pp = {plan.pp})")
+        raise refuse("workload.ep", f"{ep} does not fit {name} at {n_gpus} GPUs: {why}",
+                     flags=flags, value=ep, fix=f"use one of {ok}")
 
 
 def _scenario(v: dict, n_gpus: int, asked: int) -> Scenario:

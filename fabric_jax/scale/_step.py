@@ -12,13 +12,13 @@ import numpy as np
 
 from ..collectives import LINK_EFFICIENCY, nccl_choice, nccl_latency
 from ..workloads.flows import Workload
-from ..workloads.model import ParallelPlan, comm_bytes, get_gpu, get_model
+from ..workloads.model import PUBLISHED_PLANS, ParallelPlan, comm_bytes, get_gpu, get_model
 from ..workloads.phases import PHASES as STEP_PHASES
 from ..workloads.phases import step_collectives, step_compute
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_PP", "DEFAULT_EP", "DEFAULT_MICROBATCHES",
-           "DEFAULT_SKEW", "StepFlows", "scale_plan", "step_flows", "PHASES", "PLACEMENTS",
-           "JOB_PLACEMENTS", "CLUSTER_PLACEMENTS",
+           "DEFAULT_SKEW", "DEFAULT_CAPACITY_FACTOR", "StepFlows", "scale_plan", "step_flows",
+           "PHASES", "PLACEMENTS", "JOB_PLACEMENTS", "CLUSTER_PLACEMENTS",
            "BACKGROUND", "DEFAULT_BACKGROUND_CDF", "LATENCY_MODELS", "DEFAULT_LATENCY",
            "BUCKET_PARAMS", "collective_overhead", "ep_group_size", "job_step_time",
            "OVERLAP_MODELS", "DEFAULT_OVERLAP", "megatron_exposed", "megatron_step_time",
@@ -38,6 +38,10 @@ DEFAULT_MICROBATCHES = 8
 #: Zipf exponent of the expert load (``s ~ 1`` is the skew commonly reported for
 #: token-to-expert routing: :func:`fabric_jax.workloads.zipf_expert_load`).
 DEFAULT_SKEW = 1.0
+#: Capacity factor of ``expert_load="capacity"``
+#: (:func:`fabric_jax.workloads.phases.expert_loads`): Switch Transformer's 1.25 (Fedus
+#: et al., JMLR 2022, Sec. 2.2 and Table 1, which trains at 1.0 and 1.25).
+DEFAULT_CAPACITY_FACTOR = 1.25
 
 #: Phase ids of :attr:`StepFlows.phase` (:data:`BACKGROUND`: flows of other traffic
 #: sharing the fabric, :func:`add_background`).
@@ -100,9 +104,12 @@ def scale_plan(model=DEFAULT_MODEL, n_gpus: int = 1024, gpus_per_server: int = 8
                global_batch: int | None = None, **plan_fields):
     """``(model, plan)`` of one job filling ``n_gpus`` GPUs, weak- or strong-scaled.
 
-    Tensor parallel inside the server (``tp``, default ``min(gpus_per_server, heads)``
-    dividing it); pipeline parallel ``pp'``, the largest divisor of the layers with
-    ``pp' <= pp`` that leaves at least two data-parallel ranks; data parallel over the
+    Tensor parallel inside the server (``tp``, default the model's published plan's,
+    :data:`~fabric_jax.workloads.model.PUBLISHED_PLANS`, else ``min(gpus_per_server,
+    heads)`` dividing it); pipeline parallel ``pp'``, the largest divisor of the layers with
+    ``pp' <= pp`` that leaves at least two data-parallel ranks (for layers with no such
+    divisor above 1, DeepSeek-V3's 61, the largest ``pp' <= pp`` dividing the lanes,
+    the layers split unevenly: ``ParallelPlan.uneven_pp``); data parallel over the
     rest; expert parallel ``ep'``, the largest divisor of both ``dp`` and the experts
     with ``ep' <= ep`` (1 for a dense model).
 
@@ -136,13 +143,20 @@ def scale_plan(model=DEFAULT_MODEL, n_gpus: int = 1024, gpus_per_server: int = 8
     if n < 1 or n % g:
         raise ValueError(f"n_gpus: {n_gpus!r} is not a multiple of {g} GPUs per server")
     if tp is None:
-        tp = max(d for d in range(1, g + 1) if g % d == 0 and mdl.n_heads % d == 0)
+        pub = PUBLISHED_PLANS.get(mdl.name)
+        tp = pub.tp if pub is not None and pub.tp is not None and g % pub.tp == 0 else \
+            max(d for d in range(1, g + 1) if g % d == 0 and mdl.n_heads % d == 0)
     tp = int(tp)
     if n % tp:
         raise ValueError(f"tp: {tp} does not divide n_gpus={n}")
     lanes = n // tp
-    pp = max([d for d in range(1, min(int(pp), lanes) + 1)
-              if mdl.n_layers % d == 0 and lanes % d == 0 and lanes // d >= 2] or [1])
+    fits = [d for d in range(1, min(int(pp), lanes, mdl.n_layers) + 1)
+            if lanes % d == 0 and lanes // d >= 2]
+    even = [d for d in fits if mdl.n_layers % d == 0]
+    uneven = max(even or [1]) == 1 and max(fits or [1]) > 1
+    pp = max(fits) if uneven else max(even or [1])
+    if uneven:
+        plan_fields = {**plan_fields, "uneven_pp": True}
     dp = lanes // pp
     ep_ = 1
     if mdl.n_experts > 1:
@@ -298,7 +312,8 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
                seed: int = 0, slice_time: float | None = 250e-6,
                nic_rate: float = 50e9, latency: str = DEFAULT_LATENCY,
                overlap=DEFAULT_OVERLAP,
-               dp_algorithm: str = DEFAULT_DP_ALGORITHM) -> StepFlows:
+               dp_algorithm: str = DEFAULT_DP_ALGORITHM, expert_load: str = "zipf",
+               capacity_factor: float = DEFAULT_CAPACITY_FACTOR) -> StepFlows:
     """The network traffic of one training step (one slice of it), vectorised.
 
     Ranks in Megatron order (``rank = (p dp + d) tp + t``, :meth:`ParallelPlan.groups`)
@@ -309,7 +324,13 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     cluster's step:
 
     * **expert-parallel all-to-all** with a Zipf(``skew``) expert popularity per
-      pipeline stage (``expert_skew=skew``);
+      pipeline stage (``expert_skew=skew``), bounded at ``capacity_factor`` x the mean
+      with ``expert_load="capacity"``; for a model with node-limited routing
+      (DeepSeek-V3) one copy per (token, destination server), to the GPU of the same
+      in-node index (DeepEP; :func:`fabric_jax.workloads.step_collectives`), and the
+      step's all-to-all bytes per GPU are those network bytes (``info``:
+      ``ep_network_bytes_per_gpu``, ``ep_nodes``, ``ep_nodes_per_token``,
+      ``ep_max_load``);
     * **pipeline sends** between consecutive stages of each lane, concurrent with the
       all-to-all;
     * **data-parallel reduce-scatter then all-gather** (the distributed optimizer /
@@ -370,6 +391,9 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
       overlap: :data:`OVERLAP_MODELS` or a fraction in [0, 1] (default
         :data:`DEFAULT_OVERLAP`).
       dp_algorithm: :data:`DP_ALGORITHMS` (default ``"nccl"``).
+      expert_load: ``"zipf"`` or ``"capacity"``
+        (:func:`fabric_jax.workloads.phases.expert_loads`).
+      capacity_factor: the capacity bound, times the mean expert load.
 
     Returns:
       :class:`StepFlows`.
@@ -395,9 +419,14 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     for c in calls:
         if dp_algorithm != "ring" and c["name"].split("_")[0] in algs:
             c["algorithm"] = algs[c["name"].split("_")[0]]
+    routing = {}
     w = step_collectives(mdl, plan, expert_skew=skew, seed=seed,
                          dp="reduce_scatter_all_gather", pp_order="direction",
-                         dp_algorithms=algs)
+                         dp_algorithms=algs, expert_load=expert_load,
+                         capacity_factor=capacity_factor, routing=routing)
+    ep_bytes = cb["ep_bytes_sent"]
+    if mdl.node_limit and cb["ep_alltoall_count"]:
+        ep_bytes = float(w.size[w.columns["phase"] == 0].sum()) / n
     # flows inside a server ride NVLink: left out (a dependency on one is dropped)
     w = w.subset((server[w.src] != server[w.dst]) & (w.size > 0), drop_deps=True)
     src_r, dst_r, phase = w.src, w.dst, w.columns["phase"]
@@ -416,7 +445,7 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     width = int((deps >= 0).sum(axis=1).max(initial=0))
     deps = deps[:, :width].astype(np.int32)
 
-    step_bytes = cb["dp_bytes_sent"] + cb["ep_bytes_sent"] + cb["pp_bytes_sent"]
+    step_bytes = cb["dp_bytes_sent"] + ep_bytes + cb["pp_bytes_sent"]
     t_comm = step_bytes / float(nic_rate)
     k = 1 if slice_time is None else max(1, math.ceil(t_comm / float(slice_time) - 1e-9))
     comp = step_compute(mdl, plan, gpu)
@@ -435,6 +464,13 @@ def step_flows(model, plan: ParallelPlan, gpu="h100_sxm", *, skew: float = DEFAU
     info.update(overlap_windows=dict(forward=fwd * per_mb, backward=(1.0 - fwd) * per_mb),
                 dp_buckets=max([c["count"] for c in info["collectives"]
                                 if c["phase"] == 2] or [1]))
+    if expert_load != "zipf":
+        info.update(expert_load=expert_load, capacity_factor=float(capacity_factor))
+    if routing:
+        info.update(ep_network_bytes_per_gpu=ep_bytes, ep_nodes=int(routing["nodes"]),
+                    ep_nodes_per_token=float(routing["nodes_per_token"].mean()),
+                    node_limit=int(mdl.node_limit),
+                    ep_max_load=float(routing["load"].max() * mdl.n_experts))
     # PXN: a flow leaves the sender's server through the NIC on the receiver's rail
     flows = dataclasses.replace(
         w, src=server[src_r] * g + slot[dst_r], dst=dst_r, size=w.size / k, deps=deps,

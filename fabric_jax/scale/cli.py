@@ -105,7 +105,9 @@ def _add_workload_args(p):
     p.add_argument("--pp", type=int, default=_step.DEFAULT_PP,
                    help=f"pipeline stages wanted (default {_step.DEFAULT_PP})")
     p.add_argument("--ep", type=int, default=_step.DEFAULT_EP,
-                   help=f"expert-parallel group wanted (default {_step.DEFAULT_EP})")
+                   help=f"expert-parallel degree: must divide the model's experts and, "
+                        f"at each size, the data-parallel ranks (default "
+                        f"{_step.DEFAULT_EP}, shrunk to fit where it does not)")
     p.add_argument("--microbatches", type=int, default=None,
                    help=f"micro-batches per replica and step, the same at every GPU count "
                         f"(weak scaling; default {_step.DEFAULT_MICROBATCHES}); not with "
@@ -117,6 +119,15 @@ def _add_workload_args(p):
                         "--microbatches per replica)")
     p.add_argument("--skew", type=float, default=_step.DEFAULT_SKEW,
                    help=f"Zipf exponent of the expert load (default {_step.DEFAULT_SKEW:g})")
+    p.add_argument("--expert-load", default=_default("workload.expert_load"),
+                   help="expert-load distribution: zipf (Zipf(--skew) popularity) or "
+                        "capacity (the same bounded at --capacity-factor x the mean, the "
+                        "excess spread over the other experts, no token dropped; default "
+                        "zipf)")
+    p.add_argument("--capacity-factor", type=float,
+                   default=_default("workload.capacity_factor"),
+                   help=f"with --expert-load capacity: the bound, x the mean expert load "
+                        f"(default {_step.DEFAULT_CAPACITY_FACTOR:g}, Switch Transformer's)")
     p.add_argument("--overlap", default=None,
                    help=f"how communication overlaps compute: megatron (default: "
                         f"Megatron-Core's overlap_grad_reduce and overlap_param_gather, "
@@ -272,7 +283,8 @@ def run(args, *, command=None, started: float | None = None) -> int:
 
 # inputs that must match for --resume to reuse an earlier run's rows
 _SAME = ("system", "model", "dt_us", "rails", "max_paths", "switch_radix", "beyond_radix",
-         "slice_us", "pp", "ep", "microbatches", "skew", "overlap", "seed", "no_ideal",
+         "slice_us", "pp", "ep", "microbatches", "skew", "expert_load", "capacity_factor",
+         "overlap", "seed", "no_ideal",
          "jobs", "placement", "background", "background_cdf", "latency", "job_gpus",
          "job_models", "job_overlap", "cluster_gpus", "global_batch", "dp_algorithm", "qps",
          "hash", "hash_polarization")
@@ -281,7 +293,7 @@ _BEFORE = {"jobs": 1, "placement": "packed", "background": 0.0,
            "background_cdf": "web_search", "latency": "none", "job_gpus": None,
            "job_models": None, "job_overlap": "always", "cluster_gpus": None,
            "global_batch": None, "dp_algorithm": "ring", "qps": 1, "hash": "qp",
-           "hash_polarization": False}
+           "hash_polarization": False, "expert_load": "zipf", "capacity_factor": 1.25}
 
 
 def _earlier(args) -> dict:

@@ -57,8 +57,8 @@ def prefill_time(model, n_tokens, gpu="h100_sxm", *, tp: int = 8,
     """
     model, gpu = get_model(model), get_gpu(gpu)
     p = np.asarray(n_tokens, np.float64)
-    per_layer = 2.0 * (model.attention_params + model.top_k * model.expert_params)
-    flops = p * model.n_layers * (per_layer + 4.0 * p * model.n_heads * model.head_dim) \
+    flops = p * (2.0 * model.layer_active_params
+                 + model.n_layers * 4.0 * p * model.attn_dim) \
         + 2.0 * model.hidden * model.vocab
     return flops / (tp * gpu.peak_flops * achievable_fraction)
 

@@ -78,9 +78,9 @@ import math
 import numpy as np
 
 
-__all__ = ["GPU", "GPUS", "get_gpu", "ModelConfig", "MODELS", "get_model", "ParallelPlan",
-           "training_flops", "step_flops", "kv_cache_bytes", "comm_bytes",
-           "PRECISION_BYTES"]
+__all__ = ["GPU", "GPUS", "get_gpu", "MLA", "ModelConfig", "MODELS", "get_model",
+           "ParallelPlan", "PublishedPlan", "PUBLISHED_PLANS", "training_flops", "step_flops",
+           "kv_cache_bytes", "comm_bytes", "PRECISION_BYTES"]
 
 #: Bytes per element of the named precisions.
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -137,6 +137,39 @@ def get_gpu(gpu) -> GPU:
 
 
 @dataclasses.dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, Sec. 2.1; DeepSeek-V3,
+    arXiv 2412.19437, Sec. 2.1.1): queries and keys/values pass through low-rank
+    compressions, and a decoupled rotary part carries the position.
+
+    Per layer (``n_h`` heads, hidden ``h``) the weights are the query down- and
+    up-projections ``h x q_rank`` and ``q_rank x n_h (nope_dim + rope_dim)``, the joint
+    key/value down-projection with the shared rotary key ``h x (kv_rank + rope_dim)``,
+    the key and value up-projections ``kv_rank x n_h nope_dim`` and ``kv_rank x n_h
+    v_dim``, and the output ``n_h v_dim x h`` (the norms of the latents left out).
+
+    Attributes:
+      q_rank: query compression dimension ``d_c'``.
+      kv_rank: key/value compression dimension ``d_c`` (the cached latent).
+      nope_dim: per-head query/key dimension without position ``d_h``.
+      rope_dim: per-head decoupled rotary dimension ``d_h^R``.
+      v_dim: per-head value dimension.
+    """
+
+    q_rank: int
+    kv_rank: int
+    nope_dim: int
+    rope_dim: int
+    v_dim: int
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            val = getattr(self, f.name)
+            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+                raise ValueError(f"mla.{f.name}: must be an integer >= 1; got {val!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """A decoder-only transformer (dense or mixture-of-experts).
 
@@ -152,11 +185,25 @@ class ModelConfig:
       seq_len: training sequence length ``s``.
       global_batch: sequences per optimizer step ``B``.
       ffn_kind: ``"gelu"`` (two FFN matrices) or ``"swiglu"`` (three; Shazeer 2020).
-      n_experts: experts per MoE layer (1: dense).
-      top_k: experts each token visits.
+      n_experts: routed experts per MoE layer (1: dense).
+      top_k: routed experts each token visits.
       tied_embeddings: input and output embeddings shared.
       precision: ``"bf16"``, ``"fp16"``, ``"fp8"`` or ``"fp32"`` (activations, weights).
       source: publication of the architecture.
+      shared_experts: experts every token visits besides its ``top_k`` routed ones
+        (DeepSeekMoE's shared experts, Dai et al. 2024, arXiv 2401.06066, Sec. 3.2);
+        replicated on every expert-parallel rank like the attention, so counted in
+        :attr:`dense_params`, and not part of the all-to-all.
+      first_dense_layers: leading layers whose FFN is dense (DeepSeek-V3: the first 3,
+        arXiv 2412.19437 Sec. 4.2); the other ``n_layers - first_dense_layers`` are MoE.
+      dense_ffn_hidden: FFN inner size of those dense layers (0: ``ffn_hidden``).
+      mla: :class:`MLA` (multi-head latent attention) or ``None`` (multi-head /
+        grouped-query attention from ``n_heads``, ``n_kv_heads``).
+      node_limit: node-limited routing ``M``: each token's ``top_k`` experts lie on at
+        most ``M`` servers (DeepSeek-V3 Sec. 2.1.2, "Node-Limited Routing"; 0: no
+        limit).  Models with a limit are trained with DeepEP-style dispatch (one copy
+        of a token per destination server, forwarded over NVLink inside it;
+        :func:`fabric_jax.workloads.phases.step_collectives`).
 
     Parameters count the matrices only: biases, norms and the MoE router are left out
     (under 0.1 % for the named models).
@@ -177,6 +224,11 @@ class ModelConfig:
     tied_embeddings: bool = False
     precision: str = "bf16"
     source: str = ""
+    shared_experts: int = 0
+    first_dense_layers: int = 0
+    dense_ffn_hidden: int = 0
+    mla: MLA | None = None
+    node_limit: int = 0
 
     def __post_init__(self):
         for key in ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab",
@@ -196,6 +248,15 @@ class ModelConfig:
         if self.precision not in PRECISION_BYTES:
             raise ValueError(f"precision: expected one of {sorted(PRECISION_BYTES)}; got "
                              f"{self.precision!r}")
+        for key in ("shared_experts", "first_dense_layers", "dense_ffn_hidden", "node_limit"):
+            val = getattr(self, key)
+            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 0:
+                raise ValueError(f"{key}: must be an integer >= 0; got {val!r}")
+        if self.first_dense_layers >= self.n_layers:
+            raise ValueError(f"first_dense_layers: must be < n_layers={self.n_layers}; got "
+                             f"{self.first_dense_layers}")
+        if self.mla is not None and not isinstance(self.mla, MLA):
+            raise ValueError(f"mla: expected an MLA record or None; got {self.mla!r}")
 
     # ------------------------------------------------------------- parameters
     @property
@@ -209,9 +270,25 @@ class ModelConfig:
 
     @property
     def attention_params(self) -> int:
-        """Per layer: Q and output ``h x h``, K and V ``h x (kv_heads head_dim)``."""
+        """Per layer: Q and output ``h x h``, K and V ``h x (kv_heads head_dim)``; with
+        :attr:`mla` the latent projections (:class:`MLA`)."""
+        if self.mla is not None:
+            a, h, n = self.mla, self.hidden, self.n_heads
+            return (h * a.q_rank + a.q_rank * n * (a.nope_dim + a.rope_dim)
+                    + h * (a.kv_rank + a.rope_dim) + a.kv_rank * n * (a.nope_dim + a.v_dim)
+                    + n * a.v_dim * h)
         kv = self.n_kv_heads * self.head_dim
         return 2 * self.hidden * self.hidden + 2 * self.hidden * kv
+
+    @property
+    def attn_dim(self) -> float:
+        """``d_attn`` of the attention FLOPs ``4 s d_attn`` per token and layer: ``heads
+        head_dim``; with :attr:`mla` the mean of the query-key width ``n_h (nope_dim +
+        rope_dim)`` and the value width ``n_h v_dim`` (scores and weighted sum)."""
+        if self.mla is not None:
+            a = self.mla
+            return self.n_heads * (a.nope_dim + a.rope_dim + a.v_dim) / 2.0
+        return float(self.n_heads * self.head_dim)
 
     @property
     def expert_params(self) -> int:
@@ -220,20 +297,36 @@ class ModelConfig:
         return mats * self.hidden * self.ffn_hidden
 
     @property
+    def dense_ffn_params(self) -> int:
+        """Per dense layer (:attr:`first_dense_layers`): the FFN matrices."""
+        mats = 3 if self.ffn_kind == "swiglu" else 2
+        return mats * self.hidden * (self.dense_ffn_hidden or self.ffn_hidden)
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with a mixture-of-experts FFN (0 for a dense model)."""
+        return 0 if self.n_experts == 1 else self.n_layers - self.first_dense_layers
+
+    @property
     def embedding_params(self) -> int:
         return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
 
     @property
     def dense_params(self) -> int:
-        """Parameters replicated over expert-parallel ranks (attention, embeddings, and
-        the FFN of a dense model)."""
-        ffn = self.expert_params if self.n_experts == 1 else 0
-        return self.n_layers * (self.attention_params + ffn) + self.embedding_params
+        """Parameters replicated over expert-parallel ranks (attention, embeddings, the
+        FFN of a dense model or of the :attr:`first_dense_layers`, shared experts)."""
+        if self.n_experts == 1:
+            return self.n_layers * (self.attention_params + self.expert_params) \
+                + self.embedding_params
+        return (self.n_layers * self.attention_params
+                + self.first_dense_layers * self.dense_ffn_params
+                + self.moe_layers * self.shared_experts * self.expert_params
+                + self.embedding_params)
 
     @property
     def moe_params(self) -> int:
-        """Expert parameters of all MoE layers (0 for a dense model)."""
-        return 0 if self.n_experts == 1 else self.n_layers * self.n_experts * self.expert_params
+        """Routed-expert parameters of all MoE layers (0 for a dense model)."""
+        return self.moe_layers * self.n_experts * self.expert_params
 
     @property
     def n_params(self) -> int:
@@ -241,10 +334,20 @@ class ModelConfig:
         return self.dense_params + self.moe_params
 
     @property
+    def layer_active_params(self) -> int:
+        """Weights of all transformer layers a token uses: attention, and the dense FFN
+        or ``top_k`` routed plus the shared experts of each MoE layer."""
+        if self.n_experts == 1:
+            return self.n_layers * (self.attention_params + self.top_k * self.expert_params)
+        return (self.n_layers * self.attention_params
+                + self.first_dense_layers * self.dense_ffn_params
+                + self.moe_layers * (self.top_k + self.shared_experts) * self.expert_params)
+
+    @property
     def active_params(self) -> int:
-        """Parameters a token uses (``top_k`` experts per MoE layer)."""
-        return (self.n_layers * (self.attention_params + self.top_k * self.expert_params)
-                + self.embedding_params)
+        """Parameters a token uses (``top_k`` routed and the shared experts per MoE
+        layer)."""
+        return self.layer_active_params + self.embedding_params
 
     @property
     def tokens_per_step(self) -> int:
@@ -296,6 +399,22 @@ MODELS = {
         source="Jiang et al., 'Mixtral of Experts', 2024, Table 1 (32 layers, dim 4096, "
                "FFN 14336, 32 heads, 8 KV heads, 8 experts, top-2, vocab 32000; 46.7B "
                "total, 12.9B active); batch (4M tokens) is our assumption"),
+    "deepseek_v3": ModelConfig(
+        "deepseek_v3", n_layers=61, hidden=7168, n_heads=128, n_kv_heads=128,
+        ffn_hidden=2048, vocab=129280, seq_len=4096, global_batch=15360,
+        ffn_kind="swiglu", n_experts=256, top_k=8, shared_experts=1,
+        first_dense_layers=3, dense_ffn_hidden=18432,
+        mla=MLA(q_rank=1536, kv_rank=512, nope_dim=128, rope_dim=64, v_dim=128),
+        node_limit=4,
+        source="DeepSeek-AI, 'DeepSeek-V3 Technical Report', arXiv 2412.19437, Sec. 4.2 "
+               "(61 layers, hidden 7168, 128 heads of dimension 128, KV compression 512, "
+               "query compression 1536, decoupled rotary dimension 64; every FFN but the "
+               "first three layers' is MoE with 1 shared and 256 routed experts of "
+               "intermediate dimension 2048, 8 routed experts per token, each token sent "
+               "to at most 4 nodes; sequence length 4K, batch up to 15,360 sequences; "
+               "671B total, 37B activated); vocabulary 129,280 and the dense layers' "
+               "FFN 18,432 from the released config.json (deepseek-ai/DeepSeek-V3 on "
+               "Hugging Face); the multi-token-prediction module (14B) is left out"),
 }
 
 
@@ -309,11 +428,61 @@ def get_model(model) -> ModelConfig:
     return MODELS[model]
 
 
+@dataclasses.dataclass(frozen=True)
+class PublishedPlan:
+    """A parallelism plan a model was (or is recommended to be) trained with.
+
+    Attributes:
+      model: model name (a key of :data:`MODELS` where the architecture is there).
+      gpus: GPUs of the run (``None``: not published).
+      gpu: GPU type of the run.
+      tp, pp, ep: tensor-, pipeline- and expert-parallel degrees (``None``: not
+        published).
+      dp: data-parallel kind (``"zero1"``: ZeRO-1 / distributed optimizer).
+      source: where the plan is published.
+    """
+
+    model: str
+    gpus: int | None
+    gpu: str | None
+    tp: int | None
+    pp: int | None
+    ep: int | None
+    dp: str | None
+    source: str
+
+
+#: Published MoE training plans (``None``: the field is not published).
+PUBLISHED_PLANS = {
+    "deepseek_v3": PublishedPlan(
+        "deepseek_v3", gpus=2048, gpu="h800", tp=1, pp=16, ep=64, dp="zero1",
+        source="DeepSeek-V3 Technical Report, arXiv 2412.19437, Sec. 3.1 (2,048 H800, 8 "
+               "per node on NVLink/NVSwitch, InfiniBand between nodes) and Sec. 3.2 (16-way "
+               "pipeline parallelism with DualPipe, 64-way expert parallelism spanning 8 "
+               "nodes, ZeRO-1 data parallelism; no tensor parallelism)"),
+    "deepseek_v3_megatron_bridge": PublishedPlan(
+        "deepseek_v3", gpus=None, gpu=None, tp=2, pp=16, ep=64, dp="zero1",
+        source="NVIDIA Megatron Bridge, parallelism-strategies guide "
+               "(nemo-mbridge-perf-parallelism-strategies), MoE table: DeepSeek-V3 "
+               "671B/37B at TP 2, PP 16, EP 64 (a recommended starting point, not a run)"),
+    "deepseek_v2": PublishedPlan(
+        "deepseek_v2", gpus=None, gpu="h800", tp=1, pp=16, ep=8, dp="zero1",
+        source="DeepSeek-V2, arXiv 2405.04434, Sec. 3.1.3 (16-way zero-bubble pipeline "
+               "parallelism, 8-way expert parallelism, ZeRO-1 data parallelism; the GPU "
+               "count is not given); the model is not in MODELS"),
+    "mixtral_8x7b": PublishedPlan(
+        "mixtral_8x7b", gpus=None, gpu=None, tp=None, pp=None, ep=None, dp=None,
+        source="not published: Jiang et al. 2024 ('Mixtral of Experts') give the "
+               "architecture but no training cluster or parallelism; the scale study's "
+               "plan for it (fabric_jax.scale.scale_plan) is our assumption"),
+}
+
+
 def _forward_flops_per_token(model: ModelConfig, seq_len: int) -> tuple[float, float]:
     """Forward FLOPs of one token (module docstring): (transformer layers, logits)."""
-    per_layer = (2.0 * (model.attention_params + model.top_k * model.expert_params)
-                 + 4.0 * seq_len * model.n_heads * model.head_dim)
-    return model.n_layers * per_layer, 2.0 * model.hidden * model.vocab
+    layers = (2.0 * model.layer_active_params
+              + model.n_layers * 4.0 * seq_len * model.attn_dim)
+    return layers, 2.0 * model.hidden * model.vocab
 
 
 def training_flops(model, n_tokens: float, *, recompute: bool = False) -> float:
@@ -342,7 +511,8 @@ def step_flops(model, *, recompute: bool = False) -> float:
 def kv_cache_bytes(model, n_tokens: float, *, bytes_per_element: int | None = None) -> float:
     """KV-cache bytes of ``n_tokens`` tokens: ``2 L kv_heads head_dim bytes n_tokens``
     (keys and values of every layer; Pope et al., "Efficiently Scaling Transformer
-    Inference", MLSys 2023, Sec. 2).
+    Inference", MLSys 2023, Sec. 2); with multi-head latent attention ``L (kv_rank +
+    rope_dim) bytes n_tokens`` (DeepSeek-V2, arXiv 2405.04434, Sec. 2.1.3, Table 1).
 
     Args:
       model: :class:`ModelConfig` or name.
@@ -354,6 +524,8 @@ def kv_cache_bytes(model, n_tokens: float, *, bytes_per_element: int | None = No
     if b < 1:
         raise ValueError(f"bytes_per_element: must be >= 1; got {bytes_per_element}")
     per_token = 2.0 * model.n_layers * model.n_kv_heads * model.head_dim * b
+    if model.mla is not None:       # the latent and the rotary key (DeepSeek-V2 Sec. 2.1.3)
+        per_token = float(model.n_layers * (model.mla.kv_rank + model.mla.rope_dim) * b)
     tokens = np.asarray(n_tokens, np.float64)
     if np.any(~np.isfinite(tokens) | (tokens < 0)):
         raise ValueError("n_tokens: must be finite and >= 0")
@@ -376,6 +548,11 @@ class ParallelPlan:
       sequence_parallel: TP all-reduces become all-gather + reduce-scatter (same bytes).
       grad_bytes: bytes per gradient element in the DP collective (2: BF16 gradients,
         our default assumption; Llama 3 reduce-scatters in FP32, 4).
+      uneven_pp: ``pp`` need not divide the layers: the stages hold ``ceil`` or
+        ``floor`` of ``L / pp`` layers (Megatron-Core's uneven / custom pipeline layout,
+        ``--pipeline-model-parallel-layout``; DeepSeek-V3's 61 layers over 16 stages,
+        arXiv 2412.19437 Sec. 3.2.1), and the per-stage traffic is the busiest stage's
+        (``ceil``).  Default ``False``: ``pp`` must divide the layers.
       achievable_fraction: fraction of ``peak_flops`` the step's kernels reach.  Our
         default 0.5 is an assumption: published end-to-end MFU, which also loses the
         bubble and exposed communication, is 38-43 % for Llama 3 405B on H100
@@ -394,6 +571,7 @@ class ParallelPlan:
     sequence_parallel: bool = True
     grad_bytes: int = 2
     achievable_fraction: float = 0.5
+    uneven_pp: bool = False
 
     def __post_init__(self):
         for key in ("tp", "pp", "dp", "ep", "micro_batch", "gpus_per_server", "grad_bytes"):
@@ -432,8 +610,9 @@ class ParallelPlan:
 
     def check(self, model: ModelConfig) -> "ParallelPlan":
         """Validate the plan against a model (divisibility of layers, heads, experts)."""
-        if model.n_layers % self.pp:
-            raise ValueError(f"pp: must divide n_layers={model.n_layers}; got {self.pp}")
+        if self.pp > model.n_layers or (model.n_layers % self.pp and not self.uneven_pp):
+            raise ValueError(f"pp: must divide n_layers={model.n_layers} (or be at most "
+                             f"n_layers with uneven_pp=True); got {self.pp}")
         if model.n_heads % self.tp or model.n_kv_heads % self.tp and self.tp % model.n_kv_heads:
             raise ValueError(f"tp: {self.tp} does not split n_heads={model.n_heads} / "
                              f"n_kv_heads={model.n_kv_heads}")
@@ -495,19 +674,24 @@ def comm_bytes(model, plan: ParallelPlan) -> dict[str, float]:
       gradient shard), ``ep_alltoall_bytes`` (per rank per all-to-all),
       ``ep_alltoall_count``, and the per-GPU bytes *sent* per step by each dimension
       (``tp_bytes_sent`` ... ``ep_bytes_sent``; ring all-reduce sends ``2 (n-1)/n S``,
-      all-to-all ``(n-1)/n S``).
+      all-to-all ``(n-1)/n S``).  Layer counts are the busiest stage's, ``ceil(L /
+      pp)`` (``ceil`` of the MoE layers for the all-to-all).  ``ep_*`` count the
+      plain all-to-all's ``top_k`` copies of each token; with node-limited routing
+      (``model.node_limit``) the network carries one copy per (token, destination
+      server) instead (:func:`fabric_jax.workloads.phases.node_limited_routing`).
     """
     model = get_model(model)
     plan.check(model)
     m = plan.n_microbatches(model)
     act = plan.micro_batch * model.seq_len * model.hidden * model.bytes_per_element
-    layers = model.n_layers // plan.pp
+    layers = -(-model.n_layers // plan.pp)            # the busiest stage's
+    moe_layers = -(-model.moe_layers // plan.pp)
     tp_count = (6 if plan.recompute else 4) * layers * m if plan.tp > 1 else 0
     moe = model.n_experts > 1
     dense_shard = model.dense_params / (plan.tp * plan.pp) * plan.grad_bytes
     expert_shard = model.moe_params / (plan.tp * plan.pp * plan.ep) * plan.grad_bytes
     a2a = act * model.top_k / plan.tp if moe else 0.0
-    a2a_count = 4 * layers * m if (moe and plan.ep > 1) else 0
+    a2a_count = 4 * moe_layers * m if (moe and plan.ep > 1) else 0
     edp = plan.dp // plan.ep
     out = dict(
         tp_allreduce_bytes=float(act), tp_allreduce_count=int(tp_count),
