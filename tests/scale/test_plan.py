@@ -244,7 +244,9 @@ def test_resume_reads_batch_and_overlap_as_the_scenario_does(tmp_path, capsys):
                 max_paths=4, switch_radix=128, beyond_radix="planes", slice_us=250.0,
                 pp=4, ep=8, skew=1.0, seed=0, no_ideal=False, jobs=1, placement="packed",
                 background=0.0, background_cdf="web_search", latency="nccl",
-                job_gpus=None, job_models=None, job_overlap="always")
+                job_gpus=None, job_models=None, job_overlap="always", cluster_gpus=None,
+                dp_algorithm="nccl", qps=1, hash="qp", hash_polarization=False,
+                expert_load="zipf", capacity_factor=1.25)
     out = tmp_path / "s.json"
     out.write_text(json.dumps(dict(inputs=dict(base, microbatches=None, overlap=None,
                                                global_batch=None),

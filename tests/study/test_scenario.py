@@ -205,11 +205,13 @@ def test_scale_flags_map_onto_one_scenario_per_size():
         plan_options=dict(pp=2, ep=sc.DEFAULT_EP, microbatches=sc.DEFAULT_MICROBATCHES,
                           global_batch=None),
         step_options=dict(skew=sc.DEFAULT_SKEW, slice_time=250e-6,
-                          overlap=sc.DEFAULT_OVERLAP, expert_load="zipf",
-                          capacity_factor=sc.DEFAULT_CAPACITY_FACTOR), jobs=1,
+                          overlap=sc.DEFAULT_OVERLAP, dp_algorithm="nccl",
+                          expert_load="zipf", capacity_factor=sc.DEFAULT_CAPACITY_FACTOR),
+        jobs=1,
         placement="packed", background=0.0, background_cdf="web_search",
         latency=sc.DEFAULT_LATENCY, job_gpus=None, job_models=None, job_overlap="always",
-        rails="all", max_paths=sc.DEFAULT_MAX_PATHS, dt=sc.DEFAULT_DT_US * 1e-6, seed=0,
+        rails="all", max_paths=sc.DEFAULT_MAX_PATHS, qps=1, hash_fields="qp",
+        hash_polarization=False, dt=sc.DEFAULT_DT_US * 1e-6, seed=0,
         horizon_factor=sc.HORIZON_FACTOR, fifo_bands=None)
     default, = sc.scale_scenarios({"topology.gpus": [64]})
     assert sc.point_arguments(default)["rails"] == (0,)
