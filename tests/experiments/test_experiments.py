@@ -140,3 +140,21 @@ def test_dcqcn_fixed_point_rate_trajectory_quick(tmp_path):
     assert data["fixed_point_target_gbps"] > data["fixed_point_rate_gbps"] * 1.005
     with pytest.raises(SystemExit):
         mod.main(["--flows", "2", "--link-gbps", "100"])     # the paper set is 40 Gb/s
+
+
+@pytest.mark.slow  # two scale runs (the fluid compile of roce twice)
+def test_scale_placement_runs_each_placement_and_tabulates(tmp_path, capsys):
+    from experiments import scale_placement
+    scale_placement.main(["--gpus", "32", "--out", str(tmp_path), "--fabrics", "roce",
+                          "--quiet"])
+    table = capsys.readouterr().out
+    rows = scale_placement.rows(tmp_path, scale_placement.PLACEMENTS)
+    # one roce row and one ideal row per placement; the fragmented job on its larger cluster
+    assert sorted((r["placement"], r["fabric"]) for r in rows) == [
+        ("fragmented", "ideal"), ("fragmented", "roce"), ("packed", "ideal"),
+        ("packed", "roce")]
+    frag = {r["fabric"]: r for r in rows if r["placement"] == "fragmented"}
+    assert frag["roce"]["cluster"] > 32 and frag["ideal"]["vs_ideal"] == 0.0
+    for r in rows:
+        assert 0.0 <= r["spine"] <= 100.0 and 0.0 < r["util"] <= 100.0
+        assert f"| {r['placement']} | {r['fabric']} |" in table
