@@ -69,7 +69,6 @@ import heapq
 
 import numpy as np
 
-from ..workloads._random import as_rng
 from ..workloads.placement import place_job
 from ._step import PLACEMENTS, StepFlows
 
@@ -149,7 +148,7 @@ def cluster_churn(n_servers: int, need: int, *, occupancy: float = DEFAULT_OCCUP
     for name, x in (("occupancy", occupancy), ("drained", drained), ("spares", spares)):
         if not (np.isfinite(x) and 0.0 <= x < 1.0):
             raise ValueError(f"{name}: a fraction in [0, 1); got {x!r}")
-    rng = as_rng(seed)
+    rng = np.random.default_rng(seed)   # an int seed or a Generator
     state = np.zeros(n, np.int8)
     n_d, n_s = int(round(drained * n)), int(round(spares * n))   # serviceable_servers
     perm = rng.permutation(n)
@@ -272,7 +271,7 @@ def cluster_servers(n_job_servers: int, n_cluster_servers: int, placement: str, 
         raise ValueError(f"cluster_gpus: the cluster's {N} servers must hold the job's "
                          f"{S} (at least 2)")
     facts = dict(cluster_servers=N, job_servers=S, servers_per_leaf=spl)
-    rng = as_rng(seed)
+    rng = np.random.default_rng(seed)   # an int seed or a Generator
     if placement == "packed":
         srv = np.arange(S)
     elif placement == "spread":
