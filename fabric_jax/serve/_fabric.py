@@ -9,8 +9,9 @@ before the group's *serialised* end -- ``end = max(end, release) + size / line_r
 over the group's flows, as if every byte crossed one NIC, an upper bound on when the
 group drains at line rate -- plus ``margin`` (default 50 us).  Each group is simulated
 from its first release, on its own, padded to one flow count (padding flows are released
-after the horizon and never send) and one horizon (``horizon_factor`` x the longest
-serialised group + the margin), ``batch`` groups per ``vmap``-ed fluid program
+after the horizon and never send) and one horizon (:data:`HORIZON_FACTOR` x the longest
+serialised group + the margin; a group with a flow unfinished then runs again with
+:data:`RETRY_FACTOR` x that horizon, a second compilation only when it happens), ``batch`` groups per ``vmap``-ed fluid program
 (:func:`fabric_jax.fluid.loop.stack` / ``run_batched``): one compilation per preset.
 The split assumes a group has drained before the next starts; :func:`simulate_preset`
 counts the groups where it did not (``overlaps``: the fabric was still busy, e.g. PFC
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 
 import numpy as np
 
@@ -36,7 +38,9 @@ from ..paths import PathSet, shortest_paths
 __all__ = ["busy_periods", "simulate_preset", "simulate_ideal_flows"]
 
 #: Horizon of a period, in units of the longest period's serialised line-rate time.
-HORIZON_FACTOR = 3.0
+HORIZON_FACTOR = 1.3
+#: A period with a flow unfinished at the horizon runs again with this many times it.
+RETRY_FACTOR = 4
 
 
 def busy_periods(release, size, line_rate: float, margin: float):
@@ -102,8 +106,6 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
       ``periods``, ``width``, ``n_steps``, ``compile_s`` / ``run_s`` (the first batch /
       the others), ``bytes_conserved`` (bool).
     """
-    import time
-
     from ..fluid.loop import run_batched, stack
     plan = plan or plan_periods(flows, line_rate, dt, margin)
     paths = shortest_paths(topology, flows.src, flows.dst, max_paths=max_paths, seed=seed)
@@ -111,38 +113,40 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
     finish = np.full(n, np.inf)
     delivered = np.zeros(n)
     w = plan.width
-    pad_idx = 0
-    groups = list(range(plan.start.size))
-    n_batches = -(-len(groups) // batch)
-    t_compile = t_run = 0.0
-    for b in range(n_batches):
-        gs = groups[b * batch:(b + 1) * batch]
-        gs_full = gs + [gs[-1]] * (batch - len(gs))       # pad the batch: one shape
-        probs = []
-        for g in gs_full:
-            m = plan.members[g]
-            idx = np.concatenate([m, np.full(w - m.size, m[0] if m.size else pad_idx)])
-            arr = np.concatenate([flows.release[m] - plan.start[g],
-                                  np.full(w - m.size, 2.0 * plan.n_steps * dt)])
-            probs.append(fabric_sim.prepare_paths(
-                topology, _take(paths, idx), fabric, flows.size[idx], dt=dt,
-                n_steps=plan.n_steps, arrival=arr, seed=seed, nic_rate=line_rate,
-                fluid_options=fluid_options))
-        t0 = time.time()
-        res = run_batched(*stack(probs))
-        fin = np.asarray(res.finish, np.float64)
-        dlv = np.asarray(res.delivered, np.float64)
-        dt_b = time.time() - t0
-        if b == 0:
-            t_compile = dt_b
-        else:
-            t_run += dt_b
-        for k, g in enumerate(gs):
-            m = plan.members[g]
-            finish[m] = plan.start[g] + fin[k, :m.size]
-            delivered[m] = dlv[k, :m.size]
-        if progress is not None:
-            progress(len(gs))
+    times = []
+
+    def run_groups(groups, n_steps, report):
+        for b in range(-(-len(groups) // batch)):
+            gs = groups[b * batch:(b + 1) * batch]
+            gs_full = gs + [gs[-1]] * (batch - len(gs))       # pad the batch: one shape
+            probs = []
+            for g in gs_full:
+                m = plan.members[g]
+                idx = np.concatenate([m, np.full(w - m.size, m[0])])
+                arr = np.concatenate([flows.release[m] - plan.start[g],
+                                      np.full(w - m.size, 2.0 * n_steps * dt)])
+                probs.append(fabric_sim.prepare_paths(
+                    topology, _take(paths, idx), fabric, flows.size[idx], dt=dt,
+                    n_steps=n_steps, arrival=arr, seed=seed, nic_rate=line_rate,
+                    fluid_options=fluid_options))
+            t0 = time.time()
+            res = run_batched(*stack(probs))
+            fin = np.asarray(res.finish, np.float64)
+            dlv = np.asarray(res.delivered, np.float64)
+            times.append(time.time() - t0)
+            for k, g in enumerate(gs):
+                m = plan.members[g]
+                finish[m] = plan.start[g] + fin[k, :m.size]
+                delivered[m] = dlv[k, :m.size]
+            if report and progress is not None:
+                progress(len(gs))
+
+    run_groups(list(range(plan.start.size)), plan.n_steps, True)
+    t_compile, t_run = times[0], sum(times[1:])
+    # periods with a flow still unfinished: once more with RETRY_FACTOR x the horizon
+    late = sorted({int(plan.group[f]) for f in np.flatnonzero(~np.isfinite(finish))})
+    if late:
+        run_groups(late, RETRY_FACTOR * plan.n_steps, False)
     done = np.isfinite(finish)
     # a period still busy when the next one started breaks the split's assumption
     last = np.array([np.max(np.where(np.isfinite(finish[m]), finish[m], np.inf))
@@ -154,6 +158,7 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
     return dict(finish=finish, delivered=delivered, unfinished=int((~done).sum()),
                 overlaps=overlaps, periods=int(plan.start.size), width=int(w),
                 n_steps=int(plan.n_steps), compile_s=t_compile, run_s=t_run,
+                retried_periods=len(late), retry_s=sum(times) - t_compile - t_run,
                 bytes_conserved=conserved)
 
 
