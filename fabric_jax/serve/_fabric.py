@@ -106,7 +106,9 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
       ``periods``, ``width``, ``n_steps``, ``compile_s`` / ``run_s`` (the first batch /
       the others), ``bytes_conserved`` (bool).
     """
-    from ..fluid.loop import run_batched, stack
+    import jax
+
+    from ..fluid.loop import run, run_batched, stack
     plan = plan or plan_periods(flows, line_rate, dt, margin)
     paths = shortest_paths(topology, flows.src, flows.dst, max_paths=max_paths, seed=seed)
     n = flows.size.size
@@ -130,9 +132,16 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
                     n_steps=n_steps, arrival=arr, seed=seed, nic_rate=line_rate,
                     fluid_options=fluid_options))
             t0 = time.time()
-            res = run_batched(*stack(probs))
-            fin = np.asarray(res.finish, np.float64)
-            dlv = np.asarray(res.delivered, np.float64)
+            batch_p, axes = stack(probs)
+            if all(a is None for a in jax.tree_util.tree_leaves(
+                    axes, is_leaf=lambda x: x is None)):   # one distinct problem
+                res = run(probs[0])
+                fin = np.asarray(res.finish, np.float64)[None].repeat(len(probs), 0)
+                dlv = np.asarray(res.delivered, np.float64)[None].repeat(len(probs), 0)
+            else:
+                res = run_batched(batch_p, axes)
+                fin = np.asarray(res.finish, np.float64)
+                dlv = np.asarray(res.delivered, np.float64)
             times.append(time.time() - t0)
             for k, g in enumerate(gs):
                 m = plan.members[g]
