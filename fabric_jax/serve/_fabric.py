@@ -5,9 +5,10 @@ A serving fabric is idle most of the time (millisecond transfers, requests tens 
 milliseconds apart), so one micro-second-step horizon over a run of seconds is out of
 reach.  :func:`busy_periods` cuts the flows, sorted by release, into groups whose
 line-rate transfer windows overlap: a flow joins the current group when it is released
-before the group's *serialised* end -- ``end = max(end, release) + size / line_rate``
-over the group's flows, as if every byte crossed one NIC, an upper bound on when the
-group drains at line rate -- plus ``margin`` (default 50 us).  Each group is simulated
+before the group's end -- the latest, over the group's NICs, of the NIC's *serialised*
+line-rate end (``end = max(end, release) + size / line_rate`` over the flows it sends or
+receives: when the group drains at line rate if the NICs are the bottleneck) -- plus
+``margin`` (default 50 us).  Each group is simulated
 from its first release, on its own, padded to one flow count (padding flows are released
 after the horizon and never send) and one horizon (:data:`HORIZON_FACTOR` x the longest
 serialised group + the margin; a group with a flow unfinished then runs again with
@@ -43,17 +44,26 @@ HORIZON_FACTOR = 1.3
 RETRY_FACTOR = 4
 
 
-def busy_periods(release, size, line_rate: float, margin: float):
-    """Groups of flows whose serialised line-rate windows overlap (module docstring).
+def busy_periods(release, size, line_rate: float, margin: float, src=None, dst=None):
+    """Groups of flows whose line-rate windows overlap (module docstring).
+
+    A group's end is the latest, over its NICs, of the NIC's *serialised* line-rate
+    end (``end_nic = max(end_nic, release) + size / line_rate`` for each flow at its
+    source and its destination NIC; without ``src`` / ``dst`` every flow is on one NIC).
 
     Returns:
       ``(group [flows] int, start [groups] s, span [groups] s)``: each flow's group, the
-      group's first release and its serialised line-rate span (last end - start).
+      group's first release and its serialised line-rate span (end - start).
     """
+    release = np.asarray(release, np.float64)
+    n = release.size
+    src = np.zeros(n, np.int64) if src is None else np.asarray(src)
+    dst = np.zeros(n, np.int64) if dst is None else np.asarray(dst)
     order = np.argsort(release, kind="stable")
-    group = np.empty(release.size, np.int64)
+    group = np.empty(n, np.int64)
     starts, spans = [], []
     end = -np.inf
+    nic_end: dict = {}
     g = -1
     for f in order:                          # host-side sweep over the sorted releases
         r = float(release[f])
@@ -62,7 +72,11 @@ def busy_periods(release, size, line_rate: float, margin: float):
             starts.append(r)
             spans.append(0.0)
             end = r
-        end = max(end, r) + float(size[f]) / line_rate
+            nic_end = {}
+        d = float(size[f]) / line_rate
+        for key in (("s", int(src[f])), ("d", int(dst[f]))):
+            nic_end[key] = max(nic_end.get(key, -np.inf), r) + d
+            end = max(end, nic_end[key])
         spans[g] = end - starts[g]
         group[f] = g
     return group, np.asarray(starts), np.asarray(spans)
@@ -85,7 +99,8 @@ class PeriodPlan:
 
 
 def plan_periods(flows, line_rate: float, dt: float, margin: float) -> PeriodPlan:
-    group, start, span = busy_periods(flows.release, flows.size, line_rate, margin)
+    group, start, span = busy_periods(flows.release, flows.size, line_rate, margin,
+                                      flows.src, flows.dst)
     members = [np.flatnonzero(group == g) for g in range(start.size)]
     width = max(m.size for m in members)
     horizon = HORIZON_FACTOR * float(span.max()) + margin
