@@ -58,7 +58,7 @@ RULES = {
     },
     "requests": {
         "n": integer(1, 100000, default=200, fix="requests to simulate"),
-        "rate": number(0, 1e6, lo_open=True, default=40.0, unit="req/s",
+        "rate": number(0, 1e6, lo_open=True, default=70.0, unit="req/s",
                        fix="Poisson arrival rate > 0"),
         "prompt_tokens": integer(1, 10**6, default=2048, fix="prompt length > 0"),
         "output_tokens": integer(1, 10**6, default=256, fix="output length > 0"),
