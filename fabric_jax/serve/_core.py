@@ -66,9 +66,9 @@ def _pct(x) -> dict:
 
 
 def _topology(scn):
-    import fabric_jax as fj
+    from ..topology import rail_optimized
     n = scn["prefill"]["servers"] + scn["decode"]["servers"]
-    return fj.rail_optimized(n, 8, servers_per_leaf=scn["network"]["servers_per_leaf"],
+    return rail_optimized(n, 8, servers_per_leaf=scn["network"]["servers_per_leaf"],
                              link_gbps=scn["network"]["link_gbps"])
 
 
