@@ -176,7 +176,8 @@ def run(args, *, command: str, started: float) -> int:
         print("goodput tok/s/GPU against rate (req/s): " + "; ".join(
             f"{n}: " + ", ".join(f"{r:g}->{g:.1f}" for r, g in
                                  zip(sweep["rates"], c["goodput_per_gpu"]))
-            + f" (knee {sweep['knee'][n]})" for n, c in sweep["fabrics"].items()))
+            + f" (knee {sweep['knee'][n]}, SLO knee {sweep['slo_knee'][n]})"
+            for n, c in sweep["fabrics"].items()))
         res["rate_sweep"] = sweep
     if args.plots:
         for path in plot_cdfs(res, args.plots) + (
