@@ -173,8 +173,8 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
         run_groups(late, RETRY_FACTOR * plan.n_steps, False)
     done = np.isfinite(finish)
     # a period still busy when the next one started breaks the split's assumption
-    last = np.array([np.max(np.where(np.isfinite(finish[m]), finish[m], np.inf))
-                     for m in plan.members])
+    last = np.array([np.max(np.where(np.isfinite(finish[m]), finish[m], -np.inf))
+                     for m in plan.members])           # unfinished flows count apart
     overlaps = int(np.sum(last[:-1] > plan.start[1:])) if last.size > 1 else 0
     rtol = 1e-3
     conserved = bool(np.all(np.abs(delivered[done] - flows.size[done])
