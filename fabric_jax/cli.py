@@ -1,7 +1,9 @@
 """Command line: ``fabric-jax compare [--scenario FILE] [--model NAME] [--json PATH]
 [--plots DIR [--scaling-curve [--scaling-factors F,F,...]]] [--classes] [--workers N]``;
 ``fabric-jax tune`` and ``fabric-jax locate`` (:mod:`fabric_jax.optimize.cli`);
-``fabric-jax scale [--gpus LIST] ...`` (:mod:`fabric_jax.scale`).
+``fabric-jax scale [--gpus LIST] ...`` (:mod:`fabric_jax.scale`);
+``fabric-jax serve [--scenario FILE] [--fabrics ...] [--json PATH] [--plots DIR]``
+(:mod:`fabric_jax.serve.cli`).
 
 A thin argparse layer over :mod:`fabric_jax.compare` (and :mod:`fabric_jax.plots`).
 Every scenario key and flag goes through the one validator of
@@ -70,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "exact max-min)")
     _add_optimize_parsers(sub)
     _scale_parser(sub)
+    _serve_parser(sub)
     return parser
 
 
@@ -84,6 +87,12 @@ def _scale_parser(sub):
     """``fabric-jax scale``: its own block (:mod:`fabric_jax.scale.cli`)."""
     from .scale import cli as scale_cli
     scale_cli.add_parser(sub)
+
+
+def _serve_parser(sub):
+    """``fabric-jax serve``: its own block (:mod:`fabric_jax.serve.cli`)."""
+    from .serve import cli as serve_cli
+    serve_cli.add_parser(sub)
 
 
 #: The rules of compare's own flags (its run options; the scenario's keys are
@@ -167,6 +176,9 @@ def main(argv=None) -> int:
     if args.command == "scale":
         from .scale import cli as scale_cli
         return scale_cli.run(args, command=command, started=started)
+    if args.command == "serve":
+        from .serve import cli as serve_cli
+        return serve_cli.run(args, command=command, started=started)
     from . import compare
     try:  # every value, every preset's options, every flag: checked before the first run
         scn = compare.load_scenario(args.scenario, model=args.model)

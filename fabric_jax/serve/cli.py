@@ -1,0 +1,194 @@
+"""``fabric-jax serve``: the serving table per preset and the ideal fabric (JSON, plots).
+
+A thin layer over :func:`fabric_jax.serve.serve`: every scenario key and flag is checked
+before anything runs (one line naming the key or flag and the fix, exit status 2).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from ..results import write_results
+from ..scenario import ScenarioError, number, check_args, integer
+
+__all__ = ["add_parser", "run", "format_table", "plot_cdfs", "plot_rate_sweep",
+           "SERVE_FLAGS"]
+
+#: The rules of serve's own flags.
+SERVE_FLAGS = {
+    "--rate": number(0, 1e6, lo_open=True, default=None, unit="req/s"),
+    "--requests": integer(1, 100000, default=None),
+    "--rate-sweep": number(0, 1e6, lo_open=True, many=True, default=None, unit="req/s"),
+    "--dt-us": number(0, 1000, lo_open=True, default=None, unit="us"),
+}
+
+
+def add_parser(sub):
+    """The ``serve`` subcommand on an argparse ``subparsers`` object."""
+    from ..fabrics import PRESETS
+    p = sub.add_parser(
+        "serve", help="disaggregated prefill/decode serving on every preset and the "
+                      "ideal fabric: TTFT, TPOT, SLO attainment, goodput, $/Mtok",
+        description="Simulates a disaggregated serving deployment (default: DeepSeek-V3, "
+                    "4 prefill + 4 decode H100 servers, decode EP 32 with DP attention, "
+                    "Poisson requests): prefill FIFO, the KV cache streamed layer by "
+                    "layer over the fabric under each preset's dynamics (fluid engine, "
+                    "busy period by busy period), decode with continuous batching.")
+    p.add_argument("--scenario", metavar="FILE", help="TOML serving scenario (sections "
+                   "model, gpu, prefill, decode, parallel, requests, kv, slo, network, "
+                   "simulation; see docs)")
+    p.add_argument("--fabrics", default=",".join(PRESETS),
+                   help=f"comma-separated presets (default {','.join(PRESETS)})")
+    p.add_argument("--no-ideal", action="store_true", help="skip the ideal fabric")
+    p.add_argument("--rate", help="requests per second (replaces requests.rate)")
+    p.add_argument("--requests", help="requests to simulate (replaces requests.n)")
+    p.add_argument("--dt-us", help="fluid step, microseconds (replaces simulation.dt_us)")
+    p.add_argument("--rate-sweep", metavar="R1,R2,...",
+                   help="goodput against request rate at these rates (with --plots: the "
+                        "figure; the knee per preset in the table)")
+    p.add_argument("--json", metavar="PATH", help="write results as JSON")
+    p.add_argument("--plots", metavar="DIR", help="write TTFT / TPOT CDFs per preset")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def _overrides(flags) -> dict:
+    ov = {}
+    for flag, key in (("--rate", "requests.rate"), ("--requests", "requests.n"),
+                      ("--dt-us", "simulation.dt_us")):
+        if flags.get(flag) is not None:
+            ov[key] = flags[flag]
+    return ov
+
+
+def format_table(results: dict) -> str:
+    """preset | TTFT p50/p99 ms | TPOT p50/p99 ms | SLO % | goodput tok/s/GPU | $/Mtok |
+    KV ms (exposed after prefill, p50/p99)."""
+    def ms(x, digits=1):
+        return "-" if x is None else f"{1e3 * x:.{digits}f}"
+    head = ("fabric", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "SLO %", "goodput tok/s/GPU",
+            "$/Mtok", "KV ms p50/p99", "served/queued/dropped")
+    rows = [head]
+    for name, v in results["fabrics"].items():
+        r = v["requests"]
+        rows.append((name, f"{ms(v['ttft']['p50'])} / {ms(v['ttft']['p99'])}",
+                     f"{ms(v['tpot']['p50'])} / {ms(v['tpot']['p99'])}",
+                     f"{100 * v['slo_attainment']:.1f}", f"{v['goodput_per_gpu']:.1f}",
+                     "-" if v["usd_per_mtok"] is None else f"{v['usd_per_mtok']:.2f}",
+                     f"{ms(v['kv']['exposed']['p50'], 3)} / {ms(v['kv']['exposed']['p99'], 3)}",
+                     f"{r['served']}/{r['queued']}/{r['dropped']}"))
+    width = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
+    lines = [" | ".join(str(c).ljust(w) for c, w in zip(row, width)) for row in rows]
+    lines.insert(1, "-+-".join("-" * w for w in width))
+    d = results["deployment"]
+    s = results["scenario"]
+    lines.append(
+        f"{d['model']} on {d['serving_gpus']} {d['gpu']} GPUs ({s['prefill']['servers']} "
+        f"prefill + {s['decode']['servers']} decode servers, attention {d['attention']}, "
+        f"decode EP {s['decode']['ep'] if d['attention'] == 'dp' else '-'}); "
+        f"{s['requests']['n']} requests at {s['requests']['rate']:g}/s; KV "
+        f"{d['kv_bytes_per_token'] / 1e3:.1f} KB/token in {d['kv_chunks']} chunk(s); "
+        f"SLO TTFT {s['slo']['ttft_ms']:g} ms, TPOT {s['slo']['tpot_ms']:g} ms; "
+        f"dt {s['simulation']['dt_us']:g} us, {d['busy_periods']} busy periods; "
+        f"TTFT/TPOT percentiles over requests")
+    return "\n".join(lines)
+
+
+def plot_cdfs(results: dict, out_dir) -> list[str]:
+    """TTFT and TPOT CDFs per preset (needs ``keep_samples=True``)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..plots import save_figure
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for name, v in results["fabrics"].items():
+        for ax, key in zip(axes, ("ttft_samples", "tpot_samples")):
+            x = np.sort(np.asarray(v.get(key, []), float))
+            x = x[np.isfinite(x)]
+            if x.size:
+                ax.step(1e3 * x, np.arange(1, x.size + 1) / x.size, where="post",
+                        label=name, ls="--" if name == "ideal" else "-")
+    axes[0].set_xlabel("time to first token, ms")
+    axes[1].set_xlabel("time per output token, ms")
+    for ax in axes:
+        ax.set_ylabel("CDF over requests")
+        ax.legend()
+        ax.grid(alpha=0.3)
+    from pathlib import Path
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    return [save_figure(fig, Path(out_dir) / "serve_cdf.png")]
+
+
+def plot_rate_sweep(sweep: dict, out_dir) -> list[str]:
+    """Goodput per GPU against request rate, one line per preset, the knee marked."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..plots import save_figure
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, c in sweep["fabrics"].items():
+        ax.plot(sweep["rates"], c["goodput_per_gpu"], marker="o", label=name,
+                ls="--" if name == "ideal" else "-")
+        k = sweep["knee"].get(name)
+        if k is not None:
+            ax.axvline(k, color=ax.lines[-1].get_color(), alpha=0.3)
+    ax.set_xlabel("request rate, req/s")
+    ax.set_ylabel("goodput, tokens/s per GPU (SLO met)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    from pathlib import Path
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    return [save_figure(fig, Path(out_dir) / "serve_goodput_rate.png")]
+
+
+def run(args, *, command: str, started: float) -> int:
+    """Runs ``fabric-jax serve`` from parsed arguments; returns the exit status."""
+    from ..fabrics import PRESETS
+    from . import rate_sweep, serve
+    from ._scenario import load_scenario
+    try:
+        flags = check_args(args, SERVE_FLAGS)
+        fabrics = [f.strip() for f in args.fabrics.split(",") if f.strip()]
+        for f in fabrics:
+            if f not in PRESETS:
+                raise ScenarioError("--fabrics", f"unknown preset {f!r}",
+                                    fix=f"comma-separated among {list(PRESETS)}",
+                                    flag="--fabrics")
+        if not fabrics:
+            raise ScenarioError("--fabrics", "no preset given", flag="--fabrics")
+        ov = _overrides(flags)
+        load_scenario(args.scenario, overrides=ov)       # every key, before any run
+    except ValueError as err:
+        print(f"fabric-jax serve: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    res = serve(args.scenario, fabrics=fabrics, ideal=not args.no_ideal,
+                progress=not args.quiet, overrides=ov, keep_samples=bool(args.plots))
+    print(format_table(res))
+    sweep = None
+    if flags.get("--rate-sweep"):
+        sweep = rate_sweep(flags["--rate-sweep"], args.scenario, fabrics=fabrics,
+                           ideal=not args.no_ideal, progress=not args.quiet, overrides=ov)
+        print("goodput tok/s/GPU against rate (req/s): " + "; ".join(
+            f"{n}: " + ", ".join(f"{r:g}->{g:.1f}" for r, g in
+                                 zip(sweep["rates"], c["goodput_per_gpu"]))
+            + f" (knee {sweep['knee'][n]}, SLO knee {sweep['slo_knee'][n]})"
+            for n, c in sweep["fabrics"].items()))
+        res["rate_sweep"] = sweep
+    if args.plots:
+        for path in plot_cdfs(res, args.plots) + (
+                plot_rate_sweep(sweep, args.plots) if sweep else []):
+            print(f"wrote {path}")
+        for v in res["fabrics"].values():
+            v.pop("ttft_samples", None)
+            v.pop("tpot_samples", None)
+    if args.json:
+        write_results(args.json, res, command=command, started=started,
+                      inputs=res["scenario"])
+        print(f"wrote {args.json}")
+    print(f"({time.time() - started:.1f} s)", file=sys.stderr)
+    return 0
