@@ -53,6 +53,10 @@ __all__ = ["serve", "rate_sweep", "metrics", "build_run", "IDEAL"]
 
 IDEAL = "ideal"
 QS = (0.5, 0.9, 0.99)
+#: The goodput knee: the lowest rate reaching this share of the sweep's highest goodput.
+KNEE_SHARE = 0.95
+#: The SLO knee: the highest rate whose SLO attainment is at least this.
+SLO_KNEE = 0.9
 
 
 def _pct(x) -> dict:
@@ -66,9 +70,9 @@ def _pct(x) -> dict:
 
 
 def _topology(scn):
-    import fabric_jax as fj
+    from ..topology import rail_optimized
     n = scn["prefill"]["servers"] + scn["decode"]["servers"]
-    return fj.rail_optimized(n, 8, servers_per_leaf=scn["network"]["servers_per_leaf"],
+    return rail_optimized(n, 8, servers_per_leaf=scn["network"]["servers_per_leaf"],
                              link_gbps=scn["network"]["link_gbps"])
 
 
@@ -225,8 +229,12 @@ def rate_sweep(rates, scenario=None, *, fabrics=tuple(PRESETS), ideal: bool = Tr
 
     Returns:
       ``{"rates": [...], "fabrics": {name: {"goodput_per_gpu": [...],
-      "slo_attainment": [...], "ttft_p99": [...]}}, "knee": {name: rate}}``; the knee is
-      the highest rate whose SLO attainment is >= 90 % (None if none).
+      "slo_attainment": [...], "ttft_p99": [...]}}, "knee": {name: rate}, "slo_knee":
+      {name: rate}}``: ``knee`` is the lowest rate whose goodput reaches
+      :data:`KNEE_SHARE` (95 %) of the sweep's highest (where the curve flattens),
+      ``slo_knee`` the highest rate whose SLO attainment is >= :data:`SLO_KNEE` (90 %;
+      ``None`` if none).  With a fixed request count a high rate also shortens the run:
+      sweep with enough requests that the queue reaches its steady state.
     """
     rates = [float(r) for r in rates]
     res = {}
@@ -238,8 +246,10 @@ def rate_sweep(rates, scenario=None, *, fabrics=tuple(PRESETS), ideal: bool = Tr
     curves = {n: dict(goodput_per_gpu=[res[r][n]["goodput_per_gpu"] for r in rates],
                       slo_attainment=[res[r][n]["slo_attainment"] for r in rates],
                       ttft_p99=[res[r][n]["ttft"]["p99"] for r in rates]) for n in names}
-    knee = {}
+    knee, slo_knee = {}, {}
     for n in names:
-        ok = [r for r, a in zip(rates, curves[n]["slo_attainment"]) if a >= 0.9]
-        knee[n] = max(ok) if ok else None
-    return dict(rates=rates, fabrics=curves, knee=knee)
+        g = np.asarray(curves[n]["goodput_per_gpu"], float)
+        knee[n] = rates[int(np.argmax(g >= KNEE_SHARE * g.max()))] if g.max() > 0 else None
+        ok = [r for r, a in zip(rates, curves[n]["slo_attainment"]) if a >= SLO_KNEE]
+        slo_knee[n] = max(ok) if ok else None
+    return dict(rates=rates, fabrics=curves, knee=knee, slo_knee=slo_knee)

@@ -5,9 +5,10 @@ A serving fabric is idle most of the time (millisecond transfers, requests tens 
 milliseconds apart), so one micro-second-step horizon over a run of seconds is out of
 reach.  :func:`busy_periods` cuts the flows, sorted by release, into groups whose
 line-rate transfer windows overlap: a flow joins the current group when it is released
-before the group's *serialised* end -- ``end = max(end, release) + size / line_rate``
-over the group's flows, as if every byte crossed one NIC, an upper bound on when the
-group drains at line rate -- plus ``margin`` (default 50 us).  Each group is simulated
+before the group's end -- the latest, over the group's NICs, of the NIC's *serialised*
+line-rate end (``end = max(end, release) + size / line_rate`` over the flows it sends or
+receives: when the group drains at line rate if the NICs are the bottleneck) -- plus
+``margin`` (default 50 us).  Each group is simulated
 from its first release, on its own, padded to one flow count (padding flows are released
 after the horizon and never send) and one horizon (:data:`HORIZON_FACTOR` x the longest
 serialised group + the margin; a group with a flow unfinished then runs again with
@@ -43,17 +44,26 @@ HORIZON_FACTOR = 1.3
 RETRY_FACTOR = 4
 
 
-def busy_periods(release, size, line_rate: float, margin: float):
-    """Groups of flows whose serialised line-rate windows overlap (module docstring).
+def busy_periods(release, size, line_rate: float, margin: float, src=None, dst=None):
+    """Groups of flows whose line-rate windows overlap (module docstring).
+
+    A group's end is the latest, over its NICs, of the NIC's *serialised* line-rate
+    end (``end_nic = max(end_nic, release) + size / line_rate`` for each flow at its
+    source and its destination NIC; without ``src`` / ``dst`` every flow is on one NIC).
 
     Returns:
       ``(group [flows] int, start [groups] s, span [groups] s)``: each flow's group, the
-      group's first release and its serialised line-rate span (last end - start).
+      group's first release and its serialised line-rate span (end - start).
     """
+    release = np.asarray(release, np.float64)
+    n = release.size
+    src = np.zeros(n, np.int64) if src is None else np.asarray(src)
+    dst = np.zeros(n, np.int64) if dst is None else np.asarray(dst)
     order = np.argsort(release, kind="stable")
-    group = np.empty(release.size, np.int64)
+    group = np.empty(n, np.int64)
     starts, spans = [], []
     end = -np.inf
+    nic_end: dict = {}
     g = -1
     for f in order:                          # host-side sweep over the sorted releases
         r = float(release[f])
@@ -62,7 +72,11 @@ def busy_periods(release, size, line_rate: float, margin: float):
             starts.append(r)
             spans.append(0.0)
             end = r
-        end = max(end, r) + float(size[f]) / line_rate
+            nic_end = {}
+        d = float(size[f]) / line_rate
+        for key in (("s", int(src[f])), ("d", int(dst[f]))):
+            nic_end[key] = max(nic_end.get(key, -np.inf), r) + d
+            end = max(end, nic_end[key])
         spans[g] = end - starts[g]
         group[f] = g
     return group, np.asarray(starts), np.asarray(spans)
@@ -85,7 +99,8 @@ class PeriodPlan:
 
 
 def plan_periods(flows, line_rate: float, dt: float, margin: float) -> PeriodPlan:
-    group, start, span = busy_periods(flows.release, flows.size, line_rate, margin)
+    group, start, span = busy_periods(flows.release, flows.size, line_rate, margin,
+                                      flows.src, flows.dst)
     members = [np.flatnonzero(group == g) for g in range(start.size)]
     width = max(m.size for m in members)
     horizon = HORIZON_FACTOR * float(span.max()) + margin
@@ -106,7 +121,9 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
       ``periods``, ``width``, ``n_steps``, ``compile_s`` / ``run_s`` (the first batch /
       the others), ``bytes_conserved`` (bool).
     """
-    from ..fluid.loop import run_batched, stack
+    import jax
+
+    from ..fluid.loop import run, run_batched, stack
     plan = plan or plan_periods(flows, line_rate, dt, margin)
     paths = shortest_paths(topology, flows.src, flows.dst, max_paths=max_paths, seed=seed)
     n = flows.size.size
@@ -130,9 +147,16 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
                     n_steps=n_steps, arrival=arr, seed=seed, nic_rate=line_rate,
                     fluid_options=fluid_options))
             t0 = time.time()
-            res = run_batched(*stack(probs))
-            fin = np.asarray(res.finish, np.float64)
-            dlv = np.asarray(res.delivered, np.float64)
+            batch_p, axes = stack(probs)
+            if all(a is None for a in jax.tree_util.tree_leaves(
+                    axes, is_leaf=lambda x: x is None)):   # one distinct problem
+                res = run(probs[0])
+                fin = np.asarray(res.finish, np.float64)[None].repeat(len(probs), 0)
+                dlv = np.asarray(res.delivered, np.float64)[None].repeat(len(probs), 0)
+            else:
+                res = run_batched(batch_p, axes)
+                fin = np.asarray(res.finish, np.float64)
+                dlv = np.asarray(res.delivered, np.float64)
             times.append(time.time() - t0)
             for k, g in enumerate(gs):
                 m = plan.members[g]
@@ -149,8 +173,8 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
         run_groups(late, RETRY_FACTOR * plan.n_steps, False)
     done = np.isfinite(finish)
     # a period still busy when the next one started breaks the split's assumption
-    last = np.array([np.max(np.where(np.isfinite(finish[m]), finish[m], np.inf))
-                     for m in plan.members])
+    last = np.array([np.max(np.where(np.isfinite(finish[m]), finish[m], -np.inf))
+                     for m in plan.members])           # unfinished flows count apart
     overlaps = int(np.sum(last[:-1] > plan.start[1:])) if last.size > 1 else 0
     rtol = 1e-3
     conserved = bool(np.all(np.abs(delivered[done] - flows.size[done])

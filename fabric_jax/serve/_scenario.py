@@ -8,7 +8,6 @@ Units: the keys carry their unit in their name (``_gbps``, ``_us``, ``_ms``, ``_
 from __future__ import annotations
 
 import copy
-import math
 from pathlib import Path
 
 from ..scenario import (ScenarioError, check_section, integer, number, one_of, refuse,
@@ -58,7 +57,7 @@ RULES = {
     },
     "requests": {
         "n": integer(1, 100000, default=200, fix="requests to simulate"),
-        "rate": number(0, 1e6, lo_open=True, default=40.0, unit="req/s",
+        "rate": number(0, 1e6, lo_open=True, default=70.0, unit="req/s",
                        fix="Poisson arrival rate > 0"),
         "prompt_tokens": integer(1, 10**6, default=2048, fix="prompt length > 0"),
         "output_tokens": integer(1, 10**6, default=256, fix="output length > 0"),
@@ -176,7 +175,7 @@ def check_scenario(scn: dict) -> None:
     if scn["gpu"]["name"] not in GPUS:
         raise refuse("gpu.name", f"unknown GPU {scn['gpu']['name']!r}",
                      fix=f"one of {sorted(GPUS)}")
-    model, gpu = MODELS[name], GPUS[scn["gpu"]["name"]]
+    model = MODELS[name]
     att = attention_mode(scn)
     pf, dc = scn["prefill"], scn["decode"]
     for pool, sec in (("prefill", pf), ("decode", dc)):
@@ -268,7 +267,3 @@ def decode_memory(scn: dict) -> dict:
     usable = scn["decode"]["memory_fraction"] * hbm
     return dict(weights=float(weights), usable=float(usable),
                 kv_capacity=float(usable - weights))
-
-
-def is_finite_positive(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0

@@ -67,8 +67,8 @@ def _overrides(flags) -> dict:
 def format_table(results: dict) -> str:
     """preset | TTFT p50/p99 ms | TPOT p50/p99 ms | SLO % | goodput tok/s/GPU | $/Mtok |
     KV ms (exposed after prefill, p50/p99)."""
-    def ms(x):
-        return "-" if x is None else f"{1e3 * x:.1f}"
+    def ms(x, digits=1):
+        return "-" if x is None else f"{1e3 * x:.{digits}f}"
     head = ("fabric", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "SLO %", "goodput tok/s/GPU",
             "$/Mtok", "KV ms p50/p99", "served/queued/dropped")
     rows = [head]
@@ -78,7 +78,7 @@ def format_table(results: dict) -> str:
                      f"{ms(v['tpot']['p50'])} / {ms(v['tpot']['p99'])}",
                      f"{100 * v['slo_attainment']:.1f}", f"{v['goodput_per_gpu']:.1f}",
                      "-" if v["usd_per_mtok"] is None else f"{v['usd_per_mtok']:.2f}",
-                     f"{ms(v['kv']['exposed']['p50'])} / {ms(v['kv']['exposed']['p99'])}",
+                     f"{ms(v['kv']['exposed']['p50'], 3)} / {ms(v['kv']['exposed']['p99'], 3)}",
                      f"{r['served']}/{r['queued']}/{r['dropped']}"))
     width = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
     lines = [" | ".join(str(c).ljust(w) for c, w in zip(row, width)) for row in rows]
@@ -176,7 +176,8 @@ def run(args, *, command: str, started: float) -> int:
         print("goodput tok/s/GPU against rate (req/s): " + "; ".join(
             f"{n}: " + ", ".join(f"{r:g}->{g:.1f}" for r, g in
                                  zip(sweep["rates"], c["goodput_per_gpu"]))
-            + f" (knee {sweep['knee'][n]})" for n, c in sweep["fabrics"].items()))
+            + f" (knee {sweep['knee'][n]}, SLO knee {sweep['slo_knee'][n]})"
+            for n, c in sweep["fabrics"].items()))
         res["rate_sweep"] = sweep
     if args.plots:
         for path in plot_cdfs(res, args.plots) + (

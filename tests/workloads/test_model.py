@@ -289,9 +289,8 @@ def test_serving_queues_and_batches():
 
 @pytest.mark.slow
 def test_inference_experiment_quick(tmp_path):
-    # 12 requests; the KV transfer can only be slower than line rate; ECMP (roce) cannot
-    # beat the even split of spraying (uec) at the tail: with max-min sharing the even
-    # split spreads every transfer over all spines.
+    # 12 requests (a thin caller of fabric_jax.serve): the exposed KV transfer can only
+    # be slower than line rate, and requests are conserved.
     import json
     from experiments import inference as mod
     out = tmp_path / "inf.json"
@@ -302,7 +301,8 @@ def test_inference_experiment_quick(tmp_path):
     for v in fab.values():
         assert v["kv_slowdown"]["p50"] >= 1 - 1e-3
         assert v["ttft"]["p50"] <= v["ttft"]["p99"]
-    assert fab["roce"]["kv_transfer_time"]["p99"] >= fab["uec"]["kv_transfer_time"]["p99"] * (1 - 1e-3)
+        r = v["requests"]
+        assert r["arrived"] == r["served"] + r["queued"] + r["dropped"] == 12
     assert data["inputs"]["model"] == "llama3_70b"
 
 
