@@ -329,6 +329,7 @@ def beside_training(scenario=None, *, fabrics=tuple(PRESETS), classes=(False, Tr
     bar.close()
     return dict(
         training=dict(t_cfg, job="compare's: per rail a ring all-reduce after compute",
+                      requests_used=int(run["arrival"].size),
                       step_time_ideal=t_ideal, steps_per_window=m,
                       flows_per_step=per_step),
         layout=dict(serve_servers=serve_srv.tolist(), train_servers=train_srv.tolist(),
