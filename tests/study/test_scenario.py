@@ -14,6 +14,7 @@ from fabric_jax import cli, scenario as sn
 from fabric_jax import scale as sc
 from fabric_jax.optimize import cli as opt_cli
 from fabric_jax.scale import cli as scale_cli
+from fabric_jax.serve import cli as serve_cli
 from fabric_jax.optimize._locate_scenario import (LOCATE_SCHEMA, build_locate,
                                                   locate_scenario_from_dict)
 from fabric_jax.scenario import ScenarioError, check
@@ -251,6 +252,7 @@ def _flags(command: str) -> set:
     ("compare", cli.COMPARE_FLAGS), ("tune", opt_cli.TUNE_FLAGS),
     ("locate", {**opt_cli.LOCATE_FLAGS, **opt_cli.PLANT_RULES}),
     ("scale", {**{f: None for f in sc.SCALE_FLAGS.values()}, **scale_cli.RUN_FLAGS}),
+    ("serve", serve_cli.SERVE_FLAGS),
 ])
 def test_every_rule_table_flag_is_a_flag_of_its_command(command, table):
     assert set(table) <= _flags(command)
