@@ -9,13 +9,14 @@ metrics, :mod:`._pools` for the pools, :mod:`._fabric` for the busy-period split
 """
 
 from ._core import IDEAL, build_run, metrics, rate_sweep, serve
+from ._beside import beside_training, server_layout, training_workload
 from ._fabric import busy_periods, simulate_ideal_flows, simulate_preset
 from ._pools import chunk_layers, decode_step_time, deployment, kv_flows, run_decode
 from ._requests import make_requests, read_trace
 from ._validate import MOONCAKE, mooncake_transfer
 from ._scenario import DEFAULTS, RULES, check_scenario, default_scenario, load_scenario
 
-__all__ = ["serve", "rate_sweep", "metrics", "build_run", "IDEAL", "busy_periods",
+__all__ = ["serve", "rate_sweep", "beside_training", "server_layout", "training_workload", "metrics", "build_run", "IDEAL", "busy_periods",
            "simulate_preset", "simulate_ideal_flows", "chunk_layers", "decode_step_time",
            "deployment", "kv_flows", "run_decode", "make_requests", "read_trace",
            "DEFAULTS", "RULES", "check_scenario", "default_scenario", "load_scenario",

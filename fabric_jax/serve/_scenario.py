@@ -87,6 +87,23 @@ RULES = {
                                         "servers (prefill + decode)"),
         "max_paths": integer(1, 256, default=8),
     },
+    "training": {
+        "servers": integer(2, 4096, default=8,
+                           fix="servers of the training job beside serving "
+                               "(--with-training), 8 GPUs each"),
+        "all_reduce_mb": number(0, 1e6, lo_open=True, default=32.0, unit="MB per GPU",
+                                fix="the all-reduce of one training step (compare's "
+                                    "workload.all_reduce_mb)"),
+        "compute_us": number(0, 1e7, default=1000.0, unit="us",
+                             fix="compute before each step's all-reduce"),
+        "requests": integer(1, 100000, default=16,
+                            fix="requests of the beside-training run (the first ones of "
+                                "the stream; each busy period is a window of training "
+                                "steps in the fluid engine)"),
+        "placement": one_of(("interleaved", "separate"), default="interleaved",
+                            fix="interleaved: both jobs under every leaf; separate: "
+                                "serving servers first"),
+    },
     "simulation": {
         "dt_us": number(0, 1000, lo_open=True, default=2.0, unit="us"),
         "seed": integer(0, 2**31 - 1, default=0),

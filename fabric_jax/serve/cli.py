@@ -14,7 +14,8 @@ import numpy as np
 from ..results import write_results
 from ..scenario import ScenarioError, number, check_args, integer
 
-__all__ = ["add_parser", "run", "format_table", "plot_cdfs", "plot_rate_sweep",
+__all__ = ["add_parser", "run", "format_table", "format_beside", "plot_cdfs",
+           "plot_rate_sweep",
            "SERVE_FLAGS"]
 
 #: The rules of serve's own flags.
@@ -49,6 +50,10 @@ def add_parser(sub):
     p.add_argument("--rate-sweep", metavar="R1,R2,...",
                    help="goodput against request rate at these rates (with --plots: the "
                         "figure; the knee per preset in the table)")
+    p.add_argument("--with-training", action="store_true",
+                   help="also run the serving deployment beside a training job on one "
+                        "fabric (scenario section [training]): isolation both ways, one "
+                        "traffic class and separate classes; minutes per preset")
     p.add_argument("--json", metavar="PATH", help="write results as JSON")
     p.add_argument("--plots", metavar="DIR", help="write TTFT / TPOT CDFs per preset")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -94,6 +99,44 @@ def format_table(results: dict) -> str:
         f"SLO TTFT {s['slo']['ttft_ms']:g} ms, TPOT {s['slo']['tpot_ms']:g} ms; "
         f"dt {s['simulation']['dt_us']:g} us, {d['busy_periods']} busy periods; "
         f"TTFT/TPOT percentiles over requests")
+    return "\n".join(lines)
+
+
+def format_beside(results: dict) -> str:
+    """The isolation table of :func:`fabric_jax.serve.beside_training`: per preset and
+    class variant, the training step against training alone and the serving tails
+    against serving alone on the same fabric."""
+    def ms(x, digits=2):
+        return "-" if x is None else f"{1e3 * x:.{digits}f}"
+
+    def ratio(x):
+        return "-" if x is None else f"{x:.3f}"
+    head = ("fabric", "classes", "train step alone/mean/p99 ms", "train slowdown",
+            "TTFT p99 ms alone/beside", "KV exposed p99 x", "SLO % alone/beside")
+    rows = [head]
+    for name, f in results["fabrics"].items():
+        for variant in ("shared", "classes"):
+            if variant not in f:
+                continue
+            v, a = f[variant], f["alone"]
+            tr = v["training"]
+            rows.append((name, "one" if variant == "shared" else "train separate",
+                         f"{ms(tr['step_time_alone'], 3)} / {ms(tr['step_time_mean'], 3)} / "
+                         f"{ms(tr['step_time_p99'], 3)}", f"{tr['slowdown']:.4f}",
+                         f"{ms(a['ttft']['p99'])} / {ms(v['serving']['ttft']['p99'])}",
+                         ratio(v["isolation"]["kv_exposed_p99_ratio"]),
+                         f"{100 * a['slo_attainment']:.1f} / "
+                         f"{100 * v['serving']['slo_attainment']:.1f}"))
+    width = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
+    lines = [" | ".join(str(c).ljust(w) for c, w in zip(row, width)) for row in rows]
+    lines.insert(1, "-+-".join("-" * w for w in width))
+    t, w, lay = results["training"], results["windows"], results["layout"]
+    lines.append(
+        f"beside training: {t['servers']} training servers ({t['placement']}, "
+        f"{lay['servers']} servers, {lay['servers_per_leaf']} per leaf), per rail a ring "
+        f"all-reduce of {t['all_reduce_mb']:g} MB per GPU after {t['compute_us']:g} us of "
+        f"compute; the first {t['requests_used']} requests; {w['count']} windows of "
+        f"{t['steps_per_window']} steps, dt {1e6 * w['dt']:g} us")
     return "\n".join(lines)
 
 
@@ -179,6 +222,11 @@ def run(args, *, command: str, started: float) -> int:
             + f" (knee {sweep['knee'][n]}, SLO knee {sweep['slo_knee'][n]})"
             for n, c in sweep["fabrics"].items()))
         res["rate_sweep"] = sweep
+    if args.with_training:
+        from ._beside import beside_training
+        res["with_training"] = beside_training(args.scenario, fabrics=fabrics,
+                                               progress=not args.quiet, overrides=ov)
+        print(format_beside(res["with_training"]))
     if args.plots:
         for path in plot_cdfs(res, args.plots) + (
                 plot_rate_sweep(sweep, args.plots) if sweep else []):
