@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 from .. import fabric_sim
+from ..fabrics import get_fabric
 from ..paths import PathSet, shortest_paths
 
 __all__ = ["busy_periods", "simulate_preset", "simulate_ideal_flows"]
@@ -122,6 +123,10 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
     """The KV flows under a preset's dynamics, busy period by busy period (module
     docstring).
 
+    ``fluid_options`` (more keywords of :func:`fabric_jax.fluid.simulate_fluid`) default
+    to the preset's switch memory (:meth:`fabric_jax.Fabric.buffer_options`: the shared
+    buffers of the Ethernet presets), as the compare and scale studies run them.
+
     Returns:
       dict: ``finish [flows]`` s (``inf``: unfinished), ``delivered [flows]`` bytes
       delivered, on the wire or queued at the end of the flow's period,
@@ -133,6 +138,8 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
 
     from ..fluid.loop import run, run_batched, stack
     plan = plan or plan_periods(flows, line_rate, dt, margin)
+    if fluid_options is None:
+        fluid_options = get_fabric(fabric).buffer_options(topology)
     paths = shortest_paths(topology, flows.src, flows.dst, max_paths=max_paths, seed=seed)
     n = flows.size.size
     finish = np.full(n, np.inf)
