@@ -149,6 +149,30 @@ def metrics(run: dict, sim: dict, scn: dict, fabric_name: str, *, comm_time=None
         _ttft=ttft[served], _tpot=tpot[served])
 
 
+def decode_comm_tables(scn: dict, dep, names) -> dict | None:
+    """Per fabric, the decode step's wide-EP communication (``decode.ep_comm = "fluid"``
+    under DP attention): :func:`fabric_jax.serve.ep_step_table` of the decode instance's
+    EP degree over a grid of tokens per GPU up to ``decode.max_batch`` (powers of two and
+    the cap), on the scenario's GPU and NIC line rate, at ``simulation.ep_dt_us``, with
+    ``decode.overlap``; ``None`` under TP attention or ``ep_comm = "none"`` (the tensor-
+    parallel all-reduces of a TP decode stay on NVLink and are not modelled)."""
+    from ._ep import ep_step_table
+    if dep.attention != "dp" or scn["decode"]["ep_comm"] == "none":
+        return None
+    cap = int(scn["decode"]["max_batch"])
+    grid = sorted({1 << k for k in range(cap.bit_length()) if (1 << k) <= cap} | {cap})
+    out = {}
+    for name in names:
+        f = ep_step_table(name, ep=8 * dep.decode_inst, tokens_per_gpu_grid=grid,
+                          overlap=bool(scn["decode"]["overlap"]), model=dep.model.name,
+                          gpu=dep.gpu.name, link_gbps=scn["network"]["link_gbps"],
+                          dt=scn["simulation"]["ep_dt_us"] * 1e-6,
+                          seed=scn["simulation"]["seed"])
+        f.takes_compute = True
+        out[name] = f
+    return out
+
+
 def serve(scenario=None, *, fabrics=tuple(PRESETS), ideal: bool = True,
           progress: bool = True, comm_time=None, overrides: dict | None = None,
           keep_samples: bool = False) -> dict:
@@ -161,8 +185,9 @@ def serve(scenario=None, *, fabrics=tuple(PRESETS), ideal: bool = True,
       ideal: add the ideal fabric (key ``"ideal"``).
       progress: a progress bar with an estimate on stderr.
       comm_time: per-step decode communication, ``tokens_per_gpu -> seconds``, or a dict
-        ``{fabric name: callable}`` (default: none, 0 s); the wide-EP dispatch /
-        combine model plugs in here.
+        ``{fabric name: callable}``; default :func:`decode_comm_tables` (the wide-EP
+        dispatch / combine of every MoE layer, simulated per preset and on the ideal
+        fabric; none under TP attention or ``decode.ep_comm = "none"``).
       overrides: ``{"section.key": value}`` applied to the scenario.
       keep_samples: keep the per-request TTFT / TPOT arrays (``ttft_samples``,
         ``tpot_samples``, seconds) for CDFs.
@@ -188,23 +213,45 @@ def serve(scenario=None, *, fabrics=tuple(PRESETS), ideal: bool = True,
     dt = sim_cfg["dt_us"] * 1e-6
     margin = sim_cfg["margin_us"] * 1e-6
     plan = plan_periods(run["flows"], run["line_rate"], dt, margin)
-    total = len(fabrics) * plan.start.size + (1 if ideal else 0)
+    auto = comm_time is None
+    tables = {}
+
+    def comm_for(name):
+        if not auto:
+            return comm_time.get(name) if isinstance(comm_time, dict) else comm_time
+        if name not in tables:
+            t = decode_comm_tables(scn, run["dep"], [name])
+            tables[name] = None if t is None else t[name]
+            bar.update(f"{name}: decode all-to-all", plan.start.size / 4)
+        return tables[name]
+
+    total = (len(fabrics) + (1 if ideal else 0)) * (1.25 * plan.start.size + 1)
     bar = Progress(total, enabled=progress, label="serve",
-                   estimate_s=20.0 * len(fabrics) + 5.0)
+                   estimate_s=40.0 * len(fabrics) + 20.0)
     out = {}
     for name in fabrics:
+        ct = comm_for(name)
         sim = simulate_preset(run["topology"], run["flows"], name, line_rate=run["line_rate"],
                               dt=dt, margin=margin, seed=sim_cfg["seed"],
                               max_paths=scn["network"]["max_paths"],
                               batch=min(sim_cfg["batch"], plan.start.size), plan=plan,
                               progress=lambda k, name=name: bar.update(name, k))
-        ct = comm_time.get(name) if isinstance(comm_time, dict) else comm_time
         out[name] = metrics(run, sim, scn, name, comm_time=ct)
     if ideal:
+        ct = comm_for(IDEAL)
         sim = simulate_ideal_flows(run["topology"], run["flows"], line_rate=run["line_rate"])
-        bar.update(IDEAL)
-        ct = comm_time.get(IDEAL) if isinstance(comm_time, dict) else comm_time
+        bar.update(IDEAL, plan.start.size + 1)
         out[IDEAL] = metrics(run, sim, scn, IDEAL, comm_time=ct)
+    cap = float(scn["decode"]["max_batch"])
+    for name, v in out.items():
+        f = tables.get(name) if auto else None
+        if f is not None:
+            v["decode"]["comm"] = dict(
+                model="wide-EP dispatch + combine per MoE layer (fabric_jax.serve._ep)",
+                ep=8 * run["dep"].decode_inst, overlap=bool(f.overlap),
+                grid_tokens_per_gpu=[int(x) for x in f.grid],
+                layer_s=[float(x) for x in f.layer_s],
+                per_step_at_max_batch_s=float(f(cap)))
     for v in out.values():
         t, p = v.pop("_ttft"), v.pop("_tpot")
         if keep_samples:

@@ -199,11 +199,18 @@ def kv_flows(dep: Deployment, prompt, pf_start, pf_end, src_gpu) -> KVFlows:
 def decode_step_time(dep: Deployment, kv_tokens_max: float, tokens_per_gpu: float,
                      comm_time=None) -> float:
     """One decode step of an instance (module docstring): resident weights + the largest
-    unit's KV bytes over the unit's HBM bandwidth x fraction, + ``comm_time``."""
+    unit's KV bytes over the unit's HBM bandwidth x fraction, + ``comm_time``.
+
+    ``comm_time(tokens_per_gpu)`` or, when it takes the keyword, ``comm_time(
+    tokens_per_gpu, compute_s=...)`` with the step's memory time (what a two-micro-batch
+    overlap hides communication under, :func:`fabric_jax.serve.ep_step_table`)."""
     t = (dep.weight_bytes + dep.kv_bytes_per_token * kv_tokens_max) \
         / (dep.unit_bandwidth * dep.bandwidth_fraction)
     if comm_time is not None:
-        t += float(comm_time(float(tokens_per_gpu)))
+        if getattr(comm_time, "takes_compute", False):
+            t += float(comm_time(float(tokens_per_gpu), compute_s=float(t)))
+        else:
+            t += float(comm_time(float(tokens_per_gpu)))
     return float(t)
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from ..scenario import (ScenarioError, check_section, integer, number, one_of, refuse,
-                        text)
+from ..scenario import (ScenarioError, boolean, check_section, integer, number, one_of,
+                        refuse, text)
 
 __all__ = ["RULES", "DEFAULTS", "default_scenario", "load_scenario", "check_scenario"]
 
@@ -49,6 +49,15 @@ RULES = {
                                      fix="share of HBM bandwidth a decode step reaches"),
         "memory_fraction": number(0, 1, lo_open=True, default=0.9,
                                   fix="share of HBM usable for weights + KV cache"),
+        "ep_comm": one_of(("fluid", "none"), default="fluid",
+                          fix="fluid: every decode step pays the wide-EP dispatch + "
+                              "combine of each MoE layer, simulated per preset "
+                              "(fabric_jax.serve.ep_step_table); none: no per-step "
+                              "communication"),
+        "overlap": boolean(default=False,
+                           fix="true: two micro-batches hide one's dispatch / combine "
+                               "under the other's compute (DeepSeek-V3 report Sec. "
+                               "3.4.2)"),
     },
     "parallel": {
         "attention": one_of(("auto", "dp", "tp"), default="auto",
@@ -111,6 +120,9 @@ RULES = {
                             fix="gap that separates two busy periods of the KV flows"),
         "batch": integer(1, 4096, default=64,
                          fix="busy periods per compiled fluid batch"),
+        "ep_dt_us": number(0, 100, lo_open=True, default=0.5, unit="us",
+                           fix="fluid step of the decode all-to-all (100-300 us "
+                               "operations: 0.5 us moves them < 0.4 % when halved)"),
     },
 }
 
