@@ -413,8 +413,9 @@ def _simulate(flows: EPFlows, fabric, *, link_gbps, nvlink_gbps, dt, n_steps, se
                              demand=np.where(inter, nic, nvl), one_table=True)
         return float(np.max(np.asarray(res.finish))), float(lat.max())
     fab = get_fabric(fabric)
+    # save_every = the horizon: one snapshot, and the run stops once the fabric is idle
     res = simulate_paths(topo, paths, fab, flows.size, dt=dt, n_steps=n_steps, seed=seed,
-                         nic_rate=nic)
+                         nic_rate=nic, save_every=n_steps)
     return float(np.max(np.asarray(res.finish))), float(_path_latency(topo, paths, fab).max())
 
 
@@ -446,8 +447,9 @@ def ep_step_time(fabric="infiniband", *, model="deepseek_v3", ep: int,
       link_gbps: NIC line rate, Gb/s.
       dispatch_dtype, combine_dtype: ``"fp8"`` / ``"bf16"`` (combine: BF16 only).
       routing, zipf_s, node_limit, seed: expert choice (:func:`route_tokens`).
-      dt: fluid step, s; n_steps: horizon in steps (default: 3x the slower closed form
-        plus 20 us, so the same ``ep`` and ``dt`` compile once).
+      dt: fluid step, s; n_steps: horizon in steps (default: 4x the slower closed form
+        plus 40 us; the run stops once the fabric is idle, so a long horizon costs
+        nothing; a fixed ``n_steps`` compiles once per ``ep`` and ``dt``).
       msg_rate: NIC message rate, messages/s.
       fixed_us: ``{"dispatch", "combine"}`` fixed cost, us (default
         :data:`DEEPEP_FIXED_US`).
@@ -484,7 +486,7 @@ def ep_step_time(fabric="infiniband", *, model="deepseek_v3", ep: int,
                                  fixed_s=fixed[op] * 1e-6) for op, f in ops.items()}
     if n_steps is None:
         slow = max(c["time_s"] - c["fixed_s"] for c in closed.values())
-        n_steps = int(math.ceil((3.0 * slow + 20e-6) / dt))
+        n_steps = int(math.ceil((4.0 * slow + 40e-6) / dt))
     out = dict(closed_form={}, transfer_s={}, msg_s={}, fixed_s={}, n_steps=int(n_steps),
                dt=dt, ep=ep, tokens_per_gpu=tokens, fabric=_fabric_name(fabric))
     for op, f in ops.items():
@@ -571,7 +573,7 @@ def ep_step_table(fabric="infiniband", ep: int = 32, tokens_per_gpu_grid=(16, 32
         big = ep_step_time(IDEAL, ep=ep, tokens_per_gpu=grid[-1], **{
             k: v for k, v in kw.items() if k not in ("n_steps",)})
         slow = max(big["transfer_s"].values())
-        kw["n_steps"] = int(math.ceil((3.0 * slow + 20e-6) / kw.get("dt", 0.5e-6)))
+        kw["n_steps"] = int(math.ceil((4.0 * slow + 40e-6) / kw.get("dt", 0.5e-6)))
     layer = []
     for t in grid:
         r = ep_step_time(fabric, ep=ep, tokens_per_gpu=t, **kw)
