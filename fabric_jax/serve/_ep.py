@@ -81,7 +81,8 @@ from ..workloads.model import get_gpu, get_model
 
 __all__ = ["GPUS_PER_SERVER", "DEFAULT_MSG_RATE", "MSG_RATE_BAND", "MSG_HEADER_BYTES",
            "DEEPEP_LL_US", "DEEPEP_LL_PURE_RDMA_US", "DEEPEP_FIXED_US", "EPFlows",
-           "message_bytes", "route_tokens", "ep_message_counts", "ep_step_flows",
+           "message_bytes", "route_tokens", "ep_message_counts", "ep_normal_counts",
+           "ep_step_flows",
            "ep_topology", "ep_closed_form", "ep_step_time", "ep_sweep", "ep_step_table",
            "deepep_fixed_us", "IDEAL"]
 
@@ -232,6 +233,56 @@ def ep_message_counts(model="deepseek_v3", *, ep: int, tokens_per_gpu: int,
     return np.bincount(src * ep + dst, minlength=ep * ep).reshape(ep, ep)
 
 
+def ep_normal_counts(model="deepseek_v3", *, ep: int, tokens_per_gpu: int,
+                     routing: str = "uniform", zipf_s: float = 1.0,
+                     node_limit: int | None = 4, seed: int = 0) -> np.ndarray:
+    """Dispatch messages of DeepEP's **normal** (training / prefill) kernels, ``[ep, ep]``.
+
+    The pattern of DeepSeek-V3 (arXiv 2412.19437 Sec. 3.2.2) and DeepEP's normal
+    internode kernels: a token goes **once per target server** over RDMA to the GPU with
+    the same in-server index there (its own rail: no spine crossing in a rail-optimised
+    fabric), which forwards it over NVLink **once per target GPU** of that server; a
+    target server that is the source's own gets NVLink copies straight from the source.
+    So the matrix holds RDMA messages between same-rail GPUs of different servers and
+    NVLink messages inside servers (the forwarding and the local ones); the diagonal is
+    the local copies.  ``node_limit`` (default 4, DeepSeek-V3's ``M``) bounds a token's
+    servers.  Combine is the transpose (the forwarding GPU reduces before the RDMA).
+    Departures: the forwarding starts with the transfer (DeepEP pipelines it in chunks),
+    top-k weights and indices riding with the token are left out.
+    """
+    model = get_model(model)
+    ep = _check_ep(model, ep)
+    tokens = _check_tokens(tokens_per_gpu)
+    per_gpu = model.n_experts // ep
+    g = GPUS_PER_SERVER
+    n_srv = ep // g
+    topk = route_tokens(ep * tokens, model.n_experts, model.top_k, routing=routing,
+                        zipf_s=zipf_s, node_limit=node_limit,
+                        experts_per_node=per_gpu * g, seed=seed)
+    mask = np.zeros((ep * tokens, ep), bool)
+    np.put_along_axis(mask, topk // per_gpu, True, axis=1)
+    mask = mask.reshape(ep, tokens, ep)                  # [source, token, target GPU]
+    per_pair = mask.sum(axis=1)                          # tokens of s targeting GPU d
+    per_node = mask.reshape(ep, tokens, n_srv, g).any(axis=3).sum(axis=1)   # [s, server]
+    node = np.arange(ep) // g
+    local = np.arange(ep) % g
+    same = node[:, None] == node[None, :]
+    counts = np.where(same, per_pair, 0)                 # NVLink inside the source server
+    # RDMA: once per (token, other server), to the same in-server index there
+    rdma = np.where(node[:, None] == np.arange(n_srv)[None, :], 0, per_node)
+    rows = np.repeat(np.arange(ep), n_srv)
+    cols = (np.tile(np.arange(n_srv), ep) * g + np.repeat(local, n_srv))
+    np.add.at(counts, (rows, cols), rdma.reshape(-1))
+    # forwarding over NVLink on the target server: (B, i) -> (B, j), j != i
+    fwd = np.zeros((g, ep), np.int64)                    # [source in-server index, target]
+    np.add.at(fwd, local, np.where(same, 0, per_pair))
+    relay = node[None, :] * g + np.arange(g)[:, None]    # [i, target]: the relay GPU (B, i)
+    keep = relay != np.arange(ep)[None, :]               # the relay is not the target
+    np.add.at(counts, (relay[keep], np.broadcast_to(np.arange(ep), (g, ep))[keep]),
+              fwd[keep])
+    return counts
+
+
 # ------------------------------------------------------------------ flows
 @dataclasses.dataclass(frozen=True)
 class EPFlows:
@@ -329,25 +380,33 @@ def message_rate_time(flows: EPFlows, msg_rate: float) -> float:
 
 def ep_closed_form(flows: EPFlows, *, nic_rate: float, nvlink_rate: float,
                    msg_rate: float = DEFAULT_MSG_RATE, fixed_s: float = 0.0,
-                   latency_s: float = 0.0) -> dict:
+                   latency=None) -> dict:
     """One operation on an idle fabric (module docstring), s.
 
-    ``fixed_s + max_g max(inter_out_g / nic_rate, inter_in_g / nic_rate, intra_out_g /
-    nvlink_rate, intra_in_g / nvlink_rate, msgs_out_g / msg_rate, msgs_in_g / msg_rate) +
-    latency_s`` (``latency_s``: the one-way path latency of the bottleneck flows).
+    ``fixed_s + max_g max(inter_out_g / nic_rate + L_inter, inter_in_g / nic_rate +
+    L_inter, intra_out_g / nvlink_rate + L_intra, intra_in_g / nvlink_rate + L_intra,
+    msgs_out_g / msg_rate, msgs_in_g / msg_rate)`` with ``L_inter`` / ``L_intra`` the
+    longest one-way path latency of the inter- / intra-server flows that carry bytes
+    (``latency``: ``[flows]`` s, default none).
 
     Returns:
       ``{"time_s", "nic_s", "nvlink_s", "msg_s", "fixed_s", "latency_s",
-      "remote_bytes_share"}``.
+      "remote_bytes_share"}`` (``latency_s``: the latency of the binding term).
     """
     loads = _per_gpu_loads(flows)
     nic = max(loads["inter_out"].max(), loads["inter_in"].max()) / nic_rate
     nvl = max(loads["intra_out"].max(), loads["intra_in"].max()) / nvlink_rate
     msg = max(loads["msgs_out"].max(), loads["msgs_in"].max()) / msg_rate
+    lat = np.zeros(flows.size.size) if latency is None else np.asarray(latency, float)
+    busy = flows.size > 0
+    l_inter = float(np.max(np.where(busy & ~flows.intra, lat, 0.0), initial=0.0))
+    l_intra = float(np.max(np.where(busy & flows.intra, lat, 0.0), initial=0.0))
+    terms = [(nic + l_inter, l_inter), (nvl + l_intra, l_intra), (msg, 0.0)]
+    t, l_bind = max(terms)
     total = flows.size.sum() + flows.self_msgs.sum() * flows.msg_bytes
-    return dict(time_s=float(fixed_s + max(nic, nvl, msg) + latency_s), nic_s=float(nic),
+    return dict(time_s=float(fixed_s + t), nic_s=float(nic),
                 nvlink_s=float(nvl), msg_s=float(msg), fixed_s=float(fixed_s),
-                latency_s=float(latency_s),
+                latency_s=float(l_bind),
                 remote_bytes_share=float(flows.size[~flows.intra].sum() / max(total, 1.0)))
 
 
@@ -393,7 +452,8 @@ def _paths(ep: int, link_gbps: float, nvlink_gbps: float, seed: int):
 
 
 def _simulate(flows: EPFlows, fabric, *, link_gbps, nvlink_gbps, dt, n_steps, seed):
-    """Last finish of the flows (path latency included), s; ``inf`` if unfinished."""
+    """Last finish of the flows (path latency included), s (``inf`` if unfinished), and
+    ``[flows]`` one-way path latency, s."""
     topo, paths = _paths(flows.ep, float(link_gbps), float(nvlink_gbps), int(seed))
     nic = units.gbps(link_gbps)
     nvl = units.gbps(nvlink_gbps)
@@ -411,12 +471,12 @@ def _simulate(flows: EPFlows, fabric, *, link_gbps, nvlink_gbps, dt, n_steps, se
                                    keep_capacity=np.full(2 * ep, nvl))
         res = simulate_ideal(inc, cap, flows.size, latency=lat,
                              demand=np.where(inter, nic, nvl), one_table=True)
-        return float(np.max(np.asarray(res.finish))), float(lat.max())
+        return float(np.max(np.asarray(res.finish))), lat
     fab = get_fabric(fabric)
     # save_every = the horizon: one snapshot, and the run stops once the fabric is idle
     res = simulate_paths(topo, paths, fab, flows.size, dt=dt, n_steps=n_steps, seed=seed,
                          nic_rate=nic, save_every=n_steps)
-    return float(np.max(np.asarray(res.finish))), float(_path_latency(topo, paths, fab).max())
+    return float(np.max(np.asarray(res.finish))), _path_latency(topo, paths, fab)
 
 
 def _check_fabric(fabric):
@@ -433,7 +493,7 @@ def ep_step_time(fabric="infiniband", *, model="deepseek_v3", ep: int,
                  zipf_s: float = 1.0, node_limit: int | None = None, seed: int = 0,
                  dt: float = 0.5e-6, n_steps: int | None = None,
                  msg_rate: float = DEFAULT_MSG_RATE, fixed_us: dict | None = None,
-                 n_gpus: int | None = None) -> dict:
+                 n_gpus: int | None = None, kernel: str = "low_latency") -> dict:
     """One dispatch and one combine of a MoE layer through a preset's dynamics (or the
     ideal fabric), and their closed forms.
 
@@ -454,6 +514,10 @@ def ep_step_time(fabric="infiniband", *, model="deepseek_v3", ep: int,
       fixed_us: ``{"dispatch", "combine"}`` fixed cost, us (default
         :data:`DEEPEP_FIXED_US`).
       n_gpus: GPUs of the fabric the deployment must fit (optional check).
+      kernel: ``"low_latency"`` (decode: one message per (token, expert), direct RDMA)
+        or ``"normal"`` (prefill: :func:`ep_normal_counts`, RDMA on the rail then NVLink
+        forwarding; ``node_limit`` defaults to 4 there and ``fixed_us`` to 0: the
+        high-throughput kernels' regime is bytes, their fixed cost is not fitted).
 
     Returns:
       ``{"dispatch_s", "combine_s", "dispatch_us", "combine_us", "closed_form":
@@ -475,15 +539,25 @@ def ep_step_time(fabric="infiniband", *, model="deepseek_v3", ep: int,
     nvlink_gbps = _check_pos(nvlink_gbps, "nvlink_gbps")
     dt = _check_pos(dt, "dt")
     msg_rate = _check_pos(msg_rate, "msg_rate")
-    fixed = dict(DEEPEP_FIXED_US if fixed_us is None else fixed_us)
-    counts = ep_message_counts(model, ep=ep, tokens_per_gpu=tokens, routing=routing,
-                               zipf_s=zipf_s, node_limit=node_limit, seed=seed)
+    if kernel == "low_latency":
+        fixed = dict(DEEPEP_FIXED_US if fixed_us is None else fixed_us)
+        counts = ep_message_counts(model, ep=ep, tokens_per_gpu=tokens, routing=routing,
+                                   zipf_s=zipf_s, node_limit=node_limit, seed=seed)
+    elif kernel == "normal":
+        fixed = dict({"dispatch": 0.0, "combine": 0.0} if fixed_us is None else fixed_us)
+        counts = ep_normal_counts(model, ep=ep, tokens_per_gpu=tokens, routing=routing,
+                                  zipf_s=zipf_s, seed=seed,
+                                  node_limit=model.node_limit or None
+                                  if node_limit is None else node_limit)
+    else:
+        raise ValueError(f"kernel: expected 'low_latency' or 'normal'; got {kernel!r}")
     ops = {op: ep_step_flows(model, ep=ep, tokens_per_gpu=tokens, op=op, counts=counts,
                              dtype=dispatch_dtype if op == "dispatch" else combine_dtype)
            for op in ("dispatch", "combine")}
     nic, nvl = units.gbps(link_gbps), units.gbps(nvlink_gbps)
     closed = {op: ep_closed_form(f, nic_rate=nic, nvlink_rate=nvl, msg_rate=msg_rate,
                                  fixed_s=fixed[op] * 1e-6) for op, f in ops.items()}
+    # (latency-free here: it sets the horizon; the reported closed form adds it below)
     if n_steps is None:
         slow = max(c["time_s"] - c["fixed_s"] for c in closed.values())
         n_steps = int(math.ceil((4.0 * slow + 40e-6) / dt))
@@ -502,8 +576,9 @@ def ep_step_time(fabric="infiniband", *, model="deepseek_v3", ep: int,
         out["transfer_s"][op] = finish
         out["msg_s"][op] = msg_s
         out["fixed_s"][op] = fixed[op] * 1e-6
-        out["closed_form"][op] = dict(closed[op], time_s=closed[op]["time_s"] + lat,
-                                      latency_s=lat)
+        out["closed_form"][op] = ep_closed_form(f, nic_rate=nic, nvlink_rate=nvl,
+                                                msg_rate=msg_rate,
+                                                fixed_s=fixed[op] * 1e-6, latency=lat)
         out[f"{op}_bytes"] = float(f.size.sum() + f.self_msgs.sum() * f.msg_bytes)
     out["n_msgs"] = int(counts.sum())
     out["self_msgs"] = int(np.trace(counts))

@@ -214,3 +214,29 @@ def test_epflows_shape_independent_of_tokens():
     b = ep_step_flows(ep=16, tokens_per_gpu=256)
     assert isinstance(a, EPFlows) and a.src.shape == b.src.shape
     assert (a.n_msgs == 0).any()               # padded pairs of 0 bytes
+
+
+def test_prefill_normal_kernel_pattern():
+    # DeepSeek-V3 Sec. 3.2.2: RDMA once per (token, other server) to the same in-server
+    # index, then NVLink forwarding; inter-server messages only between same-rail GPUs
+    from fabric_jax.serve import ep_normal_counts
+    ep, tokens = 32, 64
+    c = ep_normal_counts(ep=ep, tokens_per_gpu=tokens, seed=4)
+    node = np.arange(ep) // 8
+    inter = node[:, None] != node[None, :]
+    same_rail = (np.arange(ep)[:, None] % 8) == (np.arange(ep)[None, :] % 8)
+    assert np.all(c[inter & ~same_rail] == 0)
+    # RDMA total = sum over tokens of their distinct target servers other than their own
+    topk = route_tokens(ep * tokens, 256, 8, node_limit=4, experts_per_node=64, seed=4)
+    servers = topk // 64
+    own = np.repeat(np.arange(ep) // 8, tokens)
+    n_rdma = sum(len(set(row.tolist()) - {o}) for row, o in zip(servers, own))
+    assert c[inter].sum() == n_rdma
+    # every server is reached at most once per token: <= 4 servers (node limit)
+    assert c[inter].sum() <= ep * tokens * 4
+    # the ideal fabric equals its closed form on this pattern too
+    r = ep_step_time("ideal", ep=16, tokens_per_gpu=256, kernel="normal")
+    for op in ("dispatch", "combine"):
+        assert r[f"{op}_s"] == pytest.approx(r["closed_form"][op]["time_s"], rel=0.02)
+    with pytest.raises(ValueError, match="kernel"):
+        ep_step_time("ideal", ep=16, kernel="fast")
