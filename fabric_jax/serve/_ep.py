@@ -448,7 +448,8 @@ def _path_latency(topology, paths, fabric) -> np.ndarray:
 def _paths(ep: int, link_gbps: float, nvlink_gbps: float, seed: int):
     topo = ep_topology(ep, link_gbps=link_gbps, nvlink_gbps=nvlink_gbps)
     src, dst = np.nonzero(~np.eye(ep, dtype=bool))
-    return topo, shortest_paths(topo, src, dst, max_paths=4, seed=seed)
+    # every equal-cost path (one per spine across rails: <= 8 up to EP 64)
+    return topo, shortest_paths(topo, src, dst, max_paths=None, seed=seed)
 
 
 def _simulate(flows: EPFlows, fabric, *, link_gbps, nvlink_gbps, dt, n_steps, seed):
