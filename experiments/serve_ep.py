@@ -18,7 +18,8 @@ JSON: ``{"inputs", "fabrics": {fabric: {ep: {"dispatch_us", "combine_us",
 Usage::
 
     python -m experiments.serve_ep --ep 8,16,32 --fabrics infiniband
-    python -m experiments.serve_ep --ep 8,16,32,64 --fabrics infiniband,roce,spectrum_x,uec,ideal --check-dt --json ep.json
+    python -m experiments.serve_ep --ep 8,16,32,64 \\
+        --fabrics infiniband,roce,spectrum_x,uec,ideal --check-dt --json ep.json
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ LAYERS = {
     # collectives, workloads, fabric presets and a preset's run on paths
     "workloads": 6, "collectives": 6, "fabrics": 6, "fabric_sim": 6, "economics": 6,
     # scenario, study, scale (the training step at scale, the all-reduce sweep), optimisation
-    "scenario": 7, "study": 7, "compare": 7, "scale": 7, "optimize": 7,
+    "scenario": 7, "study": 7, "compare": 7, "scale": 7, "optimize": 7, "serve": 7,
     # plots and the command line
     "plots": 8, "cli": 8, "__main__": 8, PKG: 9,
 }
