@@ -240,3 +240,19 @@ def test_prefill_normal_kernel_pattern():
         assert r[f"{op}_s"] == pytest.approx(r["closed_form"][op]["time_s"], rel=0.02)
     with pytest.raises(ValueError, match="kernel"):
         ep_step_time("ideal", ep=16, kernel="fast")
+
+
+def test_experiment_script_json_and_bad_input(tmp_path, capsys):
+    import json
+
+    from experiments import serve_ep
+    path = tmp_path / "ep.json"
+    serve_ep.main(["--ep", "8", "--fabrics", "ideal", "--json", str(path)])
+    out = json.loads(path.read_text())
+    row = out["fabrics"]["ideal"]["8"]
+    assert row["dispatch_us"] > 0 and row["combine_us"] > row["dispatch_us"]
+    assert row["published_dispatch_us"] == 77.0
+    assert "DeepEP" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        serve_ep.main(["--ep", "12", "--fabrics", "ideal"])
+    assert exc.value.code == 2
