@@ -118,6 +118,11 @@ GPUS = {
     "h100_sxm": GPU("h100_sxm", 989e12, 3.35e12, 80e9, 450e9, 700.0,
                     "NVIDIA H100 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOPS with "
                     "sparsity (989 dense), HBM3 3.35 TB/s, NVLink 900 GB/s, 700 W"),
+    "h800": GPU("h800", 989e12, 3.35e12, 80e9, 200e9, 700.0,
+                "NVIDIA H800 Tensor Core GPU datasheet (SXM): the H100 SXM's compute and "
+                "HBM3 (BF16 1,979 TFLOPS with sparsity, 989 dense; 3.35 TB/s, 80 GB), "
+                "NVLink 400 GB/s bidirectional (200 GB/s per direction), 700 W; the GPU of "
+                "DeepEP's published benchmarks (deepseek-ai/DeepEP README)"),
     "h200": GPU("h200", 989e12, 4.8e12, 141e9, 450e9, 700.0,
                 "NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOPS with "
                 "sparsity, HBM3e 4.8 TB/s 141 GB, NVLink 900 GB/s, 700 W"),
