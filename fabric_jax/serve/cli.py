@@ -15,7 +15,7 @@ from ..results import write_results
 from ..scenario import ScenarioError, number, check_args, integer
 
 __all__ = ["add_parser", "run", "format_table", "format_beside", "plot_cdfs",
-           "plot_rate_sweep",
+           "plot_rate_sweep", "format_ep_sweep",
            "SERVE_FLAGS"]
 
 #: The rules of serve's own flags.
@@ -24,6 +24,7 @@ SERVE_FLAGS = {
     "--requests": integer(1, 100000, default=None),
     "--rate-sweep": number(0, 1e6, lo_open=True, many=True, default=None, unit="req/s"),
     "--dt-us": number(0, 1000, lo_open=True, default=None, unit="us"),
+    "--ep-sweep": integer(8, 256, many=True, default=None, unit="GPUs"),
 }
 
 
@@ -50,6 +51,12 @@ def add_parser(sub):
     p.add_argument("--rate-sweep", metavar="R1,R2,...",
                    help="goodput against request rate at these rates (with --plots: the "
                         "figure; the knee per preset in the table)")
+    p.add_argument("--ep-sweep", metavar="E1,E2,...",
+                   help="instead of serving: the decode dispatch / combine latency of one "
+                        "MoE layer at these EP degrees on each --fabrics preset (and the "
+                        "ideal fabric), in DeepEP's published configuration (H800, 400 Gb/s "
+                        "per GPU, 128 tokens per GPU, hidden 7168, top-8, FP8 dispatch, BF16 "
+                        "combine), beside DeepEP's figures")
     p.add_argument("--with-training", action="store_true",
                    help="also run the serving deployment beside a training job on one "
                         "fabric (scenario section [training]): isolation both ways, one "
@@ -209,6 +216,8 @@ def run(args, *, command: str, started: float) -> int:
     except ValueError as err:
         print(f"fabric-jax serve: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
+    if flags.get("--ep-sweep"):
+        return _ep_sweep(args, flags, fabrics, command=command, started=started)
     res = serve(args.scenario, fabrics=fabrics, ideal=not args.no_ideal,
                 progress=not args.quiet, overrides=ov, keep_samples=bool(args.plots))
     print(format_table(res))
@@ -237,6 +246,62 @@ def run(args, *, command: str, started: float) -> int:
     if args.json:
         write_results(args.json, res, command=command, started=started,
                       inputs=res["scenario"])
+        print(f"wrote {args.json}")
+    print(f"({time.time() - started:.1f} s)", file=sys.stderr)
+    return 0
+
+
+def format_ep_sweep(sweep: dict) -> str:
+    """Dispatch / combine of one MoE layer per preset and EP degree, beside DeepEP's
+    published low-latency figures."""
+    def us(x):
+        return "-" if x is None else f"{x:.1f}"
+    head = ("fabric", "EP", "remote share", "dispatch us (closed form)",
+            "DeepEP dispatch us", "combine us (closed form)", "DeepEP combine us")
+    rows = [head]
+    for name, per in sweep.items():
+        for ep, v in per.items():
+            rows.append((name, str(ep), f"{v['remote_bytes_share']:.3f}",
+                         f"{us(v['dispatch_us'])} ({us(v['closed_dispatch_us'])})",
+                         us(v["published_dispatch_us"]),
+                         f"{us(v['combine_us'])} ({us(v['closed_combine_us'])})",
+                         us(v["published_combine_us"])))
+    width = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
+    lines = [" | ".join(str(c).ljust(w) for c, w in zip(row, width)) for row in rows]
+    lines.insert(1, "-+-".join("-" * w for w in width))
+    any_v = next(iter(next(iter(sweep.values())).values()))
+    lines.append(f"DeepSeek-V3 MoE layer, 128 tokens per GPU, H800 + 400 Gb/s per GPU, "
+                 f"uniform top-8 routing; dt {1e6 * any_v['dt']:g} us; DeepEP: "
+                 "deepseek-ai/DeepEP README, low-latency kernels")
+    return "\n".join(lines)
+
+
+def _ep_sweep(args, flags, fabrics, *, command: str, started: float) -> int:
+    from ..study.progress import Progress
+    from ..workloads.model import get_model
+    from ._ep import IDEAL, _check_ep, ep_sweep
+    names = fabrics + ([] if args.no_ideal else [IDEAL])
+    degrees = [int(e) for e in flags["--ep-sweep"]]
+    try:
+        for e in degrees:                         # every degree checked before any run
+            _check_ep(get_model("deepseek_v3"), e)
+    except ValueError as err:
+        print(f"fabric-jax serve: error: --ep-sweep: {str(err).splitlines()[0]}",
+              file=sys.stderr)
+        return 2
+    bar = Progress(len(names) * len(degrees), enabled=not args.quiet, label="ep-sweep",
+                   estimate_s=30.0 * len(names) * len(degrees))
+    sweep = {}
+    for name in names:
+        sweep[name] = {}
+        for e in degrees:
+            sweep[name][str(e)] = ep_sweep(name, [e])[e]
+            bar.update(f"{name} EP {e}")
+    bar.close()
+    print(format_ep_sweep(sweep))
+    if args.json:
+        write_results(args.json, dict(ep_sweep=sweep), command=command, started=started,
+                      inputs=dict(ep_degrees=degrees, fabrics=names))
         print(f"wrote {args.json}")
     print(f"({time.time() - started:.1f} s)", file=sys.stderr)
     return 0
