@@ -152,15 +152,17 @@ def metrics(run: dict, sim: dict, scn: dict, fabric_name: str, *, comm_time=None
 def decode_comm_tables(scn: dict, dep, names) -> dict | None:
     """Per fabric, the decode step's wide-EP communication (``decode.ep_comm = "fluid"``
     under DP attention): :func:`fabric_jax.serve.ep_step_table` of the decode instance's
-    EP degree over a grid of tokens per GPU up to ``decode.max_batch`` (powers of two and
-    the cap), on the scenario's GPU and NIC line rate, at ``simulation.ep_dt_us``, with
+    EP degree over a grid of tokens per GPU up to ``decode.max_batch`` (powers of two from
+    8 and the cap; a batch below 8 tokens per GPU pays the 8-token figure, where the
+    operations' fixed cost dominates), on the scenario's GPU and NIC line rate, at
+    ``simulation.ep_dt_us``, with
     ``decode.overlap``; ``None`` under TP attention or ``ep_comm = "none"`` (the tensor-
     parallel all-reduces of a TP decode stay on NVLink and are not modelled)."""
     from ._ep import ep_step_table
     if dep.attention != "dp" or scn["decode"]["ep_comm"] == "none":
         return None
     cap = int(scn["decode"]["max_batch"])
-    grid = sorted({1 << k for k in range(cap.bit_length()) if (1 << k) <= cap} | {cap})
+    grid = sorted({1 << k for k in range(3, cap.bit_length()) if (1 << k) <= cap} | {cap})
     out = {}
     for name in names:
         f = ep_step_table(name, ep=8 * dep.decode_inst, tokens_per_gpu_grid=grid,

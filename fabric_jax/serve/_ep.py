@@ -475,8 +475,11 @@ def _simulate(flows: EPFlows, fabric, *, link_gbps, nvlink_gbps, dt, n_steps, se
         return float(np.max(np.asarray(res.finish))), lat
     fab = get_fabric(fabric)
     # save_every = the horizon: one snapshot, and the run stops once the fabric is idle
+    # the preset's switch memory (shared buffers of the Ethernet presets), as compare,
+    # scale and the KV flows run it
     res = simulate_paths(topo, paths, fab, flows.size, dt=dt, n_steps=n_steps, seed=seed,
-                         nic_rate=nic, save_every=n_steps)
+                         nic_rate=nic, save_every=n_steps,
+                         fluid_options=fab.buffer_options(topo))
     return float(np.max(np.asarray(res.finish))), _path_latency(topo, paths, fab)
 
 
