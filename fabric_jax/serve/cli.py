@@ -15,7 +15,7 @@ from ..results import write_results
 from ..scenario import ScenarioError, number, check_args, integer
 
 __all__ = ["add_parser", "run", "format_table", "format_beside", "plot_cdfs",
-           "plot_rate_sweep", "format_ep_sweep",
+           "plot_rate_sweep", "format_ep_sweep", "plot_ep_sweep",
            "SERVE_FLAGS"]
 
 #: The rules of serve's own flags.
@@ -276,6 +276,40 @@ def format_ep_sweep(sweep: dict) -> str:
     return "\n".join(lines)
 
 
+def plot_ep_sweep(sweep: dict, out_dir) -> list[str]:
+    """Dispatch and combine latency against EP degree, one line per preset, DeepEP's
+    published low-latency figures as black markers."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pathlib import Path
+
+    from ..plots import save_figure
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=False)
+    for ax, op in zip(axes, ("dispatch", "combine")):
+        pub = {}
+        for name, per in sweep.items():
+            eps = sorted(int(e) for e in per)
+            ax.plot(eps, [per[str(e)][f"{op}_us"] for e in eps], marker="o", label=name,
+                    ls="--" if name == "ideal" else "-")
+            pub.update({e: per[str(e)][f"published_{op}_us"] for e in eps
+                        if per[str(e)][f"published_{op}_us"] is not None})
+        if pub:
+            ax.plot(sorted(pub), [pub[e] for e in sorted(pub)], "ks", label="DeepEP published")
+        ax.set_xscale("log", base=2)
+        ticks = sorted({int(e) for per in sweep.values() for e in per})
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("EP degree (GPUs)")
+        ax.set_ylabel(f"{op} of one MoE layer, us")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    return [save_figure(fig, Path(out_dir) / "serve_ep_sweep.png")]
+
+
 def _ep_sweep(args, flags, fabrics, *, command: str, started: float) -> int:
     from ..study.progress import Progress
     from ..workloads.model import get_model
@@ -299,6 +333,9 @@ def _ep_sweep(args, flags, fabrics, *, command: str, started: float) -> int:
             bar.update(f"{name} EP {e}")
     bar.close()
     print(format_ep_sweep(sweep))
+    if args.plots:
+        for path in plot_ep_sweep(sweep, args.plots):
+            print(f"wrote {path}")
     if args.json:
         write_results(args.json, dict(ep_sweep=sweep), command=command, started=started,
                       inputs=dict(ep_degrees=degrees, fabrics=names))
