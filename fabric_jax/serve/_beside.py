@@ -61,8 +61,8 @@ from ..fabrics import PRESETS, TENANT_CLASSES, get_fabric
 from ..paths import shortest_paths
 from ..scenario import refuse
 from ..workloads import concat, steady_state_all_reduce, training_step
-from ._core import IDEAL, build_run, metrics
-from ._fabric import _take, plan_periods, simulate_preset
+from ._core import build_run, metrics
+from ._fabric import take_paths, plan_periods, simulate_preset
 from ._scenario import load_scenario
 
 __all__ = ["beside_training", "server_layout", "training_workload", "simulate_windows"]
@@ -130,7 +130,7 @@ def simulate_windows(topology, windows, fabric, *, dt: float, n_steps: int, seed
         ws = windows[b * batch:(b + 1) * batch]
         full = ws + [ws[-1]] * (batch - len(ws))        # pad the batch: one shape
         probs = [fabric_sim.prepare_paths(
-            topology, _take(paths, w["idx"]), fabric, w["size"], dt=dt, n_steps=n_steps,
+            topology, take_paths(paths, w["idx"]), fabric, w["size"], dt=dt, n_steps=n_steps,
             arrival=w["arrival"], deps=w["deps"], delay=w["delay"], seed=seed,
             nic_rate=line_rate, fluid_options=fluid_options) for w in full]
         batch_p, axes = stack(probs)
@@ -156,6 +156,27 @@ def _step_times(finish, per_step: int, m: int):
     ends = finish[:m * per_step].reshape(m, per_step).max(axis=1)
     starts = np.concatenate([[0.0], ends[:-1]])
     return np.where(np.isfinite(ends), ends - starts, np.nan)
+
+
+def _window(plan, kv, tw, g: int, phase: float, *, kv_on: bool, tr_on: bool,
+            never: float) -> dict:
+    """One window's rows (:func:`simulate_windows`): busy period ``g``'s KV flows,
+    released ``phase`` after the window's start and padded to the periods' width, then
+    the training steps (``tw``, rows after the KV flows' in the path table); a part
+    switched off is released at ``never`` (after the horizon: it never sends)."""
+    wk = plan.width
+    mem = plan.members[g]
+    pad = wk - mem.size
+    first = int(mem[0])
+    idx = np.concatenate([mem, np.full(pad, first), kv.size.size + np.arange(tw.n_flows)])
+    karr = kv.release[mem] - plan.start[g] + phase if kv_on else np.full(mem.size, never)
+    arr = np.concatenate([karr, np.full(pad, never),
+                          tw.arrival if tr_on else np.full(tw.n_flows, never)])
+    size = np.concatenate([kv.size[mem], np.full(pad, kv.size[first]), tw.size])
+    deps = np.concatenate([np.full((wk, tw.deps.shape[1]), -1),
+                           np.where(tw.deps >= 0, tw.deps + wk, -1)])
+    delay = np.concatenate([np.zeros(wk), tw.delay])
+    return dict(idx=idx, size=size, arrival=arr, deps=deps, delay=delay)
 
 
 def _check_training(scn: dict) -> None:
@@ -228,7 +249,6 @@ def beside_training(scenario=None, *, fabrics=tuple(PRESETS), classes=(False, Tr
                            np.concatenate([kdst, tw.dst]),
                            max_paths=net["max_paths"], seed=sim_cfg["seed"])
     width = wk + tw.n_flows
-    deps_tr = np.where(tw.deps >= 0, tw.deps + wk, -1)
     n_steps_win = int(math.ceil((m * t_ideal + horizon_kv) / dt))
     never = 2.0 * n_steps_win * dt
     job_of = np.concatenate([np.zeros(wk, np.int32), np.ones(tw.n_flows, np.int32)])
@@ -238,19 +258,7 @@ def beside_training(scenario=None, *, fabrics=tuple(PRESETS), classes=(False, Tr
                    estimate_s=30.0 * len(fabrics) * len(variants))
 
     def window(g, phase, kv_on: bool, tr_on: bool):
-        mem = plan.members[g] if g is not None else np.zeros(0, np.int64)
-        pad = wk - mem.size
-        first = int(mem[0]) if mem.size else 0
-        idx = np.concatenate([mem, np.full(pad, first), kv.size.size + np.arange(tw.n_flows)])
-        karr = (kv.release[mem] - plan.start[g] + phase) if mem.size else np.zeros(0)
-        if not kv_on:
-            karr = np.full(mem.size, never)
-        arr = np.concatenate([karr, np.full(pad, never),
-                              tw.arrival if tr_on else np.full(tw.n_flows, never)])
-        size = np.concatenate([kv.size[mem], np.full(pad, kv.size[first]), tw.size])
-        deps = np.concatenate([np.full((wk, tw.deps.shape[1]), -1), deps_tr])
-        delay = np.concatenate([np.zeros(wk), tw.delay])
-        return dict(idx=idx, size=size, arrival=arr, deps=deps, delay=delay)
+        return _window(plan, kv, tw, g, phase, kv_on=kv_on, tr_on=tr_on, never=never)
 
     out = {}
     for name in fabrics:
@@ -299,31 +307,11 @@ def beside_training(scenario=None, *, fabrics=tuple(PRESETS), classes=(False, Tr
                 batch=min(sim_cfg["batch"], n_win), fluid_options=opts,
                 progress=lambda k: bar.update(name, k), **common)
             steps = np.stack([_step_times(fin[g, wk:], per_step, m) for g in range(n_win)])
-            extra = np.nansum(steps - alone_steps[None, :])
-            run_s = res["alone"]["run_time_s"]
-            n_run = max(int(round(run_s / t_alone)), steps.size)
-            every = np.concatenate([steps[np.isfinite(steps)],
-                                    np.full(n_run - int(np.isfinite(steps).sum()), t_alone)])
+            train = training_metrics(steps, alone_steps, res["alone"]["run_time_s"])
             srv = serving(fin)
-            a = res["alone"]
-            train = dict(step_time_alone=t_alone,
-                         step_time_mean=t_alone * (1.0 + extra / run_s),
-                         step_time_p99=float(np.quantile(every, 0.99)),
-                         step_time_max=float(np.nanmax(steps)),
-                         slowdown=1.0 + extra / run_s, hit_steps=int(np.isfinite(
-                             steps).sum()), unfinished_steps=int(np.isnan(steps).sum()),
-                         steps_in_run=n_run)
-            iso = dict(
-                training_slowdown=train["slowdown"],
-                training_p99_slowdown=train["step_time_p99"] / t_alone,
-                ttft_p99_ratio=_ratio(srv["ttft"]["p99"], a["ttft"]["p99"]),
-                tpot_p99_ratio=_ratio(srv["tpot"]["p99"], a["tpot"]["p99"]),
-                kv_exposed_p99_ratio=_ratio(srv["kv"]["exposed"]["p99"],
-                                            a["kv"]["exposed"]["p99"]),
-                slo_attainment_alone=a["slo_attainment"],
-                slo_attainment=srv["slo_attainment"])
-            res["classes" if sep else "shared"] = dict(serving=srv, training=train,
-                                                       isolation=iso)
+            res["classes" if sep else "shared"] = dict(
+                serving=srv, training=train,
+                isolation=isolation(train, srv, res["alone"]))
         res["window_overlaps"] = overl
         out[name] = res
     bar.close()
@@ -337,6 +325,36 @@ def beside_training(scenario=None, *, fabrics=tuple(PRESETS), classes=(False, Tr
                     servers_per_leaf=net["servers_per_leaf"]),
         windows=dict(count=int(n_win), width=int(width), n_steps=n_steps_win, dt=dt),
         fabrics=out, wall_s=time.time() - started)
+
+
+def training_metrics(steps, alone_steps, run_s: float) -> dict:
+    """The training job over a run of ``run_s`` seconds (module docstring): ``steps``
+    ``[windows, m]`` the windows' step durations (``nan``: unfinished), ``alone_steps``
+    ``[m]`` the same steps alone."""
+    t_alone = float(np.nanmean(alone_steps))
+    extra = float(np.nansum(steps - alone_steps[None, :]))
+    done = np.isfinite(steps)
+    n_run = max(int(round(run_s / t_alone)), steps.size)
+    every = np.concatenate([steps[done], np.full(n_run - int(done.sum()), t_alone)])
+    return dict(step_time_alone=t_alone, step_time_mean=t_alone * (1.0 + extra / run_s),
+                step_time_p99=float(np.quantile(every, 0.99)),
+                step_time_max=float(np.nanmax(steps)), slowdown=1.0 + extra / run_s,
+                hit_steps=int(done.sum()), unfinished_steps=int((~done).sum()),
+                steps_in_run=n_run)
+
+
+def isolation(train: dict, serving: dict, alone: dict) -> dict:
+    """Isolation both ways: the training slowdowns, and the serving tails beside
+    training over serving alone (ratios; SLO attainment side by side)."""
+    return dict(
+        training_slowdown=train["slowdown"],
+        training_p99_slowdown=train["step_time_p99"] / train["step_time_alone"],
+        ttft_p99_ratio=_ratio(serving["ttft"]["p99"], alone["ttft"]["p99"]),
+        tpot_p99_ratio=_ratio(serving["tpot"]["p99"], alone["tpot"]["p99"]),
+        kv_exposed_p99_ratio=_ratio(serving["kv"]["exposed"]["p99"],
+                                    alone["kv"]["exposed"]["p99"]),
+        slo_attainment_alone=alone["slo_attainment"],
+        slo_attainment=serving["slo_attainment"])
 
 
 def _ratio(a, b):

@@ -143,7 +143,9 @@ def message_bytes(hidden: int, dtype: str, *, op: str = "dispatch") -> int:
 
 
 # ------------------------------------------------------------------ checks
-def _check_ep(model, ep: int, n_gpus: int | None = None) -> int:
+def check_ep(model, ep: int, n_gpus: int | None = None) -> int:
+    """``ep`` checked for ``model`` (a positive multiple of 8 GPUs per server dividing its
+    experts, at most ``n_gpus``): the degree, or ValueError naming ``ep``."""
     if isinstance(ep, bool) or not isinstance(ep, (int, np.integer)) or ep < 1:
         raise ValueError(f"ep: must be a positive integer; got {ep!r}")
     ep = int(ep)
@@ -222,7 +224,7 @@ def ep_message_counts(model="deepseek_v3", *, ep: int, tokens_per_gpu: int,
     num_local_experts``); ``node_limit`` counts servers of :data:`GPUS_PER_SERVER` GPUs.
     """
     model = get_model(model)
-    ep = _check_ep(model, ep)
+    ep = check_ep(model, ep)
     tokens = _check_tokens(tokens_per_gpu)
     per_gpu = model.n_experts // ep
     topk = route_tokens(ep * tokens, model.n_experts, model.top_k, routing=routing,
@@ -251,7 +253,7 @@ def ep_normal_counts(model="deepseek_v3", *, ep: int, tokens_per_gpu: int,
     top-k weights and indices riding with the token are left out.
     """
     model = get_model(model)
-    ep = _check_ep(model, ep)
+    ep = check_ep(model, ep)
     tokens = _check_tokens(tokens_per_gpu)
     per_gpu = model.n_experts // ep
     g = GPUS_PER_SERVER
@@ -324,7 +326,7 @@ def ep_step_flows(model="deepseek_v3", *, ep: int, tokens_per_gpu: int, op: str 
     ``dtype``: ``"fp8"`` (dispatch default) or ``"bf16"``; combine is BF16.
     """
     model = get_model(model)
-    ep = _check_ep(model, ep)
+    ep = check_ep(model, ep)
     tokens = _check_tokens(tokens_per_gpu)
     dtype = ("fp8" if op == "dispatch" else "bf16") if dtype is None else dtype
     msg = message_bytes(model.hidden, dtype, op=op)
@@ -532,7 +534,7 @@ def ep_step_time(fabric="infiniband", *, model="deepseek_v3", ep: int,
       ValueError: bad ``ep``, ``tokens_per_gpu``, dtype, routing, rates, ``fabric``.
     """
     model = get_model(model)
-    ep = _check_ep(model, ep, n_gpus)
+    ep = check_ep(model, ep, n_gpus)
     tokens = _check_tokens(tokens_per_gpu)
     _check_fabric(fabric)
     message_bytes(model.hidden, dispatch_dtype, op="dispatch")   # dtype checks first
@@ -603,7 +605,7 @@ def ep_sweep(fabric="infiniband", ep_degrees=(8, 16, 32), **kwargs) -> dict:
       ValueError: an EP degree that is bad (before any simulation).
     """
     model = get_model(kwargs.get("model", "deepseek_v3"))
-    degrees = [_check_ep(model, e, kwargs.get("n_gpus")) for e in ep_degrees]
+    degrees = [check_ep(model, e, kwargs.get("n_gpus")) for e in ep_degrees]
     _check_tokens(kwargs.get("tokens_per_gpu", 128))
     _check_fabric(fabric)
     out = {}
@@ -642,7 +644,7 @@ def ep_step_table(fabric="infiniband", ep: int = 32, tokens_per_gpu_grid=(16, 32
     """
     model = get_model(kwargs.get("model", "deepseek_v3"))
     grid = sorted({_check_tokens(t) for t in tokens_per_gpu_grid})
-    ep = _check_ep(model, ep, kwargs.get("n_gpus"))
+    ep = check_ep(model, ep, kwargs.get("n_gpus"))
     _check_fabric(fabric)
     if overlap:
         # two micro-batches of T/2: the grid must reach the halves

@@ -83,7 +83,8 @@ def busy_periods(release, size, line_rate: float, margin: float, src=None, dst=N
     return group, np.asarray(starts), np.asarray(spans)
 
 
-def _take(ps: PathSet, idx) -> PathSet:
+def take_paths(ps: PathSet, idx) -> PathSet:
+    """The rows ``idx`` of a :class:`~fabric_jax.paths.PathSet` (one pair per flow)."""
     return PathSet(*(np.asarray(getattr(ps, f.name))[idx]
                      for f in dataclasses.fields(ps)))
 
@@ -158,7 +159,7 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
                 arr = np.concatenate([flows.release[m] - plan.start[g],
                                       np.full(w - m.size, 2.0 * n_steps * dt)])
                 probs.append(fabric_sim.prepare_paths(
-                    topology, _take(paths, idx), fabric, flows.size[idx], dt=dt,
+                    topology, take_paths(paths, idx), fabric, flows.size[idx], dt=dt,
                     n_steps=n_steps, arrival=arr, seed=seed, nic_rate=line_rate,
                     fluid_options=fluid_options))
             t0 = time.time()

@@ -313,12 +313,12 @@ def plot_ep_sweep(sweep: dict, out_dir) -> list[str]:
 def _ep_sweep(args, flags, fabrics, *, command: str, started: float) -> int:
     from ..study.progress import Progress
     from ..workloads.model import get_model
-    from ._ep import IDEAL, _check_ep, ep_sweep
+    from ._ep import IDEAL, check_ep, ep_sweep
     names = fabrics + ([] if args.no_ideal else [IDEAL])
     degrees = [int(e) for e in flags["--ep-sweep"]]
     try:
         for e in degrees:                         # every degree checked before any run
-            _check_ep(get_model("deepseek_v3"), e)
+            check_ep(get_model("deepseek_v3"), e)
     except ValueError as err:
         print(f"fabric-jax serve: error: --ep-sweep: {str(err).splitlines()[0]}",
               file=sys.stderr)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from fabric_jax.scenario import ScenarioError
-from fabric_jax.serve._beside import beside_training, server_layout, training_workload
+from fabric_jax.serve import beside_training, server_layout, training_workload
 
 SMALL = {"requests.n": 3, "requests.rate": 40.0, "training.servers": 4,
          "requests.prompt_tokens": 1024, "requests.output_tokens": 8}

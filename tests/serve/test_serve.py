@@ -10,7 +10,8 @@ from fabric_jax import fabric_sim
 from fabric_jax.scenario import ScenarioError
 from fabric_jax.serve import (build_run, busy_periods, chunk_layers, load_scenario,
                               metrics, serve, simulate_preset)
-from fabric_jax.serve._pools import KVFlows, decode_step_time, deployment
+from fabric_jax.serve import decode_step_time, deployment
+from fabric_jax.serve._pools import KVFlows
 from fabric_jax.workloads.inference import prefill_time
 from fabric_jax.workloads.model import MODELS, kv_cache_bytes
 
