@@ -61,7 +61,7 @@ from ..fabrics import PRESETS, TENANT_CLASSES, get_fabric
 from ..paths import shortest_paths
 from ..scenario import refuse
 from ..workloads import concat, steady_state_all_reduce, training_step
-from ._core import build_run, metrics
+from ._core import build_run, decode_comm_tables, metrics
 from ._fabric import take_paths, plan_periods, simulate_preset
 from ._scenario import load_scenario
 
@@ -201,7 +201,8 @@ def beside_training(scenario=None, *, fabrics=tuple(PRESETS), classes=(False, Tr
       fabrics: preset names.
       classes: the variants to run: ``False`` one class, ``True`` separate classes.
       progress: a progress bar on stderr.
-      comm_time: the decode step's communication (as :func:`fabric_jax.serve.serve`).
+      comm_time: the decode step's communication (as :func:`fabric_jax.serve.serve`;
+        default :func:`fabric_jax.serve.decode_comm_tables`, on an idle decode instance).
 
     Returns:
       JSON-ready dict: ``training`` (the job), ``layout``, ``fabrics`` ``{preset:
@@ -221,6 +222,8 @@ def beside_training(scenario=None, *, fabrics=tuple(PRESETS), classes=(False, Tr
     scn["requests"]["n"] = min(scn["requests"]["n"], t_cfg["requests"])
     run = build_run(scn)
     dep, kv = run["dep"], run["flows"]
+    if comm_time is None:             # the decode all-to-all per preset, as serve() pays it
+        comm_time = decode_comm_tables(scn, dep, list(fabrics))
     n_serve = dep.n_prefill + dep.n_decode
     serve_srv, train_srv = server_layout(n_serve, t_cfg["servers"], t_cfg["placement"])
     topo = fj.rail_optimized(n_serve + t_cfg["servers"], GPUS_PER_SERVER,
