@@ -18,7 +18,7 @@ from ._ep import (DEEPEP_FIXED_US, DEEPEP_LL_PURE_RDMA_US, DEEPEP_LL_US, DEFAULT
                   ep_closed_form, ep_message_counts, ep_normal_counts, ep_step_flows,
                   ep_step_table, ep_step_time, ep_sweep, ep_topology, message_bytes,
                   route_tokens)
-from ._fabric import busy_periods, simulate_ideal_flows, simulate_preset
+from ._fabric import busy_periods, run_problems, simulate_ideal_flows, simulate_preset, take_paths
 from ._pools import chunk_layers, decode_step_time, deployment, kv_flows, run_decode
 from ._requests import make_requests, read_trace
 from ._scenario import DEFAULTS, RULES, check_scenario, default_scenario, load_scenario
@@ -26,7 +26,8 @@ from ._validate import MOONCAKE, mooncake_transfer
 
 __all__ = ["serve", "rate_sweep", "beside_training", "server_layout", "training_workload",
            "metrics", "build_run", "decode_comm_tables", "IDEAL", "busy_periods",
-           "simulate_preset", "simulate_ideal_flows", "chunk_layers", "decode_step_time",
+           "simulate_preset", "simulate_ideal_flows", "run_problems", "take_paths",
+           "chunk_layers", "decode_step_time",
            "deployment", "kv_flows", "run_decode", "make_requests", "read_trace",
            "DEFAULTS", "RULES", "check_scenario", "default_scenario", "load_scenario",
            "MOONCAKE", "mooncake_transfer",

@@ -62,7 +62,7 @@ from ..paths import shortest_paths
 from ..scenario import refuse
 from ..workloads import concat, steady_state_all_reduce, training_step
 from ._core import build_run, decode_comm_tables, metrics
-from ._fabric import take_paths, plan_periods, simulate_preset
+from ._fabric import plan_periods, run_problems, simulate_preset, take_paths
 from ._scenario import load_scenario
 
 __all__ = ["beside_training", "server_layout", "training_workload", "simulate_windows"]
@@ -119,32 +119,21 @@ def simulate_windows(topology, windows, fabric, *, dt: float, n_steps: int, seed
       paths: :class:`~fabric_jax.paths.PathSet` the rows index.
 
     Returns:
-      ``(finish [windows, width], delivered [windows, width])`` (s from the window's
-      start; ``inf``: not finished within ``n_steps``).
+      ``(finish [windows, width], accounted [windows, width])`` (s from the window's
+      start, ``inf``: not finished within ``n_steps``; bytes delivered, on the wire or
+      queued at the end: :func:`fabric_jax.serve.run_problems`).
     """
-    import jax
-
-    from ..fluid.loop import run, run_batched, stack
     fin, dlv = [], []
     for b in range(-(-len(windows) // batch)):
         ws = windows[b * batch:(b + 1) * batch]
         full = ws + [ws[-1]] * (batch - len(ws))        # pad the batch: one shape
         probs = [fabric_sim.prepare_paths(
-            topology, take_paths(paths, w["idx"]), fabric, w["size"], dt=dt, n_steps=n_steps,
-            arrival=w["arrival"], deps=w["deps"], delay=w["delay"], seed=seed,
-            nic_rate=line_rate, fluid_options=fluid_options) for w in full]
-        batch_p, axes = stack(probs)
-        if all(a is None for a in jax.tree_util.tree_leaves(
-                axes, is_leaf=lambda x: x is None)):     # one distinct problem
-            res = run(probs[0])
-            f = np.asarray(res.finish, np.float64)[None].repeat(len(ws), 0)
-            d = np.asarray(res.delivered, np.float64)[None].repeat(len(ws), 0)
-        else:
-            res = run_batched(batch_p, axes)
-            f = np.asarray(res.finish, np.float64)[:len(ws)]
-            d = np.asarray(res.delivered, np.float64)[:len(ws)]
-        fin.append(f)
-        dlv.append(d)
+            topology, take_paths(paths, w["idx"]), fabric, w["size"], dt=dt,
+            n_steps=n_steps, arrival=w["arrival"], deps=w["deps"], delay=w["delay"],
+            seed=seed, nic_rate=line_rate, fluid_options=fluid_options) for w in full]
+        f, d = run_problems(probs)
+        fin.append(f[:len(ws)])
+        dlv.append(d[:len(ws)])
         if progress is not None:
             progress(len(ws))
     return np.concatenate(fin), np.concatenate(dlv)

@@ -37,7 +37,8 @@ from .. import fabric_sim
 from ..fabrics import get_fabric
 from ..paths import PathSet, shortest_paths
 
-__all__ = ["busy_periods", "simulate_preset", "simulate_ideal_flows"]
+__all__ = ["busy_periods", "plan_periods", "simulate_preset", "simulate_ideal_flows",
+           "run_problems", "take_paths"]
 
 #: Horizon of a period, in units of the longest period's serialised line-rate time.
 HORIZON_FACTOR = 1.3
@@ -117,6 +118,27 @@ def _accounted(res):
     return res.delivered + res.in_flight + res.queued
 
 
+def run_problems(probs) -> tuple[np.ndarray, np.ndarray]:
+    """Same-shaped fluid problems in one program (:func:`fabric_jax.fluid.loop.stack` /
+    ``run_batched``; one plain run when they are all the same problem).
+
+    Returns:
+      ``(finish, accounted)``: float64 ``[problems, flows]`` finish times (s, ``inf``:
+      unfinished) and bytes delivered, on the wire or queued at the end.
+    """
+    import jax
+
+    from ..fluid.loop import run, run_batched, stack
+    batch_p, axes = stack(probs)
+    if all(a is None for a in jax.tree_util.tree_leaves(
+            axes, is_leaf=lambda x: x is None)):           # one distinct problem
+        res = run(probs[0])
+        return (np.asarray(res.finish, np.float64)[None].repeat(len(probs), 0),
+                np.asarray(_accounted(res), np.float64)[None].repeat(len(probs), 0))
+    res = run_batched(batch_p, axes)
+    return np.asarray(res.finish, np.float64), np.asarray(_accounted(res), np.float64)
+
+
 def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, margin: float,
                     seed: int = 0,
                     max_paths: int = 8, batch: int = 64, plan: PeriodPlan | None = None,
@@ -135,9 +157,6 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
       ``periods``, ``width``, ``n_steps``, ``compile_s`` / ``run_s`` (the first batch /
       the others), ``bytes_conserved`` (bool).
     """
-    import jax
-
-    from ..fluid.loop import run, run_batched, stack
     plan = plan or plan_periods(flows, line_rate, dt, margin)
     if fluid_options is None:
         fluid_options = get_fabric(fabric).buffer_options(topology)
@@ -163,16 +182,7 @@ def simulate_preset(topology, flows, fabric, *, line_rate: float, dt: float, mar
                     n_steps=n_steps, arrival=arr, seed=seed, nic_rate=line_rate,
                     fluid_options=fluid_options))
             t0 = time.time()
-            batch_p, axes = stack(probs)
-            if all(a is None for a in jax.tree_util.tree_leaves(
-                    axes, is_leaf=lambda x: x is None)):   # one distinct problem
-                res = run(probs[0])
-                fin = np.asarray(res.finish, np.float64)[None].repeat(len(probs), 0)
-                dlv = np.asarray(_accounted(res), np.float64)[None].repeat(len(probs), 0)
-            else:
-                res = run_batched(batch_p, axes)
-                fin = np.asarray(res.finish, np.float64)
-                dlv = np.asarray(_accounted(res), np.float64)
+            fin, dlv = run_problems(probs)
             times.append(time.time() - t0)
             for k, g in enumerate(gs):
                 m = plan.members[g]
